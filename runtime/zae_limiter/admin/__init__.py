@@ -1,0 +1,1 @@
+"""Administrative operations of `Repository`, one mixin per area."""

@@ -1,0 +1,134 @@
+"""What every admin mixin relies on: the scope's store, clock, caches and the change protocol.
+
+An entity-level change is one transaction (the level's item, the entity's version counter, the
+audit event), then a fan-out that restamps the entity's live bucket items, so every process's next
+write meets the new stamp. Resource- and system-level changes are one transaction (item + audit)
+and reach other processes through their config cache (`config_cache_ttl`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import audit
+from .. import config as cfg
+from ..dynamo import bucket_items as items
+from ..dynamo import keys
+from ..dynamo.store import Store
+from ..dynamo.transport import DynamoError
+from ..errors import FanoutIncomplete, RateLimiterUnavailable
+from ..resolution import stamp_for
+
+if TYPE_CHECKING:
+    from ..admission import Admission
+    from ..repository import _Shared
+    from ..resolution import Resolver
+
+
+class AdminBase:
+    _store: Store
+    _ns: str
+    _ns_name: str
+    _clock: Callable[[], int]
+    _admission: Admission
+    _resolver: Resolver
+    _shared: _Shared
+
+    # provided by Repository
+    _forget: Callable[..., None]
+    _principal: Callable[[str | None], Awaitable[str | None]]
+
+    async def _audit_item(
+        self,
+        action: str,
+        subject: str,
+        *,
+        principal: str | None,
+        resource: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        retention = self._shared.version_record.get("audit_retention_days")
+        return audit.event_item(
+            self._ns,
+            action=action,
+            entity_id=subject,
+            principal=await self._principal(principal),
+            resource=resource,
+            details=details or {},
+            now_ms=self._clock(),
+            retention_days=int(retention) if retention else audit.DEFAULT_RETENTION_DAYS,
+        )
+
+    async def _transact(self, operations: list[dict[str, Any]]) -> None:
+        try:
+            await self._store.transact(operations, token=audit.ulid(self._clock()))
+        except DynamoError as exc:
+            from ..dynamo.transport import TransactionCancelled
+
+            if isinstance(exc, TransactionCancelled):
+                raise
+            raise RateLimiterUnavailable(
+                "the change could not be written", exc, table_name=self._store.table
+            ) from exc
+
+    def _version_bump(self, entity_id: str) -> dict[str, Any]:
+        key = keys.entity_version(self._ns, entity_id)
+        return {
+            "Update": {
+                "Key": key,
+                "UpdateExpression": "ADD ver :one SET GSI4PK = :ns, GSI4SK = :sk",
+                "ExpressionAttributeValues": {
+                    ":one": 1, ":ns": self._ns, ":sk": f"{key['PK']}#{key['SK']}",
+                },
+            }
+        }
+
+    async def _fanout(self, entity_id: str, resource: str | None = None) -> int:
+        """Restamp the entity's live bucket items under its current config. Returns the count."""
+        prefix = None if resource in (None, keys.DEFAULT_RESOURCE) else f"{resource}#"
+        stamped = 0
+        self._forget(entity_id)
+        try:
+            rows = await self._store.query_all(
+                keys.entity_buckets_index_key(self._ns, entity_id), index=keys.GSI3,
+                sk_prefix=prefix,
+            )
+            if not rows:
+                return 0
+            found = await self._store.batch_get(
+                [keys.key(r["PK"], r["SK"]) for r in rows], consistent=True
+            )
+            images = [items.parse(item) for item in found]
+            resources = sorted({image.resource for image in images})
+            entity, system, *levels = await asyncio.gather(
+                self._resolver.entity_config(entity_id),
+                self._resolver.system_level(fresh=True),
+                *(self._resolver.resource_level(r, fresh=True) for r in resources),
+            )
+            by_resource = dict(zip(resources, levels, strict=True))
+            for image in images:
+                res = cfg.resolve(entity, image.resource, by_resource[image.resource], system)
+                if image.stamp.override:
+                    limits: tuple[Any, ...] | None = tuple(
+                        cfg.from_params(p) for p in image.stamp.limits
+                    )
+                else:
+                    limits = res.limits
+                wanted = stamp_for(
+                    res, limits or (), shards=image.stamp.shards, override=image.stamp.override
+                )
+                if image.stamp.same_rules(wanted) and _versions(image.stamp) == _versions(wanted):
+                    continue
+                await self._admission.restamp(image, wanted)
+                stamped += 1
+        except (DynamoError, RateLimiterUnavailable) as exc:
+            raise FanoutIncomplete(stamped, exc, entity_id=entity_id, resource=resource) from exc
+        finally:
+            self._forget(entity_id)
+        return stamped
+
+
+def _versions(stamp: items.Stamp) -> tuple[int, int, int]:
+    return (stamp.entity_version, stamp.resource_version, stamp.system_version)

@@ -1,0 +1,137 @@
+"""Disable / enable / bypass flags and cascade policies, per resource and per entity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import audit, validation
+from .. import config as cfg
+from ..dynamo import keys
+from .config import KEEP, ConfigMixin
+
+
+class FlagsMixin(ConfigMixin):
+    async def _resource_flag(
+        self, resource: str, principal: str | None, *, disabled: Any = KEEP, cascade: Any = KEEP
+    ) -> int:
+        validation.resource_name(resource)
+        await self._gates_for(None, disabled, cascade)
+        await self._write_level(
+            keys.resource_config(self._ns, resource), subject=audit.resource_subject(resource),
+            resource=resource, disabled=disabled, cascade=cascade, principal=principal,
+            kind="disabled" if disabled is not KEEP else "cascade",
+        )
+        self._forget(resource=resource)
+        return 0  # resource-level changes reach buckets through each process's config cache
+
+    async def _entity_flag(
+        self,
+        entity_id: str,
+        resource: str | None,
+        principal: str | None,
+        *,
+        disabled: Any = KEEP,
+        cascade: Any = KEEP,
+    ) -> int:
+        validation.entity_id(entity_id)
+        level = resource or keys.DEFAULT_RESOURCE
+        validation.resource_name(level, allow_default=True)
+        await self._gates_for(None, disabled, cascade)
+        await self._write_level(
+            keys.entity_config(self._ns, entity_id, level), subject=entity_id, resource=level,
+            disabled=disabled, cascade=cascade, principal=principal, entity_id=entity_id,
+            kind="disabled" if disabled is not KEEP else "cascade",
+        )
+        return await self._fanout(entity_id, level)
+
+    # --- resource level --------------------------------------------------------------------------
+
+    async def disable_resource(self, resource: str, principal: str | None = None) -> int:
+        """Refuse the resource for everyone (`ResourceDisabled`)."""
+        return await self._resource_flag(resource, principal, disabled=True)
+
+    async def enable_resource(self, resource: str, principal: str | None = None) -> int:
+        """Store an explicit "enabled"."""
+        return await self._resource_flag(resource, principal, disabled=False)
+
+    async def clear_resource_disabled(self, resource: str, principal: str | None = None) -> int:
+        """Back to inherit: lifts disable, enable and bypass alike."""
+        return await self._resource_flag(resource, principal, disabled=None)
+
+    async def bypass_resource(self, resource: str, principal: str | None = None) -> int:
+        """Admit everyone without debiting balances; consumption is still counted."""
+        return await self._resource_flag(resource, principal, disabled="bypass")
+
+    async def get_resource_disabled(self, resource: str) -> bool | str | None:
+        validation.resource_name(resource)
+        item = await self._store.get(keys.resource_config(self._ns, resource))
+        return cfg.level_from_item(item).disabled
+
+    async def set_resource_cascade(
+        self, resource: str, cascade: bool, principal: str | None = None
+    ) -> int:
+        """Per-resource cascade policy: children debit their parent on this resource."""
+        return await self._resource_flag(resource, principal, cascade=bool(cascade))
+
+    async def clear_resource_cascade(self, resource: str, principal: str | None = None) -> int:
+        return await self._resource_flag(resource, principal, cascade=None)
+
+    async def get_resource_cascade(self, resource: str) -> bool | None:
+        validation.resource_name(resource)
+        item = await self._store.get(keys.resource_config(self._ns, resource))
+        return cfg.level_from_item(item).cascade
+
+    # --- entity level ----------------------------------------------------------------------------
+
+    async def disable_entity(
+        self, entity_id: str, resource: str | None = None, principal: str | None = None
+    ) -> int:
+        return await self._entity_flag(entity_id, resource, principal, disabled=True)
+
+    async def enable_entity(
+        self, entity_id: str, resource: str | None = None, principal: str | None = None
+    ) -> int:
+        """Explicit enable: readmits one entity to a disabled resource."""
+        return await self._entity_flag(entity_id, resource, principal, disabled=False)
+
+    async def clear_entity_disabled(
+        self, entity_id: str, resource: str | None = None, principal: str | None = None
+    ) -> int:
+        """Back to inherit; also how an entity bypass is lifted."""
+        return await self._entity_flag(entity_id, resource, principal, disabled=None)
+
+    async def bypass_entity(
+        self, entity_id: str, resource: str | None = None, principal: str | None = None
+    ) -> int:
+        """Bypass for one entity (never extends to its parent)."""
+        return await self._entity_flag(entity_id, resource, principal, disabled="bypass")
+
+    async def get_entity_disabled(
+        self, entity_id: str, resource: str | None = None
+    ) -> bool | str | None:
+        validation.entity_id(entity_id)
+        item = await self._store.get(
+            keys.entity_config(self._ns, entity_id, resource or keys.DEFAULT_RESOURCE)
+        )
+        return cfg.level_from_item(item).disabled
+
+    async def set_entity_cascade(
+        self,
+        entity_id: str,
+        cascade: bool,
+        resource: str | None = None,
+        principal: str | None = None,
+    ) -> int:
+        return await self._entity_flag(entity_id, resource, principal, cascade=bool(cascade))
+
+    async def clear_entity_cascade(
+        self, entity_id: str, resource: str | None = None, principal: str | None = None
+    ) -> int:
+        return await self._entity_flag(entity_id, resource, principal, cascade=None)
+
+    async def get_entity_cascade(self, entity_id: str, resource: str | None = None) -> bool | None:
+        validation.entity_id(entity_id)
+        item = await self._store.get(
+            keys.entity_config(self._ns, entity_id, resource or keys.DEFAULT_RESOURCE)
+        )
+        return cfg.level_from_item(item).cascade

@@ -1,0 +1,99 @@
+"""Namespaces: register, list, soft delete, recover, purge (reference.md §2.6, §5.15)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import validation
+from ..dynamo import keys, records
+from ..errors import NamespaceNotFoundError, NamespaceStateError
+from .base import AdminBase
+
+
+class NamespacesMixin(AdminBase):
+    async def register_namespace(self, name: str) -> str:
+        """Idempotent; returns the namespace id."""
+        from ..repository import _register_namespace
+
+        validation.namespace_name(name)
+        return await _register_namespace(self._store, name)
+
+    async def register_namespaces(self, names: list[str]) -> dict[str, str]:
+        return {name: await self.register_namespace(name) for name in names}
+
+    async def get_namespace(self, name: str) -> dict[str, Any] | None:
+        validation.namespace_name(name)
+        item = await self._store.get(keys.namespace_by_name(name))
+        if item is None:
+            return None
+        return {"name": name, "id": item["id"], "status": item["status"],
+                "created_at": item.get("created_at")}
+
+    async def list_namespaces(self) -> list[dict[str, Any]]:
+        rows = await self._store.query_all(keys.NAMESPACE_NAMES_PK, consistent=True)
+        return [
+            {"name": r["SK"], "id": r["id"], "status": r["status"], "created_at": r.get("created_at")}
+            for r in rows if r.get("status") == records.NAMESPACE_ACTIVE
+        ]
+
+    async def list_orphan_namespaces(self) -> list[dict[str, Any]]:
+        rows = await self._store.query_all(keys.NAMESPACE_IDS_PK, consistent=True)
+        return [
+            {"name": r.get("name"), "id": r["SK"], "status": r["status"],
+             "created_at": r.get("created_at")}
+            for r in rows if r.get("status") == records.NAMESPACE_DELETED
+        ]
+
+    async def delete_namespace(self, name: str) -> None:
+        """Soft delete: the name stops resolving at once; the data stays until purged."""
+        validation.namespace_name(name)
+        item = await self._store.get(keys.namespace_by_name(name))
+        if item is None:
+            raise NamespaceNotFoundError(name)
+        await self._store.transact([
+            {"Delete": {"Key": keys.namespace_by_name(name)}},
+            {"Update": {"Key": keys.namespace_by_id(item["id"]),
+                        "UpdateExpression": "SET #s = :d",
+                        "ExpressionAttributeNames": {"#s": "status"},
+                        "ExpressionAttributeValues": {":d": records.NAMESPACE_DELETED}}},
+        ])
+
+    async def recover_namespace(self, namespace_id: str) -> str:
+        """Undo a soft delete; returns the name."""
+        item = await self._store.get(keys.namespace_by_id(namespace_id))
+        if item is None:
+            raise NamespaceStateError(f"no namespace has id {namespace_id!r}")
+        name = str(item["name"])
+        if item["status"] == records.NAMESPACE_ACTIVE:
+            raise NamespaceStateError(
+                f"namespace {name!r} is active; nothing to recover", namespace_name=name,
+                state="active",
+            )
+        if await self._store.get(keys.namespace_by_name(name)) is not None:
+            raise NamespaceStateError(
+                f"the name {name!r} was registered again; it cannot be recovered under that name",
+                namespace_name=name, state="deleted",
+            )
+        by_name, by_id = records.namespace_items(name, namespace_id, str(item.get("created_at")))
+        await self._store.transact([
+            {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
+            {"Put": {"Item": by_id}},
+        ])
+        return name
+
+    async def purge_namespace(self, namespace_id: str) -> None:
+        """Delete every item of a soft-deleted namespace, irreversibly. Resumable."""
+        item = await self._store.get(keys.namespace_by_id(namespace_id))
+        if item is None:
+            raise NamespaceStateError(f"no namespace has id {namespace_id!r}")
+        if item["status"] == records.NAMESPACE_ACTIVE:
+            raise NamespaceStateError(
+                f"namespace {item['name']!r} is active; delete it first",
+                namespace_name=str(item["name"]), state="active",
+            )
+        while True:
+            rows, _ = await self._store.query(namespace_id, index=keys.GSI4, limit=500)
+            if not rows:
+                break
+            await self._store.batch_delete([keys.key(r["PK"], r["SK"]) for r in rows])
+        await self._store.delete(keys.namespace_by_id(namespace_id))

@@ -1,0 +1,93 @@
+"""Read-only reports: audit events, stored bucket state, resource-wide capacity."""
+
+from __future__ import annotations
+
+from .. import audit, validation
+from ..core import bucket
+from ..core.bucket import MILLI
+from ..dynamo import bucket_items as items
+from ..dynamo import keys
+from ..models import AuditEvent, BucketState, EntityCapacity, ResourceCapacity
+from .base import AdminBase
+
+
+class ReportsMixin(AdminBase):
+    async def get_audit_events(
+        self, entity_id: str, limit: int = 100, start_event_id: str | None = None
+    ) -> list[AuditEvent]:
+        """Newest first; `start_event_id` is an exclusive cursor."""
+        if not isinstance(entity_id, str) or not entity_id:
+            raise validation.ValidationError("entity_id", entity_id, "give an entity id")
+        pk = keys.audit_partition(self._ns, entity_id)
+        bound = (start_event_id, "") if start_event_id else None
+        rows, _ = await self._store.query(
+            pk, newest_first=True, limit=limit + (1 if start_event_id else 0),
+            sk_between=("0", start_event_id) if bound else None,
+        )
+        rows = [r for r in rows if r["SK"] != start_event_id][:limit]
+        return [audit.event_from_item(r) for r in rows]
+
+    async def get_buckets(self, entity_id: str, resource: str | None = None) -> list[BucketState]:
+        """Diagnostic: the stored state of every shard, whole units, brought to now."""
+        validation.entity_id(entity_id)
+        rows = await self._store.query_all(
+            keys.entity_buckets_index_key(self._ns, entity_id), index=keys.GSI3,
+            sk_prefix=f"{resource}#" if resource else None,
+        )
+        found = await self._store.batch_get([keys.key(r["PK"], r["SK"]) for r in rows]) if rows else []
+        now = self._clock()
+        out = []
+        for raw in found:
+            image = items.parse(raw)
+            for params in image.stamp.limits:
+                state = image.states[params.name]
+                view = bucket.view(params, state, now, image.stamp.shards)
+                out.append(BucketState(
+                    entity_id=image.entity_id, resource=image.resource, limit_name=params.name,
+                    shard_id=image.shard, shard_count=image.stamp.shards,
+                    tokens=view.balance // MILLI, capacity=view.ceiling // MILLI,
+                    refill_amount=params.shard_refill(image.stamp.shards) // MILLI,
+                    refill_period_seconds=params.period_ms // 1000,
+                    total_consumed=state.consumed // MILLI, soft=params.soft,
+                    topped_up=state.tu // MILLI, window_start_ms=state.w,
+                ))
+        return sorted(out, key=lambda b: (b.resource, b.shard_id, b.limit_name))
+
+    async def get_resource_capacity(
+        self, resource: str, limit_name: str, parents_only: bool = False
+    ) -> ResourceCapacity:
+        """Capacity and availability summed over every entity's bucket (reads every bucket)."""
+        validation.resource_name(resource)
+        validation.limit_name(limit_name)
+        rows = await self._store.query_all(
+            keys.resource_buckets_index_key(self._ns, resource), index=keys.GSI2
+        )
+        found = await self._store.batch_get([keys.key(r["PK"], r["SK"]) for r in rows]) if rows else []
+        now = self._clock()
+        per_entity: dict[str, list[int]] = {}
+        for raw in found:
+            image = items.parse(raw)
+            params = image.stamp.params(limit_name)
+            if params is None:
+                continue
+            view = bucket.view(params, image.states[limit_name], now, image.stamp.shards)
+            totals = per_entity.setdefault(image.entity_id, [0, 0])
+            totals[0] += view.ceiling // MILLI
+            totals[1] += view.balance // MILLI
+        if parents_only:
+            kids = set()
+            for entity in list(per_entity):
+                record = await self._store.get(keys.entity_meta(self._ns, entity))
+                if record and record.get("parent_id"):
+                    kids.add(entity)
+            per_entity = {e: v for e, v in per_entity.items() if e not in kids}
+        entities = [
+            EntityCapacity(e, c, a, round(100 * (c - a) / c, 2) if c else 0.0)
+            for e, (c, a) in sorted(per_entity.items())
+        ]
+        total_c = sum(e.capacity for e in entities)
+        total_a = sum(e.available for e in entities)
+        return ResourceCapacity(
+            resource, limit_name, total_c, total_a,
+            round(100 * (total_c - total_a) / total_c, 2) if total_c else 0.0, entities,
+        )

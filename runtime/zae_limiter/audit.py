@@ -1,0 +1,78 @@
+"""Audit events: ULID ids and the stored item (reference.md §5.14). Pure."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from .dynamo import keys
+from .models import AuditEvent
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+DEFAULT_RETENTION_DAYS = 90
+
+
+def ulid(now_ms: int) -> str:
+    """A time-sortable id: 48-bit milliseconds then 80 random bits, Crockford base32."""
+    value = (now_ms << 80) | secrets.randbits(80)
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def iso(now_ms: int) -> str:
+    moment = datetime.fromtimestamp(now_ms / 1000, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def event_item(
+    ns: str,
+    *,
+    action: str,
+    entity_id: str,
+    principal: str | None,
+    resource: str | None,
+    details: dict[str, Any],
+    now_ms: int,
+    retention_days: int = DEFAULT_RETENTION_DAYS,
+) -> dict[str, Any]:
+    event_id = ulid(now_ms)
+    pk_sk = keys.audit_event(ns, entity_id, event_id)
+    item: dict[str, Any] = {
+        **pk_sk,
+        **keys.namespace_index_attributes(ns, pk_sk["PK"], pk_sk["SK"]),
+        "event_id": event_id,
+        "timestamp": iso(now_ms),
+        "action": action,
+        "entity_id": entity_id,
+        "details": json.dumps(details, sort_keys=True, default=str),
+        "ttl": now_ms // 1000 + retention_days * 86400,
+    }
+    if principal is not None:
+        item["principal"] = principal
+    if resource is not None:
+        item["resource"] = resource
+    return item
+
+
+def event_from_item(item: dict[str, Any]) -> AuditEvent:
+    return AuditEvent(
+        event_id=item["event_id"],
+        timestamp=item["timestamp"],
+        action=item["action"],
+        entity_id=item["entity_id"],
+        principal=item.get("principal"),
+        resource=item.get("resource"),
+        details=json.loads(item.get("details") or "{}"),
+    )
+
+
+def resource_subject(resource: str) -> str:
+    return f"$RESOURCE:{resource}"
+
+
+SYSTEM_SUBJECT = "$SYSTEM"

@@ -1,0 +1,120 @@
+"""In-process caches: resolved config (TTL) and bucket images (warm path and rejection cache).
+
+Both are timed by the repository's injectable clock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from .dynamo.bucket_items import BucketImage
+from .models import CacheStats
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Entry(Generic[T]):
+    value: T
+    stored_at: int
+
+
+class ConfigCache:
+    """Resolved config per namespace scope, with a TTL (0 disables)."""
+
+    def __init__(self, ttl_seconds: float) -> None:
+        self.ttl_ms = int(ttl_seconds * 1000)
+        self.ttl_seconds = ttl_seconds
+        self._entries: dict[tuple[Any, ...], _Entry[Any]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[Any, ...], now: int) -> tuple[bool, Any]:
+        """(found and fresh, value). A stale entry still returns its value with found=False."""
+        entry = self._entries.get(key)
+        if entry is None or self.ttl_ms <= 0:
+            self.misses += 1
+            return False, None if entry is None else entry.value
+        if now - entry.stored_at >= self.ttl_ms:
+            self.misses += 1
+            return False, entry.value
+        self.hits += 1
+        return True, entry.value
+
+    def peek(self, key: tuple[Any, ...]) -> Any:
+        entry = self._entries.get(key)
+        return None if entry is None else entry.value
+
+    def put(self, key: tuple[Any, ...], value: Any, now: int) -> None:
+        self._entries[key] = _Entry(value, now)
+
+    def evict(self, predicate: Any) -> None:
+        for key in [k for k in self._entries if predicate(k)]:
+            del self._entries[key]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+ImageKey = tuple[str, str, str, int]  # namespace id, entity, resource, shard
+
+
+class ImageCache:
+    """Last image seen of each bucket item (LRU).
+
+    Every image serves the warm path (its stamp tells the write what to guard on). An image seen
+    within `rejection_ttl_ms` may also reject a request locally: that is the rejection cache.
+    """
+
+    def __init__(self, rejection_ttl_seconds: float, size: int) -> None:
+        self.rejection_ttl_ms = int(rejection_ttl_seconds * 1000)
+        self.size = max(size, 1)
+        self._images: OrderedDict[ImageKey, _Entry[BucketImage]] = OrderedDict()
+        self.local_rejections = 0
+
+    @staticmethod
+    def key_of(image: BucketImage) -> ImageKey:
+        return (image.ns, image.entity_id, image.resource, image.shard)
+
+    def get(self, key: ImageKey) -> tuple[BucketImage, int] | None:
+        entry = self._images.get(key)
+        if entry is None:
+            return None
+        self._images.move_to_end(key)
+        return entry.value, entry.stored_at
+
+    def put(self, image: BucketImage, now: int) -> None:
+        key = self.key_of(image)
+        current = self._images.get(key)
+        if current is not None and current.value.stamp_seq > image.stamp_seq:
+            return  # never go back to an older stamp
+        self._images[key] = _Entry(image, now)
+        self._images.move_to_end(key)
+        while len(self._images) > self.size:
+            self._images.popitem(last=False)
+
+    def fresh_for_rejection(self, stored_at: int, now: int) -> bool:
+        return self.rejection_ttl_ms > 0 and now - stored_at < self.rejection_ttl_ms
+
+    def forget(self, ns: str, entity_id: str | None = None, resource: str | None = None) -> None:
+        for key in list(self._images):
+            if key[0] == ns and entity_id in (None, key[1]) and resource in (None, key[2]):
+                del self._images[key]
+
+    def clear(self) -> None:
+        self._images.clear()
+
+
+def stats(config: ConfigCache, images: ImageCache) -> CacheStats:
+    return CacheStats(
+        hits=config.hits,
+        misses=config.misses,
+        size=len(config),
+        ttl_seconds=config.ttl_seconds,
+        local_rejections=images.local_rejections,
+    )

@@ -1,0 +1,191 @@
+"""Configuration levels and their resolution (reference.md §4.5). Pure, no I/O.
+
+Limits: entity+resource, entity `_default_`, resource defaults, system defaults; the first level
+with limits supplies the whole list. `disabled`: entity(resource) -> entity(_default_) ->
+resource; first explicit value wins. Cascade: entity(resource) -> entity(_default_) -> resource
+-> the entity's own flag -> off; an entity without a parent never cascades.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .core.bucket import MILLI, Kind, Params
+from .limits import Limit
+from .models import ConfigSource, OnUnavailable
+from .validation import DEFAULT_RESOURCE
+
+Disabled = bool | str | None  # True, False, "bypass", None (inherit)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One stored config level."""
+
+    limits: tuple[Limit, ...] | None = None
+    disabled: Disabled = None
+    cascade: bool | None = None
+    version: int = 0
+
+
+@dataclass(frozen=True)
+class EntityRecord:
+    entity_id: str
+    name: str | None
+    parent_id: str | None
+    cascade: bool
+    metadata: dict[str, str]
+    created_at: str | None
+
+
+@dataclass(frozen=True)
+class EntityConfig:
+    """Everything stored in an entity's partition: record, levels, version."""
+
+    record: EntityRecord | None
+    levels: dict[str, Level]  # resource or _default_ -> level
+    version: int
+
+
+@dataclass(frozen=True)
+class SystemLevel:
+    limits: tuple[Limit, ...] | None = None
+    on_unavailable: OnUnavailable | None = None
+    version: int = 0
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The effective rules for one (entity, resource)."""
+
+    limits: tuple[Limit, ...] | None
+    source: ConfigSource | None
+    disabled: str  # "", "disabled:<level>", "bypass:<level>"
+    cascade: bool
+    parent: str | None
+    entity_version: int
+    resource_version: int
+    system_version: int
+
+
+def resolve(
+    entity: EntityConfig, resource: str, resource_level: Level, system: SystemLevel
+) -> Resolved:
+    own = entity.levels.get(resource, Level())
+    default = entity.levels.get(DEFAULT_RESOURCE, Level())
+    limits: tuple[Limit, ...] | None = None
+    source: ConfigSource | None = None
+    for level, name in (
+        (own, "entity"),
+        (default, "entity_default"),
+        (resource_level, "resource"),
+    ):
+        if level.limits is not None:
+            limits, source = level.limits, name  # type: ignore[assignment]
+            break
+    else:
+        if system.limits is not None:
+            limits, source = system.limits, "system"
+    disabled = ""
+    for level, name in ((own, "entity"), (default, "entity_default"), (resource_level, "resource")):
+        if level.disabled is None:
+            continue
+        if level.disabled is True:
+            disabled = f"disabled:{name}"
+        elif level.disabled == "bypass":
+            disabled = f"bypass:{name}"
+        break
+    parent = entity.record.parent_id if entity.record else None
+    cascade = False
+    if parent:
+        for choice in (own.cascade, default.cascade, resource_level.cascade):
+            if choice is not None:
+                cascade = choice
+                break
+        else:
+            cascade = bool(entity.record and entity.record.cascade)
+    return Resolved(
+        limits=limits,
+        source=source,
+        disabled=disabled,
+        cascade=cascade,
+        parent=parent,
+        entity_version=entity.version,
+        resource_version=resource_level.version,
+        system_version=system.version,
+    )
+
+
+# --- stored forms ------------------------------------------------------------------------------
+
+
+def limits_to_json(limits: tuple[Limit, ...] | list[Limit]) -> str:
+    return json.dumps([{"name": lim.name, **lim.to_dict()} for lim in limits], sort_keys=True)
+
+
+def limits_from_json(text: str | None) -> tuple[Limit, ...] | None:
+    if text is None:
+        return None
+    return tuple(Limit.from_dict(d.pop("name"), d) for d in json.loads(text))
+
+
+def disabled_to_item(value: Disabled) -> Any:
+    return value  # bool | "bypass" | None are stored as such
+
+
+def level_from_item(item: dict[str, Any] | None) -> Level:
+    if item is None:
+        return Level()
+    cascade = item.get("cascade")
+    return Level(
+        limits=limits_from_json(item.get("limits")),
+        disabled=item.get("disabled"),
+        cascade=None if cascade is None else bool(cascade),
+        version=int(item.get("ver", 0)),
+    )
+
+
+def to_params(limit: Limit) -> Params:
+    """A Limit as stamped on bucket items (milli-units, ms)."""
+    if limit.reset_after is not None:
+        kind = Kind.SESSION
+    elif limit.reset_schedule:
+        kind = Kind.CALENDAR
+    else:
+        kind = Kind.RATE
+    edge = limit.reset_schedule[0] if limit.reset_schedule else None
+    return Params(
+        name=limit.name,
+        kind=kind,
+        capacity=limit.capacity * MILLI,
+        refill=limit.refill_amount * MILLI,
+        period_ms=limit.refill_period_seconds * 1000,
+        soft=limit.soft,
+        cron=f"{edge.cron}|{edge.tz}" if edge else "",
+        reset_after_ms=(limit.reset_after_seconds or 0) * 1000,
+    )
+
+
+def from_params(params: Params) -> Limit:
+    """The undivided Limit a stamp describes (for statuses)."""
+    from datetime import timedelta
+
+    from .limits import ScheduleEntry
+
+    if params.kind == Kind.RATE:
+        return Limit(
+            params.name, params.capacity // MILLI, params.refill // MILLI,
+            params.period_ms // 1000, soft=params.soft,
+        )
+    if params.kind == Kind.CALENDAR:
+        expr, tz = params.cron.split("|", 1)
+        return Limit(
+            params.name, params.capacity // MILLI, 0, 60,
+            reset_schedule=(ScheduleEntry.reset(expr, tz),), soft=params.soft,
+        )
+    return Limit(
+        params.name, params.capacity // MILLI, 0, max(1, params.reset_after_ms // 1000),
+        reset_after=timedelta(milliseconds=params.reset_after_ms), soft=params.soft,
+    )

@@ -1,0 +1,308 @@
+"""Bucket arithmetic: balances, refill, quota edges, and the plan of one conditional write.
+
+Pure: no I/O, integers only. Amounts are milli-units, times epoch milliseconds.
+
+A dripping limit is stored as a *debt clock* `v`: the balance at time `t` is
+``C - max(0, v - t*A) / P`` (capacity C, refill A per period P). A debit of `c` is
+``v := max(v, t*A) + c*P``. While the bucket is not full (``v >= t*A``) that is a plain addition,
+so concurrent writers commute: each sends ``v = v + c*P`` guarded by ``v <= t*A + (C - c)*P`` and
+no update can be lost. Refill is exact (no rounding is ever stored), a clock running ahead can at
+most pull refill forward by its skew (``v`` only moves forward in time), and refill is never
+negative.
+
+A quota is stored as its remaining balance `v`, the start `w` of its current period (calendar
+edge or session window) and the top-ups `tu` bought this period.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+
+from . import cron
+
+MILLI = 1000
+
+
+class Kind(IntEnum):
+    RATE = 0
+    CALENDAR = 1
+    SESSION = 2
+
+
+@dataclass(frozen=True)
+class Params:
+    """A limit as stamped on a bucket item: undivided, in milli-units and milliseconds."""
+
+    name: str
+    kind: Kind
+    capacity: int
+    refill: int
+    period_ms: int
+    soft: bool = False
+    cron: str = ""  # calendar: "expr|tz"
+    reset_after_ms: int = 0  # session
+
+    def shard_capacity(self, shards: int) -> int:
+        return max(MILLI, self.capacity // shards) if shards > 1 else self.capacity
+
+    def shard_refill(self, shards: int) -> int:
+        if self.kind != Kind.RATE:
+            return 0
+        return max(MILLI, self.refill // shards) if shards > 1 else self.refill
+
+    def period_start(self, now: int, state_w: int | None) -> int | None:
+        """Start of the period in force at `now`: calendar edge, or the live session's start."""
+        if self.kind == Kind.CALENDAR:
+            expr, tz = self.cron.split("|", 1)
+            last = cron.parse(expr, tz).last_edge_ms(now)
+            return 0 if last is None else last
+        if self.kind == Kind.SESSION:
+            if state_w is not None and now < state_w + self.reset_after_ms:
+                return state_w
+            return None
+        return None
+
+    def next_reset_ms(self, now: int, state_w: int | None) -> int | None:
+        if self.kind == Kind.CALENDAR:
+            expr, tz = self.cron.split("|", 1)
+            return cron.parse(expr, tz).next_edge_ms(now)
+        if self.kind == Kind.SESSION and state_w is not None and now < state_w + self.reset_after_ms:
+            return state_w + self.reset_after_ms
+        return None
+
+
+@dataclass(frozen=True)
+class State:
+    """Stored state of one limit on one shard."""
+
+    v: int = 0
+    w: int | None = None
+    tu: int = 0
+    consumed: int = 0  # net consumption counter (milli), for usage snapshots
+    overdrawn: int = 0  # writes that left a soft limit below zero
+
+
+@dataclass(frozen=True)
+class View:
+    """A limit brought to `now`: balance, ceiling, and the period it belongs to."""
+
+    balance: int  # milli, may be negative
+    ceiling: int  # milli
+    period: int | None  # quota period start in force (None: none open / dripping)
+    fresh_period: bool  # a quota whose stored period has ended (balance shown is the new one)
+
+
+def full_state(params: Params, shards: int) -> State:
+    """The state of a never-used (or expired) bucket: full allowance, no period open."""
+    if params.kind == Kind.RATE:
+        return State(v=0)
+    return State(v=params.shard_capacity(shards), w=None)
+
+
+def view(params: Params, state: State, now: int, shards: int) -> View:
+    cap = params.shard_capacity(shards)
+    if params.kind == Kind.RATE:
+        refill = params.shard_refill(shards)
+        debt_scaled = max(0, state.v - now * refill)
+        # floor of a rational balance: C - ceil(debt_scaled / P)
+        balance = cap - (-(-debt_scaled // params.period_ms))
+        return View(balance, cap, None, False)
+    period = params.period_start(now, state.w)
+    if period is not None and state.w == period:
+        return View(state.v, cap + state.tu, period, False)
+    return View(cap, cap, period, True)
+
+
+def retry_after_ms(params: Params, state: State, now: int, shards: int, requested: int) -> int:
+    """Smallest wait after which `requested` fits on this limit, ignoring the ceiling."""
+    current = view(params, state, now, shards)
+    if current.balance >= requested:
+        return 0
+    if params.kind == Kind.RATE:
+        refill = params.shard_refill(shards)
+        cap = params.shard_capacity(shards)
+        # balance at t: cap - (max(v, t*A) - t*A)/P >= requested  <=>  t*A >= v - (cap - req)*P.
+        # The wait is the first whole millisecond strictly after that instant.
+        base = max(state.v, now * refill)
+        target = base - (cap - requested) * params.period_ms
+        return max(1, target // refill + 1 - now)
+    if params.kind == Kind.CALENDAR:
+        edge = params.next_reset_ms(now, state.w)
+        return (edge - now + 1) if edge is not None else 10**12
+    # session
+    if current.fresh_period:
+        return 0 if params.shard_capacity(shards) >= requested else params.reset_after_ms
+    assert state.w is not None
+    return max(1, state.w + params.reset_after_ms - now)
+
+
+# --- write plans -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One condition on a limit's stored attribute: `attr op value` (or absent-or-`op`)."""
+
+    attr: str  # "v", "w" or "tu"
+    op: str  # one of = <> < <= > >=
+    value: int
+    or_absent: bool = False
+
+
+@dataclass(frozen=True)
+class LimitWrite:
+    """How one limit changes in one write: guards, then add to / set `v`, `w`, `tu`."""
+
+    guards: tuple[Guard, ...] = ()
+    add_v: int = 0
+    set_v: int | None = None
+    set_w: int | None = None
+    set_tu: int | None = None
+    consumed: int = 0
+    overdrawn: int = 0
+    result: State = field(default_factory=State)  # projected state if the write lands
+
+    @property
+    def touches_balance(self) -> bool:
+        return self.add_v != 0 or self.set_v is not None or self.set_w is not None
+
+
+def plan_debit(
+    params: Params,
+    state: State,
+    now: int,
+    shards: int,
+    amount: int,
+    *,
+    enforce: bool,
+    check: bool = True,
+) -> LimitWrite | None:
+    """Debit `amount`; guarded so it lands only if the limit can admit it (when `enforce`).
+
+    Returns None when `check` is set and the image shows it cannot be admitted (a stale image
+    is not trusted to refuse: the guards decide on the server).
+    """
+    cap = params.shard_capacity(shards)
+    current = view(params, state, now, shards)
+    if enforce and check and current.balance < amount:
+        return None
+    if enforce and amount > (cap + state.tu if params.kind != Kind.RATE else cap):
+        return None  # can never fit
+    if params.kind == Kind.RATE:
+        refill = params.shard_refill(shards)
+        t_a = now * refill
+        step = amount * params.period_ms
+        if state.v >= t_a:
+            guards = [Guard("v", ">=", t_a)]
+            if enforce:
+                guards.append(Guard("v", "<=", t_a + (cap - amount) * params.period_ms))
+            new_v = state.v + step
+            write = LimitWrite(tuple(guards), add_v=step)
+        else:
+            new_v = t_a + step
+            write = LimitWrite((Guard("v", "<", t_a),), set_v=new_v)
+        result = replace(state, v=new_v, consumed=state.consumed + amount)
+        return _with_overdraw(params, write, result, now, shards, amount)
+    if not current.fresh_period:
+        assert current.period is not None
+        guards = [Guard("w", "=", current.period)]
+        if enforce:
+            guards.append(Guard("v", ">=", amount))
+        result = replace(state, v=state.v - amount, consumed=state.consumed + amount)
+        write = LimitWrite(tuple(guards), add_v=-amount)
+        return _with_overdraw(params, write, result, now, shards, amount)
+    # a new period opens with this write
+    if params.kind == Kind.CALENDAR:
+        period = current.period if current.period is not None else 0
+        guard = Guard("w", "<", period, or_absent=True)
+    else:
+        period = now
+        guard = Guard("w", "<=", now - params.reset_after_ms, or_absent=True)
+    result = State(cap - amount, period, 0, state.consumed + amount, state.overdrawn)
+    write = LimitWrite((guard,), set_v=cap - amount, set_w=period, set_tu=0)
+    return _with_overdraw(params, write, result, now, shards, amount)
+
+
+def _with_overdraw(
+    params: Params, write: LimitWrite, result: State, now: int, shards: int, amount: int
+) -> LimitWrite:
+    overdrawn = 0
+    if params.soft and view(params, result, now, shards).balance < 0:
+        overdrawn = 1
+    result = replace(result, overdrawn=result.overdrawn + overdrawn)
+    return replace(write, consumed=amount, overdrawn=overdrawn, result=result)
+
+
+def plan_credit(
+    params: Params, state: State, now: int, shards: int, amount: int, period: int | None
+) -> LimitWrite:
+    """Give back `amount` debited in `period` (quota) without exceeding the ceiling.
+
+    A quota credit for a period that has since reset is dropped (only the consumption counter
+    goes down), so it never adds to the new period.
+    """
+    cap = params.shard_capacity(shards)
+    counted = replace(state, consumed=state.consumed - amount)
+    if params.kind == Kind.RATE:
+        refill = params.shard_refill(shards)
+        t_a = now * refill
+        step = amount * params.period_ms
+        if state.v >= t_a + step:
+            return LimitWrite(
+                (Guard("v", ">=", t_a + step),),
+                add_v=-step,
+                consumed=-amount,
+                result=replace(counted, v=state.v - step),
+            )
+        return LimitWrite(
+            (Guard("v", "<", t_a + step),),
+            set_v=t_a,
+            consumed=-amount,
+            result=replace(counted, v=t_a),
+        )
+    current = view(params, state, now, shards)
+    if current.fresh_period or period is None or current.period != period:
+        return LimitWrite(consumed=-amount, result=counted)
+    top = cap + state.tu
+    base = (Guard("w", "=", period), Guard("tu", "=", state.tu))
+    if state.v + amount <= top:
+        return LimitWrite(
+            (*base, Guard("v", "<=", top - amount)),
+            add_v=amount,
+            consumed=-amount,
+            result=replace(counted, v=state.v + amount),
+        )
+    return LimitWrite(
+        (*base, Guard("v", ">", top - amount)),
+        set_v=top,
+        consumed=-amount,
+        result=replace(counted, v=top),
+    )
+
+
+def plan_count_only(state: State, amount: int) -> LimitWrite:
+    """Bypass: count consumption, leave the balance alone."""
+    return LimitWrite(consumed=amount, result=replace(state, consumed=state.consumed + amount))
+
+
+def convert(old: Params, new: Params, state: State, now: int, old_shards: int, new_shards: int) -> State:
+    """Restamp a limit with new parameters, keeping its balance (cut to a lower ceiling).
+
+    Dripping: the balance is kept and refills toward the new ceiling at the new rate. Quota: the
+    period's remaining balance is kept, cut to the new ceiling plus this period's top-ups.
+    """
+    current = view(old, state, now, old_shards)
+    cap = new.shard_capacity(new_shards)
+    if new.kind == Kind.RATE:
+        balance = min(current.balance, cap) if old.kind == Kind.RATE else cap
+        refill = new.shard_refill(new_shards)
+        # balance b at now  <=>  v = now*A + (C - b)*P   (v = now*A when full)
+        v = now * refill + max(0, cap - balance) * new.period_ms
+        v = max(v, now * refill)
+        return replace(state, v=v, w=None, tu=0)
+    if old.kind == Kind.RATE or old.kind != new.kind or (old.cron != new.cron) or current.fresh_period:
+        # different clock: a fresh period under the new rules
+        return replace(state, v=cap, w=None, tu=0)
+    tu = state.tu * new_shards // old_shards if new_shards != old_shards else state.tu
+    return replace(state, v=min(current.balance, cap + tu), tu=tu)

@@ -1,0 +1,388 @@
+"""Bucket items: their stored form, and the UpdateItem requests that debit, credit and restamp them.
+
+Pure: builds request dicts and parses items, sends nothing.
+
+Item attributes (short names keep a bucket under 1 KB):
+``e`` entity, ``r`` resource, ``sh`` shard, ``sc`` shard count, ``cv`` stamp sequence (every
+restamp bumps it; every hot-path write is guarded by it), ``ev``/``rv``/``sv`` the entity,
+resource and system config versions the stamp was computed from, ``par`` parent id, ``cas``
+cascade (0/1), ``dis`` disabled flag ("", "disabled:<level>" or "bypass:<level>"), ``L`` map of
+limit name to parameters (``k`` kind, ``c`` capacity, ``a`` refill, ``p`` period ms, ``s`` soft,
+``x`` cron "expr|tz", ``ra`` session length ms) and state (``v``, ``w``, ``tu``, ``t`` consumed,
+``o`` overdrawn writes), ``n`` admissions, ``g`` generation (new on every creation), ``ts`` time
+of the last write (event time for usage), ``ttl`` expiry, ``q0``..``q3`` recent operation ids.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.bucket import Guard, Kind, LimitWrite, Params, State
+from . import codec, keys
+
+OP_SLOTS = 4
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What a bucket item says about its (entity, resource): limits, flags, parent, versions."""
+
+    limits: tuple[Params, ...]
+    parent: str | None = None
+    cascade: bool = False
+    disabled: str = ""  # "", "disabled:<level>", "bypass:<level>"
+    shards: int = 1
+    entity_version: int = 0
+    resource_version: int = 0
+    system_version: int = 0
+    override: bool = False  # limits came from acquire(limits=...)
+
+    def params(self, name: str) -> Params | None:
+        for p in self.limits:
+            if p.name == name:
+                return p
+        return None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.limits)
+
+    @property
+    def is_disabled(self) -> bool:
+        return self.disabled.startswith("disabled:")
+
+    @property
+    def is_bypass(self) -> bool:
+        return self.disabled.startswith("bypass:")
+
+    @property
+    def flag_level(self) -> str:
+        return self.disabled.split(":", 1)[1] if self.disabled else ""
+
+    def same_rules(self, other: Stamp) -> bool:
+        return (
+            self.limits == other.limits
+            and self.parent == other.parent
+            and self.cascade == other.cascade
+            and self.disabled == other.disabled
+            and self.shards == other.shards
+            and self.override == other.override
+        )
+
+
+@dataclass(frozen=True)
+class BucketImage:
+    """One bucket item as last seen: stamp, states, counters."""
+
+    ns: str
+    entity_id: str
+    resource: str
+    shard: int
+    stamp: Stamp
+    stamp_seq: int
+    states: dict[str, State]
+    admissions: int = 0
+    generation: str = ""
+    written_at: int = 0
+    ttl: int | None = None
+    op_ids: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def key(self) -> dict[str, str]:
+        return keys.bucket(self.ns, self.entity_id, self.resource, self.shard)
+
+    def expired(self, now_ms: int) -> bool:
+        return self.ttl is not None and self.ttl * 1000 < now_ms
+
+
+# --- parsing -----------------------------------------------------------------------------------
+
+
+def params_to_item(p: Params) -> dict[str, Any]:
+    out: dict[str, Any] = {"k": int(p.kind), "c": p.capacity, "a": p.refill, "p": p.period_ms}
+    if p.soft:
+        out["s"] = 1
+    if p.cron:
+        out["x"] = p.cron
+    if p.reset_after_ms:
+        out["ra"] = p.reset_after_ms
+    return out
+
+
+def params_from_item(name: str, raw: dict[str, Any]) -> Params:
+    return Params(
+        name=name,
+        kind=Kind(int(raw["k"])),
+        capacity=int(raw["c"]),
+        refill=int(raw["a"]),
+        period_ms=int(raw["p"]),
+        soft=bool(raw.get("s", 0)),
+        cron=str(raw.get("x", "")),
+        reset_after_ms=int(raw.get("ra", 0)),
+    )
+
+
+def state_from_item(raw: dict[str, Any]) -> State:
+    w = raw.get("w")
+    return State(
+        v=int(raw.get("v", 0)),
+        w=None if w is None else int(w),
+        tu=int(raw.get("tu", 0)),
+        consumed=int(raw.get("t", 0)),
+        overdrawn=int(raw.get("o", 0)),
+    )
+
+
+def parse(item: dict[str, Any]) -> BucketImage:
+    """A bucket item in plain form (see `codec.decode_item`) -> BucketImage."""
+    ns, entity_id, resource, shard = keys.parse_bucket_partition(item["PK"])
+    raw_limits: dict[str, Any] = item.get("L", {})
+    order = item.get("lo") or sorted(raw_limits)
+    limits = tuple(params_from_item(name, raw_limits[name]) for name in order)
+    stamp = Stamp(
+        limits=limits,
+        parent=item.get("par") or None,
+        cascade=bool(item.get("cas", 0)),
+        disabled=str(item.get("dis", "")),
+        shards=int(item.get("sc", 1)),
+        entity_version=int(item.get("ev", 0)),
+        resource_version=int(item.get("rv", 0)),
+        system_version=int(item.get("sv", 0)),
+        override=bool(item.get("ov", 0)),
+    )
+    return BucketImage(
+        ns=ns,
+        entity_id=entity_id,
+        resource=resource,
+        shard=shard,
+        stamp=stamp,
+        stamp_seq=int(item.get("cv", 0)),
+        states={name: state_from_item(raw_limits[name]) for name in order},
+        admissions=int(item.get("n", 0)),
+        generation=str(item.get("g", "")),
+        written_at=int(item.get("ts", 0)),
+        ttl=None if item.get("ttl") is None else int(item["ttl"]),
+        op_ids=tuple(str(item.get(f"q{i}", "")) for i in range(OP_SLOTS)),
+    )
+
+
+def parse_wire(wire: dict[str, Any]) -> BucketImage:
+    item = codec.decode_item(wire)
+    assert item is not None
+    return parse(item)
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+
+def new_op_id() -> str:
+    return secrets.token_urlsafe(9)
+
+
+def op_slot(op_id: str) -> int:
+    return sum(op_id.encode()) % OP_SLOTS
+
+
+class _Expr:
+    """Accumulates names and values for one request's expressions."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.values: dict[str, Any] = {}
+        self._name_ids: dict[str, str] = {}
+
+    def name(self, text: str) -> str:
+        if text not in self._name_ids:
+            alias = f"#n{len(self._name_ids)}"
+            self._name_ids[text] = alias
+            self.names[alias] = text
+        return self._name_ids[text]
+
+    def value(self, value: Any) -> str:
+        alias = f":v{len(self.values)}"
+        self.values[alias] = codec.encode(value)
+        return alias
+
+    def path(self, *parts: str) -> str:
+        return ".".join(self.name(p) for p in parts)
+
+
+_OPS = {"=", "<>", "<", "<=", ">", ">="}
+
+
+def _guard_text(expr: _Expr, limit: str, guard: Guard) -> str:
+    assert guard.op in _OPS
+    path = expr.path("L", limit, guard.attr)
+    text = f"{path} {guard.op} {expr.value(guard.value)}"
+    if guard.or_absent:
+        return f"(attribute_not_exists({path}) OR {text})"
+    return text
+
+
+def update_request(
+    table: str,
+    image: BucketImage,
+    writes: dict[str, LimitWrite],
+    *,
+    now: int,
+    ttl: int | None,
+    admissions: int,
+    op_id: str,
+    guard_op: bool = False,
+) -> dict[str, Any]:
+    """UpdateItem for a hot-path write on an existing item, guarded by its stamp sequence.
+
+    With `guard_op`, the write also refuses to apply if `op_id` already landed (the retry of a
+    write whose response was lost).
+    """
+    expr = _Expr()
+    sets: list[str] = []
+    conditions = [f"{expr.name('cv')} = {expr.value(image.stamp_seq)}"]
+    for limit, write in writes.items():
+        conditions += [_guard_text(expr, limit, g) for g in write.guards]
+        v_path = expr.path("L", limit, "v")
+        if write.set_v is not None:
+            sets.append(f"{v_path} = {expr.value(write.set_v)}")
+        elif write.add_v:
+            sets.append(f"{v_path} = {v_path} + {expr.value(write.add_v)}")
+        if write.set_w is not None:
+            sets.append(f"{expr.path('L', limit, 'w')} = {expr.value(write.set_w)}")
+        if write.set_tu is not None:
+            sets.append(f"{expr.path('L', limit, 'tu')} = {expr.value(write.set_tu)}")
+        if write.consumed:
+            t_path = expr.path("L", limit, "t")
+            sets.append(f"{t_path} = {t_path} + {expr.value(write.consumed)}")
+        if write.overdrawn:
+            o_path = expr.path("L", limit, "o")
+            sets.append(
+                f"{o_path} = if_not_exists({o_path}, {expr.value(0)}) + {expr.value(write.overdrawn)}"
+            )
+    if admissions:
+        n = expr.name("n")
+        sets.append(f"{n} = {n} + {expr.value(admissions)}")
+    slot = f"q{op_slot(op_id)}"
+    if guard_op:
+        conditions.append(
+            f"(attribute_not_exists({expr.name(slot)}) OR {expr.name(slot)} <> {expr.value(op_id)})"
+        )
+    sets.append(f"{expr.name(slot)} = {expr.value(op_id)}")
+    sets.append(f"{expr.name('ts')} = {expr.value(now)}")
+    if ttl is not None:
+        sets.append(f"{expr.name('ttl')} = {expr.value(ttl)}")
+    return {
+        "TableName": table,
+        "Key": codec.encode_item(image.key),
+        "UpdateExpression": "SET " + ", ".join(sets),
+        "ConditionExpression": " AND ".join(conditions),
+        "ExpressionAttributeNames": expr.names,
+        "ExpressionAttributeValues": expr.values,
+        "ReturnValues": "ALL_NEW",
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+
+
+def full_item(
+    ns: str,
+    entity_id: str,
+    resource: str,
+    shard: int,
+    stamp: Stamp,
+    stamp_seq: int,
+    states: dict[str, State],
+    *,
+    admissions: int,
+    generation: str,
+    now: int,
+    ttl: int | None,
+    op_id: str | None,
+) -> dict[str, Any]:
+    """Every attribute of a bucket item (plain form)."""
+    limits: dict[str, Any] = {}
+    for p in stamp.limits:
+        state = states[p.name]
+        raw = params_to_item(p)
+        raw.update({"v": state.v, "tu": state.tu, "t": state.consumed, "o": state.overdrawn})
+        if state.w is not None:
+            raw["w"] = state.w
+        limits[p.name] = raw
+    item: dict[str, Any] = {
+        **keys.bucket(ns, entity_id, resource, shard),
+        **keys.bucket_index_attributes(ns, entity_id, resource, shard),
+        "e": entity_id,
+        "r": resource,
+        "sh": shard,
+        "sc": stamp.shards,
+        "cv": stamp_seq,
+        "ev": stamp.entity_version,
+        "rv": stamp.resource_version,
+        "sv": stamp.system_version,
+        "cas": int(stamp.cascade),
+        "ov": int(stamp.override),
+        "dis": stamp.disabled,
+        "L": limits,
+        "lo": list(stamp.names),
+        "n": admissions,
+        "g": generation,
+        "ts": now,
+    }
+    if stamp.parent:
+        item["par"] = stamp.parent
+    if ttl is not None:
+        item["ttl"] = ttl
+    if op_id is not None:
+        item[f"q{op_slot(op_id)}"] = op_id
+    return item
+
+
+def put_request(
+    table: str,
+    item: dict[str, Any],
+    *,
+    replaces: BucketImage | None,
+    expired_before_s: int | None,
+) -> dict[str, Any]:
+    """Write a whole bucket item with UpdateItem (keeps ALL_NEW/ALL_OLD semantics).
+
+    `replaces` None: create only if absent (or expired before the given second). Otherwise
+    replace the item only if it is still exactly `replaces`: same stamp sequence, same last
+    write time and operation ids (every write changes one op slot to a fresh random id).
+    """
+    expr = _Expr()
+    key_names = {"PK", "SK"}
+    sets = [f"{expr.name(k)} = {expr.value(v)}" for k, v in item.items() if k not in key_names]
+    removes = []
+    if replaces is None:
+        condition = "attribute_not_exists(PK)"
+        if expired_before_s is not None:
+            condition += f" OR {expr.name('ttl')} < {expr.value(expired_before_s)}"
+    else:
+        parts = [
+            f"{expr.name('cv')} = {expr.value(replaces.stamp_seq)}",
+            f"{expr.name('ts')} = {expr.value(replaces.written_at)}",
+        ]
+        for i, op in enumerate(replaces.op_ids):
+            slot = f"q{i}"
+            if op:
+                parts.append(f"{expr.name(slot)} = {expr.value(op)}")
+            else:
+                parts.append(f"attribute_not_exists({expr.name(slot)})")
+            if slot not in item:
+                removes.append(expr.name(slot))
+        condition = " AND ".join(parts)
+        if "par" not in item:
+            removes.append(expr.name("par"))
+    update = "SET " + ", ".join(sets)
+    if removes:
+        update += " REMOVE " + ", ".join(removes)
+    return {
+        "TableName": table,
+        "Key": codec.encode_item({"PK": item["PK"], "SK": item["SK"]}),
+        "UpdateExpression": update,
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": expr.names,
+        "ExpressionAttributeValues": expr.values,
+        "ReturnValues": "ALL_NEW",
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }

@@ -1,0 +1,169 @@
+"""Key layout: every PK/SK and index key value the library writes, in one place.
+
+`ns` is a namespace's opaque id. Ids and names never contain `#` (validation rules), so `#`
+separates fields unambiguously. Items in the reserved area start with `_#`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..schema import INDEXES, PARTITION_KEY, SORT_KEY
+
+GSI1, GSI2, GSI3, GSI4 = (index.name for index in INDEXES)
+
+RESERVED = "_"
+DEFAULT_RESOURCE = "_default_"
+
+# Sort keys of singleton items
+META = "#META"
+CONFIG = "#CFG"
+VERSION = "#VER"
+BUCKET = "#B"
+
+
+def key(pk: str, sk: str) -> dict[str, str]:
+    return {PARTITION_KEY: pk, SORT_KEY: sk}
+
+
+# --- reserved area -----------------------------------------------------------------------------
+
+
+def version_record() -> dict[str, str]:
+    return key(f"{RESERVED}#VERSION", "_")
+
+
+def namespace_by_name(name: str) -> dict[str, str]:
+    return key(f"{RESERVED}#NS", name)
+
+
+def namespace_by_id(namespace_id: str) -> dict[str, str]:
+    return key(f"{RESERVED}#NSID", namespace_id)
+
+
+NAMESPACE_NAMES_PK = f"{RESERVED}#NS"
+NAMESPACE_IDS_PK = f"{RESERVED}#NSID"
+
+
+def migration_progress(migration_id: str) -> dict[str, str]:
+    return key(f"{RESERVED}#MIGRATION", migration_id)
+
+
+# --- config ------------------------------------------------------------------------------------
+
+
+def system_config(ns: str) -> dict[str, str]:
+    return key(f"{ns}#S", CONFIG)
+
+
+def resource_config(ns: str, resource: str) -> dict[str, str]:
+    return key(f"{ns}#R#{resource}", CONFIG)
+
+
+def entity_partition(ns: str, entity_id: str) -> str:
+    return f"{ns}#E#{entity_id}"
+
+
+def entity_meta(ns: str, entity_id: str) -> dict[str, str]:
+    return key(entity_partition(ns, entity_id), META)
+
+
+def entity_version(ns: str, entity_id: str) -> dict[str, str]:
+    return key(entity_partition(ns, entity_id), VERSION)
+
+
+def entity_config(ns: str, entity_id: str, resource: str) -> dict[str, str]:
+    return key(entity_partition(ns, entity_id), f"{CONFIG}#{resource}")
+
+
+ENTITY_CONFIG_PREFIX = f"{CONFIG}#"
+
+
+def children_index_key(ns: str, parent_id: str) -> str:
+    return f"{ns}#P#{parent_id}"
+
+
+def entity_config_index_key(ns: str, resource: str) -> str:
+    return f"{ns}#C#{resource}"
+
+
+# --- buckets -----------------------------------------------------------------------------------
+
+
+def bucket_partition(ns: str, entity_id: str, resource: str, shard: int) -> str:
+    return f"{ns}#B#{entity_id}#{resource}#{shard}"
+
+
+def bucket(ns: str, entity_id: str, resource: str, shard: int = 0) -> dict[str, str]:
+    return key(bucket_partition(ns, entity_id, resource, shard), BUCKET)
+
+
+def resource_buckets_index_key(ns: str, resource: str) -> str:
+    return f"{ns}#RB#{resource}"
+
+
+def entity_buckets_index_key(ns: str, entity_id: str) -> str:
+    return f"{ns}#EB#{entity_id}"
+
+
+def parse_bucket_partition(pk: str) -> tuple[str, str, str, int]:
+    """(namespace id, entity id, resource, shard) of a bucket item's PK."""
+    ns, kind, entity_id, rest = pk.split("#", 3)
+    if kind != "B":
+        raise ValueError(f"not a bucket key: {pk}")
+    resource, shard = rest.rsplit("#", 1)
+    return ns, entity_id, resource, int(shard)
+
+
+def bucket_index_attributes(ns: str, entity_id: str, resource: str, shard: int) -> dict[str, str]:
+    """Index keys a bucket item carries (set once at creation, never changed by the hot path)."""
+    return {
+        f"{GSI2}PK": resource_buckets_index_key(ns, resource),
+        f"{GSI2}SK": f"{entity_id}#{shard}",
+        f"{GSI3}PK": entity_buckets_index_key(ns, entity_id),
+        f"{GSI3}SK": f"{resource}#{shard}",
+        f"{GSI4}PK": ns,
+        f"{GSI4}SK": bucket_partition(ns, entity_id, resource, shard),
+    }
+
+
+def namespace_index_attributes(ns: str, pk: str, sk: str) -> dict[str, str]:
+    """Every namespaced item carries these, so purge can find it."""
+    return {f"{GSI4}PK": ns, f"{GSI4}SK": f"{pk}#{sk}"}
+
+
+# --- usage, audit, operations ------------------------------------------------------------------
+
+
+def usage_partition(ns: str, entity_id: str) -> str:
+    return f"{ns}#U#{entity_id}"
+
+
+def usage_snapshot(
+    ns: str, entity_id: str, resource: str, window_type: str, window_start: str
+) -> dict[str, str]:
+    return key(usage_partition(ns, entity_id), f"{resource}#{window_type}#{window_start}")
+
+
+def resource_usage_index_key(ns: str, resource: str) -> str:
+    return f"{ns}#RU#{resource}"
+
+
+def audit_partition(ns: str, entity_id: str) -> str:
+    return f"{ns}#A#{entity_id}"
+
+
+def audit_event(ns: str, entity_id: str, event_id: str) -> dict[str, str]:
+    return key(audit_partition(ns, entity_id), event_id)
+
+
+def operation_record(ns: str, idempotency_key: str) -> dict[str, str]:
+    return key(f"{ns}#OP#{idempotency_key}", "#OP")
+
+
+def manifest_state(ns: str) -> dict[str, str]:
+    return key(f"{ns}#M", "#STATE")
+
+
+def is_bucket(item: dict[str, Any]) -> bool:
+    return item.get(SORT_KEY) == BUCKET and "#B#" in str(item.get(PARTITION_KEY, ""))

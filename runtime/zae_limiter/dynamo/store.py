@@ -1,0 +1,216 @@
+"""Every DynamoDB request the library makes, except hot-path bucket writes' bodies (bucket_items).
+
+A `Store` is bound to one transport and table. Methods take and return plain items.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from ..schema import PARTITION_KEY, SORT_KEY
+from . import codec
+from .transport import Transport
+
+BATCH_GET_MAX = 100
+TRANSACT_MAX = 100
+
+
+class Store:
+    def __init__(self, transport: Transport, table: str) -> None:
+        self.transport = transport
+        self.table = table
+
+    # --- single items --------------------------------------------------------------------------
+
+    async def get(self, key: dict[str, str], *, consistent: bool = True) -> dict[str, Any] | None:
+        response = await self.transport.call(
+            "GetItem",
+            {"TableName": self.table, "Key": codec.encode_item(key), "ConsistentRead": consistent},
+        )
+        return codec.decode_item(response.get("Item"))
+
+    async def put(
+        self, item: dict[str, Any], *, condition: str | None = None,
+        names: dict[str, str] | None = None, values: dict[str, Any] | None = None,
+    ) -> None:
+        request: dict[str, Any] = {"TableName": self.table, "Item": codec.encode_item(item)}
+        _conditions(request, condition, names, values)
+        await self.transport.call("PutItem", request, write=True)
+
+    async def update(
+        self, key: dict[str, str], expression: str, *, condition: str | None = None,
+        names: dict[str, str] | None = None, values: dict[str, Any] | None = None,
+        return_new: bool = True,
+    ) -> dict[str, Any] | None:
+        request: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": codec.encode_item(key),
+            "UpdateExpression": expression,
+            "ReturnValues": "ALL_NEW" if return_new else "NONE",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        _conditions(request, condition, names, values)
+        response = await self.transport.call("UpdateItem", request, write=True)
+        return codec.decode_item(response.get("Attributes"))
+
+    async def delete(self, key: dict[str, str]) -> None:
+        await self.transport.call(
+            "DeleteItem", {"TableName": self.table, "Key": codec.encode_item(key)}, write=True
+        )
+
+    async def send_update(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A prepared UpdateItem (bucket writes); returns the new item (plain)."""
+        response = await self.transport.call("UpdateItem", request, write=True)
+        item = codec.decode_item(response.get("Attributes"))
+        assert item is not None
+        return item
+
+    # --- many items ----------------------------------------------------------------------------
+
+    async def batch_get(
+        self, keys: Sequence[dict[str, str]], *, consistent: bool = True
+    ) -> list[dict[str, Any]]:
+        """Every existing item among `keys` (any order), in as few requests as possible."""
+        unique = list({(k[PARTITION_KEY], k[SORT_KEY]): k for k in keys}.values())
+        chunks = [unique[i : i + BATCH_GET_MAX] for i in range(0, len(unique), BATCH_GET_MAX)]
+        results = await asyncio.gather(*(self._batch_get_chunk(c, consistent) for c in chunks))
+        return [item for chunk in results for item in chunk]
+
+    async def _batch_get_chunk(
+        self, keys: list[dict[str, str]], consistent: bool
+    ) -> list[dict[str, Any]]:
+        if len(keys) == 1:
+            item = await self.get(keys[0], consistent=consistent)
+            return [item] if item else []
+        pending: dict[str, Any] = {
+            self.table: {
+                "Keys": [codec.encode_item(k) for k in keys],
+                "ConsistentRead": consistent,
+            }
+        }
+        found: list[dict[str, Any]] = []
+        for _ in range(8):
+            response = await self.transport.call("BatchGetItem", {"RequestItems": pending})
+            for wire in response.get("Responses", {}).get(self.table, []):
+                item = codec.decode_item(wire)
+                assert item is not None
+                found.append(item)
+            pending = response.get("UnprocessedKeys") or {}
+            if not pending:
+                break
+        return found
+
+    async def query(
+        self,
+        pk_value: str,
+        *,
+        index: str | None = None,
+        sk_prefix: str | None = None,
+        consistent: bool = False,
+        limit: int | None = None,
+        start_key: dict[str, Any] | None = None,
+        newest_first: bool = False,
+        sk_between: tuple[str, str] | None = None,
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """One page of a query on the table or an index."""
+        pk_name = f"{index}PK" if index else PARTITION_KEY
+        sk_name = f"{index}SK" if index else SORT_KEY
+        names = {"#pk": pk_name}
+        values: dict[str, Any] = {":pk": codec.encode(pk_value)}
+        condition = "#pk = :pk"
+        if sk_prefix is not None:
+            names["#sk"] = sk_name
+            values[":sk"] = codec.encode(sk_prefix)
+            condition += " AND begins_with(#sk, :sk)"
+        elif sk_between is not None:
+            names["#sk"] = sk_name
+            values[":lo"] = codec.encode(sk_between[0])
+            values[":hi"] = codec.encode(sk_between[1])
+            condition += " AND #sk BETWEEN :lo AND :hi"
+        request: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ScanIndexForward": not newest_first,
+        }
+        if index:
+            request["IndexName"] = index
+        else:
+            request["ConsistentRead"] = consistent
+        if limit:
+            request["Limit"] = limit
+        if start_key:
+            request["ExclusiveStartKey"] = start_key
+        response = await self.transport.call("Query", request)
+        items = [codec.decode_item(w) for w in response.get("Items", [])]
+        return [i for i in items if i is not None], response.get("LastEvaluatedKey")
+
+    async def query_all(self, pk_value: str, **kwargs: Any) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        start: dict[str, Any] | None = None
+        while True:
+            page, start = await self.query(pk_value, start_key=start, **kwargs)
+            items += page
+            if not start:
+                return items
+
+    async def transact(self, operations: list[dict[str, Any]], *, token: str | None = None) -> None:
+        """TransactWriteItems. Each operation is {"Put"|"Update"|"Delete"|"ConditionCheck": {...}}
+        with plain items/keys; TableName is added here."""
+        wire_ops = []
+        for op in operations:
+            (kind, body), = op.items()
+            body = dict(body)
+            body["TableName"] = self.table
+            if "Item" in body:
+                body["Item"] = codec.encode_item(body["Item"])
+            if "Key" in body:
+                body["Key"] = codec.encode_item(body["Key"])
+            if "ExpressionAttributeValues" in body:
+                body["ExpressionAttributeValues"] = {
+                    k: codec.encode(v) for k, v in body["ExpressionAttributeValues"].items()
+                }
+            body.setdefault("ReturnValuesOnConditionCheckFailure", "ALL_OLD")
+            wire_ops.append({kind: body})
+        request: dict[str, Any] = {"TransactItems": wire_ops}
+        if token:
+            request["ClientRequestToken"] = token
+        # With a client token a retry after an unknown outcome is idempotent (10 minutes).
+        await self.transport.call("TransactWriteItems", request, write=token is None)
+
+    async def batch_delete(self, keys: Sequence[dict[str, str]]) -> None:
+        for i in range(0, len(keys), 25):
+            pending: dict[str, Any] = {
+                self.table: [
+                    {"DeleteRequest": {"Key": codec.encode_item(k)}} for k in keys[i : i + 25]
+                ]
+            }
+            for _ in range(10):
+                response = await self.transport.call("BatchWriteItem", {"RequestItems": pending})
+                pending = response.get("UnprocessedItems") or {}
+                if not pending:
+                    break
+
+    # --- table administration ------------------------------------------------------------------
+
+    async def describe_table(self) -> dict[str, Any]:
+        response = await self.transport.call("DescribeTable", {"TableName": self.table})
+        table: dict[str, Any] = response["Table"]
+        return table
+
+
+def _conditions(
+    request: dict[str, Any],
+    condition: str | None,
+    names: dict[str, str] | None,
+    values: dict[str, Any] | None,
+) -> None:
+    if condition:
+        request["ConditionExpression"] = condition
+    if names:
+        request["ExpressionAttributeNames"] = names
+    if values:
+        request["ExpressionAttributeValues"] = {k: codec.encode(v) for k, v in values.items()}

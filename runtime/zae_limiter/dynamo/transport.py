@@ -1,0 +1,186 @@
+"""The one place requests reach DynamoDB: an aiobotocore client, retries, and typed errors.
+
+The SDK's own retries are off (`total_max_attempts=1`): botocore re-sends a write after a read
+timeout even when the first attempt landed, which would double a debit. Here a retry happens only
+when the request certainly did not apply (throttling, connection refused); when the outcome is
+unknown (timeout after sending, 5xx) a write raises `UnknownOutcome` and its caller retries with a
+guard that refuses a second application.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore import exceptions as bce
+
+from . import codec
+
+MAX_ATTEMPTS = 4
+BASE_DELAY_S = 0.025
+# Tests set this to 0 to skip backoff sleeps.
+backoff_scale = 1.0
+
+_THROTTLES = {
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "LimitExceededException",
+}
+_ACCESS = {"AccessDeniedException", "UnrecognizedClientException", "AccessDenied"}
+
+
+class DynamoError(Exception):
+    """Base of transport errors."""
+
+
+class ConditionFailed(DynamoError):
+    """A conditional write did not apply; `item` is the stored item (plain form) if any."""
+
+    def __init__(self, item: dict[str, Any] | None) -> None:
+        super().__init__("condition failed")
+        self.item = item
+
+
+class TransactionCancelled(DynamoError):
+    def __init__(self, reasons: list[dict[str, Any]]) -> None:
+        super().__init__(f"transaction cancelled: {[r.get('Code') for r in reasons]}")
+        self.reasons = reasons
+
+
+class UnknownOutcome(DynamoError):
+    """A write was sent and may or may not have applied."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"outcome unknown: {cause}")
+        self.cause = cause
+
+
+class Unavailable(DynamoError):
+    """DynamoDB could not be reached or kept failing; nothing was applied."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class AccessDenied(DynamoError):
+    def __init__(self, operation: str, cause: BaseException) -> None:
+        super().__init__(f"access denied for dynamodb:{operation}: {cause}")
+        self.operation = operation
+        self.cause = cause
+
+
+class TableMissing(DynamoError):
+    pass
+
+
+def _code(exc: bce.ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def default_client_config() -> AioConfig:
+    return AioConfig(
+        retries={"mode": "standard", "total_max_attempts": 1},
+        connect_timeout=2,
+        read_timeout=5,
+        max_pool_connections=64,
+        tcp_keepalive=True,
+    )
+
+
+class Transport:
+    """One aiobotocore DynamoDB client bound to one event loop."""
+
+    def __init__(self, client: Any, exit_stack: Any) -> None:
+        self.client = client
+        self._exit = exit_stack
+        self.closed = False
+
+    @classmethod
+    async def connect(
+        cls,
+        *,
+        region: str | None,
+        endpoint_url: str | None,
+        client_config: Any = None,
+    ) -> Transport:
+        session = get_session()
+        config = default_client_config()
+        if client_config is not None:
+            config = config.merge(client_config)
+            config.retries = {"mode": "standard", "total_max_attempts": 1}
+        creator = session.create_client(
+            "dynamodb", region_name=region or _default_region(session), endpoint_url=endpoint_url,
+            config=config,
+        )
+        client = await creator.__aenter__()
+        return cls(client, creator)
+
+    @property
+    def region(self) -> str:
+        return str(self.client.meta.region_name)
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await self._exit.__aexit__(None, None, None)
+
+    async def call(self, operation: str, request: dict[str, Any], *, write: bool = False) -> dict[str, Any]:
+        """Send one request. Retries only what certainly did not apply (and reads)."""
+        method: Callable[..., Awaitable[dict[str, Any]]] = getattr(self.client, _snake(operation))
+        last: BaseException | None = None
+        for attempt in range(MAX_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(backoff_scale * BASE_DELAY_S * (2**attempt) * random.random())
+            try:
+                response: dict[str, Any] = await method(**request)
+                return response
+            except bce.ClientError as exc:
+                code = _code(exc)
+                if code == "ConditionalCheckFailedException":
+                    raise ConditionFailed(codec.decode_item(exc.response.get("Item"))) from None
+                if code == "TransactionCanceledException":
+                    raise TransactionCancelled(list(exc.response.get("CancellationReasons", []))) from None
+                if code in _ACCESS:
+                    raise AccessDenied(operation, exc) from exc
+                if code == "ResourceNotFoundException":
+                    raise TableMissing(str(exc)) from exc
+                if code in _THROTTLES or code == "TransactionConflictException":
+                    last = exc
+                    continue
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+                if status >= 500 or code in ("InternalServerError", "ServiceUnavailable"):
+                    if write:
+                        raise UnknownOutcome(exc) from exc
+                    last = exc
+                    continue
+                raise
+            except (bce.ConnectTimeoutError, bce.EndpointConnectionError) as exc:
+                last = exc  # never reached the server
+                continue
+            except (bce.ReadTimeoutError, bce.ConnectionClosedError, bce.HTTPClientError) as exc:
+                if write:
+                    raise UnknownOutcome(exc) from exc
+                last = exc
+                continue
+        assert last is not None
+        raise Unavailable(last)
+
+
+def _default_region(session: Any) -> str:
+    region = session.get_config_variable("region")
+    return str(region) if region else "us-east-1"
+
+
+def _snake(operation: str) -> str:
+    out = []
+    for ch in operation:
+        if ch.isupper() and out:
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)

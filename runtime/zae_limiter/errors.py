@@ -1,0 +1,287 @@
+"""The exception hierarchy (reference.md §3). Every message says what to fix."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .models import LimitStatus
+
+
+class ZAELimiterError(Exception):
+    """Base of every error the library raises."""
+
+
+# --- rate limiting -----------------------------------------------------------------------------
+
+
+class RateLimitError(ZAELimiterError):
+    """Base of rate-limit outcomes."""
+
+
+CONTENDED_RETRY_SECONDS = 0.1
+MIN_RETRY_SECONDS = 0.001
+
+
+class RateLimitExceeded(RateLimitError):
+    """The request was rejected: at least one hard limit lacked balance (HTTP 429)."""
+
+    def __init__(self, statuses: list[LimitStatus], *, contended: bool = False) -> None:
+        self.statuses = list(statuses)
+        self.contended = contended
+        self.violations = [s for s in self.statuses if s.exceeded]
+        self.passed = [s for s in self.statuses if not s.exceeded]
+        if not self.violations and not contended:
+            raise ValueError("RateLimitExceeded needs at least one violation or contended=True")
+        pool = self.violations or self.statuses
+        self.primary_violation: LimitStatus | None = (
+            max(pool, key=lambda s: s.retry_after_seconds) if pool else None
+        )
+        if contended:
+            self.retry_after_seconds = CONTENDED_RETRY_SECONDS
+        else:
+            wait = max(s.retry_after_seconds for s in self.violations)
+            self.retry_after_seconds = max(MIN_RETRY_SECONDS, wait)
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        if self.contended and not self.violations:
+            return "Rate limit contended: concurrent writers kept colliding; retry shortly"
+        by_resource: dict[str, list[str]] = {}
+        for status in self.violations:
+            by_resource.setdefault(status.resource, []).append(status.limit_name)
+        parts = [f"{resource}: {', '.join(names)}" for resource, names in by_resource.items()]
+        return "Rate limit exceeded for " + "; ".join(parts)
+
+    @property
+    def retry_after_header(self) -> str:
+        """Value for an HTTP `Retry-After` header: whole seconds, at least 1."""
+        return str(max(1, math.ceil(self.retry_after_seconds)))
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready 429 body."""
+        return {
+            "error": "rate_limit_exceeded",
+            "message": str(self),
+            "contended": self.contended,
+            "retry_after_seconds": self.retry_after_seconds,
+            "retry_after_ms": math.ceil(self.retry_after_seconds * 1000),
+            "limits": [status.as_dict() for status in self.statuses],
+        }
+
+
+class LeaseExpiredError(RateLimitError):
+    """A lease member was used after its `async with` block exited."""
+
+    def __init__(self) -> None:
+        super().__init__("This lease has exited; acquire a new one to consume or adjust")
+
+
+# --- infrastructure ----------------------------------------------------------------------------
+
+
+class InfrastructureError(ZAELimiterError):
+    """Base of errors about the table, the namespace or DynamoDB itself."""
+
+
+class RateLimiterUnavailable(InfrastructureError):
+    """DynamoDB failed and the mode is BLOCK, or a balance operation's outcome is unknown."""
+
+    def __init__(
+        self,
+        message: str,
+        cause: BaseException | None = None,
+        *,
+        table_name: str | None = None,
+        entity_id: str | None = None,
+        resource: str | None = None,
+    ) -> None:
+        self.cause = cause
+        self.table_name = table_name
+        self.entity_id = entity_id
+        self.resource = resource
+        context = [
+            f"{label}={value}"
+            for label, value in (("table", table_name), ("entity", entity_id), ("resource", resource))
+            if value
+        ]
+        full = message + (f" ({', '.join(context)})" if context else "")
+        if cause is not None:
+            full += f": {type(cause).__name__}: {cause}"
+        super().__init__(full)
+
+
+class PermissionDenied(RateLimiterUnavailable):
+    """AWS refused an action; the message names it and the managed policy that grants it."""
+
+
+class InfrastructureNotFoundError(InfrastructureError):
+    """The table or its version record does not exist."""
+
+    def __init__(self, table_name: str) -> None:
+        self.table_name = table_name
+        super().__init__(
+            f"Table {table_name!r} was not found or has no zae-limiter version record. "
+            "Deploy it with `cdk deploy`, or for local use run `zae-limiter local up`."
+        )
+
+
+class NamespaceNotFoundError(InfrastructureError):
+    """The namespace name is not registered (or was deleted)."""
+
+    def __init__(self, namespace_name: str) -> None:
+        self.namespace_name = namespace_name
+        super().__init__(
+            f"Namespace {namespace_name!r} is not registered; "
+            f"run `zae-limiter namespace register {namespace_name}`"
+        )
+
+
+class NamespaceStateError(InfrastructureError):
+    """The namespace is in the wrong state for the operation."""
+
+    def __init__(self, message: str, *, namespace_name: str = "", state: str = "") -> None:
+        self.namespace_name = namespace_name
+        self.state = state
+        super().__init__(message)
+
+
+# --- entities ----------------------------------------------------------------------------------
+
+
+class EntityError(ZAELimiterError):
+    """Base of entity errors."""
+
+    def __init__(self, entity_id: str, message: str) -> None:
+        self.entity_id = entity_id
+        super().__init__(message)
+
+
+class EntityNotFoundError(EntityError):
+    def __init__(self, entity_id: str) -> None:
+        super().__init__(entity_id, f"Entity {entity_id!r} does not exist; create it first")
+
+
+class EntityExistsError(EntityError):
+    def __init__(self, entity_id: str) -> None:
+        super().__init__(entity_id, f"Entity {entity_id!r} already exists")
+
+
+# --- versions ----------------------------------------------------------------------------------
+
+
+class VersionError(ZAELimiterError):
+    """Base of version compatibility errors."""
+
+
+class VersionMismatchError(VersionError):
+    """The library, the table schema or the aggregator are at incompatible versions."""
+
+    def __init__(
+        self,
+        client_version: str,
+        schema_version: str,
+        lambda_version: str | None,
+        message: str,
+        can_auto_update: bool = False,
+        *,
+        feature: str | None = None,
+        required_version: str | None = None,
+    ) -> None:
+        self.client_version = client_version
+        self.schema_version = schema_version
+        self.lambda_version = lambda_version
+        self.can_auto_update = can_auto_update
+        self.feature = feature
+        self.required_version = required_version
+        super().__init__(message)
+
+
+class IncompatibleSchemaError(VersionError):
+    """The table's schema major version differs from the library's."""
+
+    def __init__(
+        self,
+        client_version: str,
+        schema_version: str,
+        message: str,
+        migration_guide_url: str | None = None,
+    ) -> None:
+        self.client_version = client_version
+        self.schema_version = schema_version
+        self.migration_guide_url = migration_guide_url
+        super().__init__(message)
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 50 else text[:50] + "..."
+
+
+class ValidationError(ZAELimiterError, ValueError):
+    """Bad input, raised before any I/O."""
+
+    def __init__(self, field: str, value: Any, reason: str) -> None:
+        self.field = field
+        self.value = value
+        self.reason = reason
+        super().__init__(f"Invalid {field} {_shown(value)}: {reason}")
+
+
+class InvalidIdentifierError(ValidationError):
+    """An entity or parent id breaks the id rules."""
+
+
+class InvalidNameError(ValidationError):
+    """A limit, resource or namespace name breaks the name rules."""
+
+
+# --- admin -------------------------------------------------------------------------------------
+
+
+class FanoutIncomplete(ZAELimiterError):
+    """A config/flag/parent write landed but updating live buckets stopped part-way: re-run it."""
+
+    def __init__(
+        self,
+        stamped: int,
+        cause: BaseException | None,
+        *,
+        resource: str | None = None,
+        entity_id: str | None = None,
+        action: str = "stamping",
+    ) -> None:
+        self.stamped = stamped
+        self.cause = cause
+        self.resource = resource
+        self.entity_id = entity_id
+        self.action = action
+        super().__init__(
+            f"The change is stored but {action} live buckets stopped after {stamped} item(s)"
+            f" ({cause}); re-run the same call to finish"
+        )
+
+
+class ResourceDisabled(ZAELimiterError):
+    """The resource is disabled for this entity (HTTP 403, not 429)."""
+
+    def __init__(self, entity_id: str, resource: str, level: str) -> None:
+        self.entity_id = entity_id
+        self.resource = resource
+        self.level = level
+        super().__init__(
+            f"Resource {resource!r} is disabled for {entity_id!r} (set at {level} level)"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "error": "resource_disabled",
+            "message": str(self),
+            "entity_id": self.entity_id,
+            "resource": self.resource,
+            "level": self.level,
+        }

@@ -1,0 +1,289 @@
+"""`RateLimiter`: acquire, availability, and the entity/config API (reference.md §2.3, §5.1–5.3)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from . import validation
+from .admission import Admission, Landed, ResourcePlan, RulesChanged, Unavailable
+from .dynamo.transport import AccessDenied, DynamoError
+from .errors import PermissionDenied, RateLimiterUnavailable, ValidationError
+from .lease import (
+    Lease,
+    ResourceHold,
+    apply_to_debited,
+    landed_items,
+    pending_changes,
+    target_for_more,
+)
+from .limits import Limit, check_limit_list
+from .models import Availability, OnUnavailable
+
+from .repository import Repository
+
+log = logging.getLogger("zae_limiter")
+
+MAX_ACQUIRE_RESOURCES = 16
+_RESTARTS = 3
+
+
+def _validate_acquire(
+    entity_id: Any,
+    resource: Any,
+    consume: Any,
+    limits: Any,
+    on_unavailable: Any,
+    also: Any,
+) -> dict[str, dict[str, int]]:
+    """Every acquire rule, before any I/O. Returns {resource: amounts}, primary first."""
+    validation.entity_id(entity_id)
+    validation.resource_name(resource)
+    requests = {resource: _amounts_for(resource, consume)}
+    if limits is not None:
+        check_limit_list(limits)
+    if on_unavailable is not None and not isinstance(on_unavailable, OnUnavailable):
+        raise ValidationError("on_unavailable", on_unavailable, "use OnUnavailable.ALLOW or BLOCK")
+    if also:
+        if not isinstance(also, dict):
+            raise ValidationError("also", also, "must be a dict of resource to amounts")
+        if limits is not None:
+            raise ValidationError(
+                "also", also,
+                "limits= cannot be combined with also: store the limits instead "
+                "(set_limits / set_resource_defaults)",
+            )
+        if len(also) + 1 > MAX_ACQUIRE_RESOURCES:
+            raise ValidationError(
+                "also", f"{len(also)} resources",
+                f"at most {MAX_ACQUIRE_RESOURCES} resources per acquire, the primary included",
+            )
+        for extra, amounts in also.items():
+            validation.resource_name(extra, field="also resource")
+            if extra == resource:
+                raise ValidationError(
+                    "also", extra, "the primary resource may not appear in also"
+                )
+            requests[extra] = _amounts_for(extra, amounts)
+    return requests
+
+
+def _amounts_for(resource: str, amounts: Any) -> dict[str, int]:
+    checked = validation.amounts(amounts, f"consume for {resource!r}")
+    if not checked:
+        raise ValidationError(
+            f"consume for {resource!r}", amounts, "name at least one limit, e.g. {'rpm': 1}"
+        )
+    return checked
+
+
+class _Acquisition:
+    """The async context manager behind `acquire()`; also serves the lease's writes."""
+
+    def __init__(
+        self,
+        limiter: RateLimiter,
+        entity_id: str,
+        requests: dict[str, dict[str, int]],
+        limits: list[Limit] | None,
+        on_unavailable: OnUnavailable | None,
+    ) -> None:
+        self.limiter = limiter
+        self.repository = limiter.repository
+        self.admission: Admission = limiter.repository._admission
+        self.clock: Callable[[], int] = limiter.repository._clock
+        self.entity_id = entity_id
+        self.requests = requests
+        self.limits = limits
+        self.on_unavailable = on_unavailable
+        self.lease: Lease | None = None
+        self.mode = OnUnavailable.BLOCK
+
+    def _describe(self, message: str, cause: BaseException) -> RateLimiterUnavailable:
+        root = cause.cause if isinstance(cause, Unavailable) else cause
+        if isinstance(root, AccessDenied):
+            return PermissionDenied(
+                f"DynamoDB refused dynamodb:{root.operation}; attach the zae-limiter 'app' "
+                "managed policy (or 'admin' for administrative calls) to this role",
+                root, table_name=self.repository.table_name, entity_id=self.entity_id,
+            )
+        return RateLimiterUnavailable(
+            message, root, table_name=self.repository.table_name, entity_id=self.entity_id,
+            resource=next(iter(self.requests)),
+        )
+
+    async def __aenter__(self) -> Lease:
+        self.mode = await self.repository._unavailable_mode(self.on_unavailable)
+        try:
+            holds = await self._admit()
+        except (DynamoError, Unavailable) as exc:
+            error = self._describe("DynamoDB is unavailable; nothing was debited", exc)
+            if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
+                raise error from exc
+            log.warning("acquire admitted without metering under on_unavailable=ALLOW: %s", error)
+            self.lease = Lease.degraded_lease()
+            return self.lease
+        self.lease = Lease(self, holds)
+        return self.lease
+
+    async def _admit(self) -> dict[str, ResourceHold]:
+        for attempt in range(_RESTARTS):
+            plans = await self.admission.targets(self.entity_id, self.requests, self.limits)
+            targets = [t for p in plans for t in (p.child, p.parent) if t is not None]
+            try:
+                landed = await self.admission.debit(targets, local_ok=True) if targets else []
+            except RulesChanged:
+                if attempt + 1 == _RESTARTS:
+                    raise Unavailable(RuntimeError("bucket rules kept changing")) from None
+                continue
+            return self._holds(plans, landed)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _holds(plans: list[ResourcePlan], landed: list[Landed]) -> dict[str, ResourceHold]:
+        holds = {}
+        for plan in plans:
+            child = next((x for x in landed if x.target is not None and _same(x, plan.child)), None)
+            parent = next((x for x in landed if _same(x, plan.parent)), None)
+            holds[plan.resource] = ResourceHold(plan, child, parent, dict(plan.amounts))
+        return holds
+
+    async def consume_more(self, hold: ResourceHold, amounts: dict[str, int]) -> None:
+        entries = [e for e in (hold.child, hold.parent) if e is not None]
+        targets = [target_for_more(e, amounts) for e in entries]
+        targets = [t for t in targets if t.amounts]
+        try:
+            landed = await self.admission.debit(targets, local_ok=False, admissions=0)
+        except (DynamoError, Unavailable) as exc:
+            raise self._describe("DynamoDB is unavailable; nothing more was debited", exc) from exc
+        for new in landed:
+            for entry in entries:
+                if _same(entry, new.target):
+                    entry.target.image = new.target.image
+                    apply_to_debited(entry, new.debited)
+                    entry.periods.update(new.periods)
+        for name, amount in amounts.items():
+            hold.consumed[name] = hold.consumed.get(name, 0) + amount
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lease = self.lease
+        if lease is None or lease.degraded:
+            if lease is not None:
+                lease._open = False
+            return
+        lease._open = False
+        holds = lease._holds
+        try:
+            if exc_type is not None:
+                await self.admission.refund(landed_items(holds))
+            else:
+                changes = pending_changes(holds)
+                if changes:
+                    await self.admission.apply_adjustments(changes)
+        except (DynamoError, Unavailable) as failure:
+            if exc_type is not None:
+                log.error("refund could not land for %s: %s", self.entity_id, failure)
+                return  # the original exception propagates
+            error = self._describe("the exit write could not land", failure)
+            if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
+                raise error from failure
+            log.error(
+                "exit write lost for entity %s, amounts %s: %s",
+                self.entity_id, {r: h.pending for r, h in holds.items()}, error,
+            )
+
+
+def _same(entry: Landed | None, target: Any) -> bool:
+    if entry is None or target is None:
+        return False
+    t = entry.target
+    return (t.entity_id, t.resource, t.role) == (target.entity_id, target.resource, target.role)
+
+
+class RateLimiter:
+    """The async limiter. `async with limiter.acquire(...) as lease:`."""
+
+    def __init__(self, repository: Repository) -> None:
+        self.repository = repository
+
+    async def __aenter__(self) -> RateLimiter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.repository.close()
+
+    def acquire(
+        self,
+        entity_id: str,
+        resource: str,
+        consume: dict[str, int],
+        limits: list[Limit] | None = None,
+        on_unavailable: OnUnavailable | None = None,
+        *,
+        also: dict[str, dict[str, int]] | None = None,
+    ) -> _Acquisition:
+        """Admit and debit `consume` on `resource` (and every resource in `also`), all or none."""
+        requests = _validate_acquire(entity_id, resource, consume, limits, on_unavailable, also)
+        return _Acquisition(self, entity_id, requests, limits, on_unavailable)
+
+    async def check_availability(
+        self,
+        entity_id: str,
+        resource: str,
+        needed: dict[str, int] | None = None,
+        limits: list[Limit] | None = None,
+    ) -> Availability:
+        return await self.repository.check_availability(entity_id, resource, needed, limits)
+
+    async def available(
+        self, entity_id: str, resource: str, limits: list[Limit] | None = None
+    ) -> dict[str, int]:
+        return (await self.check_availability(entity_id, resource, None, limits)).available
+
+    async def time_until_available(
+        self,
+        entity_id: str,
+        resource: str,
+        needed: dict[str, int],
+        limits: list[Limit] | None = None,
+    ) -> float:
+        return (await self.check_availability(entity_id, resource, needed, limits)).retry_after_seconds
+
+    async def is_available(self, timeout: float = 1.0) -> bool:
+        return await self.repository.is_available(timeout)
+
+
+
+def _delegate(name: str) -> Any:
+    """A RateLimiter method that calls the repository's one implementation."""
+    target = getattr(Repository, name)
+
+    @functools.wraps(target)
+    async def method(self: RateLimiter, *args: Any, **kwargs: Any) -> Any:
+        return await getattr(self.repository, name)(*args, **kwargs)
+
+    return method
+
+
+DELEGATED = (
+    "create_entity", "get_entity", "delete_entity", "get_children", "set_parent",
+    "set_limits", "get_limits", "delete_limits", "list_entities_with_custom_limits",
+    "list_resources_with_entity_configs", "set_resource_defaults", "get_resource_defaults",
+    "delete_resource_defaults", "list_resources_with_defaults", "set_system_defaults",
+    "get_system_defaults", "delete_system_defaults", "get_resource_capacity",
+    "get_usage_snapshots", "get_usage_summary", "get_audit_events",
+)
+for _name in DELEGATED:
+    if hasattr(Repository, _name):
+        setattr(RateLimiter, _name, _delegate(_name))

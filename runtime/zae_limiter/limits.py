@@ -1,0 +1,289 @@
+"""`Limit` and `ScheduleEntry`: what a resource's limits are (reference.md §2.7, §4.1, §4.7)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+from . import validation
+from .core import cron
+from .errors import ValidationError
+
+MAX_PERIOD_SECONDS = 10**9
+MAX_SCALE = 10**6
+
+
+@dataclass(frozen=True)
+class ScheduleEntry:
+    """A cron window (parameter entry) or a reset edge (`ScheduleEntry.reset`)."""
+
+    cron: str
+    tz: str = "UTC"
+    scale: float | None = None
+    capacity: int | None = None
+    refill_amount: int | None = None
+    refill_period_seconds: int | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            cron.parse(self.cron, self.tz)
+        except cron.CronError as exc:
+            raise ValidationError("schedule cron", self.cron, str(exc)) from exc
+        if self.scale is not None:
+            if self.has_absolute:
+                raise ValidationError(
+                    "schedule entry", self, "set either scale or absolute fields, not both"
+                )
+            if isinstance(self.scale, bool) or not 0 < self.scale <= MAX_SCALE:
+                raise ValidationError("scale", self.scale, f"must be > 0 and <= {MAX_SCALE}")
+        for name, high in (
+            ("capacity", validation.MAX_AMOUNT),
+            ("refill_amount", validation.MAX_AMOUNT),
+            ("refill_period_seconds", MAX_PERIOD_SECONDS),
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                validation.whole_number(value, name, 1, high)
+
+    @property
+    def has_absolute(self) -> bool:
+        return any(
+            v is not None for v in (self.capacity, self.refill_amount, self.refill_period_seconds)
+        )
+
+    @property
+    def is_parameter_entry(self) -> bool:
+        return self.scale is not None or self.has_absolute
+
+    @classmethod
+    def reset(cls, cron: str, tz: str = "UTC") -> ScheduleEntry:
+        """A reset edge for a calendar quota."""
+        return cls(cron=cron, tz=tz)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"cron": self.cron, "tz": self.tz}
+        for name in ("scale", "capacity", "refill_amount", "refill_period_seconds"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScheduleEntry:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A named rule on a resource: a dripping rate, or a quota that resets."""
+
+    name: str
+    capacity: int
+    refill_amount: int
+    refill_period_seconds: int
+    schedule: tuple[ScheduleEntry, ...] = field(default_factory=tuple)
+    reset_schedule: tuple[ScheduleEntry, ...] = field(default_factory=tuple)
+    reset_after: timedelta | None = None
+    soft: bool = False
+
+    def __post_init__(self) -> None:
+        validation.limit_name(self.name)
+        validation.whole_number(self.capacity, "capacity", 1, validation.MAX_AMOUNT)
+        validation.whole_number(self.refill_amount, "refill_amount", 0, validation.MAX_AMOUNT)
+        validation.whole_number(
+            self.refill_period_seconds, "refill_period_seconds", 1, MAX_PERIOD_SECONDS
+        )
+        if not isinstance(self.soft, bool):
+            raise ValidationError("soft", self.soft, "must be True or False")
+        object.__setattr__(self, "schedule", tuple(self.schedule))
+        object.__setattr__(self, "reset_schedule", tuple(self.reset_schedule))
+        if self.reset_after is not None:
+            if not isinstance(self.reset_after, timedelta):
+                raise ValidationError("reset_after", self.reset_after, "must be a timedelta")
+            seconds = self.reset_after.total_seconds()
+            if seconds != int(seconds) or not 1 <= seconds <= MAX_PERIOD_SECONDS:
+                raise ValidationError(
+                    "reset_after", self.reset_after, "must be whole seconds from 1 to 10**9"
+                )
+            if self.reset_schedule:
+                raise ValidationError(
+                    "reset_after", self.reset_after, "use either cron or reset_after, not both"
+                )
+        if self.is_quota and self.refill_amount != 0:
+            raise ValidationError(
+                "refill_amount", self.refill_amount, "a quota never drips: refill_amount must be 0"
+            )
+        if not self.is_quota and self.refill_amount == 0:
+            raise ValidationError(
+                "refill_amount", 0, "a dripping limit needs refill_amount > 0 (or make it a quota)"
+            )
+        for entry in self.reset_schedule:
+            if entry.is_parameter_entry:
+                raise ValidationError("reset_schedule", entry, "reset edges take only cron and tz")
+        zones = {entry.tz for entry in self.schedule}
+        if len(zones) > 1:
+            raise ValidationError("schedule", self.schedule, "all entries must share one tz")
+        for entry in self.schedule:
+            if not entry.is_parameter_entry:
+                raise ValidationError("schedule", entry, "set scale or absolute fields")
+            if self.is_quota and (entry.refill_amount or entry.refill_period_seconds):
+                raise ValidationError("schedule", entry, "a quota may not be given a refill")
+
+    # --- constructors ----------------------------------------------------------------------
+
+    @classmethod
+    def per_second(cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False) -> Limit:
+        return cls._rate(name, rate, burst, 1, soft)
+
+    @classmethod
+    def per_minute(cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False) -> Limit:
+        return cls._rate(name, rate, burst, 60, soft)
+
+    @classmethod
+    def per_hour(cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False) -> Limit:
+        return cls._rate(name, rate, burst, 3600, soft)
+
+    @classmethod
+    def per_day(cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False) -> Limit:
+        return cls._rate(name, rate, burst, 86400, soft)
+
+    @classmethod
+    def _rate(cls, name: str, rate: int, burst: int | None, period: int, soft: bool) -> Limit:
+        validation.whole_number(rate, "rate", 1, validation.MAX_AMOUNT)
+        capacity = rate if burst is None else burst
+        return cls(name, capacity, rate, period, soft=soft)
+
+    @classmethod
+    def custom(
+        cls,
+        name: str,
+        capacity: int,
+        refill_amount: int,
+        refill_period_seconds: int,
+        *,
+        soft: bool = False,
+    ) -> Limit:
+        return cls(name, capacity, refill_amount, refill_period_seconds, soft=soft)
+
+    @classmethod
+    def quota(
+        cls,
+        name: str,
+        amount: int,
+        *,
+        cron: str | None = None,
+        tz: str = "UTC",
+        reset_after: timedelta | None = None,
+        soft: bool = False,
+    ) -> Limit:
+        """A non-dripping allowance: exactly one of `cron` (calendar) or `reset_after` (session)."""
+        if (cron is None) == (reset_after is None):
+            raise ValidationError(
+                "quota", name, "give exactly one of cron= (calendar) or reset_after= (session)"
+            )
+        edges = (ScheduleEntry.reset(cron, tz),) if cron is not None else ()
+        period = int(reset_after.total_seconds()) if reset_after is not None else 60
+        period = max(1, min(period, MAX_PERIOD_SECONDS))
+        return cls(name, amount, 0, period, reset_schedule=edges, reset_after=reset_after, soft=soft)
+
+    def with_schedule(self, schedule: tuple[ScheduleEntry, ...]) -> Limit:
+        return replace(self, schedule=tuple(schedule))
+
+    def with_reset_schedule(self, reset_schedule: tuple[ScheduleEntry, ...]) -> Limit:
+        if not self.is_quota:
+            raise ValidationError("reset_schedule", reset_schedule, "only quotas have reset edges")
+        return replace(self, reset_schedule=tuple(reset_schedule))
+
+    # --- properties ------------------------------------------------------------------------
+
+    @property
+    def is_quota(self) -> bool:
+        return bool(self.reset_schedule) or self.reset_after is not None
+
+    @property
+    def is_session(self) -> bool:
+        return self.reset_after is not None
+
+    @property
+    def reset_after_seconds(self) -> int | None:
+        return None if self.reset_after is None else int(self.reset_after.total_seconds())
+
+    @property
+    def refill_rate(self) -> float:
+        """Tokens per second (display only; 0 for quotas)."""
+        return 0.0 if self.is_quota else self.refill_amount / self.refill_period_seconds
+
+    @property
+    def kind(self) -> str:
+        return "quota" if self.is_quota else "rate"
+
+    # --- manifest form ---------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"capacity": self.capacity}
+        if not self.is_quota:
+            out["refill_amount"] = self.refill_amount
+            out["refill_period_seconds"] = self.refill_period_seconds
+        if self.schedule:
+            out["schedule"] = [entry.to_dict() for entry in self.schedule]
+        if self.reset_schedule:
+            out["reset_schedule"] = [entry.to_dict() for entry in self.reset_schedule]
+        if self.reset_after is not None:
+            out["reset_after_seconds"] = self.reset_after_seconds
+        if self.soft:
+            out["soft"] = True
+        return out
+
+    @classmethod
+    def from_dict(cls, name: str, data: dict[str, Any]) -> Limit:
+        """Build from the manifest's field names (`refill_period` accepted as an alias)."""
+        known = {
+            "capacity", "refill_amount", "refill_period_seconds", "refill_period",
+            "schedule", "reset_schedule", "reset_after_seconds", "soft",
+        }
+        unknown = set(data) - known
+        if unknown:
+            raise ValidationError("limit field", sorted(unknown), f"unknown in limit {name!r}")
+        if "capacity" not in data:
+            raise ValidationError("capacity", None, f"limit {name!r} needs a capacity")
+        resets = tuple(ScheduleEntry.from_dict(e) for e in data.get("reset_schedule", ()))
+        after = data.get("reset_after_seconds")
+        if after is not None:
+            validation.whole_number(after, "reset_after_seconds", 1, MAX_PERIOD_SECONDS)
+        is_quota = bool(resets) or after is not None
+        period = data.get("refill_period_seconds", data.get("refill_period"))
+        if period is None:
+            period = after if after is not None else 60
+        refill = data.get("refill_amount", 0 if is_quota else data["capacity"])
+        return cls(
+            name,
+            data["capacity"],
+            refill,
+            period,
+            schedule=tuple(ScheduleEntry.from_dict(e) for e in data.get("schedule", ())),
+            reset_schedule=resets,
+            reset_after=timedelta(seconds=after) if after is not None else None,
+            soft=data.get("soft", False),
+        )
+
+
+def check_limit_list(limits: Any, field: str = "limits") -> list[Limit]:
+    """A list of `Limit` with unique names."""
+    if not isinstance(limits, (list, tuple)) or not all(isinstance(x, Limit) for x in limits):
+        raise ValidationError(field, limits, "must be a list of Limit")
+    names = [limit.name for limit in limits]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValidationError(field, duplicates, "limit names must be unique within a list")
+    return list(limits)
+
+
+class LimitName:
+    """Naming helpers."""
+
+    RPM = "rpm"
+    TPM = "tpm"
+    RPH = "rph"
+    TPH = "tph"
+    RPD = "rpd"
+    TPD = "tpd"

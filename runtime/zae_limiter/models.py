@@ -1,0 +1,260 @@
+"""Result and record types (reference.md §2.8)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .limits import Limit
+
+ConfigSource = Literal["entity", "entity_default", "resource", "system"]
+
+
+class OnUnavailable(enum.Enum):
+    """What acquire does when DynamoDB cannot be reached."""
+
+    ALLOW = "allow"
+    BLOCK = "block"
+
+
+@dataclass(frozen=True)
+class Entity:
+    id: str
+    name: str | None = None
+    parent_id: str | None = None
+    cascade: bool = False
+    metadata: dict[str, str] = field(default_factory=dict)
+    created_at: str | None = None
+
+    @property
+    def is_parent(self) -> bool:
+        """Has no parent, so it may be one."""
+        return self.parent_id is None
+
+    @property
+    def is_child(self) -> bool:
+        return self.parent_id is not None
+
+
+@dataclass(frozen=True)
+class LimitStatus:
+    entity_id: str
+    resource: str
+    limit_name: str
+    limit: Limit
+    available: int
+    requested: int
+    exceeded: bool
+    retry_after_seconds: float
+    resets_at_ms: int | None = None
+    max_request: int | None = None
+
+    @property
+    def deficit(self) -> int:
+        return max(0, self.requested - self.available) if self.exceeded else 0
+
+    @property
+    def soft(self) -> bool:
+        return self.limit.soft
+
+    @property
+    def overdrawn(self) -> bool:
+        return self.limit.soft and self.available < 0
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "entity_id": self.entity_id,
+            "resource": self.resource,
+            "limit_name": self.limit_name,
+            "kind": self.limit.kind,
+            "capacity": self.limit.capacity,
+        }
+        if self.limit.is_quota:
+            out["resets_at_ms"] = self.resets_at_ms
+        else:
+            out["refill_amount"] = self.limit.refill_amount
+            out["refill_period_seconds"] = self.limit.refill_period_seconds
+        out.update(
+            {
+                "available": self.available,
+                "requested": self.requested,
+                "exceeded": self.exceeded,
+                "retry_after_seconds": self.retry_after_seconds,
+                "soft": self.limit.soft,
+                "max_request": self.max_request,
+            }
+        )
+        return out
+
+
+@dataclass(frozen=True)
+class Availability:
+    entity_id: str
+    resource: str
+    checked_at_ms: int
+    statuses: list[LimitStatus]
+    bypassed: bool = False
+
+    @property
+    def allowed(self) -> bool:
+        return self.bypassed or not any(s.exceeded for s in self.statuses)
+
+    @property
+    def available(self) -> dict[str, int]:
+        return {s.limit_name: s.available for s in self.statuses}
+
+    @property
+    def needed(self) -> dict[str, int]:
+        return {s.limit_name: s.requested for s in self.statuses if s.requested}
+
+    @property
+    def exceeded(self) -> list[str]:
+        return [s.limit_name for s in self.statuses if s.exceeded]
+
+    @property
+    def deficit(self) -> dict[str, int]:
+        return {s.limit_name: s.deficit for s in self.statuses if s.exceeded}
+
+    @property
+    def retry_after_seconds(self) -> float:
+        waits = [s.retry_after_seconds for s in self.statuses if s.exceeded]
+        return max(waits) if waits and not self.bypassed else 0.0
+
+    @property
+    def limits(self) -> list[Limit]:
+        return [s.limit for s in self.statuses]
+
+    def status(self, name: str) -> LimitStatus:
+        for s in self.statuses:
+            if s.limit_name == name:
+                return s
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class UsageSnapshot:
+    entity_id: str
+    resource: str
+    window_start: str
+    window_end: str
+    window_type: str
+    counters: dict[str, int]
+    total_events: int
+    overdrawn: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UsageSummary:
+    snapshot_count: int
+    total: dict[str, int]
+    average: dict[str, float]
+    min_window_start: str | None
+    max_window_start: str | None
+    window_type: str
+
+
+@dataclass(frozen=True)
+class BucketOperationResult:
+    entity_id: str
+    resource: str
+    shards: int
+    amounts: dict[str, int]
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class BucketState:
+    entity_id: str
+    resource: str
+    limit_name: str
+    shard_id: int
+    shard_count: int
+    tokens: int
+    capacity: int
+    refill_amount: int
+    refill_period_seconds: int
+    total_consumed: int
+    soft: bool
+    topped_up: int
+    window_start_ms: int | None
+
+
+@dataclass(frozen=True)
+class EntityCapacity:
+    entity_id: str
+    capacity: int
+    available: int
+    utilization_pct: float
+
+
+@dataclass(frozen=True)
+class ResourceCapacity:
+    resource: str
+    limit_name: str
+    total_capacity: int
+    total_available: int
+    utilization_pct: float
+    entities: list[EntityCapacity]
+
+
+class AuditAction:
+    ENTITY_CREATED = "entity_created"
+    ENTITY_DELETED = "entity_deleted"
+    ENTITY_PARENT_CHANGED = "entity_parent_changed"
+    LIMITS_SET = "limits_set"
+    LIMITS_DELETED = "limits_deleted"
+    BUCKET_RESET = "bucket_reset"
+    BUCKET_TOPPED_UP = "bucket_topped_up"
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    event_id: str
+    timestamp: str
+    action: str
+    entity_id: str
+    principal: str | None = None
+    resource: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event_id": self.event_id,
+            "timestamp": self.timestamp,
+            "action": self.action,
+            "entity_id": self.entity_id,
+            "principal": self.principal,
+            "resource": self.resource,
+            "details": dict(self.details),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AuditEvent:
+        return cls(
+            event_id=data["event_id"],
+            timestamp=data["timestamp"],
+            action=data["action"],
+            entity_id=data["entity_id"],
+            principal=data.get("principal"),
+            resource=data.get("resource"),
+            details=dict(data.get("details") or {}),
+        )
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    size: int = 0
+    ttl_seconds: float = 0
+    local_rejections: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "size": self.size,
+            "ttl_seconds": self.ttl_seconds,
+            "local_rejections": self.local_rejections,
+        }

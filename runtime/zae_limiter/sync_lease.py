@@ -1,0 +1,29 @@
+"""`SyncLease` and `SyncLeaseResource`: the blocking twins of `Lease` and `LeaseResource`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import syncgen
+from .lease import Lease, LeaseResource, _NoopResource
+
+
+class SyncLeaseResource:
+    """One resource of a `SyncLease`."""
+
+    _async: Any
+
+
+class SyncLease:
+    """What `SyncRateLimiter.acquire()` yields."""
+
+    _async: Any
+
+    @property
+    def degraded(self) -> bool:
+        return bool(self._async.degraded)
+
+
+syncgen.twin(LeaseResource, SyncLeaseResource)
+syncgen.twin(Lease, SyncLease)
+syncgen._TWINS[_NoopResource] = SyncLeaseResource
