@@ -16,7 +16,9 @@ from typing import Any
 
 from . import schema, versioning
 from .admin.availability import AvailabilityMixin
+from .admin.balances import BalancesMixin
 from .admin.reports import ReportsMixin
+from .admin.usage import UsageMixin
 from .admin.entities import EntitiesMixin
 from .admin.flags import FlagsMixin
 from .admin.namespaces import NamespacesMixin
@@ -62,7 +64,15 @@ class _Shared:
     principal_resolved: bool = False
 
 
-class Repository(NamespacesMixin, EntitiesMixin, FlagsMixin, ReportsMixin, AvailabilityMixin):
+class Repository(
+    NamespacesMixin,
+    EntitiesMixin,
+    FlagsMixin,
+    ReportsMixin,
+    AvailabilityMixin,
+    BalancesMixin,
+    UsageMixin,
+):
     """One table, one namespace. Open with `await Repository.open(...)`."""
 
     def __init__(
