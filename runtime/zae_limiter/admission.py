@@ -245,10 +245,6 @@ class Admission:
         """The items an acquire writes, resource by resource (child, then cascade parent)."""
         now = self.clock()
         resources = list(requests)
-        stale = [r for r in resources if self.resolver.needs_refresh(r)]
-        if stale:
-            await self.resolver.refresh(stale)
-            now = self.clock()
         plans: dict[str, ResourcePlan] = {}
         slow: list[str] = []
         for resource in resources:
@@ -260,6 +256,15 @@ class Admission:
                 plans[resource] = ResourcePlan(resource, requests[resource], None, None)
             else:
                 slow.append(resource)
+        # Items known from earlier writes: learn of resource/system changes once per TTL.
+        stale = [r for r in plans if plans[r].child and self.resolver.needs_refresh(r)]
+        if stale:
+            await self.resolver.refresh(stale)
+            now = self.clock()
+            for resource in stale:
+                if self._cached_target(entity_id, resource, "entity", override, now) is None:
+                    del plans[resource]
+                    slow.append(resource)
         resolved_slow: dict[str, cfg.Resolved] = {}
         if slow:
             loaded = await self._load(entity_id, slow, "entity", override)
@@ -384,9 +389,11 @@ class Admission:
         pending = [(t, plan, items.new_op_id(), False) for t, plan in jobs]
         rounds = SETTLE_ROUNDS if settle else MAX_ROUNDS
         error: BaseException | None = None
+        unknown: UnknownOutcome | None = None
         for attempt in range(rounds):
             if not pending or error is not None:
                 break
+            unknown: UnknownOutcome | None = None
             now = self.clock()
             planned = []
             for target, planner, op_id, guard in pending:
@@ -434,6 +441,8 @@ class Admission:
                     target.seen_at = self.clock()
                     pending.append((target, planner, op_id, guard))
                 elif isinstance(outcome, UnknownOutcome):
+                    # resend with a guard that refuses a second application
+                    unknown = outcome
                     pending.append((target, planner, op_id, True))
                 elif isinstance(outcome, DynamoError):
                     if settle and attempt + 1 < rounds:
@@ -443,8 +452,10 @@ class Admission:
                         error = error or Unavailable(outcome)
                 elif isinstance(outcome, BaseException):
                     error = error or outcome
+            if pending and unknown is not None:
+                await asyncio.sleep(0.02 * (attempt + 1) * transport.backoff_scale)
         if pending and error is None:
-            error = _Contended()
+            error = Unavailable(unknown) if unknown is not None else _Contended()
         return landed, refused, error
 
     def _latest(self, target: Target) -> Target:

@@ -116,11 +116,11 @@ class _Acquisition:
         )
 
     async def __aenter__(self) -> Lease:
-        self.mode = await self.repository._unavailable_mode(self.on_unavailable)
         try:
             holds = await self._admit()
         except (DynamoError, Unavailable) as exc:
             error = self._describe("DynamoDB is unavailable; nothing was debited", exc)
+            self.mode = self.repository._unavailable_mode(self.on_unavailable)
             if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
                 raise error from exc
             log.warning("acquire admitted without metering under on_unavailable=ALLOW: %s", error)
@@ -193,6 +193,7 @@ class _Acquisition:
                 log.error("refund could not land for %s: %s", self.entity_id, failure)
                 return  # the original exception propagates
             error = self._describe("the exit write could not land", failure)
+            self.mode = self.repository._unavailable_mode(self.on_unavailable)
             if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
                 raise error from failure
             log.error(

@@ -323,14 +323,12 @@ class Repository(
 
     # --- on_unavailable ----------------------------------------------------------------------
 
-    async def _unavailable_mode(self, explicit: OnUnavailable | None) -> OnUnavailable:
+    def _unavailable_mode(self, explicit: OnUnavailable | None) -> OnUnavailable:
+        """The call's mode, else the stored one (last good value, no I/O), else BLOCK."""
         if explicit is not None:
             return explicit
-        try:
-            system = await self._resolver.system_level()
-            mode = system.on_unavailable
-        except (DynamoError, RateLimiterUnavailable):
-            mode = None
+        system = self._config_cache.peek(("system",))
+        mode = system.on_unavailable if system is not None else None
         return mode or self._resolver.last_on_unavailable or OnUnavailable.BLOCK
 
     # --- principal ---------------------------------------------------------------------------

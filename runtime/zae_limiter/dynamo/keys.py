@@ -149,6 +149,23 @@ def resource_usage_index_key(ns: str, resource: str) -> str:
     return f"{ns}#RU#{resource}"
 
 
+def usage_index_attributes(
+    ns: str, entity_id: str, resource: str, window_type: str, window_start: str
+) -> dict[str, str]:
+    """Index keys of a usage snapshot: by resource (GSI2) and for purge (GSI4)."""
+    pk_sk = usage_snapshot(ns, entity_id, resource, window_type, window_start)
+    return {
+        f"{GSI2}PK": resource_usage_index_key(ns, resource),
+        f"{GSI2}SK": f"{window_type}#{window_start}#{entity_id}",
+        **namespace_index_attributes(ns, pk_sk[PARTITION_KEY], pk_sk[SORT_KEY]),
+    }
+
+
+def aggregation_marker(event_id: str) -> dict[str, str]:
+    """The aggregator's record that one stream record (by its eventID) has been applied."""
+    return key(f"{RESERVED}#AGG#{event_id}", "_")
+
+
 def audit_partition(ns: str, entity_id: str) -> str:
     return f"{ns}#A#{entity_id}"
 

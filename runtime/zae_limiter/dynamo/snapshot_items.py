@@ -1,0 +1,151 @@
+"""Usage snapshot items: their stored form, the transactional update that adds to one, parsing.
+
+Pure: builds operations and parses items, sends nothing.
+
+One item per entity x resource x window (keys: `keys.usage_snapshot`, indexes:
+`keys.usage_index_attributes`). Attributes: `entity_id`, `resource`, `window_type`,
+`window_start`, `window_end` (ISO-8601 UTC), `c:<limit>` net consumption in milli-units,
+`o:<limit>` writes that left a soft limit below zero, `total_events` admissions net of refunds,
+`ttl` expiry (epoch seconds). Counters are top-level attributes so that one `ADD` creates or
+increments each of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import windows
+from ..core.bucket import MILLI
+from ..models import UsageSnapshot
+from . import keys
+
+CONSUMED_PREFIX = "c:"
+OVERDRAWN_PREFIX = "o:"
+
+
+@dataclass(frozen=True, order=True)
+class SnapshotKey:
+    """Which snapshot a change belongs to."""
+
+    ns: str
+    entity_id: str
+    resource: str
+    window_type: str
+    start_ms: int
+
+    @property
+    def window_start(self) -> str:
+        return windows.iso(self.start_ms)
+
+    @property
+    def item_key(self) -> dict[str, str]:
+        return keys.usage_snapshot(
+            self.ns, self.entity_id, self.resource, self.window_type, self.window_start
+        )
+
+
+@dataclass
+class Counts:
+    """Changes to one snapshot: consumption (milli) and overdrawn writes per limit, admissions."""
+
+    consumed: dict[str, int] = field(default_factory=dict)
+    overdrawn: dict[str, int] = field(default_factory=dict)
+    events: int = 0
+
+    def add(self, other: Counts) -> None:
+        for name, amount in other.consumed.items():
+            self.consumed[name] = self.consumed.get(name, 0) + amount
+        for name, count in other.overdrawn.items():
+            self.overdrawn[name] = self.overdrawn.get(name, 0) + count
+        self.events += other.events
+
+    @property
+    def empty(self) -> bool:
+        return not self.consumed and not self.overdrawn and not self.events
+
+
+def update_operation(key: SnapshotKey, counts: Counts, ttl_s: int) -> dict[str, Any]:
+    """A TransactWriteItems `Update` (plain values) that adds `counts` to the snapshot."""
+    _, end_ms = windows.bounds(key.start_ms, key.window_type)
+    names: dict[str, str] = {"#ttl": "ttl"}
+    values: dict[str, Any] = {
+        ":e": key.entity_id,
+        ":r": key.resource,
+        ":wt": key.window_type,
+        ":ws": key.window_start,
+        ":we": windows.iso(end_ms),
+        ":ttl": ttl_s,
+        ":n": counts.events,
+    }
+    sets = [
+        "entity_id = :e", "resource = :r", "window_type = :wt", "window_start = :ws",
+        "window_end = :we", "#ttl = :ttl",
+    ]
+    index = keys.usage_index_attributes(
+        key.ns, key.entity_id, key.resource, key.window_type, key.window_start
+    )
+    for i, (attribute, value) in enumerate(sorted(index.items())):
+        names[f"#i{i}"] = attribute
+        values[f":i{i}"] = value
+        sets.append(f"#i{i} = :i{i}")
+    adds = ["total_events :n"]
+    for prefix, tag, amounts in (
+        (CONSUMED_PREFIX, "c", counts.consumed),
+        (OVERDRAWN_PREFIX, "o", counts.overdrawn),
+    ):
+        for i, (name, amount) in enumerate(sorted(amounts.items())):
+            names[f"#{tag}{i}"] = prefix + name
+            values[f":{tag}{i}"] = amount
+            adds.append(f"#{tag}{i} :{tag}{i}")
+    return {
+        "Update": {
+            "Key": key.item_key,
+            "UpdateExpression": "SET " + ", ".join(sets) + " ADD " + ", ".join(adds),
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+    }
+
+
+def whole(milli: int) -> int:
+    """Milli-units -> whole units (floor)."""
+    return milli // MILLI
+
+
+@dataclass(frozen=True)
+class StoredSnapshot:
+    """A snapshot item as read: the public view, its exact milli counters, its expiry."""
+
+    snapshot: UsageSnapshot
+    consumed_milli: dict[str, int]
+    ttl: int | None
+
+    def expired(self, now_ms: int) -> bool:
+        return self.ttl is not None and self.ttl * 1000 <= now_ms
+
+
+def parse(item: dict[str, Any]) -> StoredSnapshot:
+    """A snapshot item in plain form -> StoredSnapshot."""
+    consumed = {
+        name[len(CONSUMED_PREFIX):]: int(value)
+        for name, value in item.items()
+        if name.startswith(CONSUMED_PREFIX)
+    }
+    overdrawn = {
+        name[len(OVERDRAWN_PREFIX):]: int(value)
+        for name, value in item.items()
+        if name.startswith(OVERDRAWN_PREFIX)
+    }
+    snapshot = UsageSnapshot(
+        entity_id=str(item["entity_id"]),
+        resource=str(item["resource"]),
+        window_start=str(item["window_start"]),
+        window_end=str(item["window_end"]),
+        window_type=str(item["window_type"]),
+        counters={name: whole(amount) for name, amount in sorted(consumed.items())},
+        total_events=int(item.get("total_events", 0)),
+        overdrawn=dict(sorted(overdrawn.items())),
+    )
+    ttl = item.get("ttl")
+    return StoredSnapshot(snapshot, consumed, None if ttl is None else int(ttl))

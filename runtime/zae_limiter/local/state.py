@@ -1,0 +1,98 @@
+"""The state directory of `zae-limiter local`: which processes `local up` started.
+
+`.zae-local/` in the current directory, or `$ZAEL_LOCAL_STATE`. `state.json` records the engine,
+its endpoint and every process `up` started (the engine, and later the aggregator), each with a
+marker from its command line so that `down` never signals a process that merely reused a pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+STATE_ENV = "ZAEL_LOCAL_STATE"
+STATE_DIR_NAME = ".zae-local"
+STATE_FILE = "state.json"
+STATE_VERSION = 1
+
+
+def state_dir(path: str | os.PathLike[str] | None = None) -> Path:
+    """The state directory: explicit, `$ZAEL_LOCAL_STATE`, or `./.zae-local`."""
+    if path is not None:
+        return Path(path).expanduser().resolve()
+    if os.environ.get(STATE_ENV):
+        return Path(os.environ[STATE_ENV]).expanduser().resolve()
+    return (Path.cwd() / STATE_DIR_NAME).resolve()
+
+
+@dataclass
+class RecordedProcess:
+    """One process started by `local up`."""
+
+    role: str  # "engine", "aggregator", ...
+    pid: int
+    marker: str  # a substring of its command line
+    log: str | None = None
+
+
+@dataclass
+class LocalState:
+    """What `local up` recorded."""
+
+    engine: str
+    host: str
+    port: int
+    endpoint_url: str
+    data_dir: str | None = None
+    table: str | None = None
+    region: str | None = None
+    started_at: float = 0.0
+    processes: list[RecordedProcess] = field(default_factory=list)
+    version: int = STATE_VERSION
+
+    def pids(self) -> list[int]:
+        return [process.pid for process in self.processes]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LocalState:
+        processes = [RecordedProcess(**p) for p in data.get("processes", [])]
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields["processes"] = processes
+        return cls(**fields)
+
+
+def load_state(directory: str | os.PathLike[str] | None = None) -> LocalState | None:
+    """The recorded state, or None when nothing is recorded (or the file is unreadable)."""
+    path = state_dir(directory) / STATE_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    try:
+        return LocalState.from_dict(data)
+    except TypeError:
+        return None
+
+
+def save_state(state: LocalState, directory: str | os.PathLike[str] | None = None) -> Path:
+    """Write the state atomically; returns the file's path."""
+    folder = state_dir(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / STATE_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(state.to_json() + "\n")
+    tmp.replace(path)
+    return path
+
+
+def clear_state(directory: str | os.PathLike[str] | None = None) -> None:
+    """Forget the recorded state (logs and data directories stay)."""
+    with contextlib.suppress(FileNotFoundError):
+        (state_dir(directory) / STATE_FILE).unlink()

@@ -1,0 +1,144 @@
+"""What a limits manifest declares (reference.md §8), as plain frozen data. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ValidationError
+from ..limits import Limit
+from ..models import OnUnavailable
+from ..validation import DEFAULT_RESOURCE
+
+Disabled = bool | str | None  # True, False, "bypass", None (inherit)
+
+
+class ManifestError(ValidationError):
+    """A manifest that cannot be applied; `.path` says where (`resources.search.limits.rpm`)."""
+
+    def __init__(self, path: str, reason: str, value: Any = None) -> None:
+        self.path = path
+        super().__init__(path or "manifest", value, reason)
+        self.args = (f"{path}: {reason}" if path else reason,)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Level:
+    """One config level as the manifest states it: limits and flags (None = none / inherit)."""
+
+    limits: tuple[Limit, ...] | None = None
+    disabled: Disabled = None
+    cascade: bool | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.limits is None and self.disabled is None and self.cascade is None
+
+    def same_as(self, other: Level) -> bool:
+        """Equal config: limits compared by name (declaration order does not matter)."""
+        return (
+            _by_name(self.limits) == _by_name(other.limits)
+            and self.disabled == other.disabled
+            and self.cascade == other.cascade
+        )
+
+
+def _by_name(limits: tuple[Limit, ...] | None) -> dict[str, Limit] | None:
+    return None if not limits else {limit.name: limit for limit in limits}
+
+
+@dataclass(frozen=True)
+class SystemLevel:
+    limits: tuple[Limit, ...] | None = None
+    on_unavailable: OnUnavailable | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.limits is None and self.on_unavailable is None
+
+    def same_as(self, other: SystemLevel) -> bool:
+        return (
+            _by_name(self.limits) == _by_name(other.limits)
+            and self.on_unavailable == other.on_unavailable
+        )
+
+
+class _Unset:
+    """`parent` not given: the entity's parent link is not managed by the manifest."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True)
+class EntitySpec:
+    """An entity: its parent link (UNSET = not managed, None = no parent) and its levels."""
+
+    parent: str | None = UNSET
+    levels: dict[str, Level] = field(default_factory=dict)  # resource or _default_ -> level
+
+    @property
+    def manages_parent(self) -> bool:
+        return self.parent is not UNSET
+
+
+@dataclass(frozen=True)
+class Manifest:
+    namespace: str
+    system: SystemLevel | None = None
+    resources: dict[str, Level] = field(default_factory=dict)
+    entities: dict[str, EntitySpec] = field(default_factory=dict)
+
+    def child_parents(self) -> dict[str, str]:
+        """{entity: parent} for every entity the manifest gives a parent."""
+        return {e: spec.parent for e, spec in self.entities.items()
+                if spec.manages_parent and spec.parent is not None}
+
+
+# --- addressing levels -------------------------------------------------------------------------
+
+SYSTEM = "system"
+RESOURCE = "resource"
+ENTITY = "entity"
+PARENT = "parent"
+RECORD = "record"
+
+
+@dataclass(frozen=True, order=True)
+class Target:
+    """What a change is about: the system level, a resource level, an entity level, an entity's
+    parent link or an entity record."""
+
+    kind: str
+    entity: str = ""
+    resource: str = ""
+
+    def label(self) -> str:
+        if self.kind == SYSTEM:
+            return "system defaults"
+        if self.kind == RESOURCE:
+            return f"resource {self.resource}"
+        if self.kind == ENTITY:
+            where = "all resources" if self.resource == DEFAULT_RESOURCE else self.resource
+            return f"entity {self.entity} / {where}"
+        if self.kind == PARENT:
+            return f"parent of {self.entity}"
+        return f"entity {self.entity}"
+
+    def as_dict(self) -> dict[str, str]:
+        out = {"kind": self.kind}
+        if self.entity:
+            out["entity_id"] = self.entity
+        if self.resource:
+            out["resource"] = self.resource
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, str]) -> Target:
+        return cls(data["kind"], data.get("entity_id", ""), data.get("resource", ""))

@@ -1,0 +1,310 @@
+"""Reading a limits manifest (reference.md §8.1, §8.2): YAML, parsed safely, checked entirely.
+
+Top-level keys: `namespace` (required), `system`, `resources`, `entities`; any top-level `x-...` key
+is ignored (a place for YAML anchors). Every other unknown key, at any depth, is an error naming
+its path. Numbers must be YAML integers. Only the manifest itself is checked here (names, numbers,
+cron, time zones, drip vs reset, flag values, parents declared in the manifest); checks against
+the table are in `plan`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import validation
+from ..errors import ValidationError
+from ..limits import Limit
+from ..models import OnUnavailable
+from ..validation import DEFAULT_RESOURCE
+from .model import UNSET, EntitySpec, Level, Manifest, ManifestError, SystemLevel
+
+TOP_LEVEL = ("namespace", "system", "resources", "entities")
+LEVEL_KEYS = ("limits", "cascade", "disabled")
+SYSTEM_KEYS = ("limits", "on_unavailable")
+ENTITY_KEYS = ("parent", "resources")
+LIMIT_KEYS = ("capacity", "refill_amount", "refill_period", "refill_period_seconds",
+              "reset_schedule", "reset_after_seconds", "schedule", "soft")
+RESET_KEYS = ("cron", "tz")
+SCHEDULE_KEYS = ("cron", "tz", "scale", "capacity", "refill_amount", "refill_period",
+                 "refill_period_seconds")
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping (merged keys may be overridden)."""
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, str | int | float | bool) and key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml(text: str, source: str = "manifest") -> Any:
+    """Parse YAML safely; a syntax error becomes a ManifestError naming the line."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ManifestError("", f"{source} is not valid YAML: {exc}") from None
+
+
+def load_file(path: str | Path) -> Manifest:
+    """Read and check a manifest file."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ManifestError("", f"cannot read {file}: {exc.strerror or exc}") from None
+    return parse(load_yaml(text, str(file)))
+
+
+def loads(text: str) -> Manifest:
+    return parse(load_yaml(text))
+
+
+# --- structure helpers ---------------------------------------------------------------------------
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _mapping(value: Any, path: str, allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ManifestError(path, f"must be a mapping, not {_kind(value)}", value)
+    for key in value:
+        if not isinstance(key, str):
+            raise ManifestError(_join(path, key), "keys must be strings (quote it)", key)
+        if allowed is not None and key not in allowed:
+            raise ManifestError(
+                _join(path, key), f"unknown key; expected one of: {', '.join(allowed)}"
+            )
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+
+
+def _integer(value: Any, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ManifestError(path, f"must be a YAML integer, not {_kind(value)}", value)
+    return value
+
+
+def _boolean(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise ManifestError(path, f"must be true or false, not {_kind(value)}", value)
+    return value
+
+
+def _string(value: Any, path: str) -> str:
+    if not isinstance(value, str):
+        raise ManifestError(path, f"must be a string, not {_kind(value)}", value)
+    return value
+
+
+def _checked(path: str, check: Callable[[], Any]) -> Any:
+    """Run a library check, reporting its error at `path`."""
+    try:
+        return check()
+    except ManifestError:
+        raise
+    except ValidationError as exc:
+        raise ManifestError(path, exc.reason, exc.value) from None
+
+
+# --- limits --------------------------------------------------------------------------------------
+
+
+def _edge(raw: Any, path: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    entry = _mapping(raw, path, keys)
+    if "cron" not in entry:
+        raise ManifestError(path, "needs a cron expression (cron: \"0 0 * * 1\")")
+    out: dict[str, Any] = {"cron": _string(entry["cron"], _join(path, "cron"))}
+    if "tz" in entry:
+        out["tz"] = _string(entry["tz"], _join(path, "tz"))
+    if "scale" in entry:
+        scale = entry["scale"]
+        if isinstance(scale, bool) or not isinstance(scale, int | float):
+            raise ManifestError(_join(path, "scale"), f"must be a number, not {_kind(scale)}")
+        out["scale"] = scale
+    if "refill_period" in entry and "refill_period_seconds" in entry:
+        raise ManifestError(path, "give refill_period or refill_period_seconds, not both")
+    for key in ("capacity", "refill_amount", "refill_period", "refill_period_seconds"):
+        if key in entry:
+            name = "refill_period_seconds" if key == "refill_period" else key
+            out[name] = _integer(entry[key], _join(path, key))
+    return out
+
+
+def _edges(raw: Any, path: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    if not isinstance(raw, list) or not raw:
+        raise ManifestError(path, f"must be a non-empty list of {{cron, tz}} entries, not {_kind(raw)}")
+    return [_edge(entry, f"{path}[{i}]", keys) for i, entry in enumerate(raw)]
+
+
+def parse_limit(name: Any, raw: Any, path: str) -> Limit:
+    """One entry of a `limits:` mapping (§8.2)."""
+    _checked(path, lambda: validation.limit_name(name))
+    fields = _mapping(raw, path, LIMIT_KEYS)
+    if "capacity" not in fields:
+        raise ManifestError(path, "needs a capacity")
+    data: dict[str, Any] = {"capacity": _integer(fields["capacity"], _join(path, "capacity"))}
+    if "refill_period" in fields and "refill_period_seconds" in fields:
+        raise ManifestError(path, "give refill_period or refill_period_seconds, not both")
+    for key in ("refill_amount", "refill_period", "refill_period_seconds", "reset_after_seconds"):
+        if key in fields:
+            data[key] = _integer(fields[key], _join(path, key))
+    if "soft" in fields:
+        data["soft"] = _boolean(fields["soft"], _join(path, "soft"))
+    if "reset_schedule" in fields:
+        data["reset_schedule"] = _edges(fields["reset_schedule"], _join(path, "reset_schedule"),
+                                        RESET_KEYS)
+    if "schedule" in fields:
+        data["schedule"] = _edges(fields["schedule"], _join(path, "schedule"), SCHEDULE_KEYS)
+    if "reset_schedule" in data and "reset_after_seconds" in data:
+        raise ManifestError(path, "a quota resets on reset_schedule or after reset_after_seconds, "
+                                  "not both")
+    return _checked(path, lambda: Limit.from_dict(name, data))  # type: ignore[no-any-return]
+
+
+def parse_limits(raw: Any, path: str = "limits") -> tuple[Limit, ...]:
+    """A `limits:` mapping (name -> fields), as used by the manifest and `--limits-file`."""
+    limits = _mapping(raw, path)
+    if not limits:
+        raise ManifestError(path, "declare at least one limit, or leave `limits` out")
+    return tuple(parse_limit(name, fields, _join(path, name)) for name, fields in limits.items())
+
+
+# --- levels ----------------------------------------------------------------------------------
+
+
+def _disabled(value: Any, path: str) -> bool | str | None:
+    if value is None or isinstance(value, bool) or value == "bypass":
+        return value  # type: ignore[no-any-return]
+    raise ManifestError(path, "must be true, false or bypass (leave it out to inherit)", value)
+
+
+def _cascade(value: Any, path: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise ManifestError(path, "must be true or false (leave it out to inherit)", value)
+
+
+def _level(raw: Any, path: str) -> Level:
+    fields = _mapping(raw, path, LEVEL_KEYS)
+    limits = None
+    if "limits" in fields:
+        limits = parse_limits(fields["limits"], _join(path, "limits"))
+    return Level(
+        limits=limits,
+        disabled=_disabled(fields.get("disabled"), _join(path, "disabled")),
+        cascade=_cascade(fields.get("cascade"), _join(path, "cascade")),
+    )
+
+
+def _system(raw: Any) -> SystemLevel:
+    fields = _mapping(raw, "system")
+    for key in fields:
+        if key in ("cascade", "disabled"):
+            raise ManifestError(f"system.{key}", f"{key} is set per resource or entity, "
+                                                 "never at system level")
+    _mapping(fields, "system", SYSTEM_KEYS)
+    if "limits" not in fields:
+        raise ManifestError("system", "needs limits (on_unavailable is stored with them)")
+    mode = fields.get("on_unavailable")
+    if mode is not None and mode not in ("allow", "block"):
+        raise ManifestError("system.on_unavailable", "must be allow or block", mode)
+    return SystemLevel(
+        limits=parse_limits(fields["limits"], "system.limits"),
+        on_unavailable=OnUnavailable(mode) if mode else None,
+    )
+
+
+def _resources(raw: Any) -> dict[str, Level]:
+    out: dict[str, Level] = {}
+    for name, level in _mapping(raw, "resources").items():
+        path = f"resources.{name}"
+        _checked(path, lambda n=name: validation.resource_name(n))
+        out[name] = _level(level, path)
+    return out
+
+
+def _entities(raw: Any) -> dict[str, EntitySpec]:
+    out: dict[str, EntitySpec] = {}
+    for entity_id, body in _mapping(raw, "entities").items():
+        path = f"entities.{entity_id}"
+        _checked(path, lambda e=entity_id: validation.entity_id(e))
+        fields = _mapping({} if body is None else body, path, ENTITY_KEYS)
+        parent: Any = UNSET
+        if "parent" in fields:
+            parent = fields["parent"]
+            if parent is not None:
+                _string(parent, f"{path}.parent")
+                _checked(f"{path}.parent", lambda p=parent: validation.entity_id(p, "parent"))
+                if parent == entity_id:
+                    raise ManifestError(f"{path}.parent", "an entity cannot be its own parent")
+        levels: dict[str, Level] = {}
+        for resource, level in _mapping(fields.get("resources") or {}, f"{path}.resources").items():
+            where = f"{path}.resources.{resource}"
+            if resource != DEFAULT_RESOURCE:
+                _checked(where, lambda r=resource: validation.resource_name(r))
+            levels[resource] = _level(level, where)
+        out[entity_id] = EntitySpec(parent=parent, levels=levels)
+    return out
+
+
+def _check_parents(entities: dict[str, EntitySpec]) -> None:
+    """Two levels only, within the manifest: a declared parent must not itself have a parent."""
+    for entity_id, spec in entities.items():
+        parent = spec.parent if spec.manages_parent else None
+        if parent is None or parent not in entities:
+            continue
+        grand = entities[parent].parent
+        if entities[parent].manages_parent and grand is not None:
+            raise ManifestError(
+                f"entities.{entity_id}.parent",
+                f"{parent!r} has a parent itself ({grand!r}); only two levels (user and "
+                "organisation) are allowed",
+            )
+
+
+def parse(document: Any) -> Manifest:
+    """Check a loaded YAML document and build the Manifest."""
+    if document is None:
+        raise ManifestError("", "the manifest is empty; it needs at least `namespace:`")
+    top = _mapping(document, "")
+    for key in top:
+        if key not in TOP_LEVEL and not key.startswith("x-"):
+            raise ManifestError(key, f"unknown top-level key; expected {', '.join(TOP_LEVEL)} "
+                                     "(or an x-... key for anchors)")
+    if "namespace" not in top:
+        raise ManifestError("namespace", "is required (e.g. namespace: default)")
+    namespace = _string(top["namespace"], "namespace")
+    _checked("namespace", lambda: validation.namespace_name(namespace))
+    entities = _entities(top["entities"]) if top.get("entities") is not None else {}
+    _check_parents(entities)
+    return Manifest(
+        namespace=namespace,
+        system=_system(top["system"]) if top.get("system") is not None else None,
+        resources=_resources(top["resources"]) if top.get("resources") is not None else {},
+        entities=entities,
+    )

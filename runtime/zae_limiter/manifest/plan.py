@@ -1,0 +1,362 @@
+"""Planning: compare a manifest with what is stored and list the changes (reference.md §8.3, §8.4).
+
+Pure: `Stored` (what the table holds, read by `state.read_stored`) and `Ownership` (what the
+manifest managed before, read by `state.read_ownership`) go in, a `Plan` comes out. The same plan
+drives `limits plan`, `limits diff` and `limits apply`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..limits import Limit
+from ..models import OnUnavailable
+from ..validation import DEFAULT_RESOURCE
+from .model import (
+    ENTITY,
+    PARENT,
+    RECORD,
+    RESOURCE,
+    SYSTEM,
+    Level,
+    Manifest,
+    ManifestError,
+    SystemLevel,
+    Target,
+)
+
+Action = Literal["create", "update", "delete"]
+State = Level | SystemLevel | str | None  # a level, a system level, or a parent id (None = none)
+
+
+@dataclass(frozen=True)
+class EntityState:
+    exists: bool
+    parent: str | None = None
+
+
+@dataclass
+class Stored:
+    """What the table holds for everything a plan looks at."""
+
+    system: SystemLevel = field(default_factory=SystemLevel)
+    resources: dict[str, Level] = field(default_factory=dict)
+    entity_levels: dict[tuple[str, str], Level] = field(default_factory=dict)
+    entities: dict[str, EntityState] = field(default_factory=dict)
+    children: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    custom_limits: dict[str, bool] = field(default_factory=dict)  # resource -> any entity has own
+
+    def entity(self, entity_id: str) -> EntityState:
+        return self.entities.get(entity_id, EntityState(False))
+
+    def level(self, entity_id: str, resource: str) -> Level:
+        return self.entity_levels.get((entity_id, resource), Level())
+
+
+@dataclass(frozen=True)
+class Change:
+    action: Action
+    target: Target
+    before: State
+    after: State
+
+    @property
+    def label(self) -> str:
+        return self.target.label()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "target": self.target.as_dict(),
+            "label": self.label,
+            "before": state_to_json(self.before),
+            "after": state_to_json(self.after),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Change:
+        target = Target.from_dict(data["target"])
+        return cls(data["action"], target, state_from_json(target, data["before"]),
+                   state_from_json(target, data["after"]))
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """The manifest's record in the table: what it manages, and any owed work."""
+
+    system: bool = False
+    resources: frozenset[str] = frozenset()
+    entity_levels: frozenset[tuple[str, str]] = frozenset()
+    parents: frozenset[str] = frozenset()
+    rev: int | None = None  # None: no record yet
+    pending: tuple[Change, ...] = ()
+    done: int = 0
+    lock_owner: str = ""
+    lock_until_ms: int = 0
+
+    @property
+    def owed(self) -> tuple[Change, ...]:
+        """Changes an interrupted apply started and did not confirm."""
+        return self.pending[self.done:]
+
+    def union(self, other: Ownership) -> Ownership:
+        return Ownership(
+            system=self.system or other.system,
+            resources=self.resources | other.resources,
+            entity_levels=self.entity_levels | other.entity_levels,
+            parents=self.parents | other.parents,
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    namespace: str
+    changes: tuple[Change, ...]
+    unchanged: int
+    warnings: tuple[str, ...]
+    owned: Ownership  # what the manifest manages once applied
+    owed: tuple[Change, ...] = ()
+    full: bool = False
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.changes or self.owed)
+
+    def counts(self) -> dict[str, int]:
+        out = {"create": 0, "update": 0, "delete": 0}
+        for change in self.changes:
+            out[change.action] += 1
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "changes": [c.as_dict() for c in self.changes],
+            "counts": self.counts(),
+            "unchanged": self.unchanged,
+            "owed": [c.as_dict() for c in self.owed],
+            "warnings": list(self.warnings),
+        }
+
+
+# --- JSON forms (plan output, owed work) -------------------------------------------------------
+
+
+def limit_to_manifest(limit: Limit) -> dict[str, Any]:
+    """A limit in the manifest's compact form (defaults left out)."""
+    data = limit.to_dict()
+    if not limit.is_quota:
+        if data.get("refill_amount") == limit.capacity:
+            data.pop("refill_amount")
+        period = data.pop("refill_period_seconds")
+        if period != 60:
+            data["refill_period"] = period
+    return data
+
+
+def limits_to_manifest(limits: Iterable[Limit]) -> dict[str, dict[str, Any]]:
+    return {limit.name: limit_to_manifest(limit) for limit in limits}
+
+
+def _limits_from_json(data: dict[str, Any] | None) -> tuple[Limit, ...] | None:
+    if data is None:
+        return None
+    return tuple(Limit.from_dict(name, dict(fields)) for name, fields in data.items())
+
+
+def state_to_json(state: State) -> Any:
+    if isinstance(state, Level):
+        return {
+            "limits": None if state.limits is None else limits_to_manifest(state.limits),
+            "disabled": state.disabled,
+            "cascade": state.cascade,
+        }
+    if isinstance(state, SystemLevel):
+        return {
+            "limits": None if state.limits is None else limits_to_manifest(state.limits),
+            "on_unavailable": state.on_unavailable.value if state.on_unavailable else None,
+        }
+    return state
+
+
+def state_from_json(target: Target, data: Any) -> State:
+    if target.kind in (RESOURCE, ENTITY):
+        return Level(_limits_from_json(data["limits"]), data["disabled"], data["cascade"])
+    if target.kind == SYSTEM:
+        mode = data["on_unavailable"]
+        return SystemLevel(_limits_from_json(data["limits"]), OnUnavailable(mode) if mode else None)
+    return None if data is None else str(data)
+
+
+# --- checks against the table ------------------------------------------------------------------
+
+
+def check_parents(manifest: Manifest, stored: Stored) -> None:
+    """Parents must exist (manifest or table), be roots, and a child must have no children."""
+    managed = {e: s.parent for e, s in manifest.entities.items() if s.manages_parent}
+    for entity_id, parent in manifest.child_parents().items():
+        path = f"entities.{entity_id}.parent"
+        if parent not in manifest.entities and not stored.entity(parent).exists:
+            raise ManifestError(path, f"the parent {parent!r} does not exist; declare it under "
+                                      "entities or create it first", parent)
+        grand = managed[parent] if parent in managed else stored.entity(parent).parent
+        if grand is not None:
+            raise ManifestError(path, f"{parent!r} has a parent itself ({grand!r}); only two "
+                                      "levels (user and organisation) are allowed", parent)
+        kids = {c for c, p in managed.items() if p == entity_id}
+        kids |= {c for c in stored.children.get(entity_id, ()) if managed.get(c, entity_id)
+                 == entity_id}
+        if kids:
+            raise ManifestError(path, f"{entity_id!r} has children ({', '.join(sorted(kids))}), "
+                                      "so it cannot be given a parent", parent)
+
+
+# --- planning ------------------------------------------------------------------------------------
+
+
+def _compare(target: Target, before: Any, after: Any, full: bool) -> Change | None:
+    """The change taking `before` to `after` (levels), or None when nothing differs."""
+    if after.empty:
+        return None if before.empty else Change("delete", target, before, after)
+    if before.empty:
+        return Change("create", target, before, after)
+    if full or not after.same_as(before):
+        return Change("update", target, before, after)
+    return None
+
+
+def make_plan(
+    manifest: Manifest, stored: Stored, owned_before: Ownership, *, full: bool = False
+) -> Plan:
+    """Every change that takes the table to the manifest, in the order apply runs them."""
+    check_parents(manifest, stored)
+    unchanged = 0
+    records: list[Change] = []
+    clears: list[Change] = []
+    moves: list[Change] = []
+    levels: list[Change] = []
+
+    def add(change: Change | None, bucket: list[Change]) -> None:
+        nonlocal unchanged
+        if change is None:
+            unchanged += 1
+        else:
+            bucket.append(change)
+
+    # system and resources
+    if manifest.system is not None:
+        add(_compare(Target(SYSTEM), stored.system, manifest.system, full), levels)
+    elif owned_before.system and not stored.system.empty:
+        levels.append(Change("delete", Target(SYSTEM), stored.system, SystemLevel()))
+    for resource, level in manifest.resources.items():
+        add(_compare(Target(RESOURCE, resource=resource),
+                     stored.resources.get(resource, Level()), level, full), levels)
+    for resource in sorted(owned_before.resources - set(manifest.resources)):
+        before = stored.resources.get(resource, Level())
+        if not before.empty:
+            levels.append(Change("delete", Target(RESOURCE, resource=resource), before, Level()))
+
+    # entity records and parent links
+    for entity_id, spec in sorted(manifest.entities.items(), key=lambda kv: kv[1].manages_parent
+                                  and kv[1].parent is not None):
+        state = stored.entity(entity_id)
+        wanted = spec.parent if spec.manages_parent else None
+        if not state.exists:
+            records.append(Change("create", Target(RECORD, entity_id), None, wanted))
+            continue
+        if spec.manages_parent:
+            if state.parent == wanted:
+                add(None, moves)
+            else:
+                add(Change("update" if wanted else "delete", Target(PARENT, entity_id),
+                           state.parent, wanted), moves if wanted else clears)
+    for entity_id in sorted(owned_before.parents):
+        spec = manifest.entities.get(entity_id)
+        state = stored.entity(entity_id)
+        if (spec is None or not spec.manages_parent) and state.exists and state.parent:
+            clears.append(Change("delete", Target(PARENT, entity_id), state.parent, None))
+    moving = {c.target.entity for c in moves}
+    moves.sort(key=lambda c: stored.entity(c.target.entity).parent not in moving)
+
+    # entity levels
+    wanted_levels: set[tuple[str, str]] = set()
+    for entity_id, spec in manifest.entities.items():
+        for resource, level in spec.levels.items():
+            wanted_levels.add((entity_id, resource))
+            add(_compare(Target(ENTITY, entity_id, resource), stored.level(entity_id, resource),
+                         level, full), levels)
+    for entity_id, resource in sorted(owned_before.entity_levels - wanted_levels):
+        before = stored.level(entity_id, resource)
+        if not before.empty:
+            levels.append(Change("delete", Target(ENTITY, entity_id, resource), before, Level()))
+
+    changes = (*clears, *records, *moves, *levels)
+    owned = Ownership(
+        system=manifest.system is not None,
+        resources=frozenset(manifest.resources),
+        entity_levels=frozenset(wanted_levels),
+        parents=frozenset(e for e, s in manifest.entities.items() if s.manages_parent),
+    )
+    return Plan(
+        namespace=manifest.namespace,
+        changes=changes,
+        unchanged=unchanged,
+        warnings=tuple(warnings(manifest, stored)),
+        owned=owned,
+        owed=owned_before.owed,
+        full=full,
+    )
+
+
+# --- warnings (§8.4) -------------------------------------------------------------------------------
+
+
+def _cascading(manifest: Manifest, stored: Stored, resource: str) -> bool:
+    level = manifest.resources.get(resource)
+    if level is not None:
+        return level.cascade is True
+    return stored.resources.get(resource, Level()).cascade is True
+
+
+def warnings(manifest: Manifest, stored: Stored) -> list[str]:
+    out: list[str] = []
+    for resource, level in manifest.resources.items():
+        if level.cascade is not True:
+            continue
+        declared = any(
+            spec.levels.get(where, Level()).limits is not None
+            for spec in manifest.entities.values() for where in (resource, DEFAULT_RESOURCE)
+        )
+        if not declared and not stored.custom_limits.get(resource) and not stored.custom_limits.get(
+            DEFAULT_RESOURCE
+        ):
+            out.append(
+                f"resource {resource}: cascade is on but no entity has limits of its own for it; "
+                "parents would fall back to the resource defaults and a whole organisation would "
+                "get one user's allowance"
+            )
+    parents = set(manifest.child_parents().values()) | {
+        e for e, kids in stored.children.items() if kids
+    }
+    for entity_id, spec in manifest.entities.items():
+        default = spec.levels.get(DEFAULT_RESOURCE)
+        if default is not None and default.limits is not None:
+            out.append(
+                f"entity {entity_id}: _default_ limits apply to every resource, budgets included"
+            )
+        if entity_id not in parents:
+            continue
+        for resource, level in spec.levels.items():
+            soft = [lim.name for lim in level.limits or () if lim.soft]
+            cascades = (
+                any(_cascading(manifest, stored, r) for r in manifest.resources)
+                if resource == DEFAULT_RESOURCE else _cascading(manifest, stored, resource)
+            )
+            if soft and cascades:
+                out.append(
+                    f"entity {entity_id} / {resource}: soft limit {', '.join(soft)} on a cascading "
+                    "parent can never protect the shared quota"
+                )
+    return out

@@ -1,0 +1,85 @@
+"""Root conftest: test environment and shared fixtures.
+
+Fixtures live in tests/support/fixtures.py (see its docstring for the list): one DynamoDB Local
+per session (`ddb_endpoint`), a moto server (`moto_endpoint`), clients, fresh tables (`table`,
+`raw_table`, `table_name`), `clock`, `wire` and `no_backoff`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# `support` (tests/support) is importable however pytest was started.
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
+
+# Tests never reach real AWS: dummy credentials (DynamoDB Local wants an alphanumeric key id), a
+# fixed region, and no profile, config file, instance metadata or endpoint from the environment.
+os.environ.update(
+    {
+        "AWS_ACCESS_KEY_ID": "AKIDLOCAL",
+        "AWS_SECRET_ACCESS_KEY": "local",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+)
+for _name in (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "ZAEL_ENDPOINT_URL",
+    "ZAEL_TABLE",
+    "ZAEL_NAMESPACE",
+):
+    os.environ.pop(_name, None)
+
+pytest_plugins = ["support.fixtures"]
+
+
+# --- library fixtures -------------------------------------------------------------------------
+
+import pytest  # noqa: E402
+
+from support.clock import FakeClock  # noqa: E402
+from support.tables import TableRef  # noqa: E402
+from zae_limiter import RateLimiter, Repository  # noqa: E402
+
+
+@pytest.fixture
+async def open_repo(table: TableRef, clock: FakeClock):  # type: ignore[no-untyped-def]
+    """Factory: another Repository on the same table (another process, as far as caches go)."""
+    opened: list[Repository] = []
+
+    async def make(**kwargs):  # type: ignore[no-untyped-def]
+        kwargs.setdefault("clock", clock)
+        repo = await Repository.open(
+            table=table.name, endpoint_url=table.endpoint_url, region=table.region, **kwargs
+        )
+        opened.append(repo)
+        return repo
+
+    yield make
+    for repo in opened:
+        await repo.close()
+
+
+@pytest.fixture
+async def repo(table: TableRef, clock: FakeClock):  # type: ignore[no-untyped-def]
+    repo = await Repository.open(
+        table=table.name, endpoint_url=table.endpoint_url, region=table.region, clock=clock
+    )
+    yield repo
+    await repo.close()
+
+
+@pytest.fixture
+async def limiter(repo: Repository) -> RateLimiter:
+    return RateLimiter(repo)
