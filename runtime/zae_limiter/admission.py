@@ -15,17 +15,15 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from . import config as cfg
 from .caches import ImageCache
 from .core import bucket
 from .core.bucket import MILLI, LimitWrite, Params, State
 from .dynamo import bucket_items as items
-from .dynamo import keys
+from .dynamo import keys, transport
 from .dynamo.bucket_items import BucketImage, Stamp
 from .dynamo.store import Store
-from .dynamo import transport
 from .dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
 from .errors import RateLimitExceeded, ResourceDisabled, ValidationError
 from .limits import Limit
@@ -212,15 +210,25 @@ class Admission:
                     states[params.name] = converted
             op_id = items.new_op_id()
             item = items.full_item(
-                self.ns, image.entity_id, image.resource, image.shard, stamp,
-                image.stamp_seq + 1, states, admissions=image.admissions,
-                generation=image.generation, now=now, ttl=self._ttl(stamp, states, now),
+                self.ns,
+                image.entity_id,
+                image.resource,
+                image.shard,
+                stamp,
+                image.stamp_seq + 1,
+                states,
+                admissions=image.admissions,
+                generation=image.generation,
+                now=now,
+                ttl=self._ttl(stamp, states, now),
                 op_id=op_id,
             )
             for i, old_op in enumerate(image.op_ids):
                 if old_op and f"q{i}" not in item:
                     item[f"q{i}"] = old_op
-            request = items.put_request(self.store.table, item, replaces=image, expired_before_s=None)
+            request = items.put_request(
+                self.store.table, item, replaces=image, expired_before_s=None
+            )
             try:
                 new = items.parse(await self.store.send_update(request))
             except ConditionFailed as failed:
@@ -360,14 +368,29 @@ class Admission:
         ttl = self._ttl(image.stamp, states, now)
         if target.exists:
             request = items.update_request(
-                self.store.table, image, writes, now=now, ttl=ttl, admissions=admissions,
-                op_id=op_id, guard_op=guard_op,
+                self.store.table,
+                image,
+                writes,
+                now=now,
+                ttl=ttl,
+                admissions=admissions,
+                op_id=op_id,
+                guard_op=guard_op,
             )
         else:
             item = items.full_item(
-                self.ns, image.entity_id, image.resource, image.shard, image.stamp,
-                image.stamp_seq, states, admissions=max(0, admissions),
-                generation=items.new_op_id(), now=now, ttl=ttl, op_id=op_id,
+                self.ns,
+                image.entity_id,
+                image.resource,
+                image.shard,
+                image.stamp,
+                image.stamp_seq,
+                states,
+                admissions=max(0, admissions),
+                generation=items.new_op_id(),
+                now=now,
+                ttl=ttl,
+                op_id=op_id,
             )
             request = items.put_request(
                 self.store.table, item, replaces=None, expired_before_s=now // 1000
@@ -376,7 +399,9 @@ class Admission:
 
     async def write_all(
         self, jobs: list[tuple[Target, Planner]], *, settle: bool
-    ) -> tuple[list[tuple[Target, BucketImage, dict[str, LimitWrite]]], list[Target], BaseException | None]:
+    ) -> tuple[
+        list[tuple[Target, BucketImage, dict[str, LimitWrite]]], list[Target], BaseException | None
+    ]:
         """Write every job in waves until each lands or is refused by its planner.
 
         A planner maps (target with its latest image, now) to the limit writes and admissions
@@ -393,7 +418,7 @@ class Admission:
         for attempt in range(rounds):
             if not pending or error is not None:
                 break
-            unknown: UnknownOutcome | None = None
+            unknown = None
             now = self.clock()
             planned = []
             for target, planner, op_id, guard in pending:
@@ -422,8 +447,11 @@ class Admission:
                     if outcome.item is None:
                         target.exists = False
                         target.image = _blank_image(
-                            self.ns, target.entity_id, target.resource,
-                            target.image.stamp, target.image.stamp_seq + 1,
+                            self.ns,
+                            target.entity_id,
+                            target.resource,
+                            target.image.stamp,
+                            target.image.stamp_seq + 1,
                         )
                         pending.append((target, planner, op_id, guard))
                         continue
@@ -487,7 +515,8 @@ class Admission:
         now = self.clock()
         if local_ok:
             short = [
-                t for t in targets
+                t
+                for t in targets
                 if (t.read_now or self.images.fresh_for_rejection(t.seen_at, now))
                 and _plan_admit(replace(t, read_now=True), now) is None
             ]
@@ -557,7 +586,9 @@ class Admission:
             self._warned_unmetered.add(resource)
             log.warning(
                 "resource %r has no limits at any level in namespace %s: it is unmetered "
-                "(admitted, nothing written)", resource, self.ns,
+                "(admitted, nothing written)",
+                resource,
+                self.ns,
             )
 
     def _note_parent_fallback(self, parent: str, resource: str) -> None:
@@ -566,7 +597,8 @@ class Admission:
             log.warning(
                 "cascade parent %r has no limits of its own for %r: it is judged on the "
                 "resource or system defaults (one user's allowance); set its own limits",
-                parent, resource,
+                parent,
+                resource,
             )
 
 
@@ -590,7 +622,12 @@ def _plan_admit(target: Target, now: int) -> tuple[dict[str, LimitWrite], int] |
             continue
         enforce = not params.soft
         write = bucket.plan_debit(
-            params, state, now, image.stamp.shards, amount, enforce=enforce,
+            params,
+            state,
+            now,
+            image.stamp.shards,
+            amount,
+            enforce=enforce,
             check=target.read_now,
         )
         if write is None:

@@ -176,16 +176,27 @@ def from_params(params: Params) -> Limit:
 
     if params.kind == Kind.RATE:
         return Limit(
-            params.name, params.capacity // MILLI, params.refill // MILLI,
-            params.period_ms // 1000, soft=params.soft,
+            params.name,
+            params.capacity // MILLI,
+            params.refill // MILLI,
+            params.period_ms // 1000,
+            soft=params.soft,
         )
     if params.kind == Kind.CALENDAR:
         expr, tz = params.cron.split("|", 1)
         return Limit(
-            params.name, params.capacity // MILLI, 0, 60,
-            reset_schedule=(ScheduleEntry.reset(expr, tz),), soft=params.soft,
+            params.name,
+            params.capacity // MILLI,
+            0,
+            60,
+            reset_schedule=(ScheduleEntry.reset(expr, tz),),
+            soft=params.soft,
         )
     return Limit(
-        params.name, params.capacity // MILLI, 0, max(1, params.reset_after_ms // 1000),
-        reset_after=timedelta(milliseconds=params.reset_after_ms), soft=params.soft,
+        params.name,
+        params.capacity // MILLI,
+        0,
+        max(1, params.reset_after_ms // 1000),
+        reset_after=timedelta(milliseconds=params.reset_after_ms),
+        soft=params.soft,
     )

@@ -103,7 +103,11 @@ class RateLimiterUnavailable(InfrastructureError):
         self.resource = resource
         context = [
             f"{label}={value}"
-            for label, value in (("table", table_name), ("entity", entity_id), ("resource", resource))
+            for label, value in (
+                ("table", table_name),
+                ("entity", entity_id),
+                ("resource", resource),
+            )
             if value
         ]
         full = message + (f" ({', '.join(context)})" if context else "")

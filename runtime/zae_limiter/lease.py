@@ -134,7 +134,7 @@ class Lease:
     """What `acquire()` yields. Lease-level members act on the primary resource."""
 
     def __init__(self, acquisition: _Acquisition | None, holds: dict[str, ResourceHold]) -> None:
-        self._acq = acquisition  # type: ignore[assignment]
+        self._acq: _Acquisition = acquisition  # type: ignore[assignment]  # None only if degraded
         self._holds = holds
         self._open = True
         self.degraded = acquisition is None
@@ -220,6 +220,12 @@ def apply_to_debited(entry: Landed, delta: dict[str, int]) -> None:
 def target_for_more(entry: Landed, amounts: dict[str, int]) -> Target:
     target = entry.target
     return Target(
-        target.entity_id, target.resource, target.role, target.image, True, target.seen_at, False,
+        target.entity_id,
+        target.resource,
+        target.role,
+        target.image,
+        True,
+        target.seen_at,
+        False,
         {n: a * MILLI for n, a in amounts.items() if target.stamp.params(n) is not None},
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import validation
 from .admission import Admission, Landed, ResourcePlan, RulesChanged, Unavailable
@@ -22,7 +22,6 @@ from .lease import (
 )
 from .limits import Limit, check_limit_list
 from .models import Availability, OnUnavailable
-
 from .repository import Repository
 
 log = logging.getLogger("zae_limiter")
@@ -52,21 +51,21 @@ def _validate_acquire(
             raise ValidationError("also", also, "must be a dict of resource to amounts")
         if limits is not None:
             raise ValidationError(
-                "also", also,
+                "also",
+                also,
                 "limits= cannot be combined with also: store the limits instead "
                 "(set_limits / set_resource_defaults)",
             )
         if len(also) + 1 > MAX_ACQUIRE_RESOURCES:
             raise ValidationError(
-                "also", f"{len(also)} resources",
+                "also",
+                f"{len(also)} resources",
                 f"at most {MAX_ACQUIRE_RESOURCES} resources per acquire, the primary included",
             )
         for extra, amounts in also.items():
             validation.resource_name(extra, field="also resource")
             if extra == resource:
-                raise ValidationError(
-                    "also", extra, "the primary resource may not appear in also"
-                )
+                raise ValidationError("also", extra, "the primary resource may not appear in also")
             requests[extra] = _amounts_for(extra, amounts)
     return requests
 
@@ -108,10 +107,15 @@ class _Acquisition:
             return PermissionDenied(
                 f"DynamoDB refused dynamodb:{root.operation}; attach the zae-limiter 'app' "
                 "managed policy (or 'admin' for administrative calls) to this role",
-                root, table_name=self.repository.table_name, entity_id=self.entity_id,
+                root,
+                table_name=self.repository.table_name,
+                entity_id=self.entity_id,
             )
         return RateLimiterUnavailable(
-            message, root, table_name=self.repository.table_name, entity_id=self.entity_id,
+            message,
+            root,
+            table_name=self.repository.table_name,
+            entity_id=self.entity_id,
             resource=next(iter(self.requests)),
         )
 
@@ -198,7 +202,9 @@ class _Acquisition:
                 raise error from failure
             log.error(
                 "exit write lost for entity %s, amounts %s: %s",
-                self.entity_id, {r: h.pending for r, h in holds.items()}, error,
+                self.entity_id,
+                {r: h.pending for r, h in holds.items()},
+                error,
             )
 
 
@@ -207,6 +213,24 @@ def _same(entry: Landed | None, target: Any) -> bool:
         return False
     t = entry.target
     return (t.entity_id, t.resource, t.role) == (target.entity_id, target.resource, target.role)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _delegate(
+    method: Callable[Concatenate[Repository, P], Awaitable[R]],
+) -> Callable[Concatenate[RateLimiter, P], Awaitable[R]]:
+    """A RateLimiter method that calls the repository's one implementation."""
+    name = method.__name__
+
+    async def call(self: RateLimiter, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        bound: Callable[P, Awaitable[R]] = getattr(self.repository, name)
+        return await bound(*args, **kwargs)
+
+    functools.update_wrapper(call, method)
+    return call
 
 
 class RateLimiter:
@@ -259,32 +283,32 @@ class RateLimiter:
         needed: dict[str, int],
         limits: list[Limit] | None = None,
     ) -> float:
-        return (await self.check_availability(entity_id, resource, needed, limits)).retry_after_seconds
+        return (
+            await self.check_availability(entity_id, resource, needed, limits)
+        ).retry_after_seconds
 
     async def is_available(self, timeout: float = 1.0) -> bool:
         return await self.repository.is_available(timeout)
 
-
-
-def _delegate(name: str) -> Any:
-    """A RateLimiter method that calls the repository's one implementation."""
-    target = getattr(Repository, name)
-
-    @functools.wraps(target)
-    async def method(self: RateLimiter, *args: Any, **kwargs: Any) -> Any:
-        return await getattr(self.repository, name)(*args, **kwargs)
-
-    return method
-
-
-DELEGATED = (
-    "create_entity", "get_entity", "delete_entity", "get_children", "set_parent",
-    "set_limits", "get_limits", "delete_limits", "list_entities_with_custom_limits",
-    "list_resources_with_entity_configs", "set_resource_defaults", "get_resource_defaults",
-    "delete_resource_defaults", "list_resources_with_defaults", "set_system_defaults",
-    "get_system_defaults", "delete_system_defaults", "get_resource_capacity",
-    "get_usage_snapshots", "get_usage_summary", "get_audit_events",
-)
-for _name in DELEGATED:
-    if hasattr(Repository, _name):
-        setattr(RateLimiter, _name, _delegate(_name))
+    # Entity and config methods: one implementation, on the repository.
+    create_entity = _delegate(Repository.create_entity)
+    get_entity = _delegate(Repository.get_entity)
+    delete_entity = _delegate(Repository.delete_entity)
+    get_children = _delegate(Repository.get_children)
+    set_parent = _delegate(Repository.set_parent)
+    set_limits = _delegate(Repository.set_limits)
+    get_limits = _delegate(Repository.get_limits)
+    delete_limits = _delegate(Repository.delete_limits)
+    list_entities_with_custom_limits = _delegate(Repository.list_entities_with_custom_limits)
+    list_resources_with_entity_configs = _delegate(Repository.list_resources_with_entity_configs)
+    set_resource_defaults = _delegate(Repository.set_resource_defaults)
+    get_resource_defaults = _delegate(Repository.get_resource_defaults)
+    delete_resource_defaults = _delegate(Repository.delete_resource_defaults)
+    list_resources_with_defaults = _delegate(Repository.list_resources_with_defaults)
+    set_system_defaults = _delegate(Repository.set_system_defaults)
+    get_system_defaults = _delegate(Repository.get_system_defaults)
+    delete_system_defaults = _delegate(Repository.delete_system_defaults)
+    get_resource_capacity = _delegate(Repository.get_resource_capacity)
+    get_audit_events = _delegate(Repository.get_audit_events)
+    get_usage_snapshots = _delegate(Repository.get_usage_snapshots)
+    get_usage_summary = _delegate(Repository.get_usage_summary)

@@ -132,19 +132,27 @@ class Limit:
     # --- constructors ----------------------------------------------------------------------
 
     @classmethod
-    def per_second(cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False) -> Limit:
+    def per_second(
+        cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False
+    ) -> Limit:
         return cls._rate(name, rate, burst, 1, soft)
 
     @classmethod
-    def per_minute(cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False) -> Limit:
+    def per_minute(
+        cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False
+    ) -> Limit:
         return cls._rate(name, rate, burst, 60, soft)
 
     @classmethod
-    def per_hour(cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False) -> Limit:
+    def per_hour(
+        cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False
+    ) -> Limit:
         return cls._rate(name, rate, burst, 3600, soft)
 
     @classmethod
-    def per_day(cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False) -> Limit:
+    def per_day(
+        cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False
+    ) -> Limit:
         return cls._rate(name, rate, burst, 86400, soft)
 
     @classmethod
@@ -184,7 +192,9 @@ class Limit:
         edges = (ScheduleEntry.reset(cron, tz),) if cron is not None else ()
         period = int(reset_after.total_seconds()) if reset_after is not None else 60
         period = max(1, min(period, MAX_PERIOD_SECONDS))
-        return cls(name, amount, 0, period, reset_schedule=edges, reset_after=reset_after, soft=soft)
+        return cls(
+            name, amount, 0, period, reset_schedule=edges, reset_after=reset_after, soft=soft
+        )
 
     def with_schedule(self, schedule: tuple[ScheduleEntry, ...]) -> Limit:
         return replace(self, schedule=tuple(schedule))
@@ -238,8 +248,14 @@ class Limit:
     def from_dict(cls, name: str, data: dict[str, Any]) -> Limit:
         """Build from the manifest's field names (`refill_period` accepted as an alias)."""
         known = {
-            "capacity", "refill_amount", "refill_period_seconds", "refill_period",
-            "schedule", "reset_schedule", "reset_after_seconds", "soft",
+            "capacity",
+            "refill_amount",
+            "refill_period_seconds",
+            "refill_period",
+            "schedule",
+            "reset_schedule",
+            "reset_after_seconds",
+            "soft",
         }
         unknown = set(data) - known
         if unknown:

@@ -17,11 +17,11 @@ from typing import Any
 from . import schema, versioning
 from .admin.availability import AvailabilityMixin
 from .admin.balances import BalancesMixin
-from .admin.reports import ReportsMixin
-from .admin.usage import UsageMixin
 from .admin.entities import EntitiesMixin
 from .admin.flags import FlagsMixin
 from .admin.namespaces import NamespacesMixin
+from .admin.reports import ReportsMixin
+from .admin.usage import UsageMixin
 from .admission import Admission
 from .audit import iso
 from .caches import ConfigCache, ImageCache, stats
@@ -33,7 +33,6 @@ from .errors import (
     InfrastructureNotFoundError,
     NamespaceNotFoundError,
     PermissionDenied,
-    RateLimiterUnavailable,
     VersionMismatchError,
 )
 from .models import CacheStats, OnUnavailable
@@ -87,7 +86,11 @@ class Repository(
         self._config_cache = ConfigCache(shared.config_cache_ttl)
         self._resolver = Resolver(self._store, namespace_id, self._config_cache, shared.clock)
         self._admission = Admission(
-            self._store, namespace_id, self._resolver, shared.images, shared.clock,
+            self._store,
+            namespace_id,
+            self._resolver,
+            shared.images,
+            shared.clock,
             shared.bucket_ttl_multiplier,
         )
         self._scopes: dict[str, Repository] = {}
@@ -281,9 +284,9 @@ class Repository(
         if entity_id is None:
             self._resolver.forget(resource)
         self._config_cache.evict(
-            lambda k: k[0] == "unmetered"
-            and (entity_id in (None, k[1]))
-            and (resource in (None, k[2]))
+            lambda k: (
+                k[0] == "unmetered" and (entity_id in (None, k[1])) and (resource in (None, k[2]))
+            )
         )
 
     # --- versions ----------------------------------------------------------------------------
@@ -310,7 +313,9 @@ class Repository(
         item = records.version_record_item(
             schema_version=schema_version or current.get("schema_version") or schema.SCHEMA_VERSION,
             aggregator_version=(
-                current.get("aggregator_version") if aggregator_version is ... else aggregator_version
+                current.get("aggregator_version")
+                if aggregator_version is ...
+                else aggregator_version
             ),
             aggregator_function=current.get("aggregator_function"),
             client_min_version=minimum,
@@ -355,7 +360,9 @@ async def _read_version_record(store: Store) -> dict[str, Any]:
     except AccessDenied as exc:
         raise PermissionDenied(
             "DynamoDB refused reading the version record; attach the zae-limiter 'app' or "
-            "'read-only' managed policy", exc, table_name=store.table,
+            "'read-only' managed policy",
+            exc,
+            table_name=store.table,
         ) from exc
     if item is None:
         raise InfrastructureNotFoundError(store.table)
@@ -376,7 +383,10 @@ def _check(record: dict[str, Any], table: str) -> None:
     if verdict.aggregator_older:
         log.warning(
             "table %s has aggregator %s, older than zae-limiter %s: features that need a newer "
-            "aggregator will be refused until you run `zae-limiter upgrade`", table, aggregator, lib,
+            "aggregator will be refused until you run `zae-limiter upgrade`",
+            table,
+            aggregator,
+            lib,
         )
 
 
@@ -422,7 +432,8 @@ def _verify_keys(table: dict[str, Any], name: str) -> None:
     key_schema = {k["AttributeName"]: k["KeyType"] for k in table.get("KeySchema", [])}
     if key_schema != {schema.PARTITION_KEY: "HASH", schema.SORT_KEY: "RANGE"}:
         raise IncompatibleSchemaError(
-            versioning.LIBRARY_VERSION, "?",
+            versioning.LIBRARY_VERSION,
+            "?",
             f"table {name!r} exists with keys {key_schema}; it is not a zae-limiter table",
         )
 

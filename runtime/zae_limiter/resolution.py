@@ -128,10 +128,10 @@ class Resolver:
         self, entity_id: str, resources: Sequence[str]
     ) -> tuple[cfg.EntityConfig, dict[str, cfg.Resolved]]:
         """One wave of reads: the entity's partition, and each resource's and the system level."""
-        entity, system, *levels = await asyncio.gather(
+        entity, system, levels = await asyncio.gather(
             self.entity_config(entity_id),
             self.system_level(),
-            *(self.resource_level(r) for r in resources),
+            asyncio.gather(*(self.resource_level(r) for r in resources)),
         )
         resolved = {
             resource: cfg.resolve(entity, resource, level, system)

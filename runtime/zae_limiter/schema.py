@@ -36,7 +36,7 @@ class Index:
 # Which items appear where (see zae_limiter.dynamo.keys for the values):
 #   GSI1  entity records with a parent: parent -> children.
 #   GSI2  bucket shards and usage snapshots per resource (resource-wide reports).
-#   GSI3  an entity's bucket shards; entity config items per resource ("entities with config for R").
+#   GSI3  an entity's bucket shards; entity config items per resource (entities with config).
 #   GSI4  every item of a namespace (purge).
 INDEXES: tuple[Index, ...] = (
     Index("GSI1", "GSI1PK", "GSI1SK", "KEYS_ONLY", "parent -> children"),

@@ -58,7 +58,7 @@ def wrap(value: Any) -> Any:
     """An async object's sync twin (or the value itself)."""
     twin = _TWINS.get(type(value))
     if twin is not None:
-        obj = twin.__new__(twin)
+        obj: Any = object.__new__(twin)
         obj._async = value
         return obj
     return value

@@ -31,7 +31,7 @@ def entity_id(value: Any, field: str = "entity_id") -> str:
 
 def resource_name(value: Any, *, allow_default: bool = False, field: str = "resource") -> str:
     if allow_default and value == DEFAULT_RESOURCE:
-        return value
+        return DEFAULT_RESOURCE
     if not isinstance(value, str) or not _RESOURCE.match(value):
         raise InvalidNameError(
             field,

@@ -40,26 +40,30 @@ def compare(record: dict[str, object], library: str = LIBRARY_VERSION) -> Verdic
     aggregator = record.get("aggregator_version")
     if minimum and parse(library) < parse(str(minimum)):
         return Verdict(
-            False, "client_too_old",
+            False,
+            "client_too_old",
             f"zae-limiter {library} is older than this table's minimum client version "
             f"{minimum}; upgrade the library (pip install -U zae-limiter)",
         )
     mine, theirs = parse(SCHEMA_VERSION), parse(schema)
     if mine[0] != theirs[0]:
         return Verdict(
-            False, "schema_major",
+            False,
+            "schema_major",
             f"table schema {schema} is incompatible with this library's schema {SCHEMA_VERSION}",
         )
     if theirs[:2] < mine[:2]:
         return Verdict(
-            False, "schema_older",
+            False,
+            "schema_older",
             f"table schema {schema} is older than the library's {SCHEMA_VERSION}; "
             "run `zae-limiter upgrade`",
             can_auto_update=True,
         )
     if theirs[:2] > mine[:2]:
         return Verdict(
-            False, "schema_newer",
+            False,
+            "schema_newer",
             f"table schema {schema} is newer than this library supports ({SCHEMA_VERSION}); "
             "upgrade the library",
         )

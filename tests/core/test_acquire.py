@@ -175,7 +175,9 @@ async def test_on_unavailable_allow_yields_a_degraded_lease(open_repo) -> None: 
     limiter = RateLimiter(repo)
     await limiter.set_resource_defaults("api", [Limit.per_minute("rpm", 10)])
     await repo._store.transport.close()  # the client is gone: every call fails
-    async with limiter.acquire("u1", "api", {"rpm": 1}, on_unavailable=OnUnavailable.ALLOW) as lease:
+    async with limiter.acquire(
+        "u1", "api", {"rpm": 1}, on_unavailable=OnUnavailable.ALLOW
+    ) as lease:
         assert lease.degraded and lease.resources == ()
         await lease.resource("anything").adjust(x=1)
         assert lease.consumed == {}

@@ -130,9 +130,7 @@ async def test_an_organisation_cap_holds_under_32_users(open_repo: Any) -> None:
             except RateLimitExceeded:
                 pass
 
-    await asyncio.gather(
-        *(hammer(RateLimiter(repos[i % 4]), user) for i, user in enumerate(users))
-    )
+    await asyncio.gather(*(hammer(RateLimiter(repos[i % 4]), user) for i, user in enumerate(users)))
     assert 50 <= admitted <= 100  # frozen clock: never more than the org's burst
     assert (await admin.available("org", "api")) == {"rpm": 100 - admitted}
     consumed = 0

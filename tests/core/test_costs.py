@@ -74,7 +74,9 @@ async def test_a_rejection_is_decided_from_the_failed_write(open_repo: Any, wire
     assert cost(w) == (1, 0, 1)  # the failed conditional write's returned image decides
 
 
-async def test_the_rejection_cache_answers_repeats_with_no_call(repo: Repository, wire: Any) -> None:
+async def test_the_rejection_cache_answers_repeats_with_no_call(
+    repo: Repository, wire: Any
+) -> None:
     limiter = RateLimiter(repo)
     await limiter.set_resource_defaults("api", [Limit.per_minute("rpm", 1)])
     await warm(limiter, "u1", "api", {"rpm": 1})

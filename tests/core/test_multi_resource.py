@@ -45,7 +45,9 @@ async def test_rules_are_checked_before_any_io(
     assert w.requests == []
 
 
-async def test_sixteen_resources_are_allowed_and_an_empty_also_is_plain(limiter: RateLimiter) -> None:
+async def test_sixteen_resources_are_allowed_and_an_empty_also_is_plain(
+    limiter: RateLimiter,
+) -> None:
     also = {f"r{i}": {"x": 1} for i in range(MAX_ACQUIRE_RESOURCES - 1)}
     async with limiter.acquire("user-1", "search", {"rpm": 1}, also=also) as lease:
         assert len(lease.resources) == MAX_ACQUIRE_RESOURCES
@@ -63,7 +65,8 @@ async def test_a_rejection_refunds_every_resource(limiter: RateLimiter) -> None:
         async with limiter.acquire("u", "search", {"rpm": 1}, also={"budget": {"units": 500}}):
             pass
     assert {(s.resource, s.limit_name) for s in info.value.statuses} == {
-        ("search", "rpm"), ("budget", "units"),
+        ("search", "rpm"),
+        ("budget", "units"),
     }
     assert info.value.as_dict()["limits"][1]["resource"] == "budget"
     assert await balances(limiter, "u", "search", "budget") == before
@@ -72,7 +75,9 @@ async def test_a_rejection_refunds_every_resource(limiter: RateLimiter) -> None:
 async def test_handles_keep_same_named_limits_apart(limiter: RateLimiter) -> None:
     await limiter.set_resource_defaults("search", [Limit.per_minute("units", 1_000)])
     await limiter.set_resource_defaults("budget", [Limit.per_day("units", 10_000)])
-    async with limiter.acquire("u", "search", {"units": 50}, also={"budget": {"units": 5}}) as lease:
+    async with limiter.acquire(
+        "u", "search", {"units": 50}, also={"budget": {"units": 5}}
+    ) as lease:
         await lease.adjust(units=10)
         await lease.resource("budget").consume(units=1)
         await lease.resource("budget").release(units=2)
@@ -81,7 +86,8 @@ async def test_handles_keep_same_named_limits_apart(limiter: RateLimiter) -> Non
         with pytest.raises(ValidationError):
             lease.resource("other")
     assert await balances(limiter, "u", "search", "budget") == {
-        "search": {"units": 940}, "budget": {"units": 9_996},
+        "search": {"units": 940},
+        "budget": {"units": 9_996},
     }
 
 
@@ -89,11 +95,14 @@ async def test_an_exception_refunds_every_resource_and_consume(limiter: RateLimi
     await limiter.set_resource_defaults("search", [Limit.per_minute("units", 1_000)])
     await limiter.set_resource_defaults("budget", [Limit.per_day("units", 10_000)])
     with pytest.raises(ZeroDivisionError):
-        async with limiter.acquire("u", "search", {"units": 50}, also={"budget": {"units": 5}}) as lease:
+        async with limiter.acquire(
+            "u", "search", {"units": 50}, also={"budget": {"units": 5}}
+        ) as lease:
             await lease.resource("budget").consume(units=100)
             _ = 1 / 0
     assert await balances(limiter, "u", "search", "budget") == {
-        "search": {"units": 1_000}, "budget": {"units": 10_000},
+        "search": {"units": 1_000},
+        "budget": {"units": 10_000},
     }
 
 
@@ -133,7 +142,9 @@ async def test_an_error_on_one_parallel_write_leaves_no_debit(
     try:
         if mode is OnUnavailable.BLOCK:
             with pytest.raises(RateLimiterUnavailable):
-                async with limiter.acquire("u", "search", {"rpm": 1}, also={"budget": {"units": 1}}):
+                async with limiter.acquire(
+                    "u", "search", {"rpm": 1}, also={"budget": {"units": 1}}
+                ):
                     pass
         else:
             async with limiter.acquire(
@@ -149,9 +160,7 @@ async def test_an_error_on_one_parallel_write_leaves_no_debit(
 async def test_concurrent_acquires_never_admit_more_than_the_budget(open_repo: Any) -> None:
     limiters = [RateLimiter(await open_repo(rejection_cache_ttl=0)) for _ in range(4)]
     await limiters[0].set_resource_defaults("search", [Limit.per_minute("rpm", 10_000)])
-    await limiters[0].set_resource_defaults(
-        "budget", [Limit.quota("weekly", 25, cron="0 0 * * 1")]
-    )
+    await limiters[0].set_resource_defaults("budget", [Limit.quota("weekly", 25, cron="0 0 * * 1")])
     admitted = 0
 
     async def worker(limiter: RateLimiter) -> None:

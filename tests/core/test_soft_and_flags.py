@@ -51,7 +51,9 @@ async def test_bypass_keeps_counting_but_debits_no_balance(
     await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 1)])
     await limiter.set_resource_defaults("budget", [Limit.per_day("units", 10)])
     assert await repo.bypass_entity("user-7", resource="budget") == 0
-    async with limiter.acquire("user-7", "search", {"rpm": 1}, also={"budget": {"units": 500}}) as lease:
+    async with limiter.acquire(
+        "user-7", "search", {"rpm": 1}, also={"budget": {"units": 500}}
+    ) as lease:
         assert lease.resource("budget").bypassed and not lease.bypassed
     with pytest.raises(RateLimitExceeded) as info:  # per-resource limits still apply
         async with limiter.acquire("user-7", "search", {"rpm": 1}, also={"budget": {"units": 5}}):
@@ -83,7 +85,9 @@ async def test_an_entity_bypass_never_extends_to_its_parent(
     assert info.value.violations[0].entity_id == "org"
 
 
-async def test_disable_enable_and_clear(limiter: RateLimiter, repo: Repository, open_repo: Any) -> None:
+async def test_disable_enable_and_clear(
+    limiter: RateLimiter, repo: Repository, open_repo: Any
+) -> None:
     await limiter.set_resource_defaults("api", [Limit.per_minute("rpm", 100)])
     async with limiter.acquire("u", "api", {"rpm": 1}):
         pass

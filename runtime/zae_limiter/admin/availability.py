@@ -35,7 +35,9 @@ class AvailabilityMixin(AdminBase):
             check_limit_list(limits)
         (_, resolved), found = await asyncio.gather(
             self._resolver.resolve_many(entity_id, [resource]),
-            self._store.batch_get([keys.bucket(self._ns, entity_id, resource, 0)], consistent=False),
+            self._store.batch_get(
+                [keys.bucket(self._ns, entity_id, resource, 0)], consistent=False
+            ),
         )
         now = self._clock()
         res = resolved[resource]
@@ -43,7 +45,9 @@ class AvailabilityMixin(AdminBase):
             raise ResourceDisabled(entity_id, resource, res.disabled.split(":", 1)[1])
         chosen = tuple(limits) if limits is not None else res.limits
         if chosen is None:
-            return Availability(entity_id, resource, now, [], bypassed=res.disabled.startswith("bypass"))
+            return Availability(
+                entity_id, resource, now, [], bypassed=res.disabled.startswith("bypass")
+            )
         stamp = stamp_for(res, chosen)
         unknown = [n for n in wanted if stamp.params(n) is None]
         if unknown:
@@ -67,10 +71,13 @@ class AvailabilityMixin(AdminBase):
                 states[params.name] = bucket.convert(old, params, state, now, shards, shards)
         image = BucketImage(self._ns, entity_id, resource, 0, stamp, 0, states)
         statuses = limit_statuses(
-            image, {n: a * MILLI for n, a in wanted.items()}, now,
+            image,
+            {n: a * MILLI for n, a in wanted.items()},
+            now,
             bypass=res.disabled.startswith("bypass"),
         )
         if shards > 1:
             statuses = [replace(s, available=s.available * shards) for s in statuses]
-        return Availability(entity_id, resource, now, statuses,
-                            bypassed=res.disabled.startswith("bypass"))
+        return Availability(
+            entity_id, resource, now, statuses, bypassed=res.disabled.startswith("bypass")
+        )

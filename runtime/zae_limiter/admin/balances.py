@@ -1,9 +1,408 @@
-"""Balance operations: `top_up` and `reset_bucket` (reference.md §5.9)."""
+"""Balance operations: `top_up` and `reset_bucket` (reference.md §2.6, §5.9).
+
+A call validates its arguments before any I/O, passes its feature gate, then reads in one wave
+the resolved config with shard 0 of the bucket (restamping it when its stamp is older than the
+config, exactly as an acquire's slow path would) and the operation record of its idempotency
+key; then the other shards (shard 0 holds the shard count). It writes ONE TransactWriteItems:
+every shard, the audit event and the operation record. Each shard write is relative and guarded
+(`core.operations`), so it commutes with concurrent hot-path writes; a transaction cancelled by
+one of them (or by a restamp) is read and planned again.
+
+The operation record (3-day TTL) stores the arguments and the result: a call with the same key
+and the same arguments returns the first result with `replayed=True` and writes nothing; the
+same key with other arguments is a `ValidationError`. A transaction whose response is lost is
+re-sent by the transport with the same client request token, which DynamoDB applies at most
+once; if it still cannot be confirmed the call raises `RateLimiterUnavailable`, and only a key
+makes the caller's own retry safe.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .. import validation
+from ..admission import RulesChanged
+from ..audit import iso
+from ..core import operations
+from ..core.bucket import MILLI, Kind, LimitWrite, State, full_state
+from ..dynamo import bucket_items as items
+from ..dynamo import codec, keys
+from ..dynamo.bucket_items import BucketImage, Stamp
+from ..dynamo.transport import AccessDenied, DynamoError, TransactionCancelled
+from ..errors import (
+    PermissionDenied,
+    RateLimiterUnavailable,
+    ResourceDisabled,
+    ValidationError,
+)
+from ..models import AuditAction, BucketOperationResult
 from .base import AdminBase
+from .gates import check_gate
+
+OPERATION_TTL_SECONDS = 3 * 86400
+MAX_ATTEMPTS = 6  # reads and transactions before giving up on a bucket that keeps changing
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One balance operation, as validated."""
+
+    action: str  # AuditAction.BUCKET_TOPPED_UP or BUCKET_RESET
+    entity_id: str
+    resource: str
+    names: tuple[str, ...] | None  # reset: the limits named (None: all); top-up: amounts' names
+    amounts: dict[str, int]  # top-up: whole units per limit; reset: {}
+    idempotency_key: str | None
+    principal: str | None
+
+    @property
+    def is_top_up(self) -> bool:
+        return self.action == AuditAction.BUCKET_TOPPED_UP
+
+    def arguments(self) -> str:
+        """What a replay must match, canonical."""
+        return json.dumps(
+            {
+                "action": self.action,
+                "entity_id": self.entity_id,
+                "resource": self.resource,
+                "limits": None if self.names is None else sorted(self.names),
+                "amounts": self.amounts,
+            },
+            sort_keys=True,
+        )
+
+
+@dataclass
+class _Shard:
+    """One shard item as read (or the blank one a top-up creates)."""
+
+    image: BucketImage
+    exists: bool
+
+
+@dataclass
+class _Bucket:
+    stamp: Stamp | None  # None: the resource is unmetered for the entity
+    shards: list[_Shard]  # [] when there is no live bucket
+    record: dict[str, Any] | None  # the idempotency key's operation record, if live
 
 
 class BalancesMixin(AdminBase):
     """`top_up` and `reset_bucket`, on every shard in one transaction, audited."""
+
+    async def top_up(
+        self,
+        entity_id: str,
+        resource: str,
+        amounts: dict[str, int],
+        principal: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> BucketOperationResult:
+        """Add whole tokens now, on every shard, in one transaction, audited (§5.9).
+
+        A quota gains exactly the amount above its plan until its next reset (a session quota:
+        until the live window ends, opening one if none is live). A dripping limit gains at
+        most its room below the ceiling; the result says what was granted. A missing bucket is
+        created at its full allowance plus the top-up. Pass an `idempotency_key` (an order id)
+        so that a retry grants once.
+        """
+        validation.entity_id(entity_id)
+        validation.resource_name(resource)
+        checked = validation.amounts(amounts, "amounts", positive=True)
+        if not checked:
+            raise ValidationError("amounts", amounts, "name at least one limit, e.g. {'weekly': 1}")
+        key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
+        await check_gate(self, "top_up")
+        call = _Call(
+            AuditAction.BUCKET_TOPPED_UP, entity_id, resource, tuple(checked), checked, key,
+            principal,
+        )
+        return await self._balance_operation(call)
+
+    async def reset_bucket(
+        self,
+        entity_id: str,
+        resource: str,
+        limits: Sequence[str] | None = None,
+        principal: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> BucketOperationResult:
+        """Restore the named limits (default all) to their full allowance now (§5.9).
+
+        Dripping: to the ceiling. Calendar quota: the full allowance plus this period's
+        top-ups, this period's spend forgotten, the next edge unchanged. Session quota: the
+        window ends, so the next call opens a fresh one. A missing bucket is a no-op
+        (`shards=0`).
+        """
+        validation.entity_id(entity_id)
+        validation.resource_name(resource)
+        names: tuple[str, ...] | None = None
+        if limits is not None:
+            if isinstance(limits, str) or not isinstance(limits, Sequence) or not limits:
+                raise ValidationError(
+                    "limits", limits, "give a list of limit names (['session']) or None for all"
+                )
+            names = tuple(dict.fromkeys(validation.limit_name(n, "limits") for n in limits))
+        key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
+        await check_gate(self, "reset_bucket")
+        call = _Call(AuditAction.BUCKET_RESET, entity_id, resource, names, {}, key, principal)
+        return await self._balance_operation(call)
+
+    # --- the shared machinery ------------------------------------------------------------------
+
+    async def _balance_operation(self, call: _Call) -> BucketOperationResult:
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                bucket = await self._read_bucket(call)
+            except RulesChanged:
+                continue
+            except DynamoError as exc:
+                raise self._failure(
+                    call, exc, "reading the bucket failed; nothing was changed"
+                ) from exc
+            if bucket.record is not None:
+                return _replay(call, bucket.record)
+            shards, gained = self._plan(call, bucket)
+            result = BucketOperationResult(
+                call.entity_id, call.resource, len(shards),
+                {name: total // MILLI for name, total in gained.items()},
+            )
+            operations_ = [*shards, await self._audit_for(call, result)]
+            if call.idempotency_key is not None:
+                operations_.append(self._operation_record(call, result))
+            try:
+                await self._transact(operations_)
+            except TransactionCancelled:
+                continue  # a concurrent write, a restamp, or the same key: read again
+            except RateLimiterUnavailable as exc:
+                raise self._failure(
+                    call, exc.cause or exc,
+                    "the write was sent but not confirmed; it may or may not have been applied"
+                    + ("; retry with the same idempotency_key" if call.idempotency_key else
+                       "; without an idempotency_key a retry may apply it twice"),
+                ) from exc
+            finally:
+                self._forget(call.entity_id, call.resource)
+            return result
+        raise RateLimiterUnavailable(
+            f"{_verb(call)} kept colliding with concurrent writes to the bucket; nothing was "
+            "changed, try again", table_name=self._store.table, entity_id=call.entity_id,
+            resource=call.resource,
+        )
+
+    async def _read_bucket(self, call: _Call) -> _Bucket:
+        """Config, every live shard (restamped to the config) and the key's operation record."""
+        record_key = (
+            keys.operation_record(self._ns, call.idempotency_key)
+            if call.idempotency_key is not None else None
+        )
+        loaded, record = await asyncio.gather(
+            self._admission._load(call.entity_id, [call.resource], "entity", None),
+            self._store.get(record_key) if record_key is not None else _nothing(),
+        )
+        now = self._clock()
+        if record is not None and int(record.get("ttl", 0)) <= now // 1000:
+            record = None  # expired, not yet deleted by DynamoDB
+        _, target = loaded[call.resource]
+        if target is None:
+            return _Bucket(None, [], record)
+        stamp = target.stamp
+        if not target.exists:
+            return _Bucket(stamp, [], record)
+        shards = [_Shard(target.image, True)]
+        if stamp.shards > 1:
+            found = await self._store.batch_get(
+                [
+                    keys.bucket(self._ns, call.entity_id, call.resource, shard)
+                    for shard in range(1, stamp.shards)
+                ],
+                consistent=True,
+            )
+            by_shard = {image.shard: image for image in map(items.parse, found)}
+            now = self._clock()
+            for shard in range(1, stamp.shards):
+                image = by_shard.get(shard)
+                if image is None or image.expired(now):
+                    seq = image.stamp_seq + 1 if image is not None else 1
+                    blank = replace(target.image, shard=shard, stamp_seq=seq, states=_full(stamp))
+                    shards.append(_Shard(blank, False))
+                    continue
+                if image.stamp != stamp:
+                    image = await self._admission.restamp(image, stamp)
+                shards.append(_Shard(image, True))
+        return _Bucket(stamp, shards, record)
+
+    def _plan(
+        self, call: _Call, bucket: _Bucket
+    ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """The shard writes (transaction operations) and the gain per limit (milli)."""
+        stamp = bucket.stamp
+        declared = stamp.names if stamp is not None else ()
+        unknown = [name for name in call.names or () if name not in declared]
+        if unknown:
+            raise ValidationError(
+                "limit name", unknown[0],
+                f"resource {call.resource!r} declares {list(declared)} for {call.entity_id!r}; "
+                f"{_verb(call)} only those",
+            )
+        names = call.names if call.names is not None else declared
+        gained = dict.fromkeys(names, 0)
+        if stamp is None or (not bucket.shards and not call.is_top_up):
+            return [], gained
+        shards = bucket.shards
+        if not shards:  # a top-up creates the bucket, as acquire would
+            if stamp.is_disabled:
+                raise ResourceDisabled(call.entity_id, call.resource, stamp.flag_level)
+            blank = BucketImage(
+                self._ns, call.entity_id, call.resource, 0, stamp, 1, _full(stamp)
+            )
+            shards = [_Shard(blank, False)]
+        if not call.is_top_up:
+            shards = [shard for shard in shards if shard.exists]
+        now = self._clock()
+        count = stamp.shards
+        writes: list[dict[str, LimitWrite]] = [{} for _ in shards]
+        for name in names:
+            params = stamp.params(name)
+            assert params is not None
+            states = [shard.image.states.get(name, full_state(params, count)) for shard in shards]
+            if call.is_top_up:
+                milli = call.amounts[name] * MILLI
+                if params.kind == Kind.RATE:
+                    rooms = [operations.room(params, s, now, count) for s in states]
+                    shares = operations.allocate(rooms, milli)
+                else:
+                    shares = operations.split(milli, len(shards))
+                planned = [
+                    operations.plan_top_up(params, state, now, count, share) if share else (None, 0)
+                    for state, share in zip(states, shares, strict=True)
+                ]
+            else:
+                planned = [operations.plan_reset(params, s, now, count) for s in states]
+            for i, (write, gain) in enumerate(planned):
+                if write is not None:
+                    writes[i][name] = write
+                gained[name] += gain
+        op_id = items.new_op_id()
+        requests = [
+            self._shard_request(shard, shard_writes, now, op_id)
+            for shard, shard_writes in zip(shards, writes, strict=True)
+        ]
+        return requests, gained
+
+    def _shard_request(
+        self, shard: _Shard, writes: dict[str, LimitWrite], now: int, op_id: str
+    ) -> dict[str, Any]:
+        """One shard's transaction operation: a guarded update, or the creation of the item."""
+        image = shard.image
+        states = {**image.states, **{name: w.result for name, w in writes.items()}}
+        ttl = self._admission._ttl(image.stamp, states, now)
+        if shard.exists:
+            request = items.update_request(
+                self._store.table, image, writes, now=now, ttl=ttl, admissions=0, op_id=op_id
+            )
+        else:
+            item = items.full_item(
+                self._ns, image.entity_id, image.resource, image.shard, image.stamp,
+                image.stamp_seq, states, admissions=0, generation=items.new_op_id(), now=now,
+                ttl=ttl, op_id=op_id,
+            )
+            request = items.put_request(
+                self._store.table, item, replaces=None, expired_before_s=now // 1000
+            )
+        return _transact_update(request)
+
+    async def _audit_for(self, call: _Call, result: BucketOperationResult) -> dict[str, Any]:
+        details: dict[str, Any] = {
+            "limits": list(result.amounts),
+            "amounts": result.amounts,
+            "shards": result.shards,
+            "idempotency_key": call.idempotency_key,
+        }
+        if call.is_top_up:
+            details["requested"] = call.amounts
+        item = await self._audit_item(
+            call.action, call.entity_id, principal=call.principal, resource=call.resource,
+            details=details,
+        )
+        return {"Put": {"Item": item}}
+
+    def _operation_record(self, call: _Call, result: BucketOperationResult) -> dict[str, Any]:
+        assert call.idempotency_key is not None
+        key = keys.operation_record(self._ns, call.idempotency_key)
+        now = self._clock()
+        item = {
+            **key,
+            **keys.namespace_index_attributes(self._ns, key["PK"], key["SK"]),
+            "action": call.action,
+            "arguments": call.arguments(),
+            "result": json.dumps({"shards": result.shards, "amounts": result.amounts}),
+            "created_at": iso(now),
+            "ttl": now // 1000 + OPERATION_TTL_SECONDS,
+        }
+        return {
+            "Put": {
+                "Item": item,
+                "ConditionExpression": "attribute_not_exists(PK) OR #ttl <= :now",
+                "ExpressionAttributeNames": {"#ttl": "ttl"},
+                "ExpressionAttributeValues": {":now": now // 1000},
+            }
+        }
+
+    def _failure(
+        self, call: _Call, cause: BaseException, message: str
+    ) -> RateLimiterUnavailable:
+        if isinstance(cause, AccessDenied):
+            return PermissionDenied(
+                f"DynamoDB refused dynamodb:{cause.operation}; {_verb(call)} needs the "
+                "zae-limiter 'admin' managed policy", cause, table_name=self._store.table,
+                entity_id=call.entity_id, resource=call.resource,
+            )
+        return RateLimiterUnavailable(
+            f"{_verb(call)}: {message}", cause, table_name=self._store.table,
+            entity_id=call.entity_id, resource=call.resource,
+        )
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _full(stamp: Stamp) -> dict[str, State]:
+    return {p.name: full_state(p, stamp.shards) for p in stamp.limits}
+
+
+def _verb(call: _Call) -> str:
+    return "top_up" if call.is_top_up else "reset_bucket"
+
+
+def _replay(call: _Call, record: dict[str, Any]) -> BucketOperationResult:
+    if record.get("arguments") != call.arguments():
+        raise ValidationError(
+            "idempotency_key", call.idempotency_key,
+            f"was already used for another call ({record.get('arguments')}); use a new key",
+        )
+    stored = json.loads(record["result"])
+    return BucketOperationResult(
+        call.entity_id, call.resource, int(stored["shards"]),
+        {name: int(amount) for name, amount in stored["amounts"].items()}, replayed=True,
+    )
+
+
+def _transact_update(request: dict[str, Any]) -> dict[str, Any]:
+    """A prepared UpdateItem (wire form) as a TransactWriteItems operation (plain form)."""
+    dropped = ("TableName", "ReturnValues", "ReturnValuesOnConditionCheckFailure")
+    body = {k: v for k, v in request.items() if k not in dropped}
+    body["Key"] = codec.decode_item(body["Key"])
+    body["ExpressionAttributeValues"] = {
+        name: codec.decode(value) for name, value in body["ExpressionAttributeValues"].items()
+    }
+    return {"Update": body}

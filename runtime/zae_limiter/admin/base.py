@@ -80,7 +80,9 @@ class AdminBase:
                 "Key": key,
                 "UpdateExpression": "ADD ver :one SET GSI4PK = :ns, GSI4SK = :sk",
                 "ExpressionAttributeValues": {
-                    ":one": 1, ":ns": self._ns, ":sk": f"{key['PK']}#{key['SK']}",
+                    ":one": 1,
+                    ":ns": self._ns,
+                    ":sk": f"{key['PK']}#{key['SK']}",
                 },
             }
         }
@@ -92,7 +94,8 @@ class AdminBase:
         self._forget(entity_id)
         try:
             rows = await self._store.query_all(
-                keys.entity_buckets_index_key(self._ns, entity_id), index=keys.GSI3,
+                keys.entity_buckets_index_key(self._ns, entity_id),
+                index=keys.GSI3,
                 sk_prefix=prefix,
             )
             if not rows:
@@ -102,10 +105,10 @@ class AdminBase:
             )
             images = [items.parse(item) for item in found]
             resources = sorted({image.resource for image in images})
-            entity, system, *levels = await asyncio.gather(
+            entity, system, levels = await asyncio.gather(
                 self._resolver.entity_config(entity_id),
                 self._resolver.system_level(fresh=True),
-                *(self._resolver.resource_level(r, fresh=True) for r in resources),
+                asyncio.gather(*(self._resolver.resource_level(r, fresh=True) for r in resources)),
             )
             by_resource = dict(zip(resources, levels, strict=True))
             for image in images:

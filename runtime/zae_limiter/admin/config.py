@@ -72,11 +72,14 @@ class ConfigMixin(AdminBase):
                     sets += ["GSI3PK = :g3", "GSI3SK = :e"]
                     values[":g3"] = keys.entity_config_index_key(self._ns, resource)
                     values[":e"] = entity_id
-            details["limits"] = None if limits is None else [
-                {"name": lim.name, **lim.to_dict()} for lim in limits
-            ]
-        for name, value in (("disabled", disabled), ("cascade", cascade),
-                            ("on_unavailable", on_unavailable)):
+            details["limits"] = (
+                None if limits is None else [{"name": lim.name, **lim.to_dict()} for lim in limits]
+            )
+        for name, value in (
+            ("disabled", disabled),
+            ("cascade", cascade),
+            ("on_unavailable", on_unavailable),
+        ):
             if value is KEEP:
                 continue
             names[f"#{name}"] = name
@@ -90,12 +93,21 @@ class ConfigMixin(AdminBase):
         if removes:
             expression += " REMOVE " + ", ".join(removes)
         operations: list[dict[str, Any]] = [
-            {"Update": {"Key": key, "UpdateExpression": expression,
-                        "ExpressionAttributeValues": values,
-                        **({"ExpressionAttributeNames": names} if names else {})}},
-            {"Put": {"Item": await self._audit_item(
-                action, subject, principal=principal, resource=resource, details=details
-            )}},
+            {
+                "Update": {
+                    "Key": key,
+                    "UpdateExpression": expression,
+                    "ExpressionAttributeValues": values,
+                    **({"ExpressionAttributeNames": names} if names else {}),
+                }
+            },
+            {
+                "Put": {
+                    "Item": await self._audit_item(
+                        action, subject, principal=principal, resource=resource, details=details
+                    )
+                }
+            },
         ]
         if entity_id is not None:
             operations.append(self._version_bump(entity_id))
@@ -132,14 +144,21 @@ class ConfigMixin(AdminBase):
         _check_cascade(cascade)
         await self._gates_for(limits, disabled, cascade)
         await self._write_level(
-            keys.entity_config(self._ns, entity_id, resource), subject=entity_id,
-            resource=resource, limits=limits, disabled=disabled, cascade=cascade,
-            principal=principal, entity_id=entity_id,
+            keys.entity_config(self._ns, entity_id, resource),
+            subject=entity_id,
+            resource=resource,
+            limits=limits,
+            disabled=disabled,
+            cascade=cascade,
+            principal=principal,
+            entity_id=entity_id,
         )
         await self._register_entity_config_resource(resource)
         await self._fanout(entity_id, resource)
 
-    async def get_limits(self, entity_id: str, resource: str = keys.DEFAULT_RESOURCE) -> list[Limit]:
+    async def get_limits(
+        self, entity_id: str, resource: str = keys.DEFAULT_RESOURCE
+    ) -> list[Limit]:
         """That level only, no inheritance; [] if none."""
         validation.entity_id(entity_id)
         validation.resource_name(resource, allow_default=True)
@@ -153,8 +172,12 @@ class ConfigMixin(AdminBase):
         validation.entity_id(entity_id)
         validation.resource_name(resource, allow_default=True)
         await self._write_level(
-            keys.entity_config(self._ns, entity_id, resource), subject=entity_id,
-            resource=resource, limits=None, principal=principal, entity_id=entity_id,
+            keys.entity_config(self._ns, entity_id, resource),
+            subject=entity_id,
+            resource=resource,
+            limits=None,
+            principal=principal,
+            entity_id=entity_id,
             action=AuditAction.LIMITS_DELETED,
         )
         await self._fanout(entity_id, resource)
@@ -165,7 +188,9 @@ class ConfigMixin(AdminBase):
         validation.resource_name(resource, allow_default=True)
         start = json.loads(base64.urlsafe_b64decode(cursor)) if cursor else None
         rows, last = await self._store.query(
-            keys.entity_config_index_key(self._ns, resource), index=keys.GSI3, limit=limit,
+            keys.entity_config_index_key(self._ns, resource),
+            index=keys.GSI3,
+            limit=limit,
             start_key=start,
         )
         ids = [row["GSI3SK"] for row in rows]
@@ -205,8 +230,12 @@ class ConfigMixin(AdminBase):
         _check_cascade(cascade)
         await self._gates_for(limits, disabled, cascade)
         await self._write_level(
-            keys.resource_config(self._ns, resource), subject=audit.resource_subject(resource),
-            resource=resource, limits=limits, disabled=disabled, cascade=cascade,
+            keys.resource_config(self._ns, resource),
+            subject=audit.resource_subject(resource),
+            resource=resource,
+            limits=limits,
+            disabled=disabled,
+            cascade=cascade,
             principal=principal,
         )
         self._forget(resource=resource)
@@ -219,16 +248,22 @@ class ConfigMixin(AdminBase):
     async def delete_resource_defaults(self, resource: str, principal: str | None = None) -> None:
         validation.resource_name(resource)
         await self._write_level(
-            keys.resource_config(self._ns, resource), subject=audit.resource_subject(resource),
-            resource=resource, limits=None, principal=principal, action=AuditAction.LIMITS_DELETED,
+            keys.resource_config(self._ns, resource),
+            subject=audit.resource_subject(resource),
+            resource=resource,
+            limits=None,
+            principal=principal,
+            action=AuditAction.LIMITS_DELETED,
         )
         self._forget(resource=resource)
 
     async def list_resources_with_defaults(self) -> list[str]:
         prefix = f"{self._ns}#R#"
         rows = await self._store.query_all(self._ns, index=keys.GSI4, sk_prefix=prefix)
-        found = await self._store.batch_get([keys.key(r["PK"], r["SK"]) for r in rows]) if rows else []
-        return sorted(i["PK"][len(prefix):] for i in found if i.get("limits") is not None)
+        found = (
+            await self._store.batch_get([keys.key(r["PK"], r["SK"]) for r in rows]) if rows else []
+        )
+        return sorted(i["PK"][len(prefix) :] for i in found if i.get("limits") is not None)
 
     # --- system level ----------------------------------------------------------------------------
 
@@ -243,8 +278,12 @@ class ConfigMixin(AdminBase):
         mode = _mode(on_unavailable)
         await self._gates_for(limits, KEEP, KEEP)
         await self._write_level(
-            keys.system_config(self._ns), subject=audit.SYSTEM_SUBJECT, resource=None,
-            limits=limits, on_unavailable=mode, principal=principal,
+            keys.system_config(self._ns),
+            subject=audit.SYSTEM_SUBJECT,
+            resource=None,
+            limits=limits,
+            on_unavailable=mode,
+            principal=principal,
         )
         self._forget(resource=None)
 
@@ -254,8 +293,12 @@ class ConfigMixin(AdminBase):
 
     async def delete_system_defaults(self, principal: str | None = None) -> None:
         await self._write_level(
-            keys.system_config(self._ns), subject=audit.SYSTEM_SUBJECT, resource=None,
-            limits=None, on_unavailable=None, principal=principal,
+            keys.system_config(self._ns),
+            subject=audit.SYSTEM_SUBJECT,
+            resource=None,
+            limits=None,
+            on_unavailable=None,
+            principal=principal,
             action=AuditAction.LIMITS_DELETED,
         )
         self._forget(resource=None)

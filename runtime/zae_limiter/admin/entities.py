@@ -63,11 +63,21 @@ class EntitiesMixin(AdminBase):
         operations: list[dict[str, Any]] = [
             {"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
             self._version_bump(entity_id),
-            {"Put": {"Item": await self._audit_item(
-                AuditAction.ENTITY_CREATED, entity_id, principal=principal,
-                details={"name": name, "parent_id": parent_id, "cascade": bool(cascade),
-                         "metadata": meta},
-            )}},
+            {
+                "Put": {
+                    "Item": await self._audit_item(
+                        AuditAction.ENTITY_CREATED,
+                        entity_id,
+                        principal=principal,
+                        details={
+                            "name": name,
+                            "parent_id": parent_id,
+                            "cascade": bool(cascade),
+                            "metadata": meta,
+                        },
+                    )
+                }
+            },
         ]
         if parent_id is not None:
             operations.append(self._parent_is_root(parent_id))
@@ -98,14 +108,17 @@ class EntitiesMixin(AdminBase):
             raise EntityNotFoundError(parent_id)
         if parent.parent_id is not None:
             raise ValidationError(
-                "parent_id", parent_id,
+                "parent_id",
+                parent_id,
                 f"{parent_id!r} has a parent itself ({parent.parent_id!r}); only two levels "
                 "(user and organisation) are allowed",
             )
 
     async def get_entity(self, entity_id: str, *, consistent_read: bool = False) -> Entity | None:
         validation.entity_id(entity_id)
-        item = await self._store.get(keys.entity_meta(self._ns, entity_id), consistent=consistent_read)
+        item = await self._store.get(
+            keys.entity_meta(self._ns, entity_id), consistent=consistent_read
+        )
         return None if item is None else _entity_from_item(item)
 
     async def get_children(self, parent_id: str) -> list[Entity]:
@@ -121,19 +134,27 @@ class EntitiesMixin(AdminBase):
         return sorted(children, key=lambda e: e.id)
 
     async def delete_entity(self, entity_id: str, principal: str | None = None) -> None:
-        """Delete the record, config levels, buckets and snapshots. Refused while it has children."""
+        """Delete the record, config, buckets and snapshots. Refused while it has children."""
         validation.entity_id(entity_id)
         if await self.get_children(entity_id):
             raise ValidationError(
                 "entity_id", entity_id, "it still has children; move or delete them first"
             )
-        await self._transact([
-            {"Put": {"Item": await self._audit_item(
-                AuditAction.ENTITY_DELETED, entity_id, principal=principal
-            )}},
-            self._version_bump(entity_id),
-        ])
-        doomed = await self._store.query_all(keys.entity_partition(self._ns, entity_id), consistent=True)
+        await self._transact(
+            [
+                {
+                    "Put": {
+                        "Item": await self._audit_item(
+                            AuditAction.ENTITY_DELETED, entity_id, principal=principal
+                        )
+                    }
+                },
+                self._version_bump(entity_id),
+            ]
+        )
+        doomed = await self._store.query_all(
+            keys.entity_partition(self._ns, entity_id), consistent=True
+        )
         buckets = await self._store.query_all(
             keys.entity_buckets_index_key(self._ns, entity_id), index=keys.GSI3
         )
@@ -170,12 +191,20 @@ class EntitiesMixin(AdminBase):
             values: dict[str, Any] = {}
         else:
             update = "SET parent_id = :p, GSI1PK = :g, GSI1SK = :e"
-            values = {":p": parent_id, ":g": keys.children_index_key(self._ns, parent_id),
-                      ":e": entity_id}
+            values = {
+                ":p": parent_id,
+                ":g": keys.children_index_key(self._ns, parent_id),
+                ":e": entity_id,
+            }
         operations: list[dict[str, Any]] = [
-            {"Update": {"Key": key, "UpdateExpression": update,
-                        "ConditionExpression": "attribute_exists(PK)",
-                        **({"ExpressionAttributeValues": values} if values else {})}},
+            {
+                "Update": {
+                    "Key": key,
+                    "UpdateExpression": update,
+                    "ConditionExpression": "attribute_exists(PK)",
+                    **({"ExpressionAttributeValues": values} if values else {}),
+                }
+            },
             self._version_bump(entity_id),
         ]
         if parent_id is not None:
@@ -183,10 +212,18 @@ class EntitiesMixin(AdminBase):
         live = await self._store.query_all(
             keys.entity_buckets_index_key(self._ns, entity_id), index=keys.GSI3
         )
-        operations.append({"Put": {"Item": await self._audit_item(
-            AuditAction.ENTITY_PARENT_CHANGED, entity_id, principal=principal,
-            details={"old": current.parent_id, "new": parent_id, "buckets": len(live)},
-        )}})
+        operations.append(
+            {
+                "Put": {
+                    "Item": await self._audit_item(
+                        AuditAction.ENTITY_PARENT_CHANGED,
+                        entity_id,
+                        principal=principal,
+                        details={"old": current.parent_id, "new": parent_id, "buckets": len(live)},
+                    )
+                }
+            }
+        )
         try:
             await self._transact(operations)
         except TransactionCancelled:

@@ -17,8 +17,12 @@ class FlagsMixin(ConfigMixin):
         validation.resource_name(resource)
         await self._gates_for(None, disabled, cascade)
         await self._write_level(
-            keys.resource_config(self._ns, resource), subject=audit.resource_subject(resource),
-            resource=resource, disabled=disabled, cascade=cascade, principal=principal,
+            keys.resource_config(self._ns, resource),
+            subject=audit.resource_subject(resource),
+            resource=resource,
+            disabled=disabled,
+            cascade=cascade,
+            principal=principal,
             kind="disabled" if disabled is not KEEP else "cascade",
         )
         self._forget(resource=resource)
@@ -38,8 +42,13 @@ class FlagsMixin(ConfigMixin):
         validation.resource_name(level, allow_default=True)
         await self._gates_for(None, disabled, cascade)
         await self._write_level(
-            keys.entity_config(self._ns, entity_id, level), subject=entity_id, resource=level,
-            disabled=disabled, cascade=cascade, principal=principal, entity_id=entity_id,
+            keys.entity_config(self._ns, entity_id, level),
+            subject=entity_id,
+            resource=level,
+            disabled=disabled,
+            cascade=cascade,
+            principal=principal,
+            entity_id=entity_id,
             kind="disabled" if disabled is not KEEP else "cascade",
         )
         return await self._fanout(entity_id, level)

@@ -26,22 +26,37 @@ class NamespacesMixin(AdminBase):
         item = await self._store.get(keys.namespace_by_name(name))
         if item is None:
             return None
-        return {"name": name, "id": item["id"], "status": item["status"],
-                "created_at": item.get("created_at")}
+        return {
+            "name": name,
+            "id": item["id"],
+            "status": item["status"],
+            "created_at": item.get("created_at"),
+        }
 
     async def list_namespaces(self) -> list[dict[str, Any]]:
         rows = await self._store.query_all(keys.NAMESPACE_NAMES_PK, consistent=True)
         return [
-            {"name": r["SK"], "id": r["id"], "status": r["status"], "created_at": r.get("created_at")}
-            for r in rows if r.get("status") == records.NAMESPACE_ACTIVE
+            {
+                "name": r["SK"],
+                "id": r["id"],
+                "status": r["status"],
+                "created_at": r.get("created_at"),
+            }
+            for r in rows
+            if r.get("status") == records.NAMESPACE_ACTIVE
         ]
 
     async def list_orphan_namespaces(self) -> list[dict[str, Any]]:
         rows = await self._store.query_all(keys.NAMESPACE_IDS_PK, consistent=True)
         return [
-            {"name": r.get("name"), "id": r["SK"], "status": r["status"],
-             "created_at": r.get("created_at")}
-            for r in rows if r.get("status") == records.NAMESPACE_DELETED
+            {
+                "name": r.get("name"),
+                "id": r["SK"],
+                "status": r["status"],
+                "created_at": r.get("created_at"),
+            }
+            for r in rows
+            if r.get("status") == records.NAMESPACE_DELETED
         ]
 
     async def delete_namespace(self, name: str) -> None:
@@ -50,13 +65,19 @@ class NamespacesMixin(AdminBase):
         item = await self._store.get(keys.namespace_by_name(name))
         if item is None:
             raise NamespaceNotFoundError(name)
-        await self._store.transact([
-            {"Delete": {"Key": keys.namespace_by_name(name)}},
-            {"Update": {"Key": keys.namespace_by_id(item["id"]),
+        await self._store.transact(
+            [
+                {"Delete": {"Key": keys.namespace_by_name(name)}},
+                {
+                    "Update": {
+                        "Key": keys.namespace_by_id(item["id"]),
                         "UpdateExpression": "SET #s = :d",
                         "ExpressionAttributeNames": {"#s": "status"},
-                        "ExpressionAttributeValues": {":d": records.NAMESPACE_DELETED}}},
-        ])
+                        "ExpressionAttributeValues": {":d": records.NAMESPACE_DELETED},
+                    }
+                },
+            ]
+        )
 
     async def recover_namespace(self, namespace_id: str) -> str:
         """Undo a soft delete; returns the name."""
@@ -66,19 +87,23 @@ class NamespacesMixin(AdminBase):
         name = str(item["name"])
         if item["status"] == records.NAMESPACE_ACTIVE:
             raise NamespaceStateError(
-                f"namespace {name!r} is active; nothing to recover", namespace_name=name,
+                f"namespace {name!r} is active; nothing to recover",
+                namespace_name=name,
                 state="active",
             )
         if await self._store.get(keys.namespace_by_name(name)) is not None:
             raise NamespaceStateError(
                 f"the name {name!r} was registered again; it cannot be recovered under that name",
-                namespace_name=name, state="deleted",
+                namespace_name=name,
+                state="deleted",
             )
         by_name, by_id = records.namespace_items(name, namespace_id, str(item.get("created_at")))
-        await self._store.transact([
-            {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
-            {"Put": {"Item": by_id}},
-        ])
+        await self._store.transact(
+            [
+                {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
+                {"Put": {"Item": by_id}},
+            ]
+        )
         return name
 
     async def purge_namespace(self, namespace_id: str) -> None:
@@ -89,7 +114,8 @@ class NamespacesMixin(AdminBase):
         if item["status"] == records.NAMESPACE_ACTIVE:
             raise NamespaceStateError(
                 f"namespace {item['name']!r} is active; delete it first",
-                namespace_name=str(item["name"]), state="active",
+                namespace_name=str(item["name"]),
+                state="active",
             )
         while True:
             rows, _ = await self._store.query(namespace_id, index=keys.GSI4, limit=500)

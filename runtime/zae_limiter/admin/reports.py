@@ -7,6 +7,7 @@ from ..core import bucket
 from ..core.bucket import MILLI
 from ..dynamo import bucket_items as items
 from ..dynamo import keys
+from ..errors import ValidationError
 from ..models import AuditEvent, BucketState, EntityCapacity, ResourceCapacity
 from .base import AdminBase
 
@@ -17,12 +18,14 @@ class ReportsMixin(AdminBase):
     ) -> list[AuditEvent]:
         """Newest first; `start_event_id` is an exclusive cursor."""
         if not isinstance(entity_id, str) or not entity_id:
-            raise validation.ValidationError("entity_id", entity_id, "give an entity id")
+            raise ValidationError("entity_id", entity_id, "give an entity id")
         pk = keys.audit_partition(self._ns, entity_id)
-        bound = (start_event_id, "") if start_event_id else None
+        between = None if start_event_id is None else ("0", str(start_event_id))
         rows, _ = await self._store.query(
-            pk, newest_first=True, limit=limit + (1 if start_event_id else 0),
-            sk_between=("0", start_event_id) if bound else None,
+            pk,
+            newest_first=True,
+            limit=limit + (1 if start_event_id else 0),
+            sk_between=between,
         )
         rows = [r for r in rows if r["SK"] != start_event_id][:limit]
         return [audit.event_from_item(r) for r in rows]
@@ -31,10 +34,13 @@ class ReportsMixin(AdminBase):
         """Diagnostic: the stored state of every shard, whole units, brought to now."""
         validation.entity_id(entity_id)
         rows = await self._store.query_all(
-            keys.entity_buckets_index_key(self._ns, entity_id), index=keys.GSI3,
+            keys.entity_buckets_index_key(self._ns, entity_id),
+            index=keys.GSI3,
             sk_prefix=f"{resource}#" if resource else None,
         )
-        found = await self._store.batch_get([keys.key(r["PK"], r["SK"]) for r in rows]) if rows else []
+        found = (
+            await self._store.batch_get([keys.key(r["PK"], r["SK"]) for r in rows]) if rows else []
+        )
         now = self._clock()
         out = []
         for raw in found:
@@ -42,15 +48,23 @@ class ReportsMixin(AdminBase):
             for params in image.stamp.limits:
                 state = image.states[params.name]
                 view = bucket.view(params, state, now, image.stamp.shards)
-                out.append(BucketState(
-                    entity_id=image.entity_id, resource=image.resource, limit_name=params.name,
-                    shard_id=image.shard, shard_count=image.stamp.shards,
-                    tokens=view.balance // MILLI, capacity=view.ceiling // MILLI,
-                    refill_amount=params.shard_refill(image.stamp.shards) // MILLI,
-                    refill_period_seconds=params.period_ms // 1000,
-                    total_consumed=state.consumed // MILLI, soft=params.soft,
-                    topped_up=state.tu // MILLI, window_start_ms=state.w,
-                ))
+                out.append(
+                    BucketState(
+                        entity_id=image.entity_id,
+                        resource=image.resource,
+                        limit_name=params.name,
+                        shard_id=image.shard,
+                        shard_count=image.stamp.shards,
+                        tokens=view.balance // MILLI,
+                        capacity=view.ceiling // MILLI,
+                        refill_amount=params.shard_refill(image.stamp.shards) // MILLI,
+                        refill_period_seconds=params.period_ms // 1000,
+                        total_consumed=state.consumed // MILLI,
+                        soft=params.soft,
+                        topped_up=state.tu // MILLI,
+                        window_start_ms=state.w,
+                    )
+                )
         return sorted(out, key=lambda b: (b.resource, b.shard_id, b.limit_name))
 
     async def get_resource_capacity(
@@ -62,7 +76,9 @@ class ReportsMixin(AdminBase):
         rows = await self._store.query_all(
             keys.resource_buckets_index_key(self._ns, resource), index=keys.GSI2
         )
-        found = await self._store.batch_get([keys.key(r["PK"], r["SK"]) for r in rows]) if rows else []
+        found = (
+            await self._store.batch_get([keys.key(r["PK"], r["SK"]) for r in rows]) if rows else []
+        )
         now = self._clock()
         per_entity: dict[str, list[int]] = {}
         for raw in found:
@@ -88,6 +104,10 @@ class ReportsMixin(AdminBase):
         total_c = sum(e.capacity for e in entities)
         total_a = sum(e.available for e in entities)
         return ResourceCapacity(
-            resource, limit_name, total_c, total_a,
-            round(100 * (total_c - total_a) / total_c, 2) if total_c else 0.0, entities,
+            resource,
+            limit_name,
+            total_c,
+            total_a,
+            round(100 * (total_c - total_a) / total_c, 2) if total_c else 0.0,
+            entities,
         )

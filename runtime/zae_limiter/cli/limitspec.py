@@ -1,10 +1,9 @@
 """The command line's limit syntax (reference.md §7), parsed and printed. Pure, no I/O.
 
-| Form                          | Example                                   |
-|-------------------------------|-------------------------------------------|
-| `NAME:RATE[/[N]UNIT][:BURST]` | `rpm:100`, `units:1000000/day`, `tok:500/10sec:2000` |
-| `NAME:AMOUNT@cron(EXPR[, TZ])`| `weekly:5000000@cron(0 0 * * 1)`, `month:100@cron(0 0 1 * *, Europe/Paris)` |
-| `NAME:AMOUNT@after(DURATION)` | `session:1000000@after(5h)`               |
+    NAME:RATE[/[N]UNIT][:BURST]     rpm:100, units:1000000/day, tok:500/10sec:2000
+    NAME:AMOUNT@cron(EXPR[, TZ])    weekly:5000000@cron(0 0 * * 1),
+                                    month:100@cron(0 0 1 * *, Europe/Paris)
+    NAME:AMOUNT@after(DURATION)     session:1000000@after(5h)
 
 Schedules: `NAME@cron(EXPR[, TZ]):scale=2` or `NAME@cron(...):capacity=200,refill_amount=200,
 refill_period=60`. Amounts: `NAME:N`. Every error is a `SpecError` naming the bad part.
@@ -67,8 +66,8 @@ def parse_duration(text: str) -> int:
     match = _DURATION.match(value)
     if not value or match is None or not any(match.groups()):
         raise SpecError(f"cannot read duration {text!r}: write e.g. 90s, 30m, 5h, 1d12h or seconds")
-    return sum(int(g) * unit for g, unit in zip(match.groups(), _DURATION_UNITS.values(), strict=True)
-               if g)
+    pairs = zip(match.groups(), _DURATION_UNITS.values(), strict=True)
+    return sum(int(g) * unit for g, unit in pairs if g)
 
 
 def format_duration(seconds: int) -> str:
@@ -195,7 +194,9 @@ def build_limits(
     for spec in schedules:
         name, entry = parse_schedule(spec)
         if name not in out:
-            raise SpecError(f"--schedule {spec!r}: no limit named {name!r} is listed ({_names(out)})")
+            raise SpecError(
+                f"--schedule {spec!r}: no limit named {name!r} is listed ({_names(out)})"
+            )
         try:
             out[name] = out[name].with_schedule((*out[name].schedule, entry))
         except ValidationError as exc:
@@ -261,7 +262,8 @@ def _cron_arg(entry: ScheduleEntry) -> str:
 def format_limit(limit: Limit) -> str:
     """The `-l` text for a limit (soft-ness and schedules are printed separately)."""
     if limit.reset_after is not None:
-        return f"{limit.name}:{limit.capacity}@after({format_duration(limit.reset_after_seconds or 0)})"
+        after = format_duration(limit.reset_after_seconds or 0)
+        return f"{limit.name}:{limit.capacity}@after({after})"
     if limit.reset_schedule:
         return f"{limit.name}:{limit.capacity}@cron({_cron_arg(limit.reset_schedule[0])})"
     text = f"{limit.name}:{limit.refill_amount}{format_period(limit.refill_period_seconds)}"

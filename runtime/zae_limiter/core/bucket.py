@@ -67,7 +67,11 @@ class Params:
         if self.kind == Kind.CALENDAR:
             expr, tz = self.cron.split("|", 1)
             return cron.parse(expr, tz).next_edge_ms(now)
-        if self.kind == Kind.SESSION and state_w is not None and now < state_w + self.reset_after_ms:
+        if (
+            self.kind == Kind.SESSION
+            and state_w is not None
+            and now < state_w + self.reset_after_ms
+        ):
             return state_w + self.reset_after_ms
         return None
 
@@ -286,7 +290,9 @@ def plan_count_only(state: State, amount: int) -> LimitWrite:
     return LimitWrite(consumed=amount, result=replace(state, consumed=state.consumed + amount))
 
 
-def convert(old: Params, new: Params, state: State, now: int, old_shards: int, new_shards: int) -> State:
+def convert(
+    old: Params, new: Params, state: State, now: int, old_shards: int, new_shards: int
+) -> State:
     """Restamp a limit with new parameters, keeping its balance (cut to a lower ceiling).
 
     Dripping: the balance is kept and refills toward the new ceiling at the new rate. Quota: the
@@ -301,7 +307,12 @@ def convert(old: Params, new: Params, state: State, now: int, old_shards: int, n
         v = now * refill + max(0, cap - balance) * new.period_ms
         v = max(v, now * refill)
         return replace(state, v=v, w=None, tu=0)
-    if old.kind == Kind.RATE or old.kind != new.kind or (old.cron != new.cron) or current.fresh_period:
+    if (
+        old.kind == Kind.RATE
+        or old.kind != new.kind
+        or (old.cron != new.cron)
+        or current.fresh_period
+    ):
         # different clock: a fresh period under the new rules
         return replace(state, v=cap, w=None, tu=0)
     tu = state.tu * new_shards // old_shards if new_shards != old_shards else state.tu

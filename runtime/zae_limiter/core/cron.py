@@ -14,9 +14,14 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 _MONTHS = {m: i + 1 for i, m in enumerate("JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split())}
-_DAYS = {d: i for i, d in enumerate("SUN MON TUE WED THU FRI SAT".split())}
-_FIELDS = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}),
-           ("month", 1, 12, _MONTHS), ("day of week", 0, 7, _DAYS))
+_DAYS = {d: i for i, d in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"])}
+_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
+    ("minute", 0, 59, {}),
+    ("hour", 0, 23, {}),
+    ("day of month", 1, 31, {}),
+    ("month", 1, 12, _MONTHS),
+    ("day of week", 0, 7, _DAYS),
+)
 _SCAN_DAYS = 366 * 8  # far enough for "29 Feb on a Monday"
 
 
@@ -52,9 +57,7 @@ class Cron:
             for minute in sorted(self.minutes):
                 local = datetime(day.year, day.month, day.day, hour, minute, tzinfo=self.zone)
                 as_utc = local.astimezone(UTC)
-                if as_utc.astimezone(self.zone).replace(tzinfo=None) != local.replace(
-                    tzinfo=None
-                ):
+                if as_utc.astimezone(self.zone).replace(tzinfo=None) != local.replace(tzinfo=None):
                     continue  # does not exist locally (DST gap)
                 edges.append(as_utc)  # fold=0: an ambiguous time fires at its first occurrence
         return edges

@@ -256,9 +256,8 @@ def update_request(
             sets.append(f"{t_path} = {t_path} + {expr.value(write.consumed)}")
         if write.overdrawn:
             o_path = expr.path("L", limit, "o")
-            sets.append(
-                f"{o_path} = if_not_exists({o_path}, {expr.value(0)}) + {expr.value(write.overdrawn)}"
-            )
+            zero, step = expr.value(0), expr.value(write.overdrawn)
+            sets.append(f"{o_path} = if_not_exists({o_path}, {zero}) + {step}")
     if admissions:
         n = expr.name("n")
         sets.append(f"{n} = {n} + {expr.value(admissions)}")

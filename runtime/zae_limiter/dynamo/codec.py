@@ -24,7 +24,7 @@ def encode(value: Any) -> dict[str, Any]:
 
 
 def decode(wire: dict[str, Any]) -> Any:
-    (kind, value), = wire.items()
+    ((kind, value),) = wire.items()
     if kind == "S":
         return value
     if kind == "N":

@@ -68,40 +68,33 @@ class Counts:
 def update_operation(key: SnapshotKey, counts: Counts, ttl_s: int) -> dict[str, Any]:
     """A TransactWriteItems `Update` (plain values) that adds `counts` to the snapshot."""
     _, end_ms = windows.bounds(key.start_ms, key.window_type)
-    names: dict[str, str] = {"#ttl": "ttl"}
-    values: dict[str, Any] = {
-        ":e": key.entity_id,
-        ":r": key.resource,
-        ":wt": key.window_type,
-        ":ws": key.window_start,
-        ":we": windows.iso(end_ms),
-        ":ttl": ttl_s,
-        ":n": counts.events,
+    fixed: dict[str, Any] = {
+        "entity_id": key.entity_id,
+        "resource": key.resource,
+        "window_type": key.window_type,
+        "window_start": key.window_start,
+        "window_end": windows.iso(end_ms),
+        "ttl": ttl_s,
+        **keys.usage_index_attributes(
+            key.ns, key.entity_id, key.resource, key.window_type, key.window_start
+        ),
     }
-    sets = [
-        "entity_id = :e", "resource = :r", "window_type = :wt", "window_start = :ws",
-        "window_end = :we", "#ttl = :ttl",
-    ]
-    index = keys.usage_index_attributes(
-        key.ns, key.entity_id, key.resource, key.window_type, key.window_start
-    )
-    for i, (attribute, value) in enumerate(sorted(index.items())):
-        names[f"#i{i}"] = attribute
-        values[f":i{i}"] = value
-        sets.append(f"#i{i} = :i{i}")
-    adds = ["total_events :n"]
-    for prefix, tag, amounts in (
-        (CONSUMED_PREFIX, "c", counts.consumed),
-        (OVERDRAWN_PREFIX, "o", counts.overdrawn),
-    ):
-        for i, (name, amount) in enumerate(sorted(amounts.items())):
-            names[f"#{tag}{i}"] = prefix + name
-            values[f":{tag}{i}"] = amount
-            adds.append(f"#{tag}{i} :{tag}{i}")
+    added: dict[str, int] = {"total_events": counts.events}
+    added |= {CONSUMED_PREFIX + name: amount for name, amount in sorted(counts.consumed.items())}
+    added |= {OVERDRAWN_PREFIX + name: n for name, n in sorted(counts.overdrawn.items())}
+    names: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    clauses: dict[str, list[str]] = {"SET": [], "ADD": []}
+    for tag, clause, attributes in (("s", "SET", fixed), ("d", "ADD", added)):
+        for i, (attribute, value) in enumerate(attributes.items()):
+            names[f"#{tag}{i}"] = attribute
+            values[f":{tag}{i}"] = value
+            joiner = " = " if clause == "SET" else " "
+            clauses[clause].append(f"#{tag}{i}{joiner}:{tag}{i}")
     return {
         "Update": {
             "Key": key.item_key,
-            "UpdateExpression": "SET " + ", ".join(sets) + " ADD " + ", ".join(adds),
+            "UpdateExpression": " ".join(f"{c} {', '.join(parts)}" for c, parts in clauses.items()),
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
         }
@@ -128,12 +121,12 @@ class StoredSnapshot:
 def parse(item: dict[str, Any]) -> StoredSnapshot:
     """A snapshot item in plain form -> StoredSnapshot."""
     consumed = {
-        name[len(CONSUMED_PREFIX):]: int(value)
+        name[len(CONSUMED_PREFIX) :]: int(value)
         for name, value in item.items()
         if name.startswith(CONSUMED_PREFIX)
     }
     overdrawn = {
-        name[len(OVERDRAWN_PREFIX):]: int(value)
+        name[len(OVERDRAWN_PREFIX) :]: int(value)
         for name, value in item.items()
         if name.startswith(OVERDRAWN_PREFIX)
     }

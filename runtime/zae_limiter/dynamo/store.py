@@ -32,16 +32,25 @@ class Store:
         return codec.decode_item(response.get("Item"))
 
     async def put(
-        self, item: dict[str, Any], *, condition: str | None = None,
-        names: dict[str, str] | None = None, values: dict[str, Any] | None = None,
+        self,
+        item: dict[str, Any],
+        *,
+        condition: str | None = None,
+        names: dict[str, str] | None = None,
+        values: dict[str, Any] | None = None,
     ) -> None:
         request: dict[str, Any] = {"TableName": self.table, "Item": codec.encode_item(item)}
         _conditions(request, condition, names, values)
         await self.transport.call("PutItem", request, write=True)
 
     async def update(
-        self, key: dict[str, str], expression: str, *, condition: str | None = None,
-        names: dict[str, str] | None = None, values: dict[str, Any] | None = None,
+        self,
+        key: dict[str, str],
+        expression: str,
+        *,
+        condition: str | None = None,
+        names: dict[str, str] | None = None,
+        values: dict[str, Any] | None = None,
         return_new: bool = True,
     ) -> dict[str, Any] | None:
         request: dict[str, Any] = {
@@ -162,7 +171,7 @@ class Store:
         with plain items/keys; TableName is added here."""
         wire_ops = []
         for op in operations:
-            (kind, body), = op.items()
+            ((kind, body),) = op.items()
             body = dict(body)
             body["TableName"] = self.table
             if "Item" in body:

@@ -10,6 +10,7 @@ the table are in `plan`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ SCHEDULE_KEYS = ("cron", "tz", "scale", "capacity", "refill_amount", "refill_per
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses a key written twice in one mapping (merged keys may be overridden)."""
+    """SafeLoader refusing a key written twice in one mapping (merged keys may be overridden)."""
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> Any:
@@ -57,7 +58,7 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _constru
 def load_yaml(text: str, source: str = "manifest") -> Any:
     """Parse YAML safely; a syntax error becomes a ManifestError naming the line."""
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         raise ManifestError("", f"{source} is not valid YAML: {exc}") from None
 
@@ -74,6 +75,21 @@ def load_file(path: str | Path) -> Manifest:
 
 def loads(text: str) -> Manifest:
     return parse(load_yaml(text))
+
+
+def load_file_limits(path: str | Path) -> tuple[Limit, ...]:
+    """A file holding one level's limits in the manifest's `limits:` format (`--limits-file`):
+    the mapping itself, or a document whose only key is `limits`."""
+    file = Path(path)
+    try:
+        document = load_yaml(file.read_text(), str(file))
+    except OSError as exc:
+        raise ManifestError("", f"cannot read {file}: {exc.strerror or exc}") from None
+    if (isinstance(document, dict) and list(document) == ["limits"]
+            and isinstance(document["limits"], dict)
+            and all(isinstance(v, dict) for v in document["limits"].values())):
+        return parse_limits(document["limits"], "limits")
+    return parse_limits(document, str(file.name))
 
 
 # --- structure helpers ---------------------------------------------------------------------------
@@ -157,7 +173,8 @@ def _edge(raw: Any, path: str, keys: tuple[str, ...]) -> dict[str, Any]:
 
 def _edges(raw: Any, path: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
     if not isinstance(raw, list) or not raw:
-        raise ManifestError(path, f"must be a non-empty list of {{cron, tz}} entries, not {_kind(raw)}")
+        raise ManifestError(path, f"must be a non-empty list of {{cron, tz}} entries, "
+                                  f"not {_kind(raw)}")
     return [_edge(entry, f"{path}[{i}]", keys) for i, entry in enumerate(raw)]
 
 
@@ -243,7 +260,7 @@ def _resources(raw: Any) -> dict[str, Level]:
     out: dict[str, Level] = {}
     for name, level in _mapping(raw, "resources").items():
         path = f"resources.{name}"
-        _checked(path, lambda n=name: validation.resource_name(n))
+        _checked(path, partial(validation.resource_name, name))
         out[name] = _level(level, path)
     return out
 
@@ -252,21 +269,21 @@ def _entities(raw: Any) -> dict[str, EntitySpec]:
     out: dict[str, EntitySpec] = {}
     for entity_id, body in _mapping(raw, "entities").items():
         path = f"entities.{entity_id}"
-        _checked(path, lambda e=entity_id: validation.entity_id(e))
+        _checked(path, partial(validation.entity_id, entity_id))
         fields = _mapping({} if body is None else body, path, ENTITY_KEYS)
         parent: Any = UNSET
         if "parent" in fields:
             parent = fields["parent"]
             if parent is not None:
                 _string(parent, f"{path}.parent")
-                _checked(f"{path}.parent", lambda p=parent: validation.entity_id(p, "parent"))
+                _checked(f"{path}.parent", partial(validation.entity_id, parent, "parent"))
                 if parent == entity_id:
                     raise ManifestError(f"{path}.parent", "an entity cannot be its own parent")
         levels: dict[str, Level] = {}
         for resource, level in _mapping(fields.get("resources") or {}, f"{path}.resources").items():
             where = f"{path}.resources.{resource}"
             if resource != DEFAULT_RESOURCE:
-                _checked(where, lambda r=resource: validation.resource_name(r))
+                _checked(where, partial(validation.resource_name, resource))
             levels[resource] = _level(level, where)
         out[entity_id] = EntitySpec(parent=parent, levels=levels)
     return out

@@ -66,20 +66,23 @@ class Change:
     def label(self) -> str:
         return self.target.label()
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
+    def as_dict(self, *, with_before: bool = True) -> dict[str, Any]:
+        out = {
             "action": self.action,
             "target": self.target.as_dict(),
             "label": self.label,
-            "before": state_to_json(self.before),
             "after": state_to_json(self.after),
         }
+        if with_before:
+            out["before"] = state_to_json(self.before)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Change:
+        """The stored form of owed work (`before` may be left out: apply reads it afresh)."""
         target = Target.from_dict(data["target"])
-        return cls(data["action"], target, state_from_json(target, data["before"]),
-                   state_from_json(target, data["after"]))
+        before = state_from_json(target, data["before"]) if "before" in data else None
+        return cls(data["action"], target, before, state_from_json(target, data["after"]))
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ class Plan:
     owned: Ownership  # what the manifest manages once applied
     owed: tuple[Change, ...] = ()
     full: bool = False
+    base: Ownership = field(default_factory=Ownership)  # the record this plan was made against
 
     @property
     def has_changes(self) -> bool:
@@ -273,9 +277,9 @@ def make_plan(
                 add(Change("update" if wanted else "delete", Target(PARENT, entity_id),
                            state.parent, wanted), moves if wanted else clears)
     for entity_id in sorted(owned_before.parents):
-        spec = manifest.entities.get(entity_id)
+        declared = manifest.entities.get(entity_id)
         state = stored.entity(entity_id)
-        if (spec is None or not spec.manages_parent) and state.exists and state.parent:
+        if (declared is None or not declared.manages_parent) and state.exists and state.parent:
             clears.append(Change("delete", Target(PARENT, entity_id), state.parent, None))
     moving = {c.target.entity for c in moves}
     moves.sort(key=lambda c: stored.entity(c.target.entity).parent not in moving)
@@ -307,10 +311,11 @@ def make_plan(
         owned=owned,
         owed=owned_before.owed,
         full=full,
+        base=owned_before,
     )
 
 
-# --- warnings (§8.4) -------------------------------------------------------------------------------
+# --- warnings (§8.4) ------------------------------------------------------------------------------
 
 
 def _cascading(manifest: Manifest, stored: Stored, resource: str) -> bool:

@@ -1,0 +1,455 @@
+"""The usage aggregator: applies a batch of stream records to usage snapshots, exactly once.
+
+Shared by the Lambda (`lambdas/aggregator/handler.py`) and the local stream runner
+(`zae_limiter.local.stream_runner`); both hand it the records of a DynamoDB Streams event.
+
+Exactly once: each record that changes a counter is applied in a DynamoDB transaction together
+with a marker item keyed by the record's `eventID` (`keys.aggregation_marker`), written only if
+absent. A redelivered record finds its marker, so the transaction is cancelled with that marker's
+`ConditionalCheckFailed`; the record is then known to be applied already and is dropped from the
+transaction, which is sent again for the rest. This is exact whatever the order of delivery: across
+stream shards, after a partial batch failure, on a DLQ redrive or with a parallelization factor.
+Records are grouped into transactions of at most 100 items (their markers plus the distinct
+snapshots they touch, each updated once with the summed change), so a batch costs
+2 WCU per record (marker) + 2 WCU per distinct snapshot per transaction. A transaction that fails
+for a reason other than throttling or contention is split in halves until the failing record is
+alone; only that record is reported failed, everything else is applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import aggregation, versioning
+from .aggregation import BucketChange, MalformedRecord, StreamRecord
+from .dynamo import keys, snapshot_items, transport
+from .dynamo.snapshot_items import Counts, SnapshotKey
+from .dynamo.store import Store
+from .dynamo.transport import (
+    AccessDenied,
+    TableMissing,
+    TransactionCancelled,
+    Transport,
+    Unavailable,
+    UnknownOutcome,
+)
+from .errors import IncompatibleSchemaError, InfrastructureNotFoundError
+from .schema import SCHEMA_VERSION
+from .windows import DEFAULT_WINDOWS, WINDOW_TYPES, bounds
+
+log = logging.getLogger("zae_limiter.aggregator")
+
+MAX_TRANSACTION_ITEMS = 100
+ATTEMPTS = 5
+DEFAULT_RETENTION_DAYS = 90
+DEFAULT_MARKER_TTL_HOURS = 72  # longer than the stream's 24 h, so any redelivery finds its marker
+VERSION_CHECK_INTERVAL_MS = 300_000
+_TRANSIENT_REASONS = frozenset(
+    {
+        "TransactionConflict",
+        "ProvisionedThroughputExceeded",
+        "ThrottlingError",
+        "RequestLimitExceeded",
+    }
+)
+
+ArchiveSink = Callable[[str, bytes], Awaitable[None]]
+
+
+def _system_clock() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _positive(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ValueError(f"{name} must be a positive whole number, not {raw!r}")
+    return int(raw)
+
+
+@dataclass(frozen=True)
+class AggregatorConfig:
+    """Which windows to write and how long snapshots and markers live."""
+
+    windows: tuple[str, ...] = DEFAULT_WINDOWS
+    #: Days a snapshot is kept after its window ends, per window type. A type not listed uses
+    #: `default_retention_days`, else the version record's `usage_retention_days`, else 90.
+    retention_days: Mapping[str, int] = field(default_factory=dict)
+    default_retention_days: int | None = None
+    marker_ttl_hours: int = DEFAULT_MARKER_TTL_HOURS
+
+    def __post_init__(self) -> None:
+        unknown = [w for w in self.windows if w not in WINDOW_TYPES]
+        if unknown or not self.windows:
+            raise ValueError(f"windows must be among {', '.join(WINDOW_TYPES)}, not {unknown}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AggregatorConfig:
+        """`SNAPSHOT_WINDOWS` (e.g. "hourly,daily,monthly"), `USAGE_RETENTION_DAYS`,
+        `USAGE_RETENTION_DAYS_HOURLY|DAILY|MONTHLY`, `AGGREGATOR_MARKER_TTL_HOURS`."""
+        env = os.environ if env is None else env
+        raw_windows = env.get("SNAPSHOT_WINDOWS", "")
+        chosen = tuple(w.strip() for w in raw_windows.split(",") if w.strip()) or DEFAULT_WINDOWS
+        per_window: dict[str, int] = {
+            w: days
+            for w in WINDOW_TYPES
+            if (days := _positive(env, f"USAGE_RETENTION_DAYS_{w.upper()}")) is not None
+        }
+        return cls(
+            windows=chosen,
+            retention_days=per_window,
+            default_retention_days=_positive(env, "USAGE_RETENTION_DAYS"),
+            marker_ttl_hours=_positive(env, "AGGREGATOR_MARKER_TTL_HOURS")
+            or DEFAULT_MARKER_TTL_HOURS,
+        )
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One value for the dashboard: name, value, unit, dimensions (never an entity)."""
+
+    name: str
+    value: float
+    unit: str
+    dimensions: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Outcome:
+    """What one batch did. `failures` maps a record's position in the batch to its error."""
+
+    total: int
+    sequence_numbers: dict[int, str | None] = field(default_factory=dict)
+    failures: dict[int, BaseException] = field(default_factory=dict)
+    applied: int = 0  # records whose changes were written by this call
+    duplicates: int = 0  # records already applied by an earlier delivery
+    archived: int = 0
+    ignored: int = 0  # records that count nothing
+    metrics: list[MetricPoint] = field(default_factory=list)
+
+    def batch_item_failures(self) -> list[dict[str, str]]:
+        """Lambda's partial batch response items, in batch order."""
+        return [
+            {"itemIdentifier": self.sequence_numbers.get(pos) or ""}
+            for pos in sorted(self.failures)
+        ]
+
+    def response(self) -> dict[str, list[dict[str, str]]]:
+        return {"batchItemFailures": self.batch_item_failures()}
+
+
+@dataclass
+class _Pending:
+    position: int
+    record: StreamRecord
+    change: BucketChange
+    snapshots: dict[SnapshotKey, Counts]
+
+
+class Aggregator:
+    """Applies stream batches to one table's usage snapshots. Use `connect()` or pass a Store."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: AggregatorConfig | None = None,
+        *,
+        clock: Callable[[], int] | None = None,
+        archive: ArchiveSink | None = None,
+        transport_owned: Transport | None = None,
+    ) -> None:
+        self._store = store
+        self.config = config or AggregatorConfig()
+        self._clock = clock or _system_clock
+        self._archive = archive
+        self._transport = transport_owned
+        self._version_record: dict[str, Any] | None = None
+        self._version_checked_at: int | None = None
+        self._warned_version: object = None
+        self._namespace_names: dict[str, str] = {}
+
+    @classmethod
+    async def connect(
+        cls,
+        table: str,
+        *,
+        region: str | None = None,
+        endpoint_url: str | None = None,
+        config: AggregatorConfig | None = None,
+        clock: Callable[[], int] | None = None,
+        archive: ArchiveSink | None = None,
+        client_config: Any = None,
+    ) -> Aggregator:
+        conn = await Transport.connect(
+            region=region, endpoint_url=endpoint_url, client_config=client_config
+        )
+        return cls(Store(conn, table), config, clock=clock, archive=archive, transport_owned=conn)
+
+    async def close(self) -> None:
+        if self._transport is not None:
+            await self._transport.close()
+
+    @property
+    def table(self) -> str:
+        return self._store.table
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    # --- version check -----------------------------------------------------------------------
+
+    async def check_version(self) -> dict[str, Any]:
+        """Read the version record (at most every 5 minutes); raise if the schema is foreign."""
+        now = self._clock()
+        if (
+            self._version_record is not None
+            and self._version_checked_at is not None
+            and 0 <= now - self._version_checked_at < VERSION_CHECK_INTERVAL_MS
+        ):
+            return self._version_record
+        record = await self._store.get(keys.version_record())
+        if record is None:
+            raise InfrastructureNotFoundError(self._store.table)
+        schema = str(record.get("schema_version") or "0")
+        if versioning.parse(schema)[0] != versioning.parse(SCHEMA_VERSION)[0]:
+            raise IncompatibleSchemaError(
+                versioning.LIBRARY_VERSION, schema,
+                f"table {self._store.table!r} has schema {schema}; this aggregator "
+                f"({versioning.LIBRARY_VERSION}) reads schema {SCHEMA_VERSION} only, so it fails "
+                "its batches until it is upgraded (`zae-limiter upgrade`)",
+            )
+        recorded = record.get("aggregator_version")
+        if recorded != versioning.LIBRARY_VERSION and recorded != self._warned_version:
+            self._warned_version = recorded
+            log.warning(
+                "aggregator code is zae-limiter %s but table %s records aggregator_version %s",
+                versioning.LIBRARY_VERSION, self._store.table, recorded,
+            )
+        self._version_record = record
+        self._version_checked_at = now
+        return record
+
+    # --- processing --------------------------------------------------------------------------
+
+    async def handle_event(self, event: Mapping[str, Any]) -> dict[str, list[dict[str, str]]]:
+        """A DynamoDB Streams Lambda event -> Lambda's partial batch response."""
+        return (await self.process(list(event.get("Records") or []))).response()
+
+    async def process(self, records: Sequence[Any]) -> Outcome:
+        """Apply a batch (the `Records` of a stream event). Raises only when the whole batch must
+        be retried (version check, table unreachable before anything was read)."""
+        await self.check_version()
+        outcome = Outcome(total=len(records))
+        pending: list[_Pending] = []
+        expired_audit: list[tuple[int, StreamRecord, dict[str, Any]]] = []
+        first_of: dict[str, int] = {}
+        repeats: dict[int, int] = {}
+        for position, raw in enumerate(records):
+            outcome.sequence_numbers[position] = _sequence_of(raw)
+            try:
+                record = aggregation.parse_record(raw)
+                if record.event_id in first_of:
+                    repeats[position] = first_of[record.event_id]
+                    continue
+                first_of[record.event_id] = position
+                change = aggregation.bucket_change(record)
+                if change is not None:
+                    counts = aggregation.snapshot_counts(change, self.config.windows)
+                    pending.append(_Pending(position, record, change, counts))
+                elif self._archive is not None and aggregation.is_audit_expiry(record):
+                    expired_audit.append((position, record, aggregation.audit_line(record)))
+                else:
+                    outcome.ignored += 1
+            except MalformedRecord as exc:
+                outcome.failures[position] = exc
+        applied = await self._apply(pending, outcome)
+        await self._archive_batch(expired_audit, outcome)
+        for position, first in repeats.items():
+            if first in outcome.failures:
+                outcome.failures[position] = outcome.failures[first]
+        for position, failure in sorted(outcome.failures.items()):
+            log.warning(
+                "stream record %s (sequence %s) failed and will be retried: %s",
+                _event_id_of(records[position]), outcome.sequence_numbers.get(position), failure,
+            )
+        outcome.metrics = await self._metrics(applied)
+        return outcome
+
+    # --- snapshots ---------------------------------------------------------------------------
+
+    async def _apply(self, pending: list[_Pending], outcome: Outcome) -> list[_Pending]:
+        applied: list[_Pending] = []
+        for chunk in _chunks(pending):
+            applied += await self._apply_chunk(chunk, outcome)
+        return applied
+
+    async def _apply_chunk(self, chunk: list[_Pending], outcome: Outcome) -> list[_Pending]:
+        """Apply the chunk in one transaction; returns the records applied by this call."""
+        remaining = list(chunk)
+        error: BaseException = RuntimeError("not attempted")
+        retry = True  # throttling, contention, unknown outcome: send again; else split
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(transport.backoff_scale * 0.05 * 2**attempt * random.random())
+            try:
+                await self._store.transact(self._operations(remaining))
+            except TransactionCancelled as cancelled:
+                codes = [str(reason.get("Code")) for reason in cancelled.reasons]
+                done = {i for i, code in enumerate(codes[: len(remaining)])
+                        if code == "ConditionalCheckFailed"}
+                if done:
+                    outcome.duplicates += len(done)
+                    remaining = [p for i, p in enumerate(remaining) if i not in done]
+                    if not remaining:
+                        return []
+                    continue
+                error, retry = cancelled, any(code in _TRANSIENT_REASONS for code in codes)
+            except (UnknownOutcome, Unavailable) as unsure:
+                error, retry = unsure, True  # a resend is safe: the markers guard it
+            except (AccessDenied, TableMissing) as fatal:
+                error, retry = fatal, True  # no record could succeed: fail them all
+                break
+            except Exception as other:
+                error, retry = other, False
+            else:
+                outcome.applied += len(remaining)
+                return remaining
+            if not retry:
+                break
+        if not retry and len(remaining) > 1:
+            half = len(remaining) // 2
+            return await self._apply_chunk(remaining[:half], outcome) + await self._apply_chunk(
+                remaining[half:], outcome
+            )
+        for p in remaining:
+            outcome.failures[p.position] = error
+        return []
+
+    def _operations(self, chunk: list[_Pending]) -> list[dict[str, Any]]:
+        now_s = self._clock() // 1000
+        marker_ttl = now_s + self.config.marker_ttl_hours * 3600
+        operations: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "Item": {
+                        **keys.aggregation_marker(p.record.event_id),
+                        "seq": p.record.sequence_number,
+                        "ttl": marker_ttl,
+                    },
+                    "ConditionExpression": "attribute_not_exists(PK)",
+                }
+            }
+            for p in chunk
+        ]
+        merged: dict[SnapshotKey, Counts] = {}
+        for p in chunk:
+            for key, counts in p.snapshots.items():
+                merged.setdefault(key, Counts()).add(counts)
+        for key in sorted(merged):
+            _, end_ms = bounds(key.start_ms, key.window_type)
+            ttl = end_ms // 1000 + self._retention_days(key.window_type) * 86400
+            operations.append(snapshot_items.update_operation(key, merged[key], ttl))
+        return operations
+
+    def _retention_days(self, window_type: str) -> int:
+        config = self.config
+        configured = config.retention_days.get(window_type) or config.default_retention_days
+        if configured:
+            return configured
+        stored = (self._version_record or {}).get("usage_retention_days")
+        return int(stored) if stored else DEFAULT_RETENTION_DAYS
+
+    # --- audit archive -----------------------------------------------------------------------
+
+    async def _archive_batch(
+        self, expired: list[tuple[int, StreamRecord, dict[str, Any]]], outcome: Outcome
+    ) -> None:
+        if not expired or self._archive is None:
+            return
+        key, body = aggregation.archive_object(
+            [record for _, record, _ in expired], [line for _, _, line in expired], self._clock()
+        )
+        try:
+            await self._archive(key, body)
+        except Exception as exc:
+            for position, _, _ in expired:
+                outcome.failures[position] = exc
+            return
+        outcome.archived += len(expired)
+
+    # --- metrics -----------------------------------------------------------------------------
+
+    async def _namespace_name(self, ns: str) -> str:
+        if ns not in self._namespace_names:
+            try:
+                item = await self._store.get(keys.namespace_by_id(ns), consistent=False)
+            except Exception:
+                return ns  # metrics only: fall back to the id, try again next batch
+            self._namespace_names[ns] = str(item["name"]) if item and item.get("name") else ns
+        return self._namespace_names[ns]
+
+    async def _metrics(self, applied: list[_Pending]) -> list[MetricPoint]:
+        consumed: Counter[tuple[str, ...]] = Counter()
+        overdrawn: Counter[tuple[str, ...]] = Counter()
+        admissions: Counter[tuple[str, ...]] = Counter()
+        for p in applied:
+            ns = await self._namespace_name(p.change.ns)
+            resource, counts = p.change.resource, p.change.counts
+            consumed.update({(ns, resource, name): v for name, v in counts.consumed.items()})
+            overdrawn.update({(ns, resource, name): v for name, v in counts.overdrawn.items()})
+            admissions.update({(ns, resource): counts.events})
+        points = [
+            MetricPoint("Consumed", snapshot_items.whole(v), "Count", _dims(k))
+            for k, v in consumed.items()
+        ]
+        points += [MetricPoint("Overdrawn", v, "Count", _dims(k)) for k, v in overdrawn.items()]
+        points += [MetricPoint("Admissions", v, "Count", _dims(k)) for k, v in admissions.items()]
+        if applied:
+            oldest = min(p.change.event_ms for p in applied)
+            lag = max(0, self._clock() - oldest)
+            points.append(MetricPoint("ProcessingLagMs", lag, "Milliseconds", ()))
+        return points
+
+
+def _dims(key: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple(zip(("namespace", "resource", "limit"), key, strict=False))
+
+
+def _chunks(pending: list[_Pending]) -> list[list[_Pending]]:
+    """Group records so each transaction holds at most 100 items (markers + distinct snapshots)."""
+    chunks: list[list[_Pending]] = []
+    current: list[_Pending] = []
+    touched: set[SnapshotKey] = set()
+    for p in pending:
+        new = set(p.snapshots) - touched
+        if current and len(current) + 1 + len(touched) + len(new) > MAX_TRANSACTION_ITEMS:
+            chunks.append(current)
+            current, touched = [], set()
+        current.append(p)
+        touched |= set(p.snapshots)
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _sequence_of(raw: Any) -> str | None:
+    try:
+        sequence = raw["dynamodb"]["SequenceNumber"]
+    except (KeyError, TypeError):
+        return None
+    return sequence if isinstance(sequence, str) else None
+
+
+def _event_id_of(raw: Any) -> str | None:
+    return raw.get("eventID") if isinstance(raw, Mapping) else None

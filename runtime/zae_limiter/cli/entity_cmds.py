@@ -1,0 +1,340 @@
+"""`entity`: records, parents, per-entity limits and flags, availability, resets and top-ups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..errors import EntityNotFoundError
+from ..repository import Repository
+from ..validation import DEFAULT_RESOURCE
+from . import render
+from .app import Settings, with_repo
+from .options import (
+    amounts_from,
+    confirm,
+    limit_options,
+    limits_from,
+    resource_option,
+    yes_option,
+)
+from .output import emit, fields, table
+
+ENTITY_ARG = click.argument("entity_id", metavar="ENTITY_ID")
+LEVEL_HELP = "Resource, or _default_ for every resource."
+FLAG_RESOURCE_HELP = "Resource (omit for all resources)."
+
+
+@click.group()
+def entity() -> None:
+    """Entities (users, API keys, organisations): records, limits, flags, balances."""
+
+
+@entity.command("create")
+@ENTITY_ARG
+@click.option("--display-name", help="A human-readable name.")
+@click.option("--parent", "parent_id", metavar="ID", help="The organisation (must be a root).")
+@click.option("--cascade/--no-cascade", default=False,
+              help="Entity-wide fallback: debit the parent too.")
+@click.option("--meta", multiple=True, metavar="KEY=VALUE", help="Metadata (repeatable).")
+@click.pass_obj
+def entity_create(settings: Settings, entity_id: str, display_name: str | None,
+                  parent_id: str | None, cascade: bool, meta: tuple[str, ...]) -> None:
+    """Create the entity's record."""
+    metadata: dict[str, str] = {}
+    for pair in meta:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r}: write KEY=VALUE", param_hint="--meta")
+        metadata[key] = value
+    created = with_repo(settings, lambda repo: repo.create_entity(
+        entity_id, display_name, parent_id, cascade, metadata, settings.principal))
+    emit(settings, render.entity_dict(created), f"entity {entity_id} created"
+         + (f" under {parent_id}" if parent_id else ""))
+
+
+@entity.command("show")
+@ENTITY_ARG
+@click.pass_obj
+def entity_show(settings: Settings, entity_id: str) -> None:
+    """The record, children count, config levels and flags."""
+
+    async def read(repo: Repository) -> tuple[Any, ...]:
+        record = await repo.get_entity(entity_id)
+        children = await repo.get_children(entity_id)
+        config = await repo._resolver.entity_config(entity_id)
+        return record, children, config
+
+    record, children, config = with_repo(settings, read)
+    levels = {
+        resource: {"limits": [render.limit_dict(x) for x in level.limits or ()],
+                   "disabled": level.disabled, "cascade": level.cascade}
+        for resource, level in sorted(config.levels.items())
+        if level.limits is not None or level.disabled is not None or level.cascade is not None
+    }
+    if record is None and not levels:
+        raise EntityNotFoundError(entity_id)
+    data = {"entity": None if record is None else render.entity_dict(record),
+            "children": len(children), "levels": levels}
+    lines = [fields([
+        ("id", entity_id), ("name", record.name if record else None),
+        ("parent", record.parent_id if record else None),
+        ("cascade", record.cascade if record else None),
+        ("metadata", dict(record.metadata) if record else None),
+        ("created", record.created_at if record else "(no record)"),
+        ("children", len(children)),
+    ])]
+    for resource, level in sorted(config.levels.items()):
+        if resource not in levels:
+            continue
+        title = "all resources (_default_)" if resource == DEFAULT_RESOURCE else resource
+        lines.append(f"\n[{title}] disabled: {render.disabled_text(level.disabled)}, "
+                     f"cascade: {render.flag_text(level.cascade)}")
+        if level.limits is not None:
+            lines.append(render.limits_table(list(level.limits)))
+    emit(settings, data, "\n".join(lines))
+
+
+@entity.command("delete")
+@ENTITY_ARG
+@yes_option
+@click.pass_obj
+def entity_delete(settings: Settings, entity_id: str, yes: bool) -> None:
+    """Delete the entity: record, config levels, buckets and usage snapshots."""
+    confirm(yes, f"Delete entity {entity_id!r} with its config, buckets and usage?")
+    with_repo(settings, lambda repo: repo.delete_entity(entity_id, settings.principal))
+    emit(settings, {"entity_id": entity_id, "deleted": True}, f"entity {entity_id} deleted")
+
+
+@entity.command("children")
+@click.argument("parent_id", metavar="PARENT_ID")
+@click.pass_obj
+def entity_children(settings: Settings, parent_id: str) -> None:
+    """Direct children of PARENT_ID."""
+    children = with_repo(settings, lambda repo: repo.get_children(parent_id))
+    emit(settings, {"parent_id": parent_id, "children": [render.entity_dict(e) for e in children]},
+         render.entities_table(children))
+
+
+@entity.command("list")
+@click.option("--with-custom-limits", "resource_name", required=True, metavar="RESOURCE",
+              help="Entities with limits of their own for RESOURCE (or _default_).")
+@click.option("--limit", "count", type=click.IntRange(min=1), help="At most N entities.")
+@click.pass_obj
+def entity_list(settings: Settings, resource_name: str, count: int | None) -> None:
+    """Entities with entity-level limits for a resource."""
+
+    async def read(repo: Repository) -> list[str]:
+        found: list[str] = []
+        cursor: str | None = None
+        while count is None or len(found) < count:
+            page, cursor = await repo.list_entities_with_custom_limits(
+                resource_name, None if count is None else count - len(found), cursor)
+            found += page
+            if not cursor:
+                break
+        return found
+
+    ids = with_repo(settings, read)
+    emit(settings, {"resource": resource_name, "entities": ids}, "\n".join(ids) or "(none)")
+
+
+@entity.command("list-resources")
+@click.pass_obj
+def entity_list_resources(settings: Settings) -> None:
+    """Resources that any entity has its own limits for."""
+    names = with_repo(settings, lambda repo: repo.list_resources_with_entity_configs())
+    emit(settings, {"resources": names}, "\n".join(names) or "(none)")
+
+
+@entity.command("set-limits")
+@ENTITY_ARG
+@resource_option(required=False, default=DEFAULT_RESOURCE, help_text=LEVEL_HELP)
+@limit_options
+@click.pass_obj
+def entity_set_limits(settings: Settings, entity_id: str, resource: str,
+                      limit_specs: tuple[str, ...], limits_file: str | None,
+                      soft: tuple[str, ...], schedule: tuple[str, ...]) -> None:
+    """Replace the entity's whole list of limits at one level (a paid plan, for example)."""
+    limits = limits_from(limit_specs, limits_file, soft, schedule)
+    with_repo(settings, lambda repo: repo.set_limits(entity_id, limits, resource,
+                                                     settings.principal))
+    emit(settings, {"entity_id": entity_id, "resource": resource,
+                    "limits": [render.limit_dict(x) for x in limits]},
+         f"entity {entity_id} / {resource}: {len(limits)} limit(s) set")
+
+
+@entity.command("get-limits")
+@ENTITY_ARG
+@resource_option(required=False, default=DEFAULT_RESOURCE, help_text=LEVEL_HELP)
+@click.pass_obj
+def entity_get_limits(settings: Settings, entity_id: str, resource: str) -> None:
+    """The entity's limits at one level only (no inheritance)."""
+    limits = with_repo(settings, lambda repo: repo.get_limits(entity_id, resource))
+    emit(settings, {"entity_id": entity_id, "resource": resource,
+                    "limits": [render.limit_dict(x) for x in limits]}, render.limits_table(limits))
+
+
+@entity.command("delete-limits")
+@ENTITY_ARG
+@resource_option(required=False, default=DEFAULT_RESOURCE, help_text=LEVEL_HELP)
+@yes_option
+@click.pass_obj
+def entity_delete_limits(settings: Settings, entity_id: str, resource: str, yes: bool) -> None:
+    """Remove the entity's limits at one level; it falls back to the next level."""
+    confirm(yes, f"Delete the limits of {entity_id!r} at {resource!r}?")
+    with_repo(settings, lambda repo: repo.delete_limits(entity_id, resource, settings.principal))
+    emit(settings, {"entity_id": entity_id, "resource": resource, "deleted": True},
+         f"entity {entity_id} / {resource}: limits deleted")
+
+
+def _entity_flag(name: str, method: str, done: str, summary: str) -> click.Command:
+    @click.command(name, help=summary)
+    @ENTITY_ARG
+    @resource_option(required=False, help_text=FLAG_RESOURCE_HELP)
+    @click.pass_obj
+    def command(settings: Settings, entity_id: str, resource: str | None) -> None:
+        updated = with_repo(settings, lambda repo: getattr(repo, method)(
+            entity_id, resource, settings.principal))
+        where = resource or "all resources"
+        emit(settings, {"entity_id": entity_id, "resource": resource, "state": done,
+                        "items_updated": updated},
+             f"entity {entity_id} / {where}: {done} ({updated} item(s) updated)")
+
+    return command
+
+
+for _name, _method, _done, _summary in (
+    ("disable", "disable_entity", "disabled", "Refuse the entity (ResourceDisabled)."),
+    ("enable", "enable_entity", "enabled",
+     "Explicit enable: readmits the entity to a disabled resource."),
+    ("clear-disabled", "clear_entity_disabled", "inherit",
+     "Back to inherit; also how an entity bypass is lifted."),
+    ("bypass", "bypass_entity", "bypass",
+     "Admit the entity without debiting its balances (usage is still counted); its parent is "
+     "still judged."),
+):
+    entity.add_command(_entity_flag(_name, _method, _done, _summary))
+
+
+@entity.command("set-cascade")
+@ENTITY_ARG
+@click.argument("state", type=click.Choice(["on", "off"]))
+@resource_option(required=False, help_text=FLAG_RESOURCE_HELP)
+@click.pass_obj
+def entity_set_cascade(settings: Settings, entity_id: str, state: str,
+                       resource: str | None) -> None:
+    """Per-entity cascade policy (outranks the resource's)."""
+    updated = with_repo(settings, lambda repo: repo.set_entity_cascade(
+        entity_id, state == "on", resource, settings.principal))
+    emit(settings, {"entity_id": entity_id, "resource": resource, "cascade": state == "on",
+                    "items_updated": updated},
+         f"entity {entity_id} / {resource or 'all resources'}: cascade {state}")
+
+
+@entity.command("clear-cascade")
+@ENTITY_ARG
+@resource_option(required=False, help_text=FLAG_RESOURCE_HELP)
+@click.pass_obj
+def entity_clear_cascade(settings: Settings, entity_id: str, resource: str | None) -> None:
+    """Remove the entity's cascade policy at one level."""
+    updated = with_repo(settings, lambda repo: repo.clear_entity_cascade(
+        entity_id, resource, settings.principal))
+    emit(settings, {"entity_id": entity_id, "resource": resource, "cascade": None,
+                    "items_updated": updated},
+         f"entity {entity_id} / {resource or 'all resources'}: cascade policy cleared")
+
+
+@entity.command("set-parent")
+@ENTITY_ARG
+@click.option("--parent", "parent_id", metavar="ID", help="The new parent (a root entity).")
+@click.option("--none", "no_parent", is_flag=True, help="Make the entity a root.")
+@click.pass_obj
+def entity_set_parent(settings: Settings, entity_id: str, parent_id: str | None,
+                      no_parent: bool) -> None:
+    """Move the entity under another parent (or none); its next call debits the new one."""
+    if (parent_id is None) == (not no_parent):
+        raise click.UsageError("give exactly one of --parent ID or --none")
+    updated = with_repo(settings, lambda repo: repo.set_parent(
+        entity_id, parent_id, principal=settings.principal))
+    emit(settings, {"entity_id": entity_id, "parent_id": parent_id, "items_updated": updated},
+         f"entity {entity_id}: parent {parent_id or 'none'} ({updated} item(s) updated)")
+
+
+@entity.command("available")
+@ENTITY_ARG
+@resource_option(required=True, help_text="Resource.")
+@click.option("--need", multiple=True, metavar="NAME:N",
+              help="An amount to check (repeatable); reports the wait until it fits.")
+@click.pass_obj
+def entity_available(settings: Settings, entity_id: str, resource: str,
+                     need: tuple[str, ...]) -> None:
+    """Balances now (summed over shards) and the wait until --need fits. Writes nothing."""
+    needed = amounts_from(need, "--need", allow_zero=True)
+    report = with_repo(settings, lambda repo: repo.check_availability(
+        entity_id, resource, needed or None))
+    rows = [{"limit": s.limit_name, "available": s.available, "capacity": s.limit.capacity,
+             "needed": s.requested, "exceeded": s.exceeded,
+             "retry_after_s": s.retry_after_seconds} for s in report.statuses]
+    data = {"entity_id": entity_id, "resource": resource, "allowed": report.allowed,
+            "bypassed": report.bypassed, "available": report.available,
+            "retry_after_seconds": report.retry_after_seconds,
+            "limits": [s.as_dict() for s in report.statuses]}
+    if not rows:
+        human = f"{resource} is unmetered for {entity_id} (no limits at any level)"
+    else:
+        human = table(rows, ["limit", "available", "capacity", "needed", "exceeded",
+                             "retry_after_s"])
+        human += f"\nallowed: {'yes' if report.allowed else 'no'}"
+        if not report.allowed:
+            human += f" (retry after {report.retry_after_seconds:g} s)"
+    if report.bypassed:
+        human += "\n(bypassed: balances are not debited)"
+    emit(settings, data, human)
+
+
+@entity.command("reset")
+@ENTITY_ARG
+@resource_option(required=True, help_text="Resource.")
+@click.option("-l", "--limit", "limit_names", multiple=True, metavar="NAME",
+              help="A limit to restore (repeatable; default all).")
+@click.option("--idempotency-key", help="Makes a retry safe: the same key changes nothing again.")
+@click.pass_obj
+def entity_reset(settings: Settings, entity_id: str, resource: str, limit_names: tuple[str, ...],
+                 idempotency_key: str | None) -> None:
+    """Restore limits to their full allowance now, on every shard (a quota also forgets this
+    period's spend; a session quota ends its session). Audited."""
+    result = with_repo(settings, lambda repo: repo.reset_bucket(
+        entity_id, resource, list(limit_names) or None, settings.principal, idempotency_key))
+    emit(settings, result, _bucket_result("reset", result))
+
+
+TOP_UP_HELP = """A purchase: add whole tokens to the entity's balance now, on top of its limits.
+
+On a quota the purchase lasts until the quota's next reset (calendar edge or session end) and
+nothing else takes it back; a dripping limit gains at most its room below the ceiling. Pass
+--idempotency-key (an order id, say) so that a retry never charges twice. Plans are changed with
+`entity set-limits`, never with a top-up."""
+
+
+@entity.command("top-up", help=TOP_UP_HELP,
+                short_help="A purchase: add tokens on top of the limits.")
+@ENTITY_ARG
+@resource_option(required=True, help_text="Resource.")
+@click.option("-a", "--add", "add", multiple=True, required=True, metavar="NAME:N",
+              help="Tokens to add to one limit (repeatable).")
+@click.option("--idempotency-key", help="The order id: a retry with it changes nothing again.")
+@click.pass_obj
+def entity_top_up(settings: Settings, entity_id: str, resource: str, add: tuple[str, ...],
+                  idempotency_key: str | None) -> None:
+    amounts = amounts_from(add, "--add")
+    result = with_repo(settings, lambda repo: repo.top_up(
+        entity_id, resource, amounts, settings.principal, idempotency_key))
+    emit(settings, result, _bucket_result("topped up", result))
+
+
+def _bucket_result(verb: str, result: Any) -> str:
+    amounts = ", ".join(f"{k}={v}" for k, v in result.amounts.items()) or "nothing"
+    text = f"{result.entity_id} / {result.resource}: {verb} {amounts} on {result.shards} shard(s)"
+    return text + (" (replayed: already done with this idempotency key)" if result.replayed else "")

@@ -1,0 +1,141 @@
+"""`local`: DynamoDB Local for development (reference.md §7.5). Thin shells over
+`zae_limiter.local` (engine, state) and `zae_limiter.local.stream_runner` (the aggregator)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import local as engine
+from ..local.engine import is_our_process
+from .app import Settings
+from .output import emit, fields, note
+
+AGGREGATOR_ROLE = "aggregator"
+AGGREGATOR_STATUS = "aggregator.json"
+AGGREGATOR_LOG = "aggregator.log"
+
+
+@click.group()
+def local() -> None:
+    """DynamoDB Local on 127.0.0.1, with the aggregator polling its stream."""
+
+
+def _aggregator_running(state: engine.LocalState) -> bool:
+    return any(p.role == AGGREGATOR_ROLE and is_our_process(p.pid, (p.marker,))
+               for p in state.processes)
+
+
+def _start_aggregator(table: str, status: engine.LocalStatus) -> int | None:
+    """Start the background aggregator unless one recorded here already runs; its pid."""
+    from ..local import stream_runner
+
+    recorded = engine.load_state(status.state_dir)
+    if recorded is None or status.endpoint_url is None or _aggregator_running(recorded):
+        return None
+    process = stream_runner.start_aggregator_process(
+        table=table, endpoint_url=status.endpoint_url,
+        region=recorded.region or engine.LOCAL_REGION,
+        log_path=status.state_dir / AGGREGATOR_LOG,
+        status_path=status.state_dir / AGGREGATOR_STATUS,
+    )
+    engine.add_process(AGGREGATOR_ROLE, process.pid, process.marker,
+                       log=str(process.log_path) if process.log_path else None,
+                       state=status.state_dir)
+    return process.pid
+
+
+def _status_dict(status: engine.LocalStatus) -> dict[str, Any]:
+    data = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(status).items()}
+    data["aggregator"] = _aggregator_status(status) if status.running else None
+    return data
+
+
+def _aggregator_status(status: engine.LocalStatus) -> dict[str, Any] | None:
+    """None when no aggregator runs; else what it last reported (`lag_ms`), if anything."""
+    from ..local import stream_runner
+
+    recorded = engine.load_state(status.state_dir)
+    if recorded is None or not _aggregator_running(recorded):
+        return None
+    return {"running": True, **(stream_runner.read_status(status.state_dir / AGGREGATOR_STATUS)
+                                or {})}
+
+
+@local.command("up")
+@click.option("--port", type=int, default=engine.DEFAULT_PORT, show_default=True)
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Keep the data in PATH.")
+@click.option("--in-memory", is_flag=True, help="Keep the data in memory (the default).")
+@click.option("--aggregator/--no-aggregator", default=True, show_default=True,
+              help="Run the aggregator on the table's stream (usage snapshots).")
+@click.option("--jar", type=click.Path(dir_okay=False), help="DynamoDBLocal.jar to use.")
+@click.option("--engine", "engine_name", type=click.Choice(list(engine.ENGINES)),
+              default="dynamodb-local", show_default=True,
+              help="moto needs no Java (request-shape tests only).")
+@click.pass_obj
+def local_up(settings: Settings, port: int, data_dir: str | None, in_memory: bool,
+             aggregator: bool, jar: str | None, engine_name: engine.EngineName) -> None:
+    """Start DynamoDB Local in the background, create the table, print the `export` lines.
+    Idempotent."""
+    if data_dir and in_memory:
+        raise click.UsageError("give --data-dir PATH or --in-memory, not both")
+    note(f"starting {engine_name} on 127.0.0.1:{port}...")
+    status = engine.up(port=port, engine=engine_name, data_dir=data_dir, jar=jar,
+                       table=settings.table)
+    table = status.table or settings.table or "zae-limiter"
+    pid = _start_aggregator(table, status) if aggregator else None
+    if pid:
+        note(f"aggregator started (pid {pid})")
+    final = engine.status(state=status.state_dir)
+    data = {**_status_dict(final), "table": table, "created_table": status.created_table,
+            "env": engine.env_vars(state=status.state_dir)}
+    exports = engine.format_env(engine.env_vars(state=status.state_dir), "sh")
+    emit(settings, data, "\n".join([
+        *(f"# {line}" for line in final.lines()),
+        f"# table {table}: {'created' if status.created_table else 'already there'}",
+        exports,
+    ]))
+
+
+@local.command("down")
+@click.pass_obj
+def local_down(settings: Settings) -> None:
+    """Stop what `local up` started (by recorded process ids only)."""
+    stopped = engine.down()
+    emit(settings, {"stopped": [{"role": p.role, "pid": p.pid} for p in stopped]},
+         "\n".join(f"stopped {p.role} (pid {p.pid})" for p in stopped) or "nothing was running")
+
+
+@local.command("status")
+@click.pass_obj
+def local_status(settings: Settings) -> None:
+    """Running or not, port, pids, tables, aggregator lag."""
+    status = engine.status()
+    data = _status_dict(status)
+    lines = status.lines()
+    aggregator = data.get("aggregator")
+    if status.running:
+        lag = aggregator.get("lag_ms") if aggregator else None
+        if aggregator is None:
+            text = "not running"
+        elif "lag_ms" not in aggregator:
+            text = "starting"
+        else:
+            text = f"lag {lag} ms" if lag is not None else "behind (records failing)"
+        lines.append(fields([("aggregator", text)]))
+    emit(settings, data, "\n".join(lines))
+
+
+@local.command("env")
+@click.option("--format", "fmt", type=click.Choice(list(engine.ENV_FORMATS)), default="sh",
+              show_default=True)
+@click.option("--port", type=int, help="The engine's port [default: the running one, or 8000].")
+@click.pass_obj
+def local_env(settings: Settings, fmt: engine.EnvFormat, port: int | None) -> None:
+    """Print ZAEL_ENDPOINT_URL, dummy credentials and a region for the local engine."""
+    values = engine.env_vars(port=port)
+    if settings.table and "ZAEL_TABLE" not in values and settings.table != "zae-limiter":
+        values["ZAEL_TABLE"] = settings.table
+    emit(settings, values, engine.format_env(values, fmt))

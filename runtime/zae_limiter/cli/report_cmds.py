@@ -1,0 +1,116 @@
+"""`usage` (snapshots and summaries) and `audit` (administrative changes), reference.md §7.3."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from ..audit import SYSTEM_SUBJECT, resource_subject
+from .app import Settings, with_repo
+from .output import emit, fields, table
+
+F = TypeVar("F", bound=Callable[..., Any])
+WINDOWS = click.Choice(["hourly", "daily", "monthly"])
+
+
+def usage_filters(*, window_default: str | None) -> Callable[[F], F]:
+    def decorate(func: F) -> F:
+        for decorator in reversed((
+            click.option("-e", "--entity-id", help="One entity."),
+            click.option("-r", "--resource", help="One resource."),
+            click.option("-w", "--window", type=WINDOWS, default=window_default,
+                         show_default=window_default is not None,
+                         help="Window type" + ("" if window_default else " (default: all)") + "."),
+            click.option("--start", metavar="ISO-8601", help="Windows starting at or after this."),
+            click.option("--end", metavar="ISO-8601", help="Windows starting before this."),
+        )):
+            func = decorator(func)
+        return func
+
+    return decorate
+
+
+def _need_filter(entity_id: str | None, resource: str | None) -> None:
+    if entity_id is None and resource is None:
+        raise click.UsageError("give -e/--entity-id, -r/--resource, or both")
+
+
+@click.group()
+def usage() -> None:
+    """Usage snapshots written by the aggregator (hourly, daily, monthly)."""
+
+
+@usage.command("list")
+@usage_filters(window_default=None)
+@click.option("-l", "--limit", "count", type=click.IntRange(min=1), default=100, show_default=True,
+              help="At most N snapshots.")
+@click.pass_obj
+def usage_list(settings: Settings, entity_id: str | None, resource: str | None,
+               window: str | None, start: str | None, end: str | None, count: int) -> None:
+    """Snapshots, newest window first."""
+    _need_filter(entity_id, resource)
+    snapshots, _ = with_repo(settings, lambda repo: repo.get_usage_snapshots(
+        entity_id=entity_id, resource=resource, window_type=window, start_time=start,
+        end_time=end, limit=count))
+    snapshots = sorted(snapshots, key=lambda s: s.window_start, reverse=True)
+    rows = [{"window_start": s.window_start, "window": s.window_type, "entity_id": s.entity_id,
+             "resource": s.resource, "events": s.total_events, "counters": s.counters,
+             "overdrawn": s.overdrawn} for s in snapshots]
+    emit(settings, {"snapshots": snapshots},
+         table(rows, ["window_start", "window", "entity_id", "resource", "events", "counters",
+                      "overdrawn"]) if rows else "(no snapshots)")
+
+
+@usage.command("summary")
+@usage_filters(window_default="daily")
+@click.pass_obj
+def usage_summary(settings: Settings, entity_id: str | None, resource: str | None,
+                  window: str, start: str | None, end: str | None) -> None:
+    """Totals and per-snapshot averages over one window type."""
+    _need_filter(entity_id, resource)
+    summary = with_repo(settings, lambda repo: repo.get_usage_summary(
+        entity_id=entity_id, resource=resource, window_type=window, start_time=start,
+        end_time=end))
+    rows = [{"limit": name, "total": total, "average": summary.average.get(name)}
+            for name, total in summary.total.items()]
+    human = fields([("entity", entity_id or "(all)"), ("resource", resource or "(all)"),
+                    ("window", summary.window_type), ("snapshots", summary.snapshot_count),
+                    ("first window", summary.min_window_start),
+                    ("last window", summary.max_window_start)])
+    if rows:
+        human += "\n\n" + table(rows, ["limit", "total", "average"])
+    emit(settings, summary, human)
+
+
+@click.group()
+def audit() -> None:
+    """The audit log of administrative changes."""
+
+
+@audit.command("list")
+@click.option("-e", "--entity-id", help="Events about one entity.")
+@click.option("--resource", "resource_name", metavar="NAME",
+              help="Events about a resource's defaults and flags.")
+@click.option("--system", "system_level", is_flag=True, help="Events about the system defaults.")
+@click.option("-l", "--limit", "count", type=click.IntRange(min=1), default=100, show_default=True,
+              help="At most N events.")
+@click.option("--start-event-id", help="Continue after this event id (exclusive).")
+@click.pass_obj
+def audit_list(settings: Settings, entity_id: str | None, resource_name: str | None,
+               system_level: bool, count: int, start_event_id: str | None) -> None:
+    """Events, newest first."""
+    chosen = [x for x in (entity_id, resource_name, system_level or None) if x]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of -e/--entity-id, --resource or --system")
+    subject = (entity_id if entity_id else resource_subject(resource_name)
+               if resource_name else SYSTEM_SUBJECT)
+    events = with_repo(settings, lambda repo: repo.get_audit_events(subject, count,
+                                                                    start_event_id))
+    rows = [{"timestamp": e.timestamp, "action": e.action, "subject": e.entity_id,
+             "resource": e.resource, "principal": e.principal, "event_id": e.event_id}
+            for e in events]
+    emit(settings, {"events": [e.to_dict() for e in events]},
+         table(rows, ["timestamp", "action", "subject", "resource", "principal", "event_id"])
+         if rows else "(no events)")

@@ -1,0 +1,136 @@
+"""`python -m zae_limiter.demo`: the library on the embedded local engine, no AWS account.
+
+Starts DynamoDB Local on a free loopback port, creates a table, walks through the main job
+(limits, a rejection with its retry-after, one acquire debiting a resource and a money budget,
+an organisation cap, a plan upgrade and a purchase), prints what DynamoDB billed for each call,
+and stops the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from datetime import timedelta
+from typing import Any
+
+from . import Limit, RateLimiter, RateLimitExceeded, Repository
+from .local import LOCAL_ACCESS_KEY_ID, LOCAL_REGION, LOCAL_SECRET_ACCESS_KEY, start_engine
+
+TABLE = "zae-limiter-demo"
+
+
+class _Meter:
+    """Counts requests and capacity on the client, to show what each call cost."""
+
+    def __init__(self, client: Any) -> None:
+        self.requests = 0
+        self.wcu = 0.0
+        self.rcu = 0.0
+        client.meta.events.register("provide-client-params.dynamodb.*", self._ask)
+        client.meta.events.register("after-call.dynamodb.*", self._count)
+
+    def _ask(self, params: dict[str, Any], **_: Any) -> None:
+        params.setdefault("ReturnConsumedCapacity", "TOTAL")
+
+    def _count(self, parsed: dict[str, Any], model: Any, **_: Any) -> None:
+        self.requests += 1
+        capacity = parsed.get("ConsumedCapacity")
+        units = capacity.get("CapacityUnits", 0) if isinstance(capacity, dict) else 0
+        if parsed.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            units = 1.0
+        if model.name in ("GetItem", "Query", "BatchGetItem"):
+            self.rcu += units
+        else:
+            self.wcu += units
+
+    def take(self) -> str:
+        text = f"{self.requests} request(s), {self.rcu:g} RCU, {self.wcu:g} WCU"
+        self.requests, self.wcu, self.rcu = 0, 0.0, 0.0
+        return text
+
+
+async def run(endpoint_url: str) -> None:
+    await Repository.create_table(table=TABLE, endpoint_url=endpoint_url)
+    async with await Repository.open(table=TABLE, endpoint_url=endpoint_url) as repo:
+        limiter = RateLimiter(repo)
+        meter = _Meter(repo.transport.client)
+
+        print("1. A per-minute limit with a burst of 3")
+        await limiter.set_resource_defaults("search", [Limit.per_minute("requests", 60, burst=3)])
+        meter.take()
+        for call in range(1, 5):
+            try:
+                async with limiter.acquire("user-1", "search", consume={"requests": 1}):
+                    print(f"   call {call}: admitted                  ({meter.take()})")
+            except RateLimitExceeded as exc:
+                print(
+                    f"   call {call}: rejected, retry after {exc.retry_after_seconds:.3f} s "
+                    f"(Retry-After: {exc.retry_after_header}) ({meter.take()})"
+                )
+
+        print("2. One acquire debits a resource and a money budget (micro-USD), all or none")
+        await limiter.set_resource_defaults(
+            "budget",
+            [
+                Limit.quota("weekly", 5_000_000, cron="0 0 * * 1"),
+                Limit.quota("session", 1_000_000, reset_after=timedelta(hours=5)),
+            ],
+        )
+        await limiter.set_resource_defaults("translate", [Limit.per_minute("units", 5_000)])
+        meter.take()
+        for attempt in ("first", "warm"):
+            async with limiter.acquire(
+                "user-2",
+                "translate",
+                consume={"units": 100},
+                also={"budget": {"weekly": 2_000, "session": 2_000}},
+            ) as lease:
+                await lease.adjust(units=40)
+                await lease.resource("budget").adjust(weekly=800, session=800)
+            print(f"   {attempt} call: admitted and reconciled ({meter.take()})")
+        try:
+            async with limiter.acquire(
+                "user-2", "translate", consume={"units": 1}, also={"budget": {"session": 2_000_000}}
+            ):
+                pass
+        except RateLimitExceeded as exc:
+            names = [f"{s.resource}.{s.limit_name}" for s in exc.violations]
+            print(f"   a $2 request: rejected by {names}; nothing was debited ({meter.take()})")
+
+        print("3. An organisation caps its users' shared upstream quota")
+        await limiter.create_entity(entity_id="org-acme")
+        await limiter.create_entity(entity_id="user-3", parent_id="org-acme")
+        await repo.set_resource_cascade("translate", True)
+        await limiter.set_limits("org-acme", [Limit.per_day("units", 250)], resource="translate")
+        for call in range(1, 4):
+            try:
+                async with limiter.acquire("user-3", "translate", consume={"units": 100}):
+                    print(f"   user-3 call {call}: admitted")
+            except RateLimitExceeded as exc:
+                who = exc.violations[0].entity_id
+                print(f"   user-3 call {call}: rejected by {who} (its daily 250 units)")
+        org = await limiter.check_availability("org-acme", "translate")
+        print(f"   org-acme has {org.available['units']} units left today")
+
+    print("Done: the local engine is stopped next.")
+
+
+def main() -> int:
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", LOCAL_ACCESS_KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", LOCAL_SECRET_ACCESS_KEY),
+        ("AWS_DEFAULT_REGION", LOCAL_REGION),
+    ):
+        os.environ.setdefault(name, value)
+    engine = start_engine()
+    print(f"DynamoDB Local is up at {engine.endpoint_url}")
+    try:
+        asyncio.run(run(engine.endpoint_url))
+    finally:
+        engine.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
