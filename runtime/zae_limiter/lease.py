@@ -137,11 +137,16 @@ class Lease:
         self._acq: _Acquisition = acquisition  # type: ignore[assignment]  # None only if degraded
         self._holds = holds
         self._open = True
-        self.degraded = acquisition is None
+        self._degraded = acquisition is None
 
     @classmethod
-    def degraded_lease(cls) -> Lease:
+    def _degraded_lease(cls) -> Lease:
         return cls(None, {})
+
+    @property
+    def degraded(self) -> bool:
+        """True only for the no-op lease yielded under on_unavailable=ALLOW during an outage."""
+        return self._degraded
 
     def _check_open(self) -> None:
         if not self._open:

@@ -128,7 +128,7 @@ class _Acquisition:
             if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
                 raise error from exc
             log.warning("acquire admitted without metering under on_unavailable=ALLOW: %s", error)
-            self.lease = Lease.degraded_lease()
+            self.lease = Lease._degraded_lease()
             return self.lease
         self.lease = Lease(self, holds)
         return self.lease
@@ -237,7 +237,12 @@ class RateLimiter:
     """The async limiter. `async with limiter.acquire(...) as lease:`."""
 
     def __init__(self, repository: Repository) -> None:
-        self.repository = repository
+        self._repository = repository
+
+    @property
+    def repository(self) -> Repository:
+        """The Repository this limiter reads and writes through."""
+        return self._repository
 
     async def __aenter__(self) -> RateLimiter:
         return self

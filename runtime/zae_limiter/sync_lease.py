@@ -19,10 +19,6 @@ class SyncLease:
 
     _async: Any
 
-    @property
-    def degraded(self) -> bool:
-        return bool(self._async.degraded)
-
 
 syncgen.twin(LeaseResource, SyncLeaseResource)
 syncgen.twin(Lease, SyncLease)
