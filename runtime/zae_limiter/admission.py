@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from . import config as cfg
 from .caches import ImageCache
 from .core import bucket
 from .core.bucket import MILLI, LimitWrite, Params, State
+from .core.split import split_limit
 from .dynamo import bucket_items as items
-from .dynamo import keys, transport
+from .dynamo import codec, keys, transport
 from .dynamo.bucket_items import BucketImage, Stamp
 from .dynamo.store import Store
 from .dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
@@ -33,6 +36,10 @@ from .resolution import Resolver, stamp_for
 log = logging.getLogger("zae_limiter")
 
 MAX_ROUNDS = 5  # write attempts per item before a contended rejection
+MAX_SHARDS = 32
+MIN_SHARDS_TRIED = 3  # a sharded bucket is not rejected after one short shard
+SPLIT_WRITES_PER_SECOND = 1_000  # about DynamoDB's per-partition write limit
+RATE_WINDOW_MS = 1_000
 MAX_RESTARTS = 2  # re-resolutions when an item's rules changed under us
 SETTLE_ROUNDS = 8  # attempts for exit writes and refunds
 
@@ -49,6 +56,7 @@ class Target:
     seen_at: int
     read_now: bool
     amounts: dict[str, int] = field(default_factory=dict)  # milli, names the stamp declares
+    tried: set[int] = field(default_factory=set)  # shards tried in this call
 
     @property
     def stamp(self) -> Stamp:
@@ -108,6 +116,10 @@ class Admission:
         self.images = images
         self.clock = clock
         self.ttl_multiplier = ttl_multiplier
+        self.split_threshold: float = SPLIT_WRITES_PER_SECOND
+        self._rates: dict[tuple[str, str, str, int], tuple[int, int]] = {}
+        self._splitting: set[tuple[str, str, str]] = set()
+        self._split_tasks: set[asyncio.Future[None]] = set()
         self._warned_unmetered: set[str] = set()
         self._warned_parent_fallback: set[tuple[str, str]] = set()
 
@@ -116,7 +128,7 @@ class Admission:
     def _cached_target(
         self, entity_id: str, resource: str, role: str, override: Sequence[Limit] | None, now: int
     ) -> Target | None:
-        hit = self.images.get((self.ns, entity_id, resource, 0))
+        hit = self.images.newest(self.ns, entity_id, resource)
         if hit is None:
             return None
         image, seen_at = hit
@@ -133,7 +145,9 @@ class Admission:
                 return None
         elif image.stamp.override:
             return None
-        return Target(entity_id, resource, role, image, True, seen_at, False)
+        if not image.stamp.limits:
+            return None  # restamped to no limits: resolve again (unmetered)
+        return self._on_shard(Target(entity_id, resource, role, image, True, seen_at, False))
 
     async def _load(
         self,
@@ -172,12 +186,14 @@ class Admission:
             if _newer_or_same(existing.stamp, wanted) and existing.stamp.same_rules(
                 replace(wanted, shards=existing.stamp.shards)
             ):
-                out[resource] = (res, Target(entity_id, resource, role, existing, True, now, True))
+                target = Target(entity_id, resource, role, existing, True, now, True)
+                out[resource] = (res, self._on_shard(target))
                 continue
             if _newer(existing.stamp, wanted):
                 # The item knows newer config than our cache: trust it, refresh the cache later.
                 self.resolver.forget(resource)
-                out[resource] = (res, Target(entity_id, resource, role, existing, True, now, True))
+                target = Target(entity_id, resource, role, existing, True, now, True)
+                out[resource] = (res, self._on_shard(target))
                 continue
             restamps.append((resource, existing, replace(wanted, shards=existing.stamp.shards)))
             out[resource] = (res, None)
@@ -332,6 +348,203 @@ class Admission:
                     plan.parent = None
         return ordered
 
+    # --- shards --------------------------------------------------------------------------------
+
+    def _shard_image(self, like: BucketImage, shard: int) -> tuple[BucketImage, int]:
+        """This process's image of one shard, or a stand-in built from a sibling's stamp."""
+        hit = self.images.get((self.ns, like.entity_id, like.resource, shard))
+        if hit is not None and hit[0].stamp_seq >= like.stamp_seq:
+            return hit
+        return replace(like, shard=shard, op_ids=("",) * items.OP_SLOTS), 0
+
+    def _known_short(self, target: Target, shard: int, now: int) -> bool:
+        """The rejection cache knows this shard cannot admit the target's amounts."""
+        hit = self.images.get((self.ns, target.entity_id, target.resource, shard))
+        if hit is None or not self.images.fresh_for_rejection(hit[1], now):
+            return False
+        trial = replace(target, image=hit[0], read_now=True)
+        return bool(target.amounts) and _plan_admit(trial, now) is None
+
+    def _on_shard(self, target: Target) -> Target:
+        """Spread load: a random shard, steered away from shards known to be short."""
+        shards = target.stamp.shards
+        if shards <= 1:
+            return target
+        now = self.clock()
+        candidates = [s for s in range(shards) if not self._known_short(target, s, now)]
+        shard = random.choice(candidates or list(range(shards)))
+        if shard != target.image.shard:
+            image, seen_at = self._shard_image(target.image, shard)
+            target.image, target.seen_at, target.read_now = image, seen_at, False
+            target.exists = True
+        target.tried = {shard}
+        return target
+
+    def _try_another_shard(self, target: Target, now: int) -> bool:
+        """After a shard refused: move to another, up to 3 tried (or all, if fewer), skipping
+        shards the rejection cache knows are short."""
+        shards = target.stamp.shards
+        target.tried.add(target.image.shard)
+        if shards <= 1 or len(target.tried) >= min(MIN_SHARDS_TRIED, shards):
+            return False
+        untried = [
+            s
+            for s in range(shards)
+            if s not in target.tried and not self._known_short(target, s, now)
+        ]
+        if not untried:
+            return False
+        image, seen_at = self._shard_image(target.image, random.choice(untried))
+        target.image, target.seen_at, target.read_now, target.exists = image, seen_at, False, True
+        return True
+
+    def _short_everywhere(self, target: Target, now: int) -> bool:
+        """Whether what this process knows (within the rejection window) refuses the target,
+        after moving a sharded target off shards known to be short."""
+        while True:
+            fresh = target.read_now or self.images.fresh_for_rejection(target.seen_at, now)
+            if not fresh or _plan_admit(replace(target, read_now=True), now) is not None:
+                return False
+            if not self._try_another_shard(target, now):
+                return True
+
+    def _observe(self, image: BucketImage) -> None:
+        """Estimate a shard's write rate from the images writes return; split when too hot."""
+        key = ImageCache.key_of(image)
+        first = self._rates.get(key)
+        if first is None or image.writes < first[0]:
+            self._rates[key] = (image.writes, image.written_at)
+            return
+        elapsed = image.written_at - first[1]
+        if elapsed < RATE_WINDOW_MS:
+            return
+        self._rates[key] = (image.writes, image.written_at)
+        rate = (image.writes - first[0]) * 1000 / elapsed
+        if rate > self.split_threshold and image.stamp.shards < MAX_SHARDS:
+            bucket_key = key[:3]
+            if bucket_key not in self._splitting:
+                self._splitting.add(bucket_key)
+                task = asyncio.ensure_future(self._split_quietly(image))
+                self._split_tasks.add(task)
+                task.add_done_callback(self._split_tasks.discard)
+
+    async def _split_quietly(self, image: BucketImage) -> None:
+        try:
+            await self.split(image.entity_id, image.resource, image.stamp.shards)
+        except Exception as exc:  # a failed split is retried when the bucket is hot again
+            log.warning("splitting %s/%s failed: %s", image.entity_id, image.resource, exc)
+        finally:
+            self._splitting.discard((image.ns, image.entity_id, image.resource))
+
+    async def settle_splits(self) -> None:
+        """Wait for splits started in the background (tests, shutdown)."""
+        while self._split_tasks:
+            await asyncio.gather(*list(self._split_tasks), return_exceptions=True)
+
+    async def split(self, entity_id: str, resource: str, shards: int) -> int:
+        """Double a bucket's shards from `shards`, in one transaction. Returns the new count."""
+        keys_ = [keys.bucket(self.ns, entity_id, resource, s) for s in range(shards)]
+        for _ in range(MAX_ROUNDS):
+            found = {
+                int(item["sh"]): items.parse(item)
+                for item in await self.store.batch_get(keys_, consistent=True)
+            }
+            current = found.get(0)
+            if current is None or current.stamp.shards != shards:
+                return current.stamp.shards if current else shards
+            now = self.clock()
+            doubled = shards * 2
+            operations: list[dict[str, Any]] = []
+            for shard in range(shards):
+                image = found.get(shard)
+                if image is None:
+                    image = _blank_image(
+                        self.ns, entity_id, resource, current.stamp, current.stamp_seq, shard
+                    )
+                operations += self._split_operations(image, found.get(shard) is not None, now)
+            try:
+                await self.store.transact(operations, token=items.new_op_id())
+            except DynamoError:
+                continue  # a concurrent write changed a shard's stamp: read again
+            self.images.forget(self.ns, entity_id, resource)
+            log.info("split %s/%s into %d shards", entity_id, resource, doubled)
+            return doubled
+        return shards
+
+    def _split_operations(self, image: BucketImage, exists: bool, now: int) -> list[dict[str, Any]]:
+        shards = image.stamp.shards
+        doubled = shards * 2
+        old_writes: dict[str, LimitWrite] = {}
+        sibling_states: dict[str, State] = {}
+        for params in image.stamp.limits:
+            state = image.states.get(params.name, bucket.full_state(params, shards))
+            old_writes[params.name], sibling_states[params.name] = split_limit(
+                params, state, now, shards
+            )
+        stamp = replace(image.stamp, shards=doubled)
+        sibling = items.full_item(
+            self.ns,
+            image.entity_id,
+            image.resource,
+            image.shard + shards,
+            stamp,
+            image.stamp_seq + 1,
+            sibling_states,
+            admissions=0,
+            generation=items.new_op_id(),
+            now=now,
+            ttl=self._ttl(stamp, sibling_states, now),
+            op_id=None,
+        )
+        sibling_op = {
+            "Put": {
+                "Item": sibling,
+                "ConditionExpression": "attribute_not_exists(PK) OR #ttl < :now",
+                "ExpressionAttributeNames": {"#ttl": "ttl"},
+                "ExpressionAttributeValues": {":now": now // 1000},
+            }
+        }
+        if not exists:
+            states = {p.name: bucket.full_state(p, doubled) for p in stamp.limits}
+            item = items.full_item(
+                self.ns,
+                image.entity_id,
+                image.resource,
+                image.shard,
+                stamp,
+                image.stamp_seq + 1,
+                states,
+                admissions=0,
+                generation=items.new_op_id(),
+                now=now,
+                ttl=self._ttl(stamp, states, now),
+                op_id=None,
+            )
+            return [
+                {"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
+                sibling_op,
+            ]
+        request = items.update_request(
+            self.store.table,
+            image,
+            old_writes,
+            now=now,
+            ttl=None,
+            admissions=0,
+            op_id=items.new_op_id(),
+            new_shards=doubled,
+        )
+        update = {
+            "Key": {"PK": image.key["PK"], "SK": image.key["SK"]},
+            "UpdateExpression": request["UpdateExpression"],
+            "ConditionExpression": request["ConditionExpression"],
+            "ExpressionAttributeNames": request["ExpressionAttributeNames"],
+            "ExpressionAttributeValues": {
+                k: codec.decode(v) for k, v in request["ExpressionAttributeValues"].items()
+            },
+        }
+        return [{"Update": update}, sibling_op]
+
     # --- writing -----------------------------------------------------------------------------
 
     def _ttl(self, stamp: Stamp, states: dict[str, State], now: int) -> int | None:
@@ -423,6 +636,8 @@ class Admission:
             planned = []
             for target, planner, op_id, guard in pending:
                 result = planner(target, now)
+                while result is None and self._try_another_shard(target, now):
+                    result = planner(target, now)
                 if result is None:
                     refused.append(target)
                 else:
@@ -442,6 +657,7 @@ class Admission:
             ):
                 if isinstance(outcome, BucketImage):
                     self.images.put(outcome, self.clock())
+                    self._observe(outcome)
                     landed.append((target, outcome, writes))
                 elif isinstance(outcome, ConditionFailed):
                     if outcome.item is None:
@@ -452,6 +668,7 @@ class Admission:
                             target.resource,
                             target.image.stamp,
                             target.image.stamp_seq + 1,
+                            target.image.shard,
                         )
                         pending.append((target, planner, op_id, guard))
                         continue
@@ -514,12 +731,7 @@ class Admission:
         """
         now = self.clock()
         if local_ok:
-            short = [
-                t
-                for t in targets
-                if (t.read_now or self.images.fresh_for_rejection(t.seen_at, now))
-                and _plan_admit(replace(t, read_now=True), now) is None
-            ]
+            short = [t for t in targets if self._short_everywhere(t, now)]
             if short:
                 if not any(t.read_now for t in short):
                     self.images.local_rejections += 1
@@ -735,12 +947,14 @@ def limit_statuses(
 # --- helpers -----------------------------------------------------------------------------------
 
 
-def _blank_image(ns: str, entity_id: str, resource: str, stamp: Stamp, seq: int) -> BucketImage:
+def _blank_image(
+    ns: str, entity_id: str, resource: str, stamp: Stamp, seq: int, shard: int = 0
+) -> BucketImage:
     return BucketImage(
         ns=ns,
         entity_id=entity_id,
         resource=resource,
-        shard=0,
+        shard=shard,
         stamp=stamp,
         stamp_seq=seq,
         states={p.name: bucket.full_state(p, stamp.shards) for p in stamp.limits},

@@ -75,6 +75,7 @@ class ImageCache:
         self.rejection_ttl_ms = int(rejection_ttl_seconds * 1000)
         self.size = max(size, 1)
         self._images: OrderedDict[ImageKey, _Entry[BucketImage]] = OrderedDict()
+        self._newest: dict[tuple[str, str, str], ImageKey] = {}  # newest stamp among shards
         self.local_rejections = 0
 
     @staticmethod
@@ -95,8 +96,19 @@ class ImageCache:
             return  # never go back to an older stamp
         self._images[key] = _Entry(image, now)
         self._images.move_to_end(key)
+        bucket = key[:3]
+        best = self._images.get(self._newest.get(bucket, key))
+        if best is None or best.value.stamp_seq <= image.stamp_seq:
+            self._newest[bucket] = key
         while len(self._images) > self.size:
-            self._images.popitem(last=False)
+            old_key, _ = self._images.popitem(last=False)
+            if self._newest.get(old_key[:3]) == old_key:
+                del self._newest[old_key[:3]]
+
+    def newest(self, ns: str, entity_id: str, resource: str) -> tuple[BucketImage, int] | None:
+        """The image with the newest stamp among a bucket's shards."""
+        key = self._newest.get((ns, entity_id, resource))
+        return None if key is None else self.get(key)
 
     def fresh_for_rejection(self, stored_at: int, now: int) -> bool:
         return self.rejection_ttl_ms > 0 and now - stored_at < self.rejection_ttl_ms
@@ -105,9 +117,11 @@ class ImageCache:
         for key in list(self._images):
             if key[0] == ns and entity_id in (None, key[1]) and resource in (None, key[2]):
                 del self._images[key]
+                self._newest.pop(key[:3], None)
 
     def clear(self) -> None:
         self._images.clear()
+        self._newest.clear()
 
 
 def stats(config: ConfigCache, images: ImageCache) -> CacheStats:

@@ -11,10 +11,10 @@ from ..core import bucket
 from ..core.bucket import MILLI
 from ..dynamo import bucket_items as items
 from ..dynamo import keys
-from ..dynamo.bucket_items import BucketImage
+from ..dynamo.bucket_items import BucketImage, Stamp
 from ..errors import ResourceDisabled, ValidationError
 from ..limits import Limit, check_limit_list
-from ..models import Availability
+from ..models import Availability, LimitStatus
 from ..resolution import stamp_for
 from .base import AdminBase
 
@@ -58,26 +58,73 @@ class AvailabilityMixin(AdminBase):
         if stored is not None and stored.expired(now):
             stored = None
         shards = stored.stamp.shards if stored else 1
-        stamp = replace(stamp, shards=shards)
-        states = {}
-        for params in stamp.limits:
-            old = stored.stamp.params(params.name) if stored else None
-            state = stored.states.get(params.name) if stored else None
-            if old is None or state is None:
-                states[params.name] = bucket.full_state(params, shards)
-            elif old == params:
-                states[params.name] = state
-            else:
-                states[params.name] = bucket.convert(old, params, state, now, shards, shards)
-        image = BucketImage(self._ns, entity_id, resource, 0, stamp, 0, states)
-        statuses = limit_statuses(
-            image,
-            {n: a * MILLI for n, a in wanted.items()},
-            now,
-            bypass=res.disabled.startswith("bypass"),
-        )
+        images = [stored] if stored else []
         if shards > 1:
-            statuses = [replace(s, available=s.available * shards) for s in statuses]
-        return Availability(
-            entity_id, resource, now, statuses, bypassed=res.disabled.startswith("bypass")
-        )
+            others = await self._store.batch_get(
+                [keys.bucket(self._ns, entity_id, resource, s) for s in range(1, shards)],
+                consistent=False,
+            )
+            images += [items.parse(i) for i in others]
+        stamp = replace(stamp, shards=shards)
+        requested = {n: a * MILLI for n, a in wanted.items()}
+        bypass = res.disabled.startswith("bypass")
+        per_shard = [
+            limit_statuses(
+                _as_stamped(
+                    stamp,
+                    image,
+                    BucketImage(self._ns, entity_id, resource, shard, stamp, 0, {}),
+                    now,
+                ),
+                requested,
+                now,
+                bypass=bypass,
+            )
+            for shard, image in _by_shard(images, shards)
+        ]
+        statuses = [_merge(column, bypass) for column in zip(*per_shard, strict=True)]
+        return Availability(entity_id, resource, now, statuses, bypassed=bypass)
+
+
+def _by_shard(images: list[BucketImage], shards: int) -> list[tuple[int, BucketImage | None]]:
+    found = {image.shard: image for image in images}
+    return [(shard, found.get(shard)) for shard in range(shards)]
+
+
+def _as_stamped(
+    stamp: Stamp, stored: BucketImage | None, blank: BucketImage, now: int
+) -> BucketImage:
+    """One shard's stored state seen under the current config (converted where it changed)."""
+    states = {}
+    for params in stamp.limits:
+        old = stored.stamp.params(params.name) if stored and not stored.expired(now) else None
+        state = stored.states.get(params.name) if stored and old else None
+        if old is None or state is None:
+            states[params.name] = bucket.full_state(params, stamp.shards)
+        elif old == params:
+            states[params.name] = state
+        else:
+            states[params.name] = bucket.convert(
+                old, params, state, now, stamp.shards, stamp.shards
+            )
+    return replace(blank, states=states)
+
+
+def _merge(column: tuple[LimitStatus, ...], bypass: bool) -> LimitStatus:
+    """One limit over every shard: balances summed; a request must fit one shard's share."""
+    first = column[0]
+    available = sum(s.available for s in column)
+    ceiling = first.max_request or 0
+    exceeded = (
+        not bypass
+        and not first.soft
+        and first.requested > 0
+        and (first.requested > ceiling or not any(not s.exceeded for s in column))
+    )
+    waits = [s.retry_after_seconds for s in column if s.exceeded]
+    return replace(
+        first,
+        available=available,
+        exceeded=exceeded,
+        retry_after_seconds=min(waits) if exceeded and waits else 0.0,
+    )

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from . import cron
+from .cron import Cron
 
 MILLI = 1000
 
@@ -40,7 +41,7 @@ class Params:
     refill: int
     period_ms: int
     soft: bool = False
-    cron: str = ""  # calendar: "expr|tz"
+    cron: str = ""  # calendar: reset edges "expr|tz", several joined by ";"
     reset_after_ms: int = 0  # session
 
     def shard_capacity(self, shards: int) -> int:
@@ -51,12 +52,15 @@ class Params:
             return 0
         return max(MILLI, self.refill // shards) if shards > 1 else self.refill
 
+    def reset_edges(self) -> list[Cron]:
+        """A calendar quota's reset schedules: it resets at every edge of each."""
+        return [cron.parse(*edge.split("|", 1)) for edge in self.cron.split(";")]
+
     def period_start(self, now: int, state_w: int | None) -> int | None:
         """Start of the period in force at `now`: calendar edge, or the live session's start."""
         if self.kind == Kind.CALENDAR:
-            expr, tz = self.cron.split("|", 1)
-            last = cron.parse(expr, tz).last_edge_ms(now)
-            return 0 if last is None else last
+            lasts = [e for e in (c.last_edge_ms(now) for c in self.reset_edges()) if e is not None]
+            return max(lasts, default=0)
         if self.kind == Kind.SESSION:
             if state_w is not None and now < state_w + self.reset_after_ms:
                 return state_w
@@ -65,8 +69,8 @@ class Params:
 
     def next_reset_ms(self, now: int, state_w: int | None) -> int | None:
         if self.kind == Kind.CALENDAR:
-            expr, tz = self.cron.split("|", 1)
-            return cron.parse(expr, tz).next_edge_ms(now)
+            nexts = [e for e in (c.next_edge_ms(now) for c in self.reset_edges()) if e is not None]
+            return min(nexts, default=None)
         if (
             self.kind == Kind.SESSION
             and state_w is not None
@@ -163,6 +167,7 @@ class LimitWrite:
     set_v: int | None = None
     set_w: int | None = None
     set_tu: int | None = None
+    add_tu: int = 0
     consumed: int = 0
     overdrawn: int = 0
     result: State = field(default_factory=State)  # projected state if the write lands

@@ -88,6 +88,7 @@ class BucketImage:
     written_at: int = 0
     ttl: int | None = None
     op_ids: tuple[str, ...] = field(default_factory=tuple)
+    writes: int = 0  # every hot-path write adds 1: the split detector's rate
 
     @property
     def key(self) -> dict[str, str]:
@@ -165,6 +166,7 @@ def parse(item: dict[str, Any]) -> BucketImage:
         written_at=int(item.get("ts", 0)),
         ttl=None if item.get("ttl") is None else int(item["ttl"]),
         op_ids=tuple(str(item.get(f"q{i}", "")) for i in range(OP_SLOTS)),
+        writes=int(item.get("k", 0)),
     )
 
 
@@ -231,6 +233,7 @@ def update_request(
     admissions: int,
     op_id: str,
     guard_op: bool = False,
+    new_shards: int | None = None,
 ) -> dict[str, Any]:
     """UpdateItem for a hot-path write on an existing item, guarded by its stamp sequence.
 
@@ -242,15 +245,18 @@ def update_request(
     conditions = [f"{expr.name('cv')} = {expr.value(image.stamp_seq)}"]
     for limit, write in writes.items():
         conditions += [_guard_text(expr, limit, g) for g in write.guards]
-        v_path = expr.path("L", limit, "v")
         if write.set_v is not None:
-            sets.append(f"{v_path} = {expr.value(write.set_v)}")
+            sets.append(f"{expr.path('L', limit, 'v')} = {expr.value(write.set_v)}")
         elif write.add_v:
+            v_path = expr.path("L", limit, "v")
             sets.append(f"{v_path} = {v_path} + {expr.value(write.add_v)}")
         if write.set_w is not None:
             sets.append(f"{expr.path('L', limit, 'w')} = {expr.value(write.set_w)}")
         if write.set_tu is not None:
             sets.append(f"{expr.path('L', limit, 'tu')} = {expr.value(write.set_tu)}")
+        elif write.add_tu:
+            tu_path = expr.path("L", limit, "tu")
+            sets.append(f"{tu_path} = {tu_path} + {expr.value(write.add_tu)}")
         if write.consumed:
             t_path = expr.path("L", limit, "t")
             sets.append(f"{t_path} = {t_path} + {expr.value(write.consumed)}")
@@ -261,6 +267,8 @@ def update_request(
     if admissions:
         n = expr.name("n")
         sets.append(f"{n} = {n} + {expr.value(admissions)}")
+    k = expr.name("k")
+    sets.append(f"{k} = if_not_exists({k}, {expr.value(0)}) + {expr.value(1)}")
     slot = f"q{op_slot(op_id)}"
     if guard_op:
         conditions.append(
@@ -270,6 +278,9 @@ def update_request(
     sets.append(f"{expr.name('ts')} = {expr.value(now)}")
     if ttl is not None:
         sets.append(f"{expr.name('ttl')} = {expr.value(ttl)}")
+    if new_shards is not None:  # a split: every process's next write here meets a new stamp
+        sets.append(f"{expr.name('sc')} = {expr.value(new_shards)}")
+        sets.append(f"{expr.name('cv')} = {expr.value(image.stamp_seq + 1)}")
     return {
         "TableName": table,
         "Key": codec.encode_item(image.key),
@@ -296,6 +307,7 @@ def full_item(
     now: int,
     ttl: int | None,
     op_id: str | None,
+    writes: int = 0,
 ) -> dict[str, Any]:
     """Every attribute of a bucket item (plain form)."""
     limits: dict[str, Any] = {}
@@ -325,6 +337,7 @@ def full_item(
         "n": admissions,
         "g": generation,
         "ts": now,
+        "k": writes,
     }
     if stamp.parent:
         item["par"] = stamp.parent
