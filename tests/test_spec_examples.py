@@ -31,6 +31,7 @@ IMPLEMENTED_BLOCKS: set[str] = {
     "several-resources-in-one-acquire#2",
     "several-resources-in-one-acquire#3",
     "per-resource-limits-and-shared-budget#1",
+    "per-resource-limits-and-shared-budget#2",
     "per-resource-limits-and-shared-budget#3",
     "per-resource-limits-and-shared-budget#4",
     "per-resource-limits-and-shared-budget#6",

@@ -62,6 +62,7 @@ _TRANSIENT_REASONS = frozenset(
 )
 
 ArchiveSink = Callable[[str, bytes], Awaitable[None]]
+_NOT_WARNED = object()
 
 
 def _system_clock() -> int:
@@ -175,7 +176,7 @@ class Aggregator:
         self._transport = transport_owned
         self._version_record: dict[str, Any] | None = None
         self._version_checked_at: int | None = None
-        self._warned_version: object = None
+        self._warned_version: object = _NOT_WARNED
         self._namespace_names: dict[str, str] = {}
 
     @classmethod
@@ -295,13 +296,15 @@ class Aggregator:
         return applied
 
     async def _apply_chunk(self, chunk: list[_Pending], outcome: Outcome) -> list[_Pending]:
-        """Apply the chunk in one transaction; returns the records applied by this call."""
+        """Apply the chunk in one transaction; returns the records applied by this call.
+
+        Records whose marker exists are dropped (already applied) without using up an attempt.
+        Throttling, contention and unknown outcomes are sent again (the markers make a resend
+        safe); any other error splits the chunk until the failing record is alone.
+        """
         remaining = list(chunk)
-        error: BaseException = RuntimeError("not attempted")
-        retry = True  # throttling, contention, unknown outcome: send again; else split
-        for attempt in range(ATTEMPTS):
-            if attempt:
-                await asyncio.sleep(transport.backoff_scale * 0.05 * 2**attempt * random.random())
+        failed_attempts = 0
+        while True:
             try:
                 await self._store.transact(self._operations(remaining))
             except TransactionCancelled as cancelled:
@@ -314,24 +317,29 @@ class Aggregator:
                     if not remaining:
                         return []
                     continue
-                error, retry = cancelled, any(code in _TRANSIENT_REASONS for code in codes)
+                error: BaseException = cancelled
+                retry = any(code in _TRANSIENT_REASONS for code in codes)
             except (UnknownOutcome, Unavailable) as unsure:
-                error, retry = unsure, True  # a resend is safe: the markers guard it
+                error, retry = unsure, True
             except (AccessDenied, TableMissing) as fatal:
-                error, retry = fatal, True  # no record could succeed: fail them all
-                break
+                error = fatal
+                break  # no record could succeed: fail them all
             except Exception as other:
                 error, retry = other, False
             else:
                 outcome.applied += len(remaining)
                 return remaining
             if not retry:
+                if len(remaining) > 1:
+                    half = len(remaining) // 2
+                    first = await self._apply_chunk(remaining[:half], outcome)
+                    return first + await self._apply_chunk(remaining[half:], outcome)
                 break
-        if not retry and len(remaining) > 1:
-            half = len(remaining) // 2
-            return await self._apply_chunk(remaining[:half], outcome) + await self._apply_chunk(
-                remaining[half:], outcome
-            )
+            failed_attempts += 1
+            if failed_attempts >= ATTEMPTS:
+                break
+            delay = 0.05 * 2**failed_attempts * random.random()
+            await asyncio.sleep(transport.backoff_scale * delay)
         for p in remaining:
             outcome.failures[p.position] = error
         return []

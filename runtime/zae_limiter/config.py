@@ -155,7 +155,6 @@ def to_params(limit: Limit) -> Params:
         kind = Kind.CALENDAR
     else:
         kind = Kind.RATE
-    edge = limit.reset_schedule[0] if limit.reset_schedule else None
     return Params(
         name=limit.name,
         kind=kind,
@@ -163,7 +162,7 @@ def to_params(limit: Limit) -> Params:
         refill=limit.refill_amount * MILLI,
         period_ms=limit.refill_period_seconds * 1000,
         soft=limit.soft,
-        cron=f"{edge.cron}|{edge.tz}" if edge else "",
+        cron=";".join(f"{edge.cron}|{edge.tz}" for edge in limit.reset_schedule),
         reset_after_ms=(limit.reset_after_seconds or 0) * 1000,
     )
 
@@ -183,13 +182,13 @@ def from_params(params: Params) -> Limit:
             soft=params.soft,
         )
     if params.kind == Kind.CALENDAR:
-        expr, tz = params.cron.split("|", 1)
+        edges = (edge.split("|", 1) for edge in params.cron.split(";"))
         return Limit(
             params.name,
             params.capacity // MILLI,
             0,
             60,
-            reset_schedule=(ScheduleEntry.reset(expr, tz),),
+            reset_schedule=tuple(ScheduleEntry.reset(expr, tz) for expr, tz in edges),
             soft=params.soft,
         )
     return Limit(

@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import validation
+from .admin.gates import check_limit_gates
 from .admission import Admission, Landed, ResourcePlan, RulesChanged, Unavailable
 from .dynamo.transport import AccessDenied, DynamoError
 from .errors import PermissionDenied, RateLimiterUnavailable, ValidationError
@@ -134,6 +135,8 @@ class _Acquisition:
         return self.lease
 
     async def _admit(self) -> dict[str, ResourceHold]:
+        if self.limits:
+            await check_limit_gates(self.repository, self.limits)
         for attempt in range(_RESTARTS):
             plans = await self.admission.targets(self.entity_id, self.requests, self.limits)
             targets = [t for p in plans for t in (p.child, p.parent) if t is not None]

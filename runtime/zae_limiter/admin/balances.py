@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .. import validation
@@ -45,6 +45,8 @@ from .gates import check_gate
 
 OPERATION_TTL_SECONDS = 3 * 86400
 MAX_ATTEMPTS = 6  # reads and transactions before giving up on a bucket that keeps changing
+#: Cancellation reasons that mean "read again and re-plan" (other items' reasons are "None").
+_RETRIED_CODES = {None, "None", "ConditionalCheckFailed", "TransactionConflict"}
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,12 @@ class BalancesMixin(AdminBase):
         key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
         await check_gate(self, "top_up")
         call = _Call(
-            AuditAction.BUCKET_TOPPED_UP, entity_id, resource, tuple(checked), checked, key,
+            AuditAction.BUCKET_TOPPED_UP,
+            entity_id,
+            resource,
+            tuple(checked),
+            checked,
+            key,
             principal,
         )
         return await self._balance_operation(call)
@@ -169,7 +176,9 @@ class BalancesMixin(AdminBase):
                 return _replay(call, bucket.record)
             shards, gained = self._plan(call, bucket)
             result = BucketOperationResult(
-                call.entity_id, call.resource, len(shards),
+                call.entity_id,
+                call.resource,
+                len(shards),
                 {name: total // MILLI for name, total in gained.items()},
             )
             operations_ = [*shards, await self._audit_for(call, result)]
@@ -177,21 +186,35 @@ class BalancesMixin(AdminBase):
                 operations_.append(self._operation_record(call, result))
             try:
                 await self._transact(operations_)
-            except TransactionCancelled:
+            except TransactionCancelled as exc:
+                refused = {r.get("Code") for r in exc.reasons} - _RETRIED_CODES
+                if refused:
+                    raise self._failure(
+                        call,
+                        exc,
+                        f"DynamoDB refused the write ({sorted(map(str, refused))}); "
+                        "nothing was changed",
+                    ) from exc
                 continue  # a concurrent write, a restamp, or the same key: read again
             except RateLimiterUnavailable as exc:
                 raise self._failure(
-                    call, exc.cause or exc,
+                    call,
+                    exc.cause or exc,
                     "the write was sent but not confirmed; it may or may not have been applied"
-                    + ("; retry with the same idempotency_key" if call.idempotency_key else
-                       "; without an idempotency_key a retry may apply it twice"),
+                    + (
+                        "; retry with the same idempotency_key"
+                        if call.idempotency_key
+                        else "; without an idempotency_key a retry may apply it twice"
+                    ),
                 ) from exc
             finally:
                 self._forget(call.entity_id, call.resource)
             return result
         raise RateLimiterUnavailable(
             f"{_verb(call)} kept colliding with concurrent writes to the bucket; nothing was "
-            "changed, try again", table_name=self._store.table, entity_id=call.entity_id,
+            "changed, try again",
+            table_name=self._store.table,
+            entity_id=call.entity_id,
             resource=call.resource,
         )
 
@@ -199,7 +222,8 @@ class BalancesMixin(AdminBase):
         """Config, every live shard (restamped to the config) and the key's operation record."""
         record_key = (
             keys.operation_record(self._ns, call.idempotency_key)
-            if call.idempotency_key is not None else None
+            if call.idempotency_key is not None
+            else None
         )
         loaded, record = await asyncio.gather(
             self._admission._load(call.entity_id, [call.resource], "entity", None),
@@ -211,42 +235,46 @@ class BalancesMixin(AdminBase):
         _, target = loaded[call.resource]
         if target is None:
             return _Bucket(None, [], record)
-        stamp = target.stamp
         if not target.exists:
-            return _Bucket(stamp, [], record)
-        shards = [_Shard(target.image, True)]
-        if stamp.shards > 1:
-            found = await self._store.batch_get(
-                [
-                    keys.bucket(self._ns, call.entity_id, call.resource, shard)
-                    for shard in range(1, stamp.shards)
-                ],
-                consistent=True,
-            )
-            by_shard = {image.shard: image for image in map(items.parse, found)}
-            now = self._clock()
-            for shard in range(1, stamp.shards):
-                image = by_shard.get(shard)
-                if image is None or image.expired(now):
-                    seq = image.stamp_seq + 1 if image is not None else 1
-                    blank = replace(target.image, shard=shard, stamp_seq=seq, states=_full(stamp))
-                    shards.append(_Shard(blank, False))
-                    continue
-                if image.stamp != stamp:
-                    image = await self._admission.restamp(image, stamp)
-                shards.append(_Shard(image, True))
+            return _Bucket(target.stamp, [], record)
+        if target.stamp.shards == 1:
+            return _Bucket(target.stamp, [_Shard(target.image, True)], record)
+        # Sharded: the acquire machinery may have picked any shard; read them all, at one instant.
+        count = target.stamp.shards
+        found = await self._store.batch_get(
+            [keys.bucket(self._ns, call.entity_id, call.resource, s) for s in range(count)],
+            consistent=True,
+        )
+        by_shard = {image.shard: image for image in map(items.parse, found)}
+        now = self._clock()
+        first = by_shard.get(0)
+        if first is None or first.expired(now) or first.stamp.shards != count:
+            raise RulesChanged()  # changed since the first read: start again
+        stamp = first.stamp  # shard 0 holds the shard count; its stamp is the bucket's
+        shards = [_Shard(first, True)]
+        for shard in range(1, count):
+            image = by_shard.get(shard)
+            if image is None or image.expired(now):  # never written, or expired: full
+                seq = image.stamp_seq + 1 if image is not None else 1
+                blank = BucketImage(
+                    self._ns, call.entity_id, call.resource, shard, stamp, seq, _full(stamp)
+                )
+                shards.append(_Shard(blank, False))
+                continue
+            if image.stamp != stamp:
+                image = await self._admission.restamp(image, stamp)
+            shards.append(_Shard(image, True))
         return _Bucket(stamp, shards, record)
 
-    def _plan(
-        self, call: _Call, bucket: _Bucket
-    ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    def _plan(self, call: _Call, bucket: _Bucket) -> tuple[list[dict[str, Any]], dict[str, int]]:
         """The shard writes (transaction operations) and the gain per limit (milli)."""
         stamp = bucket.stamp
         declared = stamp.names if stamp is not None else ()
         unknown = [name for name in call.names or () if name not in declared]
         if unknown:
             raise ValidationError(
-                "limit name", unknown[0],
+                "limit name",
+                unknown[0],
                 f"resource {call.resource!r} declares {list(declared)} for {call.entity_id!r}; "
                 f"{_verb(call)} only those",
             )
@@ -258,9 +286,7 @@ class BalancesMixin(AdminBase):
         if not shards:  # a top-up creates the bucket, as acquire would
             if stamp.is_disabled:
                 raise ResourceDisabled(call.entity_id, call.resource, stamp.flag_level)
-            blank = BucketImage(
-                self._ns, call.entity_id, call.resource, 0, stamp, 1, _full(stamp)
-            )
+            blank = BucketImage(self._ns, call.entity_id, call.resource, 0, stamp, 1, _full(stamp))
             shards = [_Shard(blank, False)]
         if not call.is_top_up:
             shards = [shard for shard in shards if shard.exists]
@@ -308,9 +334,18 @@ class BalancesMixin(AdminBase):
             )
         else:
             item = items.full_item(
-                self._ns, image.entity_id, image.resource, image.shard, image.stamp,
-                image.stamp_seq, states, admissions=0, generation=items.new_op_id(), now=now,
-                ttl=ttl, op_id=op_id,
+                self._ns,
+                image.entity_id,
+                image.resource,
+                image.shard,
+                image.stamp,
+                image.stamp_seq,
+                states,
+                admissions=0,
+                generation=items.new_op_id(),
+                now=now,
+                ttl=ttl,
+                op_id=op_id,
             )
             request = items.put_request(
                 self._store.table, item, replaces=None, expired_before_s=now // 1000
@@ -327,7 +362,10 @@ class BalancesMixin(AdminBase):
         if call.is_top_up:
             details["requested"] = call.amounts
         item = await self._audit_item(
-            call.action, call.entity_id, principal=call.principal, resource=call.resource,
+            call.action,
+            call.entity_id,
+            principal=call.principal,
+            resource=call.resource,
             details=details,
         )
         return {"Put": {"Item": item}}
@@ -354,18 +392,22 @@ class BalancesMixin(AdminBase):
             }
         }
 
-    def _failure(
-        self, call: _Call, cause: BaseException, message: str
-    ) -> RateLimiterUnavailable:
+    def _failure(self, call: _Call, cause: BaseException, message: str) -> RateLimiterUnavailable:
         if isinstance(cause, AccessDenied):
             return PermissionDenied(
                 f"DynamoDB refused dynamodb:{cause.operation}; {_verb(call)} needs the "
-                "zae-limiter 'admin' managed policy", cause, table_name=self._store.table,
-                entity_id=call.entity_id, resource=call.resource,
+                "zae-limiter 'admin' managed policy",
+                cause,
+                table_name=self._store.table,
+                entity_id=call.entity_id,
+                resource=call.resource,
             )
         return RateLimiterUnavailable(
-            f"{_verb(call)}: {message}", cause, table_name=self._store.table,
-            entity_id=call.entity_id, resource=call.resource,
+            f"{_verb(call)}: {message}",
+            cause,
+            table_name=self._store.table,
+            entity_id=call.entity_id,
+            resource=call.resource,
         )
 
 
@@ -387,13 +429,17 @@ def _verb(call: _Call) -> str:
 def _replay(call: _Call, record: dict[str, Any]) -> BucketOperationResult:
     if record.get("arguments") != call.arguments():
         raise ValidationError(
-            "idempotency_key", call.idempotency_key,
+            "idempotency_key",
+            call.idempotency_key,
             f"was already used for another call ({record.get('arguments')}); use a new key",
         )
     stored = json.loads(record["result"])
     return BucketOperationResult(
-        call.entity_id, call.resource, int(stored["shards"]),
-        {name: int(amount) for name, amount in stored["amounts"].items()}, replayed=True,
+        call.entity_id,
+        call.resource,
+        int(stored["shards"]),
+        {name: int(amount) for name, amount in stored["amounts"].items()},
+        replayed=True,
     )
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .. import versioning
-from ..dynamo import keys, records
-from ..errors import VersionMismatchError
-from ..schema import SCHEMA_VERSION
+from ..dynamo import keys
+from ..dynamo.store import Store
+from ..dynamo.transport import ConditionFailed
+from ..errors import RateLimiterUnavailable, VersionMismatchError
+from ..limits import Limit
+from ..schema import PARTITION_KEY, SCHEMA_VERSION
+from .config import _limit_gates
 
 REQUIRED: dict[str, str] = {
     "top_up": "0.17.0",
@@ -19,12 +24,19 @@ REQUIRED: dict[str, str] = {
     "session_quotas": "0.15.0",
 }
 
+#: How often a ratchet re-reads after losing a race with another writer of the minimum.
+RATCHET_ATTEMPTS = 5
+
+
+def _passed_key(feature: str, ratchet: bool) -> str:
+    return f"{feature}:{'ratchet' if ratchet else 'check'}"
+
 
 async def check_gate(repo: Any, feature: str, *, ratchet: bool = True) -> None:
     """Refuse `feature` unless the stack's aggregator is recent enough; then raise the minimum."""
     shared = repo._shared
-    key = (feature, ratchet)
-    if key in shared.gates_passed:
+    passed = shared.gates_passed
+    if _passed_key(feature, ratchet) in passed or _passed_key(feature, True) in passed:
         return
     required = REQUIRED[feature]
     record = await repo._store.get(keys.version_record()) or {}
@@ -40,24 +52,49 @@ async def check_gate(repo: Any, feature: str, *, ratchet: bool = True) -> None:
             feature=feature,
             required_version=required,
         )
-    minimum = str(record.get("client_min_version") or "0.0.0")
-    target = min(versioning.parse(required), versioning.parse(versioning.LIBRARY_VERSION))
-    if ratchet and record and versioning.parse(minimum) < target:
-        new_min = ".".join(str(x) for x in target)
-        item = records.version_record_item(
-            schema_version=str(record.get("schema_version") or SCHEMA_VERSION),
-            aggregator_version=aggregator,
-            aggregator_function=record.get("aggregator_function"),
-            client_min_version=new_min,
-            updated_at=str(record.get("updated_at") or ""),
-            updated_by=str(record.get("updated_by") or ""),
-        )
-        for extra in ("audit_retention_days", "usage_retention_days"):
-            if extra in record:
-                item[extra] = record[extra]
-        await repo._store.put(
-            item,
-            condition="attribute_not_exists(client_min_version) OR client_min_version = :old",
-            values={":old": minimum},
-        )
-    shared.gates_passed.add(key)
+    if ratchet and record:
+        target = min(versioning.parse(required), versioning.parse(versioning.LIBRARY_VERSION))
+        await _ratchet(repo._store, record.get("client_min_version"), target)
+    passed.add(_passed_key(feature, ratchet))
+
+
+async def check_limit_gates(repo: Any, limits: Sequence[Limit]) -> None:
+    """`acquire(limits=[...])`: soft limits are checked without raising the minimum (§10.3)."""
+    for feature in _limit_gates(list(limits)):
+        await check_gate(repo, feature, ratchet=feature != "soft_limits")
+
+
+async def _ratchet(store: Store, seen: Any, target: tuple[int, ...]) -> None:
+    """Raise `client_min_version` to `target` unless it is already there; never lower it.
+
+    Only that attribute is written, conditioned on the value read, so a concurrent ratchet (or
+    upgrade) is never overwritten; losing the race re-reads the stored value and tries again.
+    """
+    new_minimum = ".".join(str(part) for part in target)
+    for _ in range(RATCHET_ATTEMPTS):
+        if seen and versioning.parse(str(seen)) >= target:
+            return
+        if seen:
+            condition = "attribute_exists(#pk) AND #min = :old"
+            values: dict[str, Any] = {":new": new_minimum, ":old": str(seen)}
+        else:
+            condition = "attribute_exists(#pk) AND attribute_not_exists(#min)"
+            values = {":new": new_minimum}
+        try:
+            await store.update(
+                keys.version_record(),
+                "SET #min = :new",
+                condition=condition,
+                names={"#pk": PARTITION_KEY, "#min": "client_min_version"},
+                values=values,
+                return_new=False,
+            )
+            return
+        except ConditionFailed as lost:
+            if lost.item is None:
+                return  # the record is gone: there is nothing to ratchet
+            seen = lost.item.get("client_min_version")
+    raise RateLimiterUnavailable(
+        "the version record's client_min_version kept changing while raising it; retry the call",
+        table_name=store.table,
+    )

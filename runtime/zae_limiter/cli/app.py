@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -132,21 +131,10 @@ def describe_error(exc: BaseException) -> str:
 
 
 def _run_here(coro: Coroutine[Any, Any, T]) -> T:
-    """Run on a private event loop (the thread's current loop, if any, is left alone)."""
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(coro)
-    finally:
-        try:
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
-        finally:
-            loop.close()
+    """Run on a private event loop: the thread's current loop, if any, is left alone, and Ctrl-C
+    cancels the coroutine (so an apply records its progress) before KeyboardInterrupt."""
+    with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+        return runner.run(coro)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -192,7 +180,3 @@ def with_repo(settings: Settings, action: Callable[[Repository], Awaitable[T]], 
             return await action(repo)
 
     return run(body())
-
-
-def env_namespace() -> str | None:
-    return os.environ.get("ZAEL_NAMESPACE") or None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from ..manifest import (
@@ -46,6 +48,10 @@ def _plan(settings: Settings, manifest: Manifest, *, full: bool = False) -> Plan
                      namespace=manifest.namespace)
 
 
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 def _warn(plan_or_warnings: Plan | tuple[str, ...]) -> None:
     warnings = plan_or_warnings.warnings if isinstance(plan_or_warnings, Plan) else plan_or_warnings
     for warning in warnings:
@@ -75,7 +81,7 @@ def limits_validate(settings: Settings, path: str) -> None:
 def limits_plan(settings: Settings, path: str, quiet: bool) -> None:
     """Show what `apply` would change. Read-only."""
     plan = _plan(settings, _load(settings, path))
-    emit(settings, plan.as_dict(), "\n".join(plan_lines(plan, quiet=quiet)))
+    emit(settings, plan.as_dict(), "\n".join(plan_lines(plan, quiet=quiet, now_ms=_now_ms())))
     _warn(plan)
 
 
@@ -88,7 +94,7 @@ def limits_diff(ctx: click.Context, path: str, quiet: bool) -> None:
     settings: Settings = ctx.obj
     plan = _plan(settings, _load(settings, path))
     emit(settings, {**plan.as_dict(), "drift": plan.has_changes},
-         "\n".join(plan_lines(plan, drift=True, quiet=quiet)))
+         "\n".join(plan_lines(plan, drift=True, quiet=quiet, now_ms=_now_ms())))
     _warn(plan)
     if plan.has_changes:
         ctx.exit(EXIT_DRIFT)
@@ -112,7 +118,7 @@ def limits_apply(settings: Settings, path: str, quiet: bool, full: bool, yes: bo
         async with connect(settings, namespace=manifest.namespace) as repo:
             plan = await plan_manifest(repo, manifest, full=full)
             if not settings.json:
-                click.echo("\n".join(plan_lines(plan, quiet=quiet)))
+                click.echo("\n".join(plan_lines(plan, quiet=quiet, now_ms=repo._clock())))
             _warn(plan)
             if plan.has_changes:
                 confirm(yes, f"Apply these changes to namespace {manifest.namespace!r}?")

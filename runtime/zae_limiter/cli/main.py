@@ -12,6 +12,7 @@ from .limits_cmds import limits
 from .local_cmds import local
 from .namespace_cmds import namespace
 from .report_cmds import audit, usage
+from .upgrade_cmds import upgrade
 from .version_cmds import check, status, version
 
 
@@ -32,6 +33,6 @@ def cli(ctx: click.Context, table: str | None, namespace: str | None, region: st
 
 
 for _command in (system, resource, entity, limits, usage, audit, namespace, version, check,
-                 status, local):
+                 status, upgrade, local):
     cli.add_command(_command)
 add_global_options(cli)

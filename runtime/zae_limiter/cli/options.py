@@ -60,8 +60,10 @@ def limits_from(limit_specs: tuple[str, ...], limits_file: str | None, soft: tup
 def resource_option(
     *, required: bool, default: str | None = None, help_text: str
 ) -> Callable[[F], F]:
-    return click.option("-r", "--resource", required=required, default=default, help=help_text,
-                        show_default=default is not None)
+    if default is None:  # no default at all: a required option must then be given
+        return click.option("-r", "--resource", required=required, help=help_text)
+    return click.option("-r", "--resource", required=required, help=help_text, default=default,
+                        show_default=True)
 
 
 def yes_option(func: F) -> F:

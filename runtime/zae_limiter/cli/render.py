@@ -100,15 +100,18 @@ def change_text(change: Change) -> str:
     return f"{head}: " + ("; ".join(diffs) if diffs else "rewrite (unchanged)")
 
 
-def plan_lines(plan: Plan, *, drift: bool = False, quiet: bool = False) -> list[str]:
+def plan_lines(plan: Plan, *, drift: bool = False, quiet: bool = False,
+               now_ms: int = 0) -> list[str]:
     """What `limits plan` (or, worded as drift, `limits diff`) prints on stdout."""
     lines: list[str] = []
-    if plan.owed:
+    if plan.base.lock_owner and plan.base.lock_until_ms > now_ms:
+        lines.append(f"! an apply is running on this namespace now ({len(plan.owed)} change(s) "
+                     "still to write); re-plan once it has finished")
+    elif plan.owed:
         lines.append(f"! {len(plan.owed)} change(s) owed by an interrupted apply (apply finishes "
                      "them first):")
-        if not quiet:
-            lines += [f"  {change_text(c)}" for c in plan.owed]
     if not quiet:
+        lines += [f"  {change_text(c)}" for c in plan.owed]
         lines += [change_text(c) for c in plan.changes]
     counts = plan.counts()
     if drift:

@@ -5,6 +5,9 @@ timeout even when the first attempt landed, which would double a debit. Here a r
 when the request certainly did not apply (throttling, connection refused); when the outcome is
 unknown (timeout after sending, 5xx) a write raises `UnknownOutcome` and its caller retries with a
 guard that refuses a second application.
+
+aiobotocore is imported only when a client is created, so that code without it (the aggregator
+Lambda, which wraps a boto3 client: `dynamo.threaded`) can import the package.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
 from botocore import exceptions as bce
 
 from . import codec
+
+if TYPE_CHECKING:
+    from aiobotocore.config import AioConfig
 
 MAX_ATTEMPTS = 4
 BASE_DELAY_S = 0.025
@@ -84,6 +88,8 @@ def _code(exc: bce.ClientError) -> str:
 
 
 def default_client_config() -> AioConfig:
+    from aiobotocore.config import AioConfig
+
     return AioConfig(
         retries={"mode": "standard", "total_max_attempts": 1},
         connect_timeout=2,
@@ -185,6 +191,8 @@ def _session() -> Any:
     """One botocore session per process: creating one costs ~0.3 s, a client from it ~15 ms."""
     global _shared_session
     if _shared_session is None:
+        from aiobotocore.session import get_session
+
         _shared_session = get_session()
     return _shared_session
 

@@ -221,12 +221,14 @@ async def _run(
             on_progress(index, len(changes), change)
         try:
             await apply_change(repo, change, rewrite=rewrite(change), principal=principal)
-        except Exception as exc:
+        except BaseException as exc:  # also Ctrl-C (cancellation): record what is done
             try:
                 await progress(repo, owner=owner, done=index, now_ms=repo._clock(), release=True)
             except Exception as record_error:  # the lock then expires on its own
                 exc.add_note(f"recording progress failed too: {record_error}")
-            raise ApplyInterrupted(index, len(changes), change, exc) from exc
+            if isinstance(exc, Exception):
+                raise ApplyInterrupted(index, len(changes), change, exc) from exc
+            raise
         await progress(repo, owner=owner, done=index + 1, now_ms=repo._clock())
     await finish(repo, owner=owner, managed=after)
 

@@ -144,7 +144,7 @@ def _checked(path: str, check: Callable[[], Any]) -> Any:
     except ManifestError:
         raise
     except ValidationError as exc:
-        raise ManifestError(path, exc.reason, exc.value) from None
+        raise ManifestError(path, str(exc), exc.value) from None
 
 
 # --- limits --------------------------------------------------------------------------------------
@@ -200,6 +200,9 @@ def parse_limit(name: Any, raw: Any, path: str) -> Limit:
     if "reset_schedule" in data and "reset_after_seconds" in data:
         raise ManifestError(path, "a quota resets on reset_schedule or after reset_after_seconds, "
                                   "not both")
+    period = "refill_period" if "refill_period" in data else "refill_period_seconds"
+    if period in data and ("reset_schedule" in data or "reset_after_seconds" in data):
+        raise ManifestError(f"{path}.{period}", "a quota never drips: leave the refill period out")
     return _checked(path, lambda: Limit.from_dict(name, data))  # type: ignore[no-any-return]
 
 

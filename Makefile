@@ -1,0 +1,87 @@
+# zae-limiter: one-command setup, demo and tests.
+#   make demo   installs what the demo needs, runs it against an embedded DynamoDB Local
+#   make test   installs everything (Python deps, Java 17, the DynamoDB Local jar), then lint,
+#               type checks and the whole test suite
+# `install` is idempotent and takes well under a second when nothing changed (stamp files).
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMPS := $(VENV)/.zae-stamps
+NPM_STAMP := node_modules/.zae-stamp
+PYTEST_ARGS ?= -q
+
+.PHONY: help install install-runtime java node demo test lint pytest bench constraints clean
+
+help:
+	@echo "make demo      install what the demo needs and run it"
+	@echo "make test      install everything, then ruff, mypy and pytest"
+	@echo "make install   create $(VENV), install Python deps (all extras), npm tools and Java 17"
+	@echo "make lint      ruff check and mypy"
+	@echo "make bench     run the benchmarks"
+	@echo "make constraints  regenerate constraints.txt from a clean venv"
+
+# --- installation ------------------------------------------------------------------------
+
+install: $(STAMPS)/python-all node java
+
+install-runtime: $(STAMPS)/python-runtime node java
+
+$(PY):
+	bash scripts/make-venv.sh "$(PYTHON)" "$(VENV)"
+
+$(STAMPS)/python-all: pyproject.toml constraints.txt | $(PY)
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,lambda,infra]'
+	@mkdir -p $(STAMPS) && touch $@ $(STAMPS)/python-runtime
+
+$(STAMPS)/python-runtime: pyproject.toml constraints.txt | $(PY)
+	$(PY) -m pip install -q -c constraints.txt -e .
+	@mkdir -p $(STAMPS) && touch $@
+
+node: $(NPM_STAMP)
+
+$(NPM_STAMP): package.json package-lock.json
+	bash scripts/ensure-node-deps.sh
+	@touch $@
+
+java:
+	@bash scripts/ensure-java.sh
+
+# --- running -----------------------------------------------------------------------------
+
+demo: install-runtime
+	$(PY) -m zae_limiter.demo
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+pytest: install
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: install
+	$(PY) -m benchmarks.run
+
+# --- maintenance -------------------------------------------------------------------------
+
+# Regenerate the lock: a throw-away venv with every extra, then pip freeze (minus the project).
+constraints:
+	rm -rf .constraints-venv
+	"$(PYTHON)" -m venv .constraints-venv
+	.constraints-venv/bin/pip install -q -e '.[dev,lambda,infra]'
+	{ echo "# Pinned versions of every Python package zae-limiter installs with all extras (dev, lambda, infra)."; \
+	  echo "# Regenerate: make constraints   (a clean venv, pip install -e '.[dev,lambda,infra]', pip freeze)."; \
+	  .constraints-venv/bin/pip freeze --exclude-editable; } > constraints.txt
+	rm -rf .constraints-venv
+
+clean:
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis

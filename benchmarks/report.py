@@ -1,0 +1,336 @@
+"""The Markdown report, the target verdicts and the latency plot, from a results dict."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from benchmarks.stats import percentile
+from benchmarks.targets import (
+    PER_MILLION_ROWS,
+    RCU_PRICE_PER_MILLION_USD,
+    WCU_PRICE_PER_MILLION_USD,
+    describe,
+)
+
+IMPLS = ("ours", "theirs")
+WHO_LABEL = {"ours": "ours", "theirs": "0.17.0", "floor": "transport floor"}
+CASE_LABEL = {"single": "warm single-resource acquire",
+              "three": "three-bucket acquire (seed call: search + org cascade + budget)"}
+KIND_LABEL = {"distinct": "32 tasks, distinct entities",
+              "one_entity": "32 tasks, one entity",
+              "org_cap": "32 users under one organisation cap"}
+CPU_TARGET_RATIO = 0.5
+
+
+# --- formatting ----------------------------------------------------------------------------------
+
+
+def num(value: Any, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if (isinstance(value, float) and not value.is_integer()) or digits:
+        return f"{value:,.{digits}f}"
+    return f"{int(value):,}"
+
+
+def ms(us: float) -> str:
+    return "–" if us is None or math.isnan(us) else f"{us / 1000:.2f}"
+
+
+def times(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}×"
+
+
+def cost_cell(measured: dict[str, Any] | None) -> str:
+    if not measured:
+        return "not measured"
+    cell = (f"{measured['round_trips']} / {num(measured['rcu'], 1 if measured['rcu'] % 1 else 0)}"
+            f" / {num(measured['wcu'], 1 if measured['wcu'] % 1 else 0)}")
+    if measured.get("index_wcu"):
+        cell += f" (idx {num(measured['index_wcu'])})"
+    cell += f"; {measured['requests']} req"
+    return cell
+
+
+def outcome_note(row: dict[str, Any], impl: str) -> str:
+    measured = row.get(impl)
+    if not measured:
+        return ""
+    if measured["outcome"] != row["expected_outcome"]:
+        return f"{WHO_LABEL[impl]}: {measured['outcome']} (expected {row['expected_outcome']})"
+    return ""
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def mark(met: bool | None) -> str:
+    return {True: "yes", False: "**no**", None: "–"}[met]
+
+
+# --- targets -------------------------------------------------------------------------------------
+
+
+def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets, each with a verdict and the figures behind it."""
+    verdicts: list[dict[str, Any]] = []
+    if "costs" in results:
+        rows = results["costs"]["rows"]
+        for label, pick in (("every seed cost row, table and indexes", lambda r: r["seed"]),
+                            ("reference.md §6 other operations", lambda r: not r["seed"])):
+            chosen = [r for r in rows if pick(r)]
+            missed = [r["id"] for r in chosen if not r["met_ours"]]
+            verdicts.append({"target": label, "met": not missed,
+                             "detail": (f"{len(chosen) - len(missed)}/{len(chosen)} rows met"
+                                        + (f"; missed: {', '.join(missed)}" if missed else ""))})
+    if "timing" in results:
+        cases = results["timing"]["cases"]
+        cpu = cases["single"]["ratios"]["cpu_us_per_call"]
+        verdicts.append({
+            "target": f"client CPU per warm acquire ≤ {CPU_TARGET_RATIO}× 0.17.0's",
+            "met": cpu is not None and cpu <= CPU_TARGET_RATIO,
+            "detail": (f"single resource {num(cases['single']['ours']['cpu_us_per_call'])} vs "
+                       f"{num(cases['single']['theirs']['cpu_us_per_call'])} µs = {times(cpu)}; "
+                       f"three-bucket {times(cases['three']['ratios']['cpu_us_per_call'])}"),
+        })
+        for key, label in (("p50_us", "p50"), ("p99_us", "p99")):
+            worse = {case: c["ratios"][key] for case, c in cases.items()
+                     if c["ratios"][key] is None or c["ratios"][key] > 1.0}
+            verdicts.append({
+                "target": f"{label} latency no worse than 0.17.0",
+                "met": not worse,
+                "detail": "; ".join(f"{case} {ms(c['ours'][key])} vs {ms(c['theirs'][key])} ms"
+                                    f" = {times(c['ratios'][key])}" for case, c in cases.items()),
+            })
+    if "contention" in results:
+        contention = results["contention"]
+        over = {kind: c["ours"]["over_admitted"] for kind, c in contention.items()}
+        errors = {kind: c["ours"]["errors"] for kind, c in contention.items()
+                  if c["ours"]["errors"]}
+        verdicts.append({
+            "target": "zero over-admission in every contention scenario",
+            "met": not any(over.values()),
+            "detail": ", ".join(f"{k}: {v} over" for k, v in over.items())
+                      + (f"; errors {errors}" if errors else ""),
+        })
+    return verdicts
+
+
+# --- sections ------------------------------------------------------------------------------------
+
+
+def environment(results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    libs = meta.get("libraries", {})
+    start, end = meta["machine_start"], meta.get("machine_end", {})
+    lines = [
+        f"- Mode: **{meta['mode']}**, started {meta['started']}, took {meta.get('duration_s')} s"
+        + "".join(f"; {p} {meta[f'{p}_s']} s" for p in meta["phases"] if f"{p}_s" in meta),
+        f"- Machine: {start['cpus']} CPUs, {start['platform']}, Python {start['python']}; "
+        f"load average {', '.join(f'{x:.1f}' for x in start['loadavg'])} at start, "
+        f"{', '.join(f'{x:.1f}' for x in end.get('loadavg', []))} at end",
+    ]
+    for impl in IMPLS:
+        lib = libs.get(impl)
+        if lib:
+            lines.append(f"- {WHO_LABEL[impl]}: zae_limiter {lib['zae_limiter']} from "
+                         f"`{lib['zae_limiter_path']}`, aiobotocore {lib['aiobotocore']}, "
+                         f"botocore {lib['botocore']}")
+    plan = meta["plan"]
+    lines.append(
+        f"- Plan: {plan['calls']} sequential calls per timing case per implementation in blocks "
+        f"of {plan['block']} (alternating, first mover alternating), {plan['warm_rounds']} warm-up"
+        f" calls per entity; contention {plan['contention_rounds']} round(s) per scenario, "
+        f"{plan['tasks']} tasks; distinct: {plan['distinct_attempts']} attempts per task, cap "
+        f"{plan['distinct_capacity']} per entity; one entity / org cap: "
+        f"{plan['shared_attempts']} attempts per task, cap {plan['shared_capacity']}")
+    lines.append("- Engine: DynamoDB Local (in memory) on 127.0.0.1 on the same machine; each "
+                 "implementation with its default client settings.")
+    return "\n".join(lines)
+
+
+def costs_section(costs: dict[str, Any]) -> str:
+    rows, notes = [], []
+    for row in costs["rows"]:
+        target = row["target"]
+        rows.append([
+            row["title"] + (f" *(seed {row['seed']})*" if row["seed"] else ""),
+            " / ".join(describe(target, m) for m in ("round_trips", "rcu", "wcu")),
+            cost_cell(row.get("ours")), mark(row["met_ours"]),
+            cost_cell(row.get("theirs")), mark(row["met_theirs"]),
+            times(_ratio(row, "wcu")),
+        ])
+        notes += [n for n in (outcome_note(row, i) for i in IMPLS) if n]
+    text = table(["Case", "Target RT / RCU / WCU", "ours RT / RCU / WCU", "met",
+                  "0.17.0 RT / RCU / WCU", "met", "WCU ours/0.17.0"], rows)
+    text += ("\n\nRT = round trips (waves of requests sent together), WCU = table + indexes "
+             "(index share shown as *idx* when not 0), failed conditional writes at 1 WCU, "
+             "transactions at 2 WCU per item (DynamoDB Local under-reports them); *req* = "
+             "DynamoDB requests.")
+    for impl, errors in costs.get("setup_errors", {}).items():
+        notes += [f"{WHO_LABEL[impl]}: {k}: {v}" for k, v in errors.items()]
+    if notes:
+        text += "\n\nNotes: " + "; ".join(notes)
+    return text
+
+
+def _ratio(row: dict[str, Any], metric: str) -> float | None:
+    from benchmarks.stats import ratio
+
+    ours, theirs = row.get("ours"), row.get("theirs")
+    return ratio(ours and ours.get(metric), theirs and theirs.get(metric))
+
+
+def per_million_section(costs: dict[str, Any]) -> str:
+    by_id = {row["id"]: row for row in costs["rows"]}
+    rows = []
+    for title, ids in PER_MILLION_ROWS:
+        target = sum(by_id[i]["target"]["wcu"][1] for i in ids)
+        cells = [title, f"{num(target)} WCU, ${target * WCU_PRICE_PER_MILLION_USD:.2f}"]
+        for impl in IMPLS:
+            got = [by_id[i].get(impl) for i in ids]
+            if all(got):
+                wcu = sum(g["wcu"] for g in got if g)
+                rcu = sum(g["rcu"] for g in got if g)
+                usd = wcu * WCU_PRICE_PER_MILLION_USD + rcu * RCU_PRICE_PER_MILLION_USD
+                cells.append(f"{num(wcu, 1 if wcu % 1 else 0)} WCU, ${usd:.2f}")
+            else:
+                cells.append("–")
+        rows.append(cells)
+    return table(["Call (seed page 001)", "spec", "ours", "0.17.0"], rows) + (
+        f"\n\nPer million calls, on-demand writes at ${WCU_PRICE_PER_MILLION_USD} per million "
+        f"WCU (reads at ${RCU_PRICE_PER_MILLION_USD} per million RCU; the warm path reads "
+        "nothing).")
+
+
+def timing_section(timing: dict[str, Any]) -> str:
+    rows = []
+    for case, c in timing["cases"].items():
+        for who in ("ours", "theirs", "floor"):
+            s = c[who]
+            rows.append([CASE_LABEL[case] if who == "ours" else "", WHO_LABEL[who], num(s["n"]),
+                         ms(s["p50_us"]), ms(s["p90_us"]), ms(s["p99_us"]),
+                         num(s["cpu_us_per_call"]), num(s["calls_per_s"])])
+        r = c["ratios"]
+        rows.append(["", "**ours / 0.17.0**", "", times(r["p50_us"]), times(r["p90_us"]),
+                     times(r["p99_us"]), times(r["cpu_us_per_call"]), times(r["calls_per_s"])])
+        d = c["ours_minus_floor"]
+        rows.append(["", "ours − floor (the limiter's own)", "", ms(d["p50_us"]), "",
+                     ms(d["p99_us"]), num(d["cpu_us_per_call"]), ""])
+    text = table(["Case", "who", "calls", "p50 ms", "p90 ms", "p99 ms", "client CPU µs/call",
+                  "calls/s"], rows)
+    setup = timing.get("floor_setup", {})
+    text += ("\n\nClient CPU is `time.process_time()` of the calling process over the calls, "
+             "divided by their number. The transport floor replays ours' own warm "
+             "UpdateItem(s) with the bare aiobotocore client (sent together when there are "
+             "several), on copies of the same items, with the condition reduced to "
+             "`attribute_exists` so that every replay applies: "
+             + ", ".join(f"{case}: {v['replayed_update_items']} UpdateItem(s) per call"
+                         for case, v in setup.items()) + ".")
+    return text
+
+
+def contention_section(contention: dict[str, Any]) -> str:
+    rows = []
+    for kind, c in contention.items():
+        for impl in IMPLS:
+            s = c[impl]
+            rows.append([KIND_LABEL[kind] if impl == "ours" else "", WHO_LABEL[impl],
+                         num(s["attempts"]), num(s["admitted"]), num(s["allowed"]),
+                         f"**{s['over_admitted']}**" if s["over_admitted"] else "0",
+                         ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "0",
+                         num(s["calls_per_s"]), num(s["admitted_per_s"]),
+                         num(s["cpu_us_per_call"]), num(s["requests_per_call"], 2),
+                         num(s["wcu_per_admitted"], 2)])
+        r = c["ratios"]
+        rows.append(["", "**ours / 0.17.0**", "", "", "", "", "", times(r["calls_per_s"]),
+                     times(r["admitted_per_s"]), times(r["cpu_us_per_call"]),
+                     times(r["requests_per_call"]), times(r["wcu_per_admitted"])])
+    return table(["Scenario", "who", "attempts", "admitted", "allowed", "over-admitted",
+                  "errors", "calls/s", "admitted/s", "CPU µs/call", "requests/call",
+                  "WCU/admitted"], rows) + (
+        "\n\nEach task makes its attempts back to back; a capped bucket allows its capacity "
+        "plus what refilled while the run lasted (per-day limits: nothing, in practice). "
+        "Throughput counts every attempt, admitted or rejected, over the wall time of the "
+        "gathered tasks, all in one event loop (one process).")
+
+
+def targets_section(results: dict[str, Any]) -> str:
+    return table(["Target", "met", "figures"],
+                 [[v["target"], mark(v["met"]), v["detail"]] for v in evaluate_targets(results)])
+
+
+def markdown(results: dict[str, Any], plot_name: str | None) -> str:
+    meta = results["meta"]
+    parts = [f"# Benchmark: ours vs zae-limiter 0.17.0 — {meta['date']} ({meta['mode']})",
+             "Generated by `python -m benchmarks.run` (docs/performance.md explains it). "
+             "The machine is shared and loaded: absolute times are noisy; the ratios, measured "
+             "alternately in the same run, are what to compare.",
+             "## Environment", environment(results)]
+    if "costs" in results or "timing" in results or "contention" in results:
+        parts += ["## Targets", targets_section(results)]
+    if "costs" in results:
+        parts += ["## Cost per call on the wire", costs_section(results["costs"]),
+                  "## Cost per million calls", per_million_section(results["costs"])]
+    if "timing" in results:
+        parts += ["## Latency and client CPU (sequential, warm caches)",
+                  timing_section(results["timing"])]
+        if plot_name:
+            parts.append(f"![latency distributions]({plot_name})")
+    if "contention" in results:
+        parts += ["## Throughput and correctness under contention",
+                  contention_section(results["contention"])]
+    return "\n\n".join(parts) + "\n"
+
+
+# --- plot ----------------------------------------------------------------------------------------
+
+
+def latency_percentiles(latencies: dict[str, dict[str, list[int]]]) -> dict[str, Any]:
+    """Every whole percentile (0..100) of each series: enough to redraw the distributions."""
+    return {case: {who: [round(percentile(values, q)) for q in range(101)]
+                   for who, values in series.items()}
+            for case, series in latencies.items()}
+
+
+def plot_latency(results: dict[str, Any], path: Path) -> Path | None:
+    """Latency distributions (CDF, log scale) per timing case; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    latencies = results["timing"]["latencies_us"]
+    colours = {"ours": "tab:blue", "theirs": "tab:orange", "floor": "tab:gray"}
+    figure, axes = plt.subplots(1, len(latencies), figsize=(6 * len(latencies), 4.2),
+                                squeeze=False)
+    for axis, (case, series) in zip(axes[0], latencies.items(), strict=True):
+        for who, values in series.items():
+            ordered = sorted(v / 1000 for v in values)
+            if not ordered:
+                continue
+            fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
+            median = percentile(ordered, 50)
+            axis.plot(ordered, fractions, color=colours[who], linewidth=1.6,
+                      label=f"{WHO_LABEL[who]} (p50 {median:.1f} ms, "
+                            f"p99 {percentile(ordered, 99):.1f} ms)")
+        axis.set_xscale("log")
+        axis.set_xlabel("latency per call, ms (log scale)")
+        axis.set_ylabel("fraction of calls")
+        axis.set_title(CASE_LABEL[case], fontsize=10)
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=8, loc="lower right")
+    meta = results["meta"]
+    figure.suptitle(f"zae-limiter latency, ours vs 0.17.0 on DynamoDB Local — {meta['date']} "
+                    f"({meta['mode']})", fontsize=11)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

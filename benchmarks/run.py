@@ -1,0 +1,326 @@
+"""Run the benchmark: ours vs zae-limiter 0.17.0, alternating, on one DynamoDB Local.
+
+    python -m benchmarks.run            # the full run (about 6–12 minutes on 2 busy cores)
+    python -m benchmarks.run --quick    # a smoke run (about 1–2 minutes), results *-quick.*
+
+Makes (once) `benchmarks/.venv-0.17.0` with zae-limiter==0.17.0 and the same aiobotocore as
+ours, starts DynamoDB Local on 127.0.0.1 (stopped at the end, whatever happens), starts one
+worker per implementation (benchmarks/worker.py) and drives them in turn:
+
+1. costs: every cost row (benchmarks/targets.py) on the wire, once per implementation;
+2. timing: warm single-resource and three-bucket acquires in blocks, alternating ours and
+   theirs (and who goes first), plus the transport floor in ours' process;
+3. contention: 32 concurrent tasks on distinct entities, on one entity, and under one
+   organisation cap, alternating.
+
+Writes benchmarks/results/<date>[-quick].json, .md and -latency.png (benchmarks/report.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+
+from benchmarks import report, stats
+from benchmarks.scenarios import CONTENTION_KINDS, TIMING_CASES
+from benchmarks.targets import COST_ROWS, check
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+THEIRS_VERSION = "0.17.0"
+THEIRS_VENV = ROOT / "benchmarks" / f".venv-{THEIRS_VERSION}"
+IMPLS = ("ours", "theirs")
+
+#: The same local credentials for both workers (DynamoDB Local wants an alphanumeric key id).
+LOCAL_ENV = {
+    "AWS_ACCESS_KEY_ID": "AKIDLOCAL",
+    "AWS_SECRET_ACCESS_KEY": "local",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "PYTHONUNBUFFERED": "1",
+}
+CLEARED_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+               "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "ZAEL_ENDPOINT_URL",
+               "ZAEL_TABLE", "ZAEL_NAMESPACE", "ZAEL_STACK", "PYTHONPATH")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much of everything to run."""
+
+    calls: int  # sequential calls per timing case per implementation
+    block: int  # calls per block; blocks alternate between the implementations
+    warm_rounds: int  # warm-up calls per timing entity before measuring
+    contention_rounds: int
+    tasks: int
+    distinct_attempts: int  # per task; each task's entity is capped at distinct_capacity
+    distinct_capacity: int
+    shared_attempts: int  # per task, on one entity / under one organisation
+    shared_capacity: int
+
+    def contention_args(self, kind: str) -> dict[str, int]:
+        if kind == "distinct":
+            return {"tasks": self.tasks, "attempts": self.distinct_attempts,
+                    "capacity": self.distinct_capacity}
+        return {"tasks": self.tasks, "attempts": self.shared_attempts,
+                "capacity": self.shared_capacity}
+
+
+FULL = Plan(calls=2400, block=200, warm_rounds=5, contention_rounds=2, tasks=32,
+            distinct_attempts=40, distinct_capacity=30, shared_attempts=16, shared_capacity=400)
+QUICK = Plan(calls=200, block=100, warm_rounds=2, contention_rounds=1, tasks=32,
+             distinct_attempts=4, distinct_capacity=3, shared_attempts=3, shared_capacity=60)
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- the earlier implementation's venv ---------------------------------------------------------
+
+
+def ensure_theirs_venv() -> Path:
+    """benchmarks/.venv-0.17.0 with zae-limiter==0.17.0 and our aiobotocore version."""
+    import aiobotocore
+
+    python = THEIRS_VENV / "bin" / "python"
+    stamp = THEIRS_VENV / ".bench-stamp"
+    wanted = [f"zae-limiter=={THEIRS_VERSION}", f"aiobotocore=={aiobotocore.__version__}"]
+    if python.exists() and stamp.exists() and stamp.read_text() == " ".join(wanted):
+        return python
+    log(f"creating {THEIRS_VENV.relative_to(ROOT)} with {' '.join(wanted)}")
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--clear", str(THEIRS_VENV)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    *wanted], check=True)
+    stamp.write_text(" ".join(wanted))
+    return python
+
+
+# --- workers -----------------------------------------------------------------------------------
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+class WorkerProcess:
+    """One `benchmarks.worker` child process, spoken to in JSON lines."""
+
+    def __init__(self, impl: str, python: Path | str, endpoint_url: str, log_dir: Path) -> None:
+        self.impl = impl
+        self.log_path = log_dir / f"worker-{impl}.log"
+        self._log: IO[str] = self.log_path.open("w")
+        env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV} | LOCAL_ENV
+        self.process = subprocess.Popen(
+            [str(python), "-m", "benchmarks.worker", "--impl", impl, "--endpoint", endpoint_url],
+            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+            text=True,
+        )
+
+    def call(self, op: str, **args: Any) -> Any:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise WorkerError(f"{self.impl} worker exited during {op}:\n{self.log_tail()}")
+        answer = json.loads(line)
+        if not answer["ok"]:
+            raise WorkerError(f"{self.impl} worker failed {op}: {answer['error']}\n"
+                              f"{self.log_tail()}")
+        return answer["result"]
+
+    def log_tail(self, lines: int = 25) -> str:
+        self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                assert self.process.stdin is not None
+                self.process.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.process.stdin.close()
+                self.process.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()  # our own child, by its handle
+                self.process.wait(timeout=10)
+        self._log.close()
+
+
+def alternate(round_number: int) -> tuple[str, ...]:
+    """Who goes first alternates each round, so drift does not favour one side."""
+    return IMPLS if round_number % 2 == 0 else IMPLS[::-1]
+
+
+# --- phases ------------------------------------------------------------------------------------
+
+
+def run_costs(workers: dict[str, WorkerProcess]) -> dict[str, Any]:
+    measured = {impl: workers[impl].call("costs") for impl in IMPLS}
+    rows = []
+    for row in COST_ROWS:
+        entry: dict[str, Any] = {"id": row.id, "title": row.title, "seed": row.seed,
+                                 "target": row.target, "expected_outcome": row.outcome}
+        for impl in IMPLS:
+            got = measured[impl].get(row.id)
+            entry[impl] = got
+            entry[f"met_{impl}"] = bool(got) and got["outcome"] == row.outcome and check(
+                row.target, got)
+        rows.append(entry)
+    setup_errors = {impl: {k: v for k, v in measured[impl].items() if k.endswith("setup_error")}
+                    for impl in IMPLS}
+    return {"rows": rows, "setup_errors": setup_errors}
+
+
+def run_timing(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, Any]:
+    for impl in IMPLS:
+        log(f"timing: setting up and warming {impl}")
+        workers[impl].call("timing_setup", warm_rounds=plan.warm_rounds)
+    floor_setup = workers["ours"].call("floor_setup")
+    blocks: dict[str, dict[str, list[dict[str, Any]]]] = {
+        case: {"ours": [], "theirs": [], "floor": []} for case in TIMING_CASES}
+    rounds = max(1, plan.calls // plan.block)
+    for number in range(rounds):
+        for case in TIMING_CASES:
+            for impl in alternate(number):
+                blocks[case][impl].append(
+                    workers[impl].call("timing_block", case=case, n=plan.block))
+            blocks[case]["floor"].append(
+                workers["ours"].call("floor_block", case=case, n=plan.block))
+        if number % 4 == 3 or number == rounds - 1:
+            log(f"timing: round {number + 1}/{rounds}")
+    cases: dict[str, Any] = {}
+    for case in TIMING_CASES:
+        summary = {who: stats.merge_timing(blocks[case][who]) for who in blocks[case]}
+        summary["ratios"] = stats.ratios(summary["ours"], summary["theirs"],
+                                         ("p50_us", "p90_us", "p99_us", "mean_us",
+                                          "cpu_us_per_call", "calls_per_s"))
+        summary["ours_minus_floor"] = {
+            key: summary["ours"][key] - summary["floor"][key]
+            for key in ("p50_us", "p99_us", "cpu_us_per_call")}
+        cases[case] = summary
+    latencies = {case: {who: [v for b in blocks[case][who] for v in b["lat_us"]]
+                        for who in blocks[case]} for case in TIMING_CASES}
+    return {"cases": cases, "floor_setup": floor_setup, "rounds": rounds,
+            "latencies_us": latencies}
+
+
+def run_contention(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, Any]:
+    rounds: dict[str, dict[str, list[dict[str, Any]]]] = {
+        kind: {impl: [] for impl in IMPLS} for kind in CONTENTION_KINDS}
+    for number in range(plan.contention_rounds):
+        for kind in CONTENTION_KINDS:
+            for impl in alternate(number):
+                result = workers[impl].call("contention", kind=kind,
+                                            **plan.contention_args(kind))
+                rounds[kind][impl].append(result)
+                log(f"contention {kind} {impl}: {result['admitted']}/{result['allowed']} "
+                    f"admitted/allowed, {result['calls_per_s']:.0f} calls/s")
+    out: dict[str, Any] = {}
+    for kind in CONTENTION_KINDS:
+        summary = {impl: stats.merge_contention(rounds[kind][impl]) for impl in IMPLS}
+        out[kind] = {
+            **summary,
+            "ratios": stats.ratios(summary["ours"], summary["theirs"],
+                                   ("calls_per_s", "admitted_per_s", "cpu_us_per_call",
+                                    "requests_per_call", "wcu_per_admitted")),
+            "rounds": rounds[kind],
+        }
+    return out
+
+
+# --- main --------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "loadavg": list(os.getloadavg()),
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="ours vs zae-limiter 0.17.0 on DynamoDB Local")
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--phases", default="costs,timing,contention",
+                        help="comma-separated subset of costs,timing,contention")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
+    parser.add_argument("--calls", type=int, help="timing calls per case per implementation")
+    parser.add_argument("--block", type=int, help="timing calls per alternating block")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    overrides = {k: v for k, v in (("calls", args.calls), ("block", args.block)) if v}
+    plan = replace(plan, **overrides)
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+
+    from zae_limiter.local import start_engine
+
+    started = time.time()
+    theirs_python = ensure_theirs_venv()
+    results: dict[str, Any] = {"meta": {
+        "date": dt.date.today().isoformat(),
+        "started": dt.datetime.now().isoformat(timespec="seconds"),
+        "mode": "quick" if args.quick else "full",
+        "plan": asdict(plan), "phases": phases, "machine_start": machine(),
+    }}
+    workers: dict[str, WorkerProcess] = {}
+    log("starting DynamoDB Local")
+    engine = start_engine()
+    try:
+        with tempfile.TemporaryDirectory(prefix="zae-bench-") as log_dir:
+            try:
+                workers["ours"] = WorkerProcess("ours", sys.executable, engine.endpoint_url,
+                                                Path(log_dir))
+                workers["theirs"] = WorkerProcess("theirs", theirs_python, engine.endpoint_url,
+                                                  Path(log_dir))
+                results["meta"]["libraries"] = {i: workers[i].call("info") for i in IMPLS}
+                for phase, run in (("costs", lambda: run_costs(workers)),
+                                   ("timing", lambda: run_timing(workers, plan)),
+                                   ("contention", lambda: run_contention(workers, plan))):
+                    if phase in phases:
+                        log(f"phase {phase}")
+                        t0 = time.time()
+                        results[phase] = run()
+                        results["meta"][f"{phase}_s"] = round(time.time() - t0, 1)
+            finally:
+                for worker in workers.values():
+                    worker.close()
+    finally:
+        engine.stop()
+    results["meta"]["machine_end"] = machine()
+    results["meta"]["duration_s"] = round(time.time() - started, 1)
+    paths = write(results, args.out)
+    log(f"done in {results['meta']['duration_s']} s: " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def write(results: dict[str, Any], out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = results["meta"]["date"] + ("-quick" if results["meta"]["mode"] == "quick" else "")
+    json_path, md_path, png_path = (out / f"{stem}.json", out / f"{stem}.md",
+                                    out / f"{stem}-latency.png")
+    plotted = None
+    if "timing" in results:
+        plotted = report.plot_latency(results, png_path)
+        timing = results["timing"]
+        timing["latency_percentiles_us"] = report.latency_percentiles(
+            timing.pop("latencies_us"))
+    json_path.write_text(json.dumps(results, indent=1) + "\n")
+    md_path.write_text(report.markdown(results, plotted.name if plotted else None))
+    return [p for p in (json_path, md_path, plotted) if p is not None]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""One implementation's side of the benchmark: a JSON-lines server on stdin/stdout.
+
+    python -m benchmarks.worker --impl ours|theirs --endpoint http://127.0.0.1:PORT
+
+run from the repository root by the interpreter of the implementation's venv. Each request is one
+line `{"op": NAME, ...arguments}`; each answer one line `{"ok": true, "result": ...}` or
+`{"ok": false, "error": "..."}`. Anything the libraries print goes to stderr. Ops: info, costs,
+timing_setup, timing_block, floor_setup, floor_block, contention, quit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, TextIO
+
+ROOT = Path(__file__).resolve().parent.parent
+# The wire recorder lives with the tests (tests/support/wire.py); it needs only botocore.
+sys.path.insert(0, str(ROOT / "tests"))
+
+from benchmarks import scenarios  # noqa: E402
+from benchmarks.impls import library_info, make_impl  # noqa: E402
+from support.wire import WireRecorder  # noqa: E402
+
+
+class Worker:
+    def __init__(self, impl_name: str, endpoint_url: str) -> None:
+        self.impl = make_impl(impl_name, endpoint_url)
+        self.recorder = WireRecorder()
+        self.recorder.install()
+        self.timing: scenarios.TimingBench | None = None
+
+    async def handle(self, op: str, args: dict[str, Any]) -> Any:
+        if op == "info":
+            return {"impl": self.impl.name, "pid": os.getpid(), **library_info()}
+        if op == "costs":
+            return await scenarios.all_costs(self.impl, self.recorder)
+        if op == "timing_setup":
+            self.timing = scenarios.TimingBench(self.impl)
+            await self.timing.setup(int(args["warm_rounds"]))
+            return None
+        if op == "timing_block":
+            return await self._timing().block(args["case"], int(args["n"]))
+        if op == "floor_setup":
+            return await self._timing().setup_floor(self.recorder)
+        if op == "floor_block":
+            return await self._timing().floor_block(args["case"], int(args["n"]))
+        if op == "contention":
+            return await scenarios.contention(
+                self.impl, self.recorder, args["kind"], tasks=int(args["tasks"]),
+                attempts=int(args["attempts"]), capacity=int(args["capacity"]))
+        raise ValueError(f"unknown op {op!r}")
+
+    def _timing(self) -> scenarios.TimingBench:
+        if self.timing is None:
+            raise RuntimeError("timing_setup first")
+        return self.timing
+
+    async def close(self) -> None:
+        if self.timing is not None:
+            await self.timing.close()
+
+
+def serve(worker: Worker, requests: TextIO, answers: TextIO) -> None:
+    with asyncio.Runner() as runner:  # one loop for the worker's life: clients are bound to it
+        try:
+            for line in requests:
+                if not line.strip():
+                    continue
+                message = json.loads(line)
+                op = message.pop("op")
+                if op == "quit":
+                    break
+                try:
+                    answer = {"ok": True, "result": runner.run(worker.handle(op, message))}
+                except Exception as exc:
+                    traceback.print_exc(file=sys.stderr)
+                    answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                answers.write(json.dumps(answer) + "\n")
+                answers.flush()
+        finally:
+            runner.run(worker.close())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--impl", choices=("ours", "theirs"), required=True)
+    parser.add_argument("--endpoint", required=True)
+    args = parser.parse_args()
+    answers = sys.stdout
+    sys.stdout = sys.stderr  # keep the protocol channel for answers only
+    serve(Worker(args.impl, args.endpoint), sys.stdin, answers)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""IAM managed policies (app, admin, read-only; optionally namespace-scoped) and optional roles.
+
+Index ARNs are listed one by one, never `/index/*`. Namespace-scoped variants restrict every item
+to partition keys starting with the caller's namespace id, taken from the principal tag
+`zael-namespace-id`, plus read access to the reserved registry and version record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from .permissions import (
+    RESERVED_PARTITIONS,
+    VERSION_RECORD_PARTITION,
+    dynamodb_actions,
+    kms_statement,
+    leading_keys,
+    statement,
+)
+from .props import ZaeLimiterProps
+
+NAMESPACE_TAG = "zael-namespace-id"
+PRINCIPAL_NAMESPACE = "${aws:PrincipalTag/" + NAMESPACE_TAG + "}"
+
+#: The acquire path: read config, entity, namespace and version items; write bucket items (and
+#: raise `client_min_version` in the version record when a gated feature is first used).
+APP_READ_ACTIONS = dynamodb_actions(
+    "BatchGetItem", "ConditionCheckItem", "DescribeTable", "GetItem", "Query"
+)
+APP_WRITE_ACTIONS = dynamodb_actions("PutItem", "UpdateItem")
+ADMIN_ITEM_ACTIONS = dynamodb_actions(
+    "BatchGetItem",
+    "BatchWriteItem",
+    "ConditionCheckItem",
+    "DeleteItem",
+    "DescribeTable",
+    "DescribeTimeToLive",
+    "GetItem",
+    "PutItem",
+    "Query",
+    "Scan",
+    "UpdateItem",
+)
+#: `zae-limiter usage redrive` reads DLQ messages and replays stream ranges.
+ADMIN_STREAM_ACTIONS = dynamodb_actions("DescribeStream", "GetRecords", "GetShardIterator")
+ADMIN_QUEUE_ACTIONS = sorted(
+    [
+        "sqs:ChangeMessageVisibility",
+        "sqs:DeleteMessage",
+        "sqs:GetQueueAttributes",
+        "sqs:ReceiveMessage",
+    ]
+)
+#: `zae-limiter upgrade` replaces the aggregator's code and waits for it.
+ADMIN_FUNCTION_ACTIONS = sorted(
+    ["lambda:GetFunction", "lambda:GetFunctionConfiguration", "lambda:UpdateFunctionCode"]
+)
+READ_ONLY_ACTIONS = dynamodb_actions(
+    "BatchGetItem", "DescribeTable", "DescribeTimeToLive", "GetItem", "Query", "Scan"
+)
+#: Registry and version record reads allowed to namespace-scoped principals.
+RESERVED_READ_ACTIONS = dynamodb_actions("BatchGetItem", "GetItem", "Query")
+#: Scan has no partition key to check, so namespace-scoped policies never allow it.
+UNSCOPABLE_ACTIONS = frozenset({"dynamodb:Scan"})
+
+
+@dataclass(frozen=True)
+class AccessTargets:
+    """The ARNs the policies grant access to."""
+
+    table_arn: str
+    index_arns: tuple[str, ...]
+    stream_arn: str
+    dead_letter_queue_arn: str
+    aggregator_function_arn: str
+    encryption_key: kms.IKey | None
+
+
+def _items(
+    actions: list[str], targets: AccessTargets, namespace: str | None, sid: str
+) -> iam.PolicyStatement:
+    """Item actions on the table and every index, limited to a namespace's keys if given."""
+    if namespace is None:
+        return statement(actions, [targets.table_arn, *targets.index_arns], sid=sid)
+    return statement(
+        [a for a in actions if a not in UNSCOPABLE_ACTIONS],
+        [targets.table_arn, *targets.index_arns],
+        sid=sid,
+        conditions=leading_keys("StringLike", [namespace, f"{namespace}#*"]),
+    )
+
+
+def _reserved(
+    actions: list[str], values: tuple[str, ...], targets: AccessTargets, sid: str
+) -> iam.PolicyStatement:
+    """Actions on reserved items (registry, version record), by exact partition key."""
+    return statement(
+        actions, [targets.table_arn], sid=sid, conditions=leading_keys("StringEquals", values)
+    )
+
+
+def app_statements(targets: AccessTargets, namespace: str | None) -> list[iam.PolicyStatement]:
+    """The acquire path; bucket writes only (partition keys `<ns>#B#...`)."""
+    bucket_keys = f"{namespace or '*'}#B#*"
+    found = [
+        _items(APP_READ_ACTIONS, targets, namespace, "Read"),
+        statement(
+            APP_WRITE_ACTIONS,
+            [targets.table_arn],
+            sid="WriteBuckets",
+            conditions=leading_keys("StringLike", [bucket_keys, VERSION_RECORD_PARTITION]),
+        ),
+    ]
+    if namespace is not None:
+        found.append(_reserved(RESERVED_READ_ACTIONS, RESERVED_PARTITIONS, targets, "Registry"))
+    return found + kms_statement(targets.encryption_key, write=True)
+
+
+def admin_statements(targets: AccessTargets, namespace: str | None) -> list[iam.PolicyStatement]:
+    """Every item operation; unscoped admins also redrive the DLQ and upgrade the aggregator."""
+    found = [_items(ADMIN_ITEM_ACTIONS, targets, namespace, "Items")]
+    if namespace is None:
+        found += [
+            statement(ADMIN_STREAM_ACTIONS, [targets.stream_arn], sid="Stream"),
+            statement(ADMIN_QUEUE_ACTIONS, [targets.dead_letter_queue_arn], sid="DeadLetters"),
+            statement(
+                ADMIN_FUNCTION_ACTIONS, [targets.aggregator_function_arn], sid="AggregatorCode"
+            ),
+        ]
+    else:
+        found += [
+            _reserved(RESERVED_READ_ACTIONS, RESERVED_PARTITIONS, targets, "Registry"),
+            _reserved(
+                dynamodb_actions("UpdateItem"),
+                (VERSION_RECORD_PARTITION,),
+                targets,
+                "VersionRecord",
+            ),
+        ]
+    return found + kms_statement(targets.encryption_key, write=True)
+
+
+def read_only_statements(
+    targets: AccessTargets, namespace: str | None
+) -> list[iam.PolicyStatement]:
+    """Reads and queries."""
+    found = [_items(READ_ONLY_ACTIONS, targets, namespace, "Read")]
+    if namespace is not None:
+        found.append(_reserved(RESERVED_READ_ACTIONS, RESERVED_PARTITIONS, targets, "Registry"))
+    return found + kms_statement(targets.encryption_key, write=False)
+
+
+POLICY_KINDS = {
+    "app": (app_statements, "zae-limiter application access: the acquire path"),
+    "admin": (admin_statements, "zae-limiter administration: every item operation"),
+    "readonly": (read_only_statements, "zae-limiter read-only access"),
+}
+
+
+class AccessPolicies(Construct):
+    """The managed policies (and optional roles) of a deployment.
+
+    `policies` maps app/admin/readonly (and app-namespace/... when namespace-scoped variants are
+    on) to the managed policy; `roles` maps app/admin/readonly to the role attaching it.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        targets: AccessTargets,
+        props: ZaeLimiterProps,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.policies: dict[str, iam.ManagedPolicy] = {}
+        self.roles: dict[str, iam.Role] = {}
+        variants: list[tuple[str, str | None]] = [(kind, None) for kind in POLICY_KINDS]
+        if props.namespace_scoped_policies:
+            variants += [(kind, PRINCIPAL_NAMESPACE) for kind in POLICY_KINDS]
+        for kind, namespace in variants:
+            build, description = POLICY_KINDS[kind]
+            name = kind if namespace is None else f"{kind}-namespace"
+            if namespace is not None:
+                description += f" (the namespace in principal tag {NAMESPACE_TAG})"
+            self.policies[name] = iam.ManagedPolicy(
+                self,
+                _construct_id(name) + "Policy",
+                managed_policy_name=props.policy_name(name),
+                description=description,
+                statements=build(targets, namespace),
+            )
+        if props.create_roles:
+            principal = props.role_principal or iam.AccountRootPrincipal()
+            for kind in POLICY_KINDS:
+                self.roles[kind] = iam.Role(
+                    self,
+                    _construct_id(kind) + "Role",
+                    role_name=props.role_name(kind),
+                    assumed_by=principal,
+                    description=POLICY_KINDS[kind][1],
+                    managed_policies=[self.policies[kind]],
+                )
+
+
+def _construct_id(name: str) -> str:
+    return "".join(part.capitalize() for part in name.replace("-", " ").split())

@@ -1,0 +1,232 @@
+"""The usage aggregator: a Lambda on the table's stream, with its DLQ, role, logs and archive."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from aws_cdk import Aws, Duration, RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from zae_limiter import schema
+from zae_limiter.aggregation import ARCHIVE_PREFIX
+from zae_limiter.dynamo import keys
+
+from .bundling import RUNTIME, python_lambda_code
+from .paths import AGGREGATOR_DIR, HANDLER, RUNTIME_PACKAGE_DIR
+from .permissions import dynamodb_actions, kms_statement, statement
+from .props import LOG_RETENTION, ZaeLimiterProps
+
+#: The public Powertools for AWS Lambda (Python) v3 layer, pinned so deploys are reproducible.
+POWERTOOLS_LAYER_ACCOUNT = "017000801446"
+POWERTOOLS_LAYER_NAME = "AWSLambdaPowertoolsPythonV3-python312-x86_64"
+POWERTOOLS_LAYER_VERSION = 27
+
+#: CloudWatch namespace and service name of the aggregator's EMF metrics and logs.
+METRIC_NAMESPACE = "ZaeLimiter"
+SERVICE_NAME = "zae-limiter-aggregator"
+
+#: Environment variables the aggregator reads.
+ENV_TABLE_NAME = "TABLE_NAME"
+ENV_SNAPSHOT_WINDOWS = "SNAPSHOT_WINDOWS"
+ENV_USAGE_RETENTION_DAYS = "USAGE_RETENTION_DAYS"
+ENV_ARCHIVE_BUCKET = "ARCHIVE_BUCKET"
+
+#: Table operations of the aggregator: version record and namespace reads; snapshots and
+#: idempotency markers written in transactions (TransactWriteItems needs Put/UpdateItem).
+AGGREGATOR_TABLE_ACTIONS = dynamodb_actions("GetItem", "PutItem", "UpdateItem")
+
+#: An attribute only audit event items carry (`zae_limiter.audit.event_item`).
+AUDIT_EVENT_ATTRIBUTE = "event_id"
+
+
+def stream_filters(*, archive: bool) -> list[Mapping[str, Any]]:
+    """Which stream records reach the aggregator.
+
+    Always: bucket items (`SK` is the bucket sort key) inserted or modified. With archiving, also
+    removals of audit events (old image has the audit event id and a TTL): Lambda filters cannot
+    match "PK contains `#A#`", so audit items are recognised by an attribute only they carry.
+    The aggregator still checks each record (TTL removal, audit key) itself.
+    """
+    filters = [
+        lambda_.FilterCriteria.filter(
+            {
+                "eventName": lambda_.FilterRule.or_("INSERT", "MODIFY"),
+                "dynamodb": {
+                    "Keys": {schema.SORT_KEY: {"S": lambda_.FilterRule.is_equal(keys.BUCKET)}}
+                },
+            }
+        )
+    ]
+    if archive:
+        filters.append(
+            lambda_.FilterCriteria.filter(
+                {
+                    "eventName": lambda_.FilterRule.is_equal("REMOVE"),
+                    "dynamodb": {
+                        "OldImage": {
+                            AUDIT_EVENT_ATTRIBUTE: {"S": lambda_.FilterRule.exists()},
+                            schema.TTL_ATTRIBUTE: {"N": lambda_.FilterRule.exists()},
+                        },
+                    },
+                }
+            )
+        )
+    return filters
+
+
+def powertools_layer_arn() -> str:
+    """The pinned public Powertools layer in the deployment's partition and region."""
+    return (
+        f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_LAYER_ACCOUNT}:layer:"
+        f"{POWERTOOLS_LAYER_NAME}:{POWERTOOLS_LAYER_VERSION}"
+    )
+
+
+def function_log_group(scope: Construct, props: ZaeLimiterProps) -> logs.LogGroup:
+    """A function's log group with the configured retention (removed with the stack)."""
+    return logs.LogGroup(
+        scope,
+        "LogGroup",
+        retention=LOG_RETENTION[props.log_retention_days],
+        removal_policy=RemovalPolicy.DESTROY,
+    )
+
+
+def lambda_role(scope: Construct, props: ZaeLimiterProps, name: str, description: str) -> iam.Role:
+    """A Lambda execution role with no managed policies (statements are added explicitly)."""
+    return iam.Role(
+        scope,
+        "Role",
+        assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+        role_name=props.role_name(name),
+        description=description,
+    )
+
+
+def build_archive_bucket(scope: Construct, props: ZaeLimiterProps) -> s3.Bucket:
+    """The audit archive: encrypted, private, TLS-only, moved to Glacier Instant Retrieval."""
+    return s3.Bucket(
+        scope,
+        "AuditArchive",
+        encryption=s3.BucketEncryption.S3_MANAGED,
+        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+        object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+        enforce_ssl=True,
+        removal_policy=props.removal_policy,
+        lifecycle_rules=[
+            s3.LifecycleRule(
+                id="GlacierInstantRetrieval",
+                transitions=[
+                    s3.Transition(
+                        storage_class=s3.StorageClass.GLACIER_INSTANT_RETRIEVAL,
+                        transition_after=Duration.days(props.audit_archive_glacier_days),
+                    )
+                ],
+            )
+        ],
+    )
+
+
+class Aggregator(Construct):
+    """The aggregator Lambda, its stream event source, DLQ, log group and role."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        table: dynamodb.Table,
+        props: ZaeLimiterProps,
+        archive_bucket: s3.IBucket | None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "DeadLetterQueue",
+            retention_period=Duration.days(14),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        self.log_group = function_log_group(self, props)
+        self.role: iam.IRole
+        if props.aggregator_role_arn:
+            self.role = iam.Role.from_role_arn(
+                self, "Role", props.aggregator_role_arn, mutable=False
+            )
+        else:
+            self.role = lambda_role(
+                self, props, "aggregator", "zae-limiter aggregator: stream in, snapshots out"
+            )
+
+        environment = {
+            ENV_TABLE_NAME: table.table_name,
+            ENV_SNAPSHOT_WINDOWS: ",".join(props.snapshot_windows),
+            ENV_USAGE_RETENTION_DAYS: str(props.usage_retention_days),
+            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+            "POWERTOOLS_METRICS_NAMESPACE": METRIC_NAMESPACE,
+        }
+        if archive_bucket is not None:
+            environment[ENV_ARCHIVE_BUCKET] = archive_bucket.bucket_name
+
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            description="zae-limiter usage aggregator (table stream -> usage snapshots)",
+            runtime=RUNTIME,
+            architecture=lambda_.Architecture.X86_64,
+            handler=HANDLER,
+            code=python_lambda_code(AGGREGATOR_DIR, [RUNTIME_PACKAGE_DIR]),
+            memory_size=props.aggregator_memory_mb,
+            timeout=Duration.seconds(props.aggregator_timeout_seconds),
+            role=self.role,
+            log_group=self.log_group,
+            logging_format=lambda_.LoggingFormat.JSON,
+            layers=[
+                lambda_.LayerVersion.from_layer_version_arn(
+                    self, "Powertools", props.powertools_layer_arn or powertools_layer_arn()
+                )
+            ],
+            tracing=lambda_.Tracing.ACTIVE if props.enable_tracing else None,
+            environment=environment,
+        )
+        self.log_group.grant_write(self.role)
+        for policy_statement in [
+            statement(AGGREGATOR_TABLE_ACTIONS, [table.table_arn], sid="TableItems"),
+            *kms_statement(props.encryption_key, write=True),
+        ]:
+            self.function.add_to_role_policy(policy_statement)
+        if archive_bucket is not None:
+            self.function.add_to_role_policy(
+                statement(
+                    ["s3:PutObject"],
+                    [archive_bucket.arn_for_objects(f"{ARCHIVE_PREFIX}/*")],
+                    sid="AuditArchive",
+                )
+            )
+
+        self.event_source = event_sources.DynamoEventSource(
+            table,
+            starting_position=lambda_.StartingPosition.TRIM_HORIZON,
+            batch_size=props.stream_batch_size,
+            max_batching_window=Duration.seconds(props.stream_max_batching_window_seconds),
+            bisect_batch_on_error=True,
+            retry_attempts=props.stream_retry_attempts,
+            max_record_age=Duration.seconds(props.stream_max_record_age_seconds),
+            report_batch_item_failures=True,
+            on_failure=event_sources.SqsDlq(self.dead_letter_queue),
+            filters=stream_filters(archive=archive_bucket is not None),
+        )
+        self.function.add_event_source(self.event_source)
+        (self.event_source_mapping,) = [
+            child
+            for child in self.function.node.children
+            if isinstance(child, lambda_.EventSourceMapping)
+        ]

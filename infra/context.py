@@ -1,0 +1,89 @@
+"""Build `ZaeLimiterProps` from CDK context (`cdk deploy -c table_name=limits -c ...`).
+
+Every scalar property is read under its own name; values from the command line are strings and
+are converted by the type of the property's default. Properties that are constructs are given
+as ARNs: `encryption_key_arn`, `alarm_topic_arn`, `permission_boundary_arn`, `role_principal_arn`.
+`snapshot_windows` is comma-separated; `tags` is a JSON object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from enum import Enum
+from typing import Any
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from .props import ZaeLimiterProps
+
+ENUMS: dict[str, type[Enum]] = {
+    "billing_mode": dynamodb.BillingMode,
+    "removal_policy": RemovalPolicy,
+}
+ARN_PROPERTIES = {
+    "encryption_key": "encryption_key_arn",
+    "alarm_topic": "alarm_topic_arn",
+    "permission_boundary": "permission_boundary_arn",
+    "role_principal": "role_principal_arn",
+}
+
+
+def as_bool(name: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(f"context {name}={raw!r}: expected true or false")
+
+
+def _convert(name: str, default: Any, raw: Any) -> Any:
+    if name in ENUMS:
+        return ENUMS[name][str(raw).upper()]
+    if name == "tags":
+        tags = json.loads(raw) if isinstance(raw, str) else raw
+        if not isinstance(tags, dict):
+            raise ValueError(f"context tags={raw!r}: expected a JSON object")
+        return {str(k): str(v) for k, v in tags.items()}
+    if name == "snapshot_windows":
+        items = raw.split(",") if isinstance(raw, str) else raw
+        return tuple(str(item).strip() for item in items if str(item).strip())
+    if isinstance(default, bool):
+        return as_bool(name, raw)
+    if isinstance(default, int):
+        return int(raw)
+    return str(raw)
+
+
+def _import_by_arn(scope: Construct, name: str, arn: str) -> Any:
+    if name == "encryption_key":
+        return kms.Key.from_key_arn(scope, "ContextEncryptionKey", arn)
+    if name == "alarm_topic":
+        return sns.Topic.from_topic_arn(scope, "ContextAlarmTopic", arn)
+    if name == "permission_boundary":
+        return iam.ManagedPolicy.from_managed_policy_arn(scope, "ContextBoundary", arn)
+    return iam.ArnPrincipal(arn)
+
+
+def props_from_context(scope: Construct, base: ZaeLimiterProps | None = None) -> ZaeLimiterProps:
+    """`base` (or the defaults) with every property that is set in `scope`'s context replaced."""
+    base = base or ZaeLimiterProps()
+    changes: dict[str, Any] = {}
+    for field in dataclasses.fields(ZaeLimiterProps):
+        if field.name in ARN_PROPERTIES:
+            arn = scope.node.try_get_context(ARN_PROPERTIES[field.name])
+            if arn:
+                changes[field.name] = _import_by_arn(scope, field.name, str(arn))
+            continue
+        raw = scope.node.try_get_context(field.name)
+        if raw is not None:
+            changes[field.name] = _convert(field.name, getattr(base, field.name), raw)
+    return dataclasses.replace(base, **changes)

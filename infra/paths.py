@@ -1,0 +1,14 @@
+"""Where the code the construct deploys lives in the repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RUNTIME_PACKAGE_DIR = REPO_ROOT / "runtime" / "zae_limiter"
+LAMBDAS_DIR = REPO_ROOT / "lambdas"
+AGGREGATOR_DIR = LAMBDAS_DIR / "aggregator"
+VERSION_RECORD_DIR = LAMBDAS_DIR / "version_record"
+
+#: Module and function every bundled Lambda is entered through (`<module>.<function>`).
+HANDLER = "handler.handler"

@@ -1,0 +1,58 @@
+"""IAM building blocks shared by the roles and managed policies of the construct."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+
+from zae_limiter import schema
+from zae_limiter.dynamo import keys
+
+#: Partition keys of the reserved items: version record, namespace registry (by name, by id).
+VERSION_RECORD_PARTITION = keys.version_record()[schema.PARTITION_KEY]
+RESERVED_PARTITIONS = (VERSION_RECORD_PARTITION, keys.NAMESPACE_NAMES_PK, keys.NAMESPACE_IDS_PK)
+
+KMS_DECRYPT_ACTIONS = ("kms:Decrypt", "kms:DescribeKey")
+KMS_ENCRYPT_ACTIONS = (
+    *KMS_DECRYPT_ACTIONS,
+    "kms:Encrypt",
+    "kms:GenerateDataKey",
+    "kms:ReEncryptFrom",
+    "kms:ReEncryptTo",
+)
+
+
+def dynamodb_actions(*names: str) -> list[str]:
+    """`dynamodb:<Name>` for each name, sorted (templates and tests compare sorted lists)."""
+    return sorted(f"dynamodb:{name}" for name in names)
+
+
+def statement(
+    actions: Sequence[str],
+    resources: Sequence[str],
+    *,
+    sid: str | None = None,
+    conditions: dict[str, dict[str, object]] | None = None,
+) -> iam.PolicyStatement:
+    """An Allow statement with explicit actions and resources."""
+    return iam.PolicyStatement(
+        sid=sid,
+        actions=sorted(actions),
+        resources=list(resources),
+        conditions=conditions,
+    )
+
+
+def leading_keys(operator: str, values: Sequence[str]) -> dict[str, dict[str, object]]:
+    """A condition restricting every item's partition key (`dynamodb:LeadingKeys`)."""
+    return {f"ForAllValues:{operator}": {"dynamodb:LeadingKeys": list(values)}}
+
+
+def kms_statement(key: kms.IKey | None, *, write: bool) -> list[iam.PolicyStatement]:
+    """Use of the table's customer-managed key, if it has one (reading, or reading and writing)."""
+    if key is None:
+        return []
+    actions = KMS_ENCRYPT_ACTIONS if write else KMS_DECRYPT_ACTIONS
+    return [statement(actions, [key.key_arn], sid="TableKey")]

