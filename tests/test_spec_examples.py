@@ -1,10 +1,10 @@
 """The spec's seed pages run as acceptance tests (shared/spec/README.md).
 
 Every Python block of the two seed pages is collected as its own test id
-(`several-resources-in-one-acquire#2`, ...). A block runs only once its feature is built: add its
-id to IMPLEMENTED_BLOCKS when the feature lands. Until then it is reported as skipped with the
-issue that builds it. The manifest block (`...#manifest`) goes through `zae-limiter limits
-validate`, `plan`, `apply`, then `limits diff` must find no drift.
+(`several-resources-in-one-acquire#2`, ...) and must run unchanged and print what its comments
+say. Every id is listed in EXPECTED_BLOCKS, so a block the extractor misses is a failure. The
+manifest block (`...#manifest`) goes through `zae-limiter limits validate`, `plan`, `apply`,
+then `limits diff` must find no drift.
 """
 
 from __future__ import annotations
@@ -24,33 +24,19 @@ from support.docs import (
 from support.fixtures import REGION
 from support.tables import unique_table_name
 
-#: Blocks that must pass now. Add an id when its feature lands, e.g.
-#: "several-resources-in-one-acquire#1".
-IMPLEMENTED_BLOCKS: set[str] = {
+#: Every executable block of the two seed pages (the extractor must find exactly these).
+EXPECTED_BLOCKS: set[str] = {
     "several-resources-in-one-acquire#1",
     "several-resources-in-one-acquire#2",
     "several-resources-in-one-acquire#3",
-    "per-resource-limits-and-shared-budget#1",
-    "per-resource-limits-and-shared-budget#2",
-    "per-resource-limits-and-shared-budget#3",
-    "per-resource-limits-and-shared-budget#4",
-    "per-resource-limits-and-shared-budget#6",
-    "per-resource-limits-and-shared-budget#7",
-}
-
-#: Which issue builds what each block needs (for the skip reason).
-BLOCK_ISSUES: dict[str, str] = {
-    "several-resources-in-one-acquire#1": "4",
-    "several-resources-in-one-acquire#2": "4",
-    "several-resources-in-one-acquire#3": "4",
-    "per-resource-limits-and-shared-budget#1": "4, 6",  # also=, quotas (weekly cron, session)
-    "per-resource-limits-and-shared-budget#2": "6",  # plans: reset_bucket, top_up
-    "per-resource-limits-and-shared-budget#3": "5",  # organisations and cascade
-    "per-resource-limits-and-shared-budget#4": "5",  # set_parent
-    "per-resource-limits-and-shared-budget#5": "9",  # usage summaries
-    "per-resource-limits-and-shared-budget#6": "5, 6",  # cascade on a quota resource
-    "per-resource-limits-and-shared-budget#7": "7",  # soft limits
-    "per-resource-limits-and-shared-budget#manifest": "12",  # limits manifest CLI
+    "per-resource-limits-and-shared-budget#1",  # also=, quotas (weekly cron, session)
+    "per-resource-limits-and-shared-budget#2",  # plans: reset_bucket, top_up
+    "per-resource-limits-and-shared-budget#3",  # organisations and cascade
+    "per-resource-limits-and-shared-budget#4",  # set_parent
+    "per-resource-limits-and-shared-budget#5",  # usage summaries
+    "per-resource-limits-and-shared-budget#6",  # cascade on a quota resource
+    "per-resource-limits-and-shared-budget#7",  # soft limits
+    "per-resource-limits-and-shared-budget#manifest",  # limits manifest CLI
 }
 
 SEED_PAGES = ("several-resources-in-one-acquire.md", "per-resource-limits-and-shared-budget.md")
@@ -76,24 +62,14 @@ BLOCKS = _blocks()
 MANIFEST_PAGE = spec_dir() / "per-resource-limits-and-shared-budget.md"
 
 
-def _gate(block_id: str) -> None:
-    if block_id not in IMPLEMENTED_BLOCKS:
-        issue = BLOCK_ISSUES.get(block_id, "?")
-        label = "issues" if "," in issue else "issue"
-        pytest.skip(f"feature not built yet ({label} {issue})")
-
-
 def test_seed_pages_are_found_and_extracted() -> None:
-    if not spec_dir().is_dir():
-        pytest.skip(f"spec pages not found at {spec_dir()} (set ZAEL_SPEC_DIR)")
+    assert spec_dir().is_dir(), f"spec pages not found at {spec_dir()} (set ZAEL_SPEC_DIR)"
     ids = {block.id for block in BLOCKS}
-    assert ids | {"per-resource-limits-and-shared-budget#manifest"} == set(BLOCK_ISSUES)
-    assert set(BLOCK_ISSUES) >= IMPLEMENTED_BLOCKS
+    assert ids | {"per-resource-limits-and-shared-budget#manifest"} == EXPECTED_BLOCKS
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
 async def test_seed_example(block: CodeBlock, ddb_endpoint: str) -> None:
-    _gate(block.id)
     run = await run_block_on_fresh_table(
         block, endpoint_url=ddb_endpoint, region=REGION, table=unique_table_name("seed")
     )
@@ -101,13 +77,12 @@ async def test_seed_example(block: CodeBlock, ddb_endpoint: str) -> None:
 
 
 async def test_seed_manifest(ddb_endpoint: str, tmp_path: Path) -> None:
-    _gate("per-resource-limits-and-shared-budget#manifest")
     manifest = seed_yaml_manifest(MANIFEST_PAGE)
     assert manifest is not None, "the manifest block was not found"
     from click.testing import CliRunner
-    from zae_limiter.cli import cli
 
     from zae_limiter import Repository
+    from zae_limiter.cli import cli
 
     path = tmp_path / "limits.yaml"
     path.write_text(manifest)
