@@ -68,8 +68,14 @@ test: install
 	$(BIN)/mypy
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-bench: install
-	$(PY) -m benchmarks.run
+# Installs the runtime, Java and DynamoDB Local, and the bench extra (matplotlib); the benchmark
+# itself makes benchmarks/.venv-0.17.0 for the earlier implementation. BENCH_ARGS=--quick: smoke run.
+bench: install-runtime $(STAMPS)/python-bench
+	$(PY) -m benchmarks.run $(BENCH_ARGS)
+
+$(STAMPS)/python-bench: pyproject.toml constraints.txt | $(PY)
+	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
+	@mkdir -p $(STAMPS) && touch $@
 
 # --- maintenance -------------------------------------------------------------------------
 

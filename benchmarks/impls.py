@@ -71,9 +71,7 @@ class Theirs:
         self.endpoint_url = endpoint_url
 
     def _repository(self, table: str, **kwargs: Any) -> Any:
-        from zae_limiter import Repository
-
-        return Repository(table, region=REGION, endpoint_url=self.endpoint_url,
+        return _earlier_repository_class()(table, region=REGION, endpoint_url=self.endpoint_url,
                           _skip_deprecation_warning=True, **kwargs)
 
     async def create_table(self, table: str) -> None:
@@ -89,9 +87,7 @@ class Theirs:
             await repo.close()
 
     async def open(self, table: str, *, rejection_cache_ttl: float = 1.0) -> Any:
-        from zae_limiter import Repository
-
-        return await Repository.open(
+        return await _earlier_repository_class().open(
             stack=table,
             region=REGION,
             endpoint_url=self.endpoint_url,
@@ -101,6 +97,13 @@ class Theirs:
 
     async def client(self, repo: Any) -> Any:
         return await repo._get_client()
+
+
+def _earlier_repository_class() -> Any:
+    """0.17.0's Repository (typed as Any: its signatures are not ours)."""
+    import zae_limiter
+
+    return zae_limiter.Repository
 
 
 IMPLS: dict[str, type[Ours] | type[Theirs]] = {"ours": Ours, "theirs": Theirs}

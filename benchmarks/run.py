@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import os
 import platform
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -79,7 +81,7 @@ class Plan:
                 "capacity": self.shared_capacity}
 
 
-FULL = Plan(calls=2400, block=200, warm_rounds=5, contention_rounds=2, tasks=32,
+FULL = Plan(calls=2000, block=200, warm_rounds=5, contention_rounds=1, tasks=32,
             distinct_attempts=40, distinct_capacity=30, shared_attempts=16, shared_capacity=400)
 QUICK = Plan(calls=200, block=100, warm_rounds=2, contention_rounds=1, tasks=32,
              distinct_attempts=4, distinct_capacity=3, shared_attempts=3, shared_capacity=60)
@@ -222,9 +224,10 @@ def run_timing(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, Any]:
 def run_contention(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, Any]:
     rounds: dict[str, dict[str, list[dict[str, Any]]]] = {
         kind: {impl: [] for impl in IMPLS} for kind in CONTENTION_KINDS}
-    for number in range(plan.contention_rounds):
+    turns = itertools.count()
+    for _ in range(plan.contention_rounds):
         for kind in CONTENTION_KINDS:
-            for impl in alternate(number):
+            for impl in alternate(next(turns)):
                 result = workers[impl].call("contention", kind=kind,
                                             **plan.contention_args(kind))
                 rounds[kind][impl].append(result)
@@ -286,9 +289,12 @@ def main(argv: list[str] | None = None) -> int:
                 workers["theirs"] = WorkerProcess("theirs", theirs_python, engine.endpoint_url,
                                                   Path(log_dir))
                 results["meta"]["libraries"] = {i: workers[i].call("info") for i in IMPLS}
-                for phase, run in (("costs", lambda: run_costs(workers)),
-                                   ("timing", lambda: run_timing(workers, plan)),
-                                   ("contention", lambda: run_contention(workers, plan))):
+                runs: dict[str, Callable[[], dict[str, Any]]] = {
+                    "costs": lambda: run_costs(workers),
+                    "timing": lambda: run_timing(workers, plan),
+                    "contention": lambda: run_contention(workers, plan),
+                }
+                for phase, run in runs.items():
                     if phase in phases:
                         log(f"phase {phase}")
                         t0 = time.time()

@@ -117,7 +117,8 @@ class Admission:
         self.clock = clock
         self.ttl_multiplier = ttl_multiplier
         self.split_threshold: float = SPLIT_WRITES_PER_SECOND
-        self._rates: dict[tuple[str, str, str, int], tuple[int, int]] = {}
+        self.rate_window_ms = RATE_WINDOW_MS
+        self._rates: dict[tuple[str, str, str, int], tuple[int, int, int]] = {}
         self._splitting: set[tuple[str, str, str]] = set()
         self._split_tasks: set[asyncio.Future[None]] = set()
         self._warned_unmetered: set[str] = set()
@@ -412,13 +413,14 @@ class Admission:
         """Estimate a shard's write rate from the images writes return; split when too hot."""
         key = ImageCache.key_of(image)
         first = self._rates.get(key)
-        if first is None or image.writes < first[0]:
-            self._rates[key] = (image.writes, image.written_at)
+        shards = image.stamp.shards
+        if first is None or image.writes < first[0] or first[2] != shards:
+            self._rates[key] = (image.writes, image.written_at, shards)  # since the last split
             return
         elapsed = image.written_at - first[1]
-        if elapsed < RATE_WINDOW_MS:
+        if elapsed < self.rate_window_ms:
             return
-        self._rates[key] = (image.writes, image.written_at)
+        self._rates[key] = (image.writes, image.written_at, shards)
         rate = (image.writes - first[0]) * 1000 / elapsed
         if rate > self.split_threshold and image.stamp.shards < MAX_SHARDS:
             bucket_key = key[:3]

@@ -51,7 +51,9 @@ class AsyncApi:
 
     def run(self, scenario: Any) -> Any:
         async def go() -> Any:
-            repo = await Repository.open(table=self.table.name, endpoint_url=self.table.endpoint_url)
+            repo = await Repository.open(
+                table=self.table.name, endpoint_url=self.table.endpoint_url
+            )
             try:
                 return await scenario(RateLimiter(repo), awaitable=True)
             finally:

@@ -22,7 +22,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import versioning
 from ..audit import iso
@@ -30,14 +30,12 @@ from ..dynamo import keys
 from ..dynamo.store import Store
 from ..dynamo.transport import ConditionFailed, Transport
 from ..errors import IncompatibleSchemaError, VersionMismatchError, ZAELimiterError
+from ..repository import Repository, _read_version_record, system_clock
 from ..schema import DEFAULT_TABLE_NAME, PARTITION_KEY, SORT_KEY
 from .bundle import LAMBDA_HANDLER, AggregatorBundle, build_aggregator_bundle
 from .errors import UpgradeError
 from .functions import DEFAULT_MAX_POLLS, DEFAULT_POLL_INTERVAL_S, FunctionCode
 from .migrations import REGISTRY, Migration, MigrationContext, MigrationRegistry, run_migration
-
-if TYPE_CHECKING:
-    from ..repository import Repository
 
 log = logging.getLogger("zae_limiter.upgrade")
 
@@ -208,8 +206,6 @@ async def _connect(repo: Repository | None, table: str | None, region: str | Non
     if repo is not None:
         yield _Target(repo._store, repo.region, repo._clock)
         return
-    from ..repository import system_clock
-
     transport = await Transport.connect(
         region=region, endpoint_url=endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
     )
@@ -244,8 +240,6 @@ async def upgrade(
     built from the installed library; `confirm(plan)` is asked before the first write.
     """
     say = report or log.info
-    from ..repository import _read_version_record
-
     async with _connect(repo, table, region, endpoint_url) as target:
         record = await _read_version_record(target.store)
         plan = plan_upgrade(record, table=target.store.table, force=force, registry=registry)

@@ -1,0 +1,55 @@
+"""The benchmark's workloads still run against our library (a smoke test, a few seconds).
+
+The benchmark itself (`python -m benchmarks.run`, docs/performance.md) is never part of the test
+suite; this only runs its scenario code for ours, tiny, on the session's DynamoDB Local, so that
+a change to the library or to the wire recorder cannot silently break `make bench`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import scenarios  # noqa: E402
+from benchmarks.impls import Ours  # noqa: E402
+from benchmarks.targets import COST_ROWS  # noqa: E402
+
+pytestmark = pytest.mark.ddb
+
+
+async def test_cost_rows_are_all_measured(ddb_endpoint: str, wire: Any) -> None:
+    rows = await scenarios.all_costs(Ours(ddb_endpoint), wire)
+    assert not [key for key in rows if key.endswith("setup_error")], rows
+    for row in COST_ROWS:
+        assert rows[row.id]["outcome"] == row.outcome, (row.id, rows[row.id])
+
+
+async def test_timing_and_floor_blocks_run(ddb_endpoint: str, wire: Any) -> None:
+    bench = scenarios.TimingBench(Ours(ddb_endpoint))
+    try:
+        await bench.setup(warm_rounds=1)
+        floor = await bench.setup_floor(wire)
+        assert floor["single"]["replayed_update_items"] == 1
+        assert floor["three"]["replayed_update_items"] == 3
+        for case in scenarios.TIMING_CASES:
+            sample = await bench.block(case, 3)
+            assert sample["outcomes"] == {"ok": 3} and len(sample["lat_us"]) == 3
+            assert len((await bench.floor_block(case, 2))["lat_us"]) == 2
+    finally:
+        await bench.close()
+
+
+@pytest.mark.parametrize("kind", scenarios.CONTENTION_KINDS)
+async def test_contention_never_over_admits(ddb_endpoint: str, wire: Any, kind: str) -> None:
+    result = await scenarios.contention(Ours(ddb_endpoint), wire, kind, tasks=6, attempts=5,
+                                        capacity=4)
+    assert result["errors"] == {}
+    assert result["over_admitted"] == 0
+    assert result["admitted"] == result["allowed"]
