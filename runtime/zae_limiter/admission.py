@@ -141,13 +141,15 @@ class Admission:
         if sys_v is not None and sys_v > image.stamp.system_version:
             return None
         if override is not None:
-            wanted = tuple(cfg.to_params(lim) for lim in override)
+            wanted = tuple(cfg.to_params(lim, now) for lim in override)
             if not image.stamp.override or image.stamp.limits != wanted:
                 return None
         elif image.stamp.override:
             return None
         if not image.stamp.limits:
             return None  # restamped to no limits: resolve again (unmetered)
+        if any(p.in_window(now) is not p for p in image.stamp.limits):
+            return None  # a schedule window began or ended: restamp, like a config change
         return self._on_shard(Target(entity_id, resource, role, image, True, seen_at, False))
 
     async def _load(
@@ -177,7 +179,7 @@ class Admission:
             if role == "parent" and res.source in ("resource", "system"):
                 self._note_parent_fallback(entity_id, resource)
             existing = by_key.get(keys.bucket_partition(self.ns, entity_id, resource, 0))
-            wanted = stamp_for(res, limits, override=override is not None)
+            wanted = stamp_for(res, limits, override=override is not None, now=now)
             if existing is None or existing.expired(now):
                 seq = existing.stamp_seq + 1 if existing is not None else 1
                 image = _blank_image(self.ns, entity_id, resource, wanted, seq)

@@ -9,9 +9,10 @@ resource; first explicit value wins. Cascade: entity(resource) -> entity(_defaul
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from .core import schedule
 from .core.bucket import MILLI, Kind, Params
 from .limits import Limit
 from .models import ConfigSource, OnUnavailable
@@ -147,15 +148,15 @@ def level_from_item(item: dict[str, Any] | None) -> Level:
     )
 
 
-def to_params(limit: Limit) -> Params:
-    """A Limit as stamped on bucket items (milli-units, ms)."""
+def to_params(limit: Limit, now: int | None = None) -> Params:
+    """A Limit as stamped on bucket items (milli-units, ms), its schedule window at `now`."""
     if limit.reset_after is not None:
         kind = Kind.SESSION
     elif limit.reset_schedule:
         kind = Kind.CALENDAR
     else:
         kind = Kind.RATE
-    return Params(
+    base = Params(
         name=limit.name,
         kind=kind,
         capacity=limit.capacity * MILLI,
@@ -165,14 +166,36 @@ def to_params(limit: Limit) -> Params:
         cron=";".join(f"{edge.cron}|{edge.tz}" for edge in limit.reset_schedule),
         reset_after_ms=(limit.reset_after_seconds or 0) * 1000,
     )
+    if not limit.schedule:
+        return base
+    windowed = replace(
+        base,
+        schedule=schedule.encode([entry.to_dict() for entry in limit.schedule]),
+        base=(base.capacity, base.refill, base.period_ms),
+    )
+    return windowed if now is None else windowed.in_window(now)
 
 
-def from_params(params: Params) -> Limit:
-    """The undivided Limit a stamp describes (for statuses)."""
+def from_params(params: Params, *, configured: bool = False) -> Limit:
+    """The undivided Limit a stamp describes: as in force (for statuses), or as configured
+    (base parameters and schedule, to store or stamp again)."""
     from datetime import timedelta
 
     from .limits import ScheduleEntry
 
+    if configured and params.schedule:
+        base = params.base or (params.capacity, params.refill, params.period_ms)
+        plain = replace(
+            params,
+            capacity=base[0],
+            refill=base[1],
+            period_ms=base[2],
+            schedule="",
+            base=None,
+            window=-1,
+        )
+        entries = tuple(ScheduleEntry.from_dict(e) for e in schedule.decode(params.schedule))
+        return from_params(plain).with_schedule(entries)
     if params.kind == Kind.RATE:
         return Limit(
             params.name,

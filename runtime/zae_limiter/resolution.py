@@ -49,10 +49,16 @@ def system_level_from_item(item: dict[str, Any] | None) -> cfg.SystemLevel:
 
 
 def stamp_for(
-    resolved: cfg.Resolved, limits: Sequence[Limit], *, shards: int = 1, override: bool = False
+    resolved: cfg.Resolved,
+    limits: Sequence[Limit],
+    *,
+    shards: int = 1,
+    override: bool = False,
+    now: int | None = None,
 ) -> Stamp:
+    """The stamp for (entity, resource): limits with their schedule windows applied at `now`."""
     return Stamp(
-        limits=tuple(cfg.to_params(lim) for lim in limits),
+        limits=tuple(cfg.to_params(lim, now) for lim in limits),
         parent=resolved.parent if resolved.cascade else None,
         cascade=resolved.cascade,
         disabled=resolved.disabled,

@@ -45,12 +45,7 @@ class FakeContext:
 
 @pytest.fixture(scope="module")
 def handler() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location(
-        "aggregator_handler", ROOT / "lambdas" / "aggregator" / "handler.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module("zae_limiter.aggregator_lambda")
     yield module
     if module._aggregator is not None:
         module._loop.run_until_complete(module._aggregator.close())

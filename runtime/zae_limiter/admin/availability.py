@@ -48,7 +48,7 @@ class AvailabilityMixin(AdminBase):
             return Availability(
                 entity_id, resource, now, [], bypassed=res.disabled.startswith("bypass")
             )
-        stamp = stamp_for(res, chosen)
+        stamp = stamp_for(res, chosen, now=now)
         unknown = [n for n in wanted if stamp.params(n) is None]
         if unknown:
             raise ValidationError(

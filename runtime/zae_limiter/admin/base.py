@@ -115,12 +115,16 @@ class AdminBase:
                 res = cfg.resolve(entity, image.resource, by_resource[image.resource], system)
                 if image.stamp.override:
                     limits: tuple[Any, ...] | None = tuple(
-                        cfg.from_params(p) for p in image.stamp.limits
+                        cfg.from_params(p, configured=True) for p in image.stamp.limits
                     )
                 else:
                     limits = res.limits
                 wanted = stamp_for(
-                    res, limits or (), shards=image.stamp.shards, override=image.stamp.override
+                    res,
+                    limits or (),
+                    shards=image.stamp.shards,
+                    override=image.stamp.override,
+                    now=self._clock(),
                 )
                 if image.stamp.same_rules(wanted) and _versions(image.stamp) == _versions(wanted):
                     continue

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
-from . import cron
+from . import cron, schedule
 from .cron import Cron
 
 MILLI = 1000
@@ -43,6 +43,22 @@ class Params:
     soft: bool = False
     cron: str = ""  # calendar: reset edges "expr|tz", several joined by ";"
     reset_after_ms: int = 0  # session
+    schedule: str = ""  # parameter windows (core.schedule); capacity/refill/period are in force
+    window: int = -1  # the schedule entry the parameters above come from (-1: base)
+    base: tuple[int, int, int] | None = None  # capacity, refill, period without a window
+
+    def in_window(self, now: int) -> Params:
+        """These parameters as they apply at `now` (another schedule window, or the same)."""
+        if not self.schedule:
+            return self
+        window = schedule.active(self.schedule, now)
+        if window == self.window:
+            return self
+        base = self.base or (self.capacity, self.refill, self.period_ms)
+        capacity, refill, period = schedule.effective(
+            base, self.schedule, window, quota=self.kind != Kind.RATE
+        )
+        return replace(self, capacity=capacity, refill=refill, period_ms=period, window=window)
 
     def shard_capacity(self, shards: int) -> int:
         return max(MILLI, self.capacity // shards) if shards > 1 else self.capacity

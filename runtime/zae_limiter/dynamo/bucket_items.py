@@ -109,6 +109,11 @@ def params_to_item(p: Params) -> dict[str, Any]:
         out["x"] = p.cron
     if p.reset_after_ms:
         out["ra"] = p.reset_after_ms
+    if p.schedule:
+        base = p.base or (p.capacity, p.refill, p.period_ms)
+        out.update(
+            {"sch": p.schedule, "win": p.window, "bc": base[0], "ba": base[1], "bp": base[2]}
+        )
     return out
 
 
@@ -122,6 +127,9 @@ def params_from_item(name: str, raw: dict[str, Any]) -> Params:
         soft=bool(raw.get("s", 0)),
         cron=str(raw.get("x", "")),
         reset_after_ms=int(raw.get("ra", 0)),
+        schedule=str(raw.get("sch", "")),
+        window=int(raw.get("win", -1)),
+        base=(int(raw["bc"]), int(raw["ba"]), int(raw["bp"])) if "sch" in raw else None,
     )
 
 

@@ -1,0 +1,149 @@
+"""Aggregator Lambda: the table's stream -> usage snapshots, metrics and the audit archive.
+
+Thin shell around `zae_limiter.aggregator.Aggregator` (the local stream runner runs the same
+code). Powertools: structured JSON logs, CloudWatch EMF metrics (namespace `ZaeLimiter`), and the
+batch processor's partial batch response, so only failed records are retried. DynamoDB is reached
+through a boto3 client (Lambda's runtime has no aiobotocore), wrapped by `dynamo.threaded`.
+
+Environment: `TABLE_NAME` (else taken from the event source ARN), `SNAPSHOT_WINDOWS`,
+`USAGE_RETENTION_DAYS[_HOURLY|_DAILY|_MONTHLY]`, `AGGREGATOR_MARKER_TTL_HOURS` (see
+`AggregatorConfig.from_env`), `ARCHIVE_BUCKET` (archive expired audit events to S3 when set),
+`ZAEL_ENDPOINT_URL` (tests only).
+
+Metrics, per batch, never with an entity dimension: `Consumed` and `Overdrawn` by
+namespace/resource/limit, `Admissions` by namespace/resource; by service only: `ProcessingLagMs`
+(age of the oldest change applied), `FailedRecords` (records reported for retry) and
+`FailedBatches` (batches failed as a whole, e.g. a table schema this code cannot read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from zae_limiter.aggregator import Aggregator, AggregatorConfig, ArchiveSink, Outcome
+from zae_limiter.dynamo.store import Store
+from zae_limiter.dynamo.threaded import client_config, threaded_transport
+
+SERVICE = "zae-limiter-aggregator"
+METRIC_NAMESPACE = "ZaeLimiter"
+
+logger = Logger(service=SERVICE)
+copy_config_to_registered_loggers(source_logger=logger, include={"zae_limiter"})
+metrics = Metrics(namespace=METRIC_NAMESPACE, service=SERVICE)
+processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+
+# One event loop for the container's life: the DynamoDB client is bound to it.
+_loop = asyncio.new_event_loop()
+_aggregator: Aggregator | None = None
+
+
+def _table_name(event: dict[str, Any]) -> str:
+    name = os.environ.get("TABLE_NAME")
+    if name:
+        return name
+    for record in event.get("Records") or []:
+        arn = str(record.get("eventSourceARN", ""))
+        if ":table/" in arn:
+            return arn.split(":table/", 1)[1].split("/", 1)[0]
+    raise ValueError("set TABLE_NAME: the event names no table")
+
+
+def _s3_archive(bucket: str) -> ArchiveSink:
+    s3 = boto3.client("s3")
+
+    async def put(key: str, body: bytes) -> None:
+        await asyncio.to_thread(
+            s3.put_object, Bucket=bucket, Key=key, Body=body,
+            ContentType="application/x-ndjson", ContentEncoding="gzip",
+        )
+
+    return put
+
+
+async def _get_aggregator(event: dict[str, Any]) -> Aggregator:
+    global _aggregator
+    table = _table_name(event)
+    if _aggregator is None or _aggregator.table != table:
+        if _aggregator is not None:
+            await _aggregator.close()
+        bucket = os.environ.get("ARCHIVE_BUCKET")
+        client = boto3.client(
+            "dynamodb",
+            endpoint_url=os.environ.get("ZAEL_ENDPOINT_URL") or None,
+            config=client_config(),
+        )
+        transport = threaded_transport(client)
+        _aggregator = Aggregator(
+            Store(transport, table),
+            AggregatorConfig.from_env(),
+            archive=_s3_archive(bucket) if bucket else None,
+            transport_owned=transport,
+        )
+    return _aggregator
+
+
+async def _process(event: dict[str, Any]) -> Outcome:
+    aggregator = await _get_aggregator(event)
+    return await aggregator.process(list(event.get("Records") or []))
+
+
+def _publish(outcome: Outcome) -> None:
+    metrics.add_metric(name="FailedRecords", unit=MetricUnit.Count, value=len(outcome.failures))
+    for point in outcome.metrics:
+        if not point.dimensions:
+            metrics.add_metric(name=point.name, unit=MetricUnit(point.unit), value=point.value)
+            continue
+        with single_metric(
+            name=point.name, unit=MetricUnit(point.unit), value=point.value,
+            namespace=METRIC_NAMESPACE, default_dimensions=dict(point.dimensions),
+        ):
+            pass
+    logger.info(
+        "batch processed",
+        extra={
+            "records": outcome.total, "applied": outcome.applied,
+            "duplicates": outcome.duplicates, "ignored": outcome.ignored,
+            "archived": outcome.archived, "failed": len(outcome.failures),
+        },
+    )
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Apply the batch; report failed records so that only they (and later ones) are retried.
+
+    Raises (the whole batch is retried) when the table's schema is one this code cannot read.
+    """
+    try:
+        outcome = _loop.run_until_complete(_process(event))
+    except Exception:
+        metrics.add_metric(name="FailedBatches", unit=MetricUnit.Count, value=1)
+        logger.exception("the whole batch failed and will be retried")
+        raise
+    failures = {id(event["Records"][pos]): exc for pos, exc in outcome.failures.items()}
+
+    def record_handler(record: DynamoDBRecord) -> None:
+        failure = failures.get(id(record.raw_event))
+        if failure is not None:
+            raise failure
+
+    _publish(outcome)
+    response = process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+    return dict(response)

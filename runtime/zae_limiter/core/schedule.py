@@ -1,0 +1,57 @@
+"""Scheduled parameter windows (reference.md §4.1, §4.4). Pure.
+
+A limit's schedule is a list of entries, each a cron window; while an entry's cron matches the
+current minute (in its time zone) its parameters apply, first match wins, otherwise the base
+ones. `scale` multiplies capacity and refill together; absolute fields replace them. A quota may
+be scaled but never given a refill. Entries are kept as a compact JSON string on the stamp.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+from . import cron
+
+MILLI = 1000
+Triple = tuple[int, int, int]  # capacity (milli), refill (milli), period (ms)
+
+
+def encode(entries: list[dict[str, Any]]) -> str:
+    return json.dumps(entries, sort_keys=True, separators=(",", ":"))
+
+
+@lru_cache(maxsize=256)
+def decode(schedule: str) -> tuple[dict[str, Any], ...]:
+    return tuple(json.loads(schedule)) if schedule else ()
+
+
+def active(schedule: str, now: int) -> int:
+    """Index of the entry in force at `now`, or -1 for the base parameters."""
+    for index, entry in enumerate(decode(schedule)):
+        if cron.parse(entry["cron"], entry.get("tz", "UTC")).matches_minute(now):
+            return index
+    return -1
+
+
+def effective(base: Triple, schedule: str, window: int, *, quota: bool) -> Triple:
+    """The parameters in force in `window` (-1: the base ones)."""
+    if window < 0:
+        return base
+    entry = decode(schedule)[window]
+    capacity, refill, period = base
+    if entry.get("scale") is not None:
+        scale = Fraction(str(entry["scale"]))
+        capacity = max(1, int(capacity * scale))
+        refill = 0 if quota else max(1, int(refill * scale))
+        return capacity, refill, period
+    if entry.get("capacity") is not None:
+        capacity = int(entry["capacity"]) * MILLI
+    if not quota:
+        if entry.get("refill_amount") is not None:
+            refill = int(entry["refill_amount"]) * MILLI
+        if entry.get("refill_period_seconds") is not None:
+            period = int(entry["refill_period_seconds"]) * 1000
+    return capacity, refill, period
