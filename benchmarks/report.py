@@ -142,6 +142,10 @@ def environment(results: dict[str, Any]) -> str:
         f"load average {', '.join(f'{x:.1f}' for x in start['loadavg'])} at start, "
         f"{', '.join(f'{x:.1f}' for x in end.get('loadavg', []))} at end",
     ]
+    loads = meta.get("load_before", {})
+    if loads:
+        lines.append("- Load average (1 min) as each phase began: " + ", ".join(
+            f"{phase} {load[0]:.1f}" for phase, load in loads.items()))
     for impl in IMPLS:
         lib = libs.get(impl)
         if lib:
@@ -150,14 +154,15 @@ def environment(results: dict[str, Any]) -> str:
                          f"botocore {lib['botocore']}")
     plan = meta["plan"]
     lines.append(
-        f"- Plan: {plan['calls']} sequential calls per timing case per implementation in blocks "
+        f"- Plan: {plan['calls_single']} warm single-resource and {plan['calls_three']} "
+        f"three-bucket sequential calls per implementation in blocks "
         f"of {plan['block']} (alternating, first mover alternating), {plan['warm_rounds']} warm-up"
         f" calls per entity; contention {plan['contention_rounds']} round(s) per scenario, "
         f"{plan['tasks']} tasks; distinct: {plan['distinct_attempts']} attempts per task, cap "
         f"{plan['distinct_capacity']} per entity; one entity / org cap: "
         f"{plan['shared_attempts']} attempts per task, cap {plan['shared_capacity']}")
-    lines.append("- Engine: DynamoDB Local (in memory) on 127.0.0.1 on the same machine; each "
-                 "implementation with its default client settings.")
+    lines.append("- Engine: DynamoDB Local (in memory) on 127.0.0.1 on the same machine, a fresh "
+                 "one per phase; each implementation with its default client settings.")
     return "\n".join(lines)
 
 

@@ -1,11 +1,12 @@
-"""Run the benchmark: ours vs zae-limiter 0.17.0, alternating, on one DynamoDB Local.
+"""Run the benchmark: ours vs zae-limiter 0.17.0, alternating, on DynamoDB Local.
 
-    python -m benchmarks.run            # the full run (about 6–12 minutes on 2 busy cores)
+    python -m benchmarks.run            # the full run (about 7 minutes idle, 13 on 2 busy cores)
     python -m benchmarks.run --quick    # a smoke run (about 1–2 minutes), results *-quick.*
 
-Makes (once) `benchmarks/.venv-0.17.0` with zae-limiter==0.17.0 and the same aiobotocore as
-ours, starts DynamoDB Local on 127.0.0.1 (stopped at the end, whatever happens), starts one
-worker per implementation (benchmarks/worker.py) and drives them in turn:
+Makes (once, about 30–150 s) `benchmarks/.venv-0.17.0` with zae-limiter==0.17.0 and the same
+aiobotocore as ours. For each phase it starts a fresh DynamoDB Local on 127.0.0.1 and one worker
+per implementation (benchmarks/worker.py), stops them all at the end of the phase whatever
+happens, and drives the workers in turn:
 
 1. costs: every cost row (benchmarks/targets.py) on the wire, once per implementation;
 2. timing: warm single-resource and three-bucket acquires in blocks, alternating ours and
@@ -19,6 +20,7 @@ Writes benchmarks/results/<date>[-quick].json, .md and -latency.png (benchmarks/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import itertools
 import json
@@ -28,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -63,7 +65,8 @@ CLEARED_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_S
 class Plan:
     """How much of everything to run."""
 
-    calls: int  # sequential calls per timing case per implementation
+    calls_single: int  # sequential warm single-resource acquires per implementation
+    calls_three: int  # sequential three-bucket acquires per implementation
     block: int  # calls per block; blocks alternate between the implementations
     warm_rounds: int  # warm-up calls per timing entity before measuring
     contention_rounds: int
@@ -73,6 +76,9 @@ class Plan:
     shared_attempts: int  # per task, on one entity / under one organisation
     shared_capacity: int
 
+    def calls(self, case: str) -> int:
+        return self.calls_single if case == "single" else self.calls_three
+
     def contention_args(self, kind: str) -> dict[str, int]:
         if kind == "distinct":
             return {"tasks": self.tasks, "attempts": self.distinct_attempts,
@@ -81,10 +87,12 @@ class Plan:
                 "capacity": self.shared_capacity}
 
 
-FULL = Plan(calls=2000, block=200, warm_rounds=5, contention_rounds=1, tasks=32,
-            distinct_attempts=40, distinct_capacity=30, shared_attempts=16, shared_capacity=400)
-QUICK = Plan(calls=200, block=100, warm_rounds=2, contention_rounds=1, tasks=32,
-             distinct_attempts=4, distinct_capacity=3, shared_attempts=3, shared_capacity=60)
+FULL = Plan(calls_single=3000, calls_three=2000, block=200, warm_rounds=5, contention_rounds=1,
+            tasks=32, distinct_attempts=40, distinct_capacity=30, shared_attempts=16,
+            shared_capacity=400)
+QUICK = Plan(calls_single=200, calls_three=200, block=100, warm_rounds=2, contention_rounds=1,
+             tasks=32, distinct_attempts=4, distinct_capacity=3, shared_attempts=3,
+             shared_capacity=60)
 
 
 def log(message: str) -> None:
@@ -163,6 +171,32 @@ class WorkerProcess:
         self._log.close()
 
 
+@contextlib.contextmanager
+def fresh_session(theirs_python: Path) -> Iterator[dict[str, WorkerProcess]]:
+    """A new DynamoDB Local and a new worker per implementation, all stopped afterwards.
+
+    Each phase gets its own, so that what one phase left behind (tables, items, the JVM's
+    heap) cannot tilt the next one's figures.
+    """
+    from zae_limiter.local import start_engine
+
+    log("starting DynamoDB Local")
+    engine = start_engine()
+    workers: dict[str, WorkerProcess] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="zae-bench-") as log_dir:
+            try:
+                for impl, python in (("ours", Path(sys.executable)), ("theirs", theirs_python)):
+                    workers[impl] = WorkerProcess(impl, python, engine.endpoint_url,
+                                                  Path(log_dir))
+                yield workers
+            finally:
+                for worker in workers.values():
+                    worker.close()
+    finally:
+        engine.stop()
+
+
 def alternate(round_number: int) -> tuple[str, ...]:
     """Who goes first alternates each round, so drift does not favour one side."""
     return IMPLS if round_number % 2 == 0 else IMPLS[::-1]
@@ -195,16 +229,16 @@ def run_timing(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, Any]:
     floor_setup = workers["ours"].call("floor_setup")
     blocks: dict[str, dict[str, list[dict[str, Any]]]] = {
         case: {"ours": [], "theirs": [], "floor": []} for case in TIMING_CASES}
-    rounds = max(1, plan.calls // plan.block)
-    for number in range(rounds):
-        for case in TIMING_CASES:
+    rounds = {case: max(1, plan.calls(case) // plan.block) for case in TIMING_CASES}
+    for number in range(max(rounds.values())):
+        for case in (case for case in TIMING_CASES if number < rounds[case]):
             for impl in alternate(number):
                 blocks[case][impl].append(
                     workers[impl].call("timing_block", case=case, n=plan.block))
             blocks[case]["floor"].append(
                 workers["ours"].call("floor_block", case=case, n=plan.block))
-        if number % 4 == 3 or number == rounds - 1:
-            log(f"timing: round {number + 1}/{rounds}")
+        if number % 4 == 3 or number == max(rounds.values()) - 1:
+            log(f"timing: round {number + 1}/{max(rounds.values())}")
     cases: dict[str, Any] = {}
     for case in TIMING_CASES:
         summary = {who: stats.merge_timing(blocks[case][who]) for who in blocks[case]}
@@ -260,15 +294,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phases", default="costs,timing,contention",
                         help="comma-separated subset of costs,timing,contention")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
-    parser.add_argument("--calls", type=int, help="timing calls per case per implementation")
+    parser.add_argument("--calls", type=int,
+                        help="timing calls per case per implementation (both cases)")
     parser.add_argument("--block", type=int, help="timing calls per alternating block")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    overrides = {k: v for k, v in (("calls", args.calls), ("block", args.block)) if v}
+    overrides = {k: v for k, v in (("calls_single", args.calls), ("calls_three", args.calls),
+                                    ("block", args.block)) if v}
     plan = replace(plan, **overrides)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-
-    from zae_limiter.local import start_engine
 
     started = time.time()
     theirs_python = ensure_theirs_venv()
@@ -278,33 +312,23 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "quick" if args.quick else "full",
         "plan": asdict(plan), "phases": phases, "machine_start": machine(),
     }}
-    workers: dict[str, WorkerProcess] = {}
-    log("starting DynamoDB Local")
-    engine = start_engine()
-    try:
-        with tempfile.TemporaryDirectory(prefix="zae-bench-") as log_dir:
-            try:
-                workers["ours"] = WorkerProcess("ours", sys.executable, engine.endpoint_url,
-                                                Path(log_dir))
-                workers["theirs"] = WorkerProcess("theirs", theirs_python, engine.endpoint_url,
-                                                  Path(log_dir))
-                results["meta"]["libraries"] = {i: workers[i].call("info") for i in IMPLS}
-                runs: dict[str, Callable[[], dict[str, Any]]] = {
-                    "costs": lambda: run_costs(workers),
-                    "timing": lambda: run_timing(workers, plan),
-                    "contention": lambda: run_contention(workers, plan),
-                }
-                for phase, run in runs.items():
-                    if phase in phases:
-                        log(f"phase {phase}")
-                        t0 = time.time()
-                        results[phase] = run()
-                        results["meta"][f"{phase}_s"] = round(time.time() - t0, 1)
-            finally:
-                for worker in workers.values():
-                    worker.close()
-    finally:
-        engine.stop()
+    runs: dict[str, Callable[[dict[str, WorkerProcess]], dict[str, Any]]] = {
+        "costs": run_costs,
+        "timing": lambda workers: run_timing(workers, plan),
+        "contention": lambda workers: run_contention(workers, plan),
+    }
+    results["meta"]["load_before"] = {}
+    for phase, run in runs.items():
+        if phase not in phases:
+            continue
+        results["meta"]["load_before"][phase] = list(os.getloadavg())
+        t0 = time.time()
+        with fresh_session(theirs_python) as workers:
+            results["meta"].setdefault(
+                "libraries", {impl: workers[impl].call("info") for impl in IMPLS})
+            log(f"phase {phase}")
+            results[phase] = run(workers)
+        results["meta"][f"{phase}_s"] = round(time.time() - t0, 1)
     results["meta"]["machine_end"] = machine()
     results["meta"]["duration_s"] = round(time.time() - started, 1)
     paths = write(results, args.out)

@@ -37,8 +37,7 @@ def write(tmp_path: Path, text: str, name: str = "limits.yaml") -> str:
 @pytest.fixture
 def seed(tmp_path: Path) -> str:
     manifest = seed_yaml_manifest(MANIFEST_PAGE)
-    if manifest is None:
-        pytest.skip("the seed page is not available")
+    assert manifest is not None, f"the seed page's manifest was not found in {MANIFEST_PAGE}"
     return write(tmp_path, manifest)
 
 

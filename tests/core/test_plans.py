@@ -37,8 +37,7 @@ PRO = {
 
 def seed_block(index: int) -> CodeBlock:
     path = spec_dir() / PAGE
-    if not path.is_file():
-        pytest.skip(f"spec page not found at {path} (set ZAEL_SPEC_DIR)")
+    assert path.is_file(), f"spec page not found at {path} (set ZAEL_SPEC_DIR)"
     return seed_python_blocks(path)[index - 1]
 
 
