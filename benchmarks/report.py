@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -313,29 +314,34 @@ def latency_percentiles(latencies: dict[str, dict[str, list[int]]]) -> dict[str,
 
 
 def plot_latency(results: dict[str, Any], path: Path) -> Path | None:
-    """Latency distributions (CDF, log scale) per timing case; None without matplotlib."""
+    """Latency distributions (CDF, log scale) per timing case; None without matplotlib.
+
+    Drawn from the whole percentiles kept in the results, so a JSON file can be replotted.
+    """
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     except ImportError:
         return None
-    latencies = results["timing"]["latencies_us"]
+    series_by_case = results["timing"]["latency_percentiles_us"]
     colours = {"ours": "tab:blue", "theirs": "tab:orange", "floor": "tab:gray"}
-    figure, axes = plt.subplots(1, len(latencies), figsize=(6 * len(latencies), 4.2),
+    figure, axes = plt.subplots(1, len(series_by_case), figsize=(6 * len(series_by_case), 4.2),
                                 squeeze=False)
-    for axis, (case, series) in zip(axes[0], latencies.items(), strict=True):
-        for who, values in series.items():
-            ordered = sorted(v / 1000 for v in values)
-            if not ordered:
+    for axis, (case, series) in zip(axes[0], series_by_case.items(), strict=True):
+        for who, percentiles in series.items():
+            if not percentiles:
                 continue
-            fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
-            median = percentile(ordered, 50)
-            axis.plot(ordered, fractions, color=colours[who], linewidth=1.6,
-                      label=f"{WHO_LABEL[who]} (p50 {median:.1f} ms, "
-                            f"p99 {percentile(ordered, 99):.1f} ms)")
+            values_ms = [v / 1000 for v in percentiles]
+            axis.plot(values_ms, [q / 100 for q in range(len(values_ms))], color=colours[who],
+                      linewidth=1.6, label=f"{WHO_LABEL[who]} (p50 {values_ms[50]:.1f} ms, "
+                                           f"p99 {values_ms[99]:.1f} ms)")
         axis.set_xscale("log")
+        axis.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+        axis.xaxis.set_minor_formatter(NullFormatter())
         axis.set_xlabel("latency per call, ms (log scale)")
         axis.set_ylabel("fraction of calls")
         axis.set_title(CASE_LABEL[case], fontsize=10)
@@ -348,3 +354,28 @@ def plot_latency(results: dict[str, Any], path: Path) -> Path | None:
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def write(results: dict[str, Any], json_path: Path) -> list[Path]:
+    """The results as JSON, the Markdown report and the plot, side by side."""
+    stem = json_path.name.removesuffix(".json")
+    plotted = None
+    if "timing" in results:
+        plotted = plot_latency(results, json_path.with_name(f"{stem}-latency.png"))
+    json_path.write_text(json.dumps(results, indent=1) + "\n")
+    md_path = json_path.with_name(f"{stem}.md")
+    md_path.write_text(markdown(results, plotted.name if plotted else None))
+    return [p for p in (json_path, md_path, plotted) if p is not None]
+
+
+def main() -> None:
+    """Redraw the report and plot of a results file: python -m benchmarks.report FILE.json"""
+    import sys
+
+    for name in sys.argv[1:]:
+        path = Path(name)
+        print(*write(json.loads(path.read_text()), path), sep="\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -339,17 +339,11 @@ def main(argv: list[str] | None = None) -> int:
 def write(results: dict[str, Any], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     stem = results["meta"]["date"] + ("-quick" if results["meta"]["mode"] == "quick" else "")
-    json_path, md_path, png_path = (out / f"{stem}.json", out / f"{stem}.md",
-                                    out / f"{stem}-latency.png")
-    plotted = None
     if "timing" in results:
-        plotted = report.plot_latency(results, png_path)
         timing = results["timing"]
         timing["latency_percentiles_us"] = report.latency_percentiles(
             timing.pop("latencies_us"))
-    json_path.write_text(json.dumps(results, indent=1) + "\n")
-    md_path.write_text(report.markdown(results, plotted.name if plotted else None))
-    return [p for p in (json_path, md_path, plotted) if p is not None]
+    return report.write(results, out / f"{stem}.json")
 
 
 if __name__ == "__main__":

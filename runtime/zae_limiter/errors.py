@@ -66,7 +66,7 @@ class RateLimitExceeded(RateLimitError):
             "message": str(self),
             "contended": self.contended,
             "retry_after_seconds": self.retry_after_seconds,
-            "retry_after_ms": math.ceil(self.retry_after_seconds * 1000),
+            "retry_after_ms": round(self.retry_after_seconds * 1000),
             "limits": [status.as_dict() for status in self.statuses],
         }
 
