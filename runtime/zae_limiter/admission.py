@@ -212,6 +212,35 @@ class Admission:
                 )
         return out
 
+    def item_for(
+        self,
+        image: BucketImage,
+        stamp: Stamp,
+        seq: int,
+        states: dict[str, State],
+        now: int,
+        *,
+        shard: int | None = None,
+        admissions: int = 0,
+        generation: str | None = None,
+        op_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Every attribute of one of `image`'s bucket's items, its expiry from `states`."""
+        return items.full_item(
+            self.ns,
+            image.entity_id,
+            image.resource,
+            image.shard if shard is None else shard,
+            stamp,
+            seq,
+            states,
+            admissions=admissions,
+            generation=generation or items.new_op_id(),
+            now=now,
+            ttl=self._ttl(stamp, states, now),
+            op_id=op_id,
+        )
+
     async def restamp(self, image: BucketImage, stamp: Stamp) -> BucketImage:
         """Rewrite an item under new rules, keeping balances (cut to lower ceilings)."""
         for _ in range(MAX_ROUNDS):
@@ -228,18 +257,14 @@ class Admission:
                     )
                     states[params.name] = converted
             op_id = items.new_op_id()
-            item = items.full_item(
-                self.ns,
-                image.entity_id,
-                image.resource,
-                image.shard,
+            item = self.item_for(
+                image,
                 stamp,
                 image.stamp_seq + 1,
                 states,
+                now,
                 admissions=image.admissions,
                 generation=image.generation,
-                now=now,
-                ttl=self._ttl(stamp, states, now),
                 op_id=op_id,
             )
             for i, old_op in enumerate(image.op_ids):
@@ -486,19 +511,8 @@ class Admission:
                 params, state, now, shards
             )
         stamp = replace(image.stamp, shards=doubled)
-        sibling = items.full_item(
-            self.ns,
-            image.entity_id,
-            image.resource,
-            image.shard + shards,
-            stamp,
-            image.stamp_seq + 1,
-            sibling_states,
-            admissions=0,
-            generation=items.new_op_id(),
-            now=now,
-            ttl=self._ttl(stamp, sibling_states, now),
-            op_id=None,
+        sibling = self.item_for(
+            image, stamp, image.stamp_seq + 1, sibling_states, now, shard=image.shard + shards
         )
         sibling_op = {
             "Put": {
@@ -510,20 +524,7 @@ class Admission:
         }
         if not exists:
             states = {p.name: bucket.full_state(p, doubled) for p in stamp.limits}
-            item = items.full_item(
-                self.ns,
-                image.entity_id,
-                image.resource,
-                image.shard,
-                stamp,
-                image.stamp_seq + 1,
-                states,
-                admissions=0,
-                generation=items.new_op_id(),
-                now=now,
-                ttl=self._ttl(stamp, states, now),
-                op_id=None,
-            )
+            item = self.item_for(image, stamp, image.stamp_seq + 1, states, now)
             return [
                 {"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
                 sibling_op,
@@ -595,18 +596,13 @@ class Admission:
                 guard_op=guard_op,
             )
         else:
-            item = items.full_item(
-                self.ns,
-                image.entity_id,
-                image.resource,
-                image.shard,
+            item = self.item_for(
+                image,
                 image.stamp,
                 image.stamp_seq,
                 states,
+                now,
                 admissions=max(0, admissions),
-                generation=items.new_op_id(),
-                now=now,
-                ttl=ttl,
                 op_id=op_id,
             )
             request = items.put_request(

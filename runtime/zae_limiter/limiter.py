@@ -22,7 +22,7 @@ from .lease import (
     target_for_more,
 )
 from .limits import Limit, check_limit_list
-from .models import Availability, OnUnavailable
+from .models import OnUnavailable
 from .repository import Repository
 
 log = logging.getLogger("zae_limiter")
@@ -270,15 +270,6 @@ class RateLimiter:
         requests = _validate_acquire(entity_id, resource, consume, limits, on_unavailable, also)
         return _Acquisition(self, entity_id, requests, limits, on_unavailable)
 
-    async def check_availability(
-        self,
-        entity_id: str,
-        resource: str,
-        needed: dict[str, int] | None = None,
-        limits: list[Limit] | None = None,
-    ) -> Availability:
-        return await self.repository.check_availability(entity_id, resource, needed, limits)
-
     async def available(
         self, entity_id: str, resource: str, limits: list[Limit] | None = None
     ) -> dict[str, int]:
@@ -298,7 +289,8 @@ class RateLimiter:
     async def is_available(self, timeout: float = 1.0) -> bool:
         return await self.repository.is_available(timeout)
 
-    # Entity and config methods: one implementation, on the repository.
+    # Entity, config and availability methods: one implementation, on the repository.
+    check_availability = _delegate(Repository.check_availability)
     create_entity = _delegate(Repository.create_entity)
     get_entity = _delegate(Repository.get_entity)
     delete_entity = _delegate(Repository.delete_entity)

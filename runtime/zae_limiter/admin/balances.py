@@ -333,19 +333,8 @@ class BalancesMixin(AdminBase):
                 self._store.table, image, writes, now=now, ttl=ttl, admissions=0, op_id=op_id
             )
         else:
-            item = items.full_item(
-                self._ns,
-                image.entity_id,
-                image.resource,
-                image.shard,
-                image.stamp,
-                image.stamp_seq,
-                states,
-                admissions=0,
-                generation=items.new_op_id(),
-                now=now,
-                ttl=ttl,
-                op_id=op_id,
+            item = self._admission.item_for(
+                image, image.stamp, image.stamp_seq, states, now, op_id=op_id
             )
             request = items.put_request(
                 self._store.table, item, replaces=None, expired_before_s=now // 1000

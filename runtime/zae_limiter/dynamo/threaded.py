@@ -14,18 +14,12 @@ from typing import Any
 
 from botocore.config import Config
 
-from .transport import Transport
+from .transport import CLIENT_SETTINGS, Transport
 
 
 def client_config() -> Config:
     """botocore settings matching `transport.default_client_config` (no SDK retries)."""
-    return Config(
-        retries={"mode": "standard", "total_max_attempts": 1},
-        connect_timeout=2,
-        read_timeout=5,
-        max_pool_connections=64,
-        tcp_keepalive=True,
-    )
+    return Config(**CLIENT_SETTINGS)
 
 
 class _ThreadedClient:

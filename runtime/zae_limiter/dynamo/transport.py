@@ -87,16 +87,21 @@ def _code(exc: bce.ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+#: Client settings for every DynamoDB client the library makes (aiobotocore or boto3): no SDK
+#: retries (see the module docstring), short timeouts, a pool for concurrent callers.
+CLIENT_SETTINGS: dict[str, Any] = {
+    "retries": {"mode": "standard", "total_max_attempts": 1},
+    "connect_timeout": 2,
+    "read_timeout": 5,
+    "max_pool_connections": 64,
+    "tcp_keepalive": True,
+}
+
+
 def default_client_config() -> AioConfig:
     from aiobotocore.config import AioConfig
 
-    return AioConfig(
-        retries={"mode": "standard", "total_max_attempts": 1},
-        connect_timeout=2,
-        read_timeout=5,
-        max_pool_connections=64,
-        tcp_keepalive=True,
-    )
+    return AioConfig(**CLIENT_SETTINGS)
 
 
 class Transport:
