@@ -2,8 +2,8 @@
 
 Starts DynamoDB Local on a free loopback port, creates a table, walks through the main job
 (limits, a rejection with its retry-after, one acquire debiting a resource and a money budget,
-an organisation cap, a plan upgrade and a purchase), prints what DynamoDB billed for each call,
-and stops the engine.
+an organisation cap, a plan upgrade, a purchase and a downgrade, usage snapshots from the local
+aggregator), prints what DynamoDB billed for the calls, and stops the engine.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import sys
 from datetime import timedelta
 from typing import Any
 
-from . import Limit, RateLimiter, RateLimitExceeded, Repository
+from . import Limit, RateLimiter, RateLimitExceeded, Repository, __version__
 from .local import LOCAL_ACCESS_KEY_ID, LOCAL_REGION, LOCAL_SECRET_ACCESS_KEY, start_engine
+from .local.stream_runner import StreamRunner
 
 TABLE = "zae-limiter-demo"
 
@@ -51,7 +52,10 @@ class _Meter:
 
 
 async def run(endpoint_url: str) -> None:
-    await Repository.create_table(table=TABLE, endpoint_url=endpoint_url)
+    # the demo runs the aggregator itself (step 5), so the table records this version for it
+    await Repository.create_table(
+        table=TABLE, endpoint_url=endpoint_url, aggregator_version=__version__
+    )
     async with await Repository.open(table=TABLE, endpoint_url=endpoint_url) as repo:
         limiter = RateLimiter(repo)
         meter = _Meter(repo.transport.client)
@@ -112,6 +116,28 @@ async def run(endpoint_url: str) -> None:
                 print(f"   user-3 call {call}: rejected by {who} (its daily 250 units)")
         org = await limiter.check_availability("org-acme", "translate")
         print(f"   org-acme has {org.available['units']} units left today")
+
+        print("4. Plans: an upgrade, a purchase (retry-safe), a downgrade")
+        pro = [
+            Limit.quota("weekly", 50_000_000, cron="0 0 * * 1"),
+            Limit.quota("session", 10_000_000, reset_after=timedelta(hours=5)),
+        ]
+        await limiter.set_limits("user-2", pro, resource="budget")
+        await repo.reset_bucket("user-2", "budget")  # start the pro allowance today
+        for _ in range(2):  # the second call is a retry: it changes nothing
+            result = await repo.top_up(
+                "user-2", "budget", {"weekly": 20_000_000}, idempotency_key="order-1001"
+            )
+            print(f"   top-up: granted {result.amounts}, replayed={result.replayed}")
+        await limiter.delete_limits("user-2", resource="budget")  # back to the free plan
+        weekly = (await limiter.available("user-2", "budget"))["weekly"]
+        print(f"   after the downgrade: {weekly} micro-USD this week (free $5 + the $20 purchase)")
+
+        print("5. Usage snapshots, written by the aggregator from the table's stream")
+        async with StreamRunner.from_repository(repo) as runner:
+            await runner.drain()
+        summary = await limiter.get_usage_summary(entity_id="user-2", resource="budget")
+        print(f"   user-2 budget today: {summary.total} over {summary.snapshot_count} snapshot(s)")
 
     print("Done: the local engine is stopped next.")
 
