@@ -118,6 +118,10 @@ class Admission:
         self.ttl_multiplier = ttl_multiplier
         self.split_threshold: float = SPLIT_WRITES_PER_SECOND
         self.rate_window_ms = RATE_WINDOW_MS
+        self._reads: dict[
+            tuple[str, tuple[str, ...]],
+            asyncio.Future[tuple[dict[str, cfg.Resolved], list[dict[str, Any]]]],
+        ] = {}
         self._rates: dict[tuple[str, str, str, int], tuple[int, int, int]] = {}
         self._splitting: set[tuple[str, str, str]] = set()
         self._split_tasks: set[asyncio.Future[None]] = set()
@@ -152,6 +156,29 @@ class Admission:
             return None  # a schedule window began or ended: restamp, like a config change
         return self._on_shard(Target(entity_id, resource, role, image, True, seen_at, False))
 
+    async def _read(
+        self, entity_id: str, resources: tuple[str, ...]
+    ) -> tuple[dict[str, cfg.Resolved], list[dict[str, Any]]]:
+        """The slow path's one wave of reads. Concurrent calls for the same entity and resources
+        share one wave (many tasks starting on a cold entity at once read it once)."""
+        key = (entity_id, resources)
+        pending = self._reads.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._read_once(entity_id, resources))
+            self._reads[key] = pending
+            pending.add_done_callback(lambda _: self._reads.pop(key, None))
+        return await asyncio.shield(pending)
+
+    async def _read_once(
+        self, entity_id: str, resources: tuple[str, ...]
+    ) -> tuple[dict[str, cfg.Resolved], list[dict[str, Any]]]:
+        bucket_keys = [keys.bucket(self.ns, entity_id, r, 0) for r in resources]
+        (_, resolved), found = await asyncio.gather(
+            self.resolver.resolve_many(entity_id, resources),
+            self.store.batch_get(bucket_keys, consistent=True),
+        )
+        return resolved, found
+
     async def _load(
         self,
         entity_id: str,
@@ -160,11 +187,7 @@ class Admission:
         override: Sequence[Limit] | None,
     ) -> dict[str, tuple[cfg.Resolved, Target | None]]:
         """Slow path for one entity: read config and items in one wave, restamp where needed."""
-        bucket_keys = [keys.bucket(self.ns, entity_id, r, 0) for r in resources]
-        (_, resolved), found = await asyncio.gather(
-            self.resolver.resolve_many(entity_id, resources),
-            self.store.batch_get(bucket_keys, consistent=True),
-        )
+        resolved, found = await self._read(entity_id, tuple(resources))
         now = self.clock()
         by_key = {item["PK"]: items.parse(item) for item in found}
         out: dict[str, tuple[cfg.Resolved, Target | None]] = {}
