@@ -13,6 +13,7 @@ Lambda, which wraps a boto3 client: `dynamo.threaded`) can import the package.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,8 @@ from . import codec
 
 if TYPE_CHECKING:
     from aiobotocore.config import AioConfig
+
+    from .http import HttpPath
 
 MAX_ATTEMPTS = 4
 BASE_DELAY_S = 0.025
@@ -107,9 +110,10 @@ def default_client_config() -> AioConfig:
 class Transport:
     """One aiobotocore DynamoDB client bound to one event loop."""
 
-    def __init__(self, client: Any, exit_stack: Any) -> None:
+    def __init__(self, client: Any, exit_stack: Any, http: HttpPath | None = None) -> None:
         self.client = client
         self._exit = exit_stack
+        self.http = http  # the lean path (dynamo.http); None: every request goes through botocore
         self.closed = False
 
     @classmethod
@@ -132,7 +136,20 @@ class Transport:
             config=config,
         )
         client = await creator.__aenter__()
-        return cls(client, creator)
+        http = None
+        if os.environ.get("ZAEL_TRANSPORT", "http") != "botocore":
+            from .http import HttpPath
+
+            credentials = await session.get_credentials()
+            if credentials is not None:
+                http = HttpPath(
+                    client,
+                    credentials,
+                    connect_timeout=float(config.connect_timeout),
+                    read_timeout=float(config.read_timeout),
+                    pool=int(config.max_pool_connections or 10),
+                )
+        return cls(client, creator, http)
 
     @property
     def region(self) -> str:
@@ -141,6 +158,8 @@ class Transport:
     async def close(self) -> None:
         if not self.closed:
             self.closed = True
+            if self.http is not None:
+                await self.http.close()
             await self._exit.__aexit__(None, None, None)
 
     async def call(
@@ -153,6 +172,10 @@ class Transport:
             if attempt:
                 await asyncio.sleep(backoff_scale * BASE_DELAY_S * (2**attempt) * random.random())
             try:
+                if self.closed:
+                    raise Unavailable(RuntimeError("the client is closed"))
+                if self.http is not None:
+                    return await self.http.send(operation, request)
                 response: dict[str, Any] = await method(**request)
                 return response
             except bce.ClientError as exc:
