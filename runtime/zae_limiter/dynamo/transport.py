@@ -6,6 +6,11 @@ when the request certainly did not apply (throttling, connection refused); when 
 unknown (timeout after sending, 5xx) a write raises `UnknownOutcome` and its caller retries with a
 guard that refuses a second application.
 
+Requests go out through `dynamo.http` (DynamoDB's JSON protocol over aiohttp, signed here),
+which costs about half the CPU of botocore's pipeline; the aiobotocore client still provides the
+credential chain, the resolved endpoint, the operation models and the event hooks. Setting
+`ZAEL_TRANSPORT=botocore` sends every request through aiobotocore instead.
+
 aiobotocore is imported only when a client is created, so that code without it (the aggregator
 Lambda, which wraps a boto3 client: `dynamo.threaded`) can import the package.
 """
