@@ -38,6 +38,7 @@ from typing import IO, Any
 from benchmarks import report, stats
 from benchmarks.scenarios import CONTENTION_KINDS, TIMING_CASES
 from benchmarks.targets import COST_ROWS, check
+from zae_limiter.local.engine import AMBIENT_AWS_VARIABLES, ISOLATED_AWS_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -46,19 +47,8 @@ THEIRS_VENV = ROOT / "benchmarks" / f".venv-{THEIRS_VERSION}"
 IMPLS = ("ours", "theirs")
 
 #: The same local credentials for both workers (DynamoDB Local wants an alphanumeric key id).
-LOCAL_ENV = {
-    "AWS_ACCESS_KEY_ID": "AKIDLOCAL",
-    "AWS_SECRET_ACCESS_KEY": "local",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-    "AWS_CONFIG_FILE": os.devnull,
-    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "PYTHONUNBUFFERED": "1",
-}
-CLEARED_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-               "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "ZAEL_ENDPOINT_URL",
-               "ZAEL_TABLE", "ZAEL_NAMESPACE", "ZAEL_STACK", "PYTHONPATH")
+LOCAL_ENV = {**ISOLATED_AWS_ENV, "PYTHONUNBUFFERED": "1"}
+CLEARED_ENV = (*AMBIENT_AWS_VARIABLES, "ZAEL_STACK", "PYTHONPATH")
 
 
 @dataclass(frozen=True)

@@ -17,28 +17,10 @@ if str(Path(__file__).parent) not in sys.path:
 
 # Tests never reach real AWS: dummy credentials (DynamoDB Local wants an alphanumeric key id), a
 # fixed region, and no profile, config file, instance metadata or endpoint from the environment.
-os.environ.update(
-    {
-        "AWS_ACCESS_KEY_ID": "AKIDLOCAL",
-        "AWS_SECRET_ACCESS_KEY": "local",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_REGION": "us-east-1",
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
-)
-for _name in (
-    "AWS_PROFILE",
-    "AWS_DEFAULT_PROFILE",
-    "AWS_SESSION_TOKEN",
-    "AWS_SECURITY_TOKEN",
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_DYNAMODB",
-    "ZAEL_ENDPOINT_URL",
-    "ZAEL_TABLE",
-    "ZAEL_NAMESPACE",
-):
+from zae_limiter.local.engine import AMBIENT_AWS_VARIABLES, ISOLATED_AWS_ENV
+
+os.environ.update(ISOLATED_AWS_ENV)
+for _name in AMBIENT_AWS_VARIABLES:
     os.environ.pop(_name, None)
 
 pytest_plugins = ["support.fixtures"]

@@ -6,6 +6,7 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import boto3
 import pytest
@@ -62,12 +63,14 @@ def listener() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc")
-def test_session_engine_listens_on_loopback_only(ddb_local: RunningEngine | None) -> None:
-    if ddb_local is None:
-        pytest.skip("reusing an external engine (ZAEL_TEST_ENDPOINT_URL)")
-    assert ddb_local.alive() and ddb_local.answers()
-    addresses = _listen_addresses(ddb_local.port)
+def test_session_engine_listens_on_loopback_only(
+    ddb_local: RunningEngine | None, ddb_endpoint: str
+) -> None:
+    if ddb_local is not None:  # else an engine already running (ZAEL_TEST_ENDPOINT_URL)
+        assert ddb_local.alive() and ddb_local.answers()
+    port = urlsplit(ddb_endpoint).port
+    assert port is not None
+    addresses = _listen_addresses(port)
     assert addresses, "the engine should be listening"
     assert addresses <= LOOPBACK_HEX, f"listening beyond loopback: {addresses}"
 

@@ -113,6 +113,34 @@ class ConfigMixin(AdminBase):
             operations.append(self._version_bump(entity_id))
         await self._transact(operations)
 
+    async def _change_entity_level(
+        self, entity_id: str, resource: str, principal: str | None, **changes: Any
+    ) -> int:
+        """One entity-level write (level, version, audit), then restamp the live buckets.
+        Returns the bucket items updated."""
+        await self._write_level(
+            keys.entity_config(self._ns, entity_id, resource),
+            subject=entity_id,
+            resource=resource,
+            principal=principal,
+            entity_id=entity_id,
+            **changes,
+        )
+        return await self._fanout(entity_id, resource)
+
+    async def _change_resource_level(
+        self, resource: str, principal: str | None, **changes: Any
+    ) -> None:
+        """One resource-level write (level, audit); other processes learn it within the TTL."""
+        await self._write_level(
+            keys.resource_config(self._ns, resource),
+            subject=audit.resource_subject(resource),
+            resource=resource,
+            principal=principal,
+            **changes,
+        )
+        self._forget(resource=resource)
+
     async def _gates_for(self, limits: Any, disabled: Any, cascade: Any) -> None:
         from .gates import check_gate
 
@@ -143,18 +171,10 @@ class ConfigMixin(AdminBase):
         _check_disabled(disabled)
         _check_cascade(cascade)
         await self._gates_for(limits, disabled, cascade)
-        await self._write_level(
-            keys.entity_config(self._ns, entity_id, resource),
-            subject=entity_id,
-            resource=resource,
-            limits=limits,
-            disabled=disabled,
-            cascade=cascade,
-            principal=principal,
-            entity_id=entity_id,
-        )
         await self._register_entity_config_resource(resource)
-        await self._fanout(entity_id, resource)
+        await self._change_entity_level(
+            entity_id, resource, principal, limits=limits, disabled=disabled, cascade=cascade
+        )
 
     async def get_limits(
         self, entity_id: str, resource: str = keys.DEFAULT_RESOURCE
@@ -171,16 +191,9 @@ class ConfigMixin(AdminBase):
         """Remove the level; balances are cut to the next level's ceilings on the next call."""
         validation.entity_id(entity_id)
         validation.resource_name(resource, allow_default=True)
-        await self._write_level(
-            keys.entity_config(self._ns, entity_id, resource),
-            subject=entity_id,
-            resource=resource,
-            limits=None,
-            principal=principal,
-            entity_id=entity_id,
-            action=AuditAction.LIMITS_DELETED,
+        await self._change_entity_level(
+            entity_id, resource, principal, limits=None, action=AuditAction.LIMITS_DELETED
         )
-        await self._fanout(entity_id, resource)
 
     async def list_entities_with_custom_limits(
         self, resource: str, limit: int | None = None, cursor: str | None = None
@@ -229,16 +242,9 @@ class ConfigMixin(AdminBase):
         _check_disabled(disabled)
         _check_cascade(cascade)
         await self._gates_for(limits, disabled, cascade)
-        await self._write_level(
-            keys.resource_config(self._ns, resource),
-            subject=audit.resource_subject(resource),
-            resource=resource,
-            limits=limits,
-            disabled=disabled,
-            cascade=cascade,
-            principal=principal,
+        await self._change_resource_level(
+            resource, principal, limits=limits, disabled=disabled, cascade=cascade
         )
-        self._forget(resource=resource)
 
     async def get_resource_defaults(self, resource: str) -> list[Limit]:
         validation.resource_name(resource)
@@ -247,15 +253,9 @@ class ConfigMixin(AdminBase):
 
     async def delete_resource_defaults(self, resource: str, principal: str | None = None) -> None:
         validation.resource_name(resource)
-        await self._write_level(
-            keys.resource_config(self._ns, resource),
-            subject=audit.resource_subject(resource),
-            resource=resource,
-            limits=None,
-            principal=principal,
-            action=AuditAction.LIMITS_DELETED,
+        await self._change_resource_level(
+            resource, principal, limits=None, action=AuditAction.LIMITS_DELETED
         )
-        self._forget(resource=resource)
 
     async def list_resources_with_defaults(self) -> list[str]:
         prefix = f"{self._ns}#R#"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import audit, validation
 from .. import config as cfg
+from .. import validation
 from ..dynamo import keys
 from .config import KEEP, ConfigMixin
 
@@ -16,16 +16,9 @@ class FlagsMixin(ConfigMixin):
     ) -> int:
         validation.resource_name(resource)
         await self._gates_for(None, disabled, cascade)
-        await self._write_level(
-            keys.resource_config(self._ns, resource),
-            subject=audit.resource_subject(resource),
-            resource=resource,
-            disabled=disabled,
-            cascade=cascade,
-            principal=principal,
-            kind="disabled" if disabled is not KEEP else "cascade",
+        await self._change_resource_level(
+            resource, principal, disabled=disabled, cascade=cascade, kind=_kind(disabled)
         )
-        self._forget(resource=resource)
         return 0  # resource-level changes reach buckets through each process's config cache
 
     async def _entity_flag(
@@ -41,17 +34,9 @@ class FlagsMixin(ConfigMixin):
         level = resource or keys.DEFAULT_RESOURCE
         validation.resource_name(level, allow_default=True)
         await self._gates_for(None, disabled, cascade)
-        await self._write_level(
-            keys.entity_config(self._ns, entity_id, level),
-            subject=entity_id,
-            resource=level,
-            disabled=disabled,
-            cascade=cascade,
-            principal=principal,
-            entity_id=entity_id,
-            kind="disabled" if disabled is not KEEP else "cascade",
+        return await self._change_entity_level(
+            entity_id, level, principal, disabled=disabled, cascade=cascade, kind=_kind(disabled)
         )
-        return await self._fanout(entity_id, level)
 
     # --- resource level --------------------------------------------------------------------------
 
@@ -144,3 +129,8 @@ class FlagsMixin(ConfigMixin):
             keys.entity_config(self._ns, entity_id, resource or keys.DEFAULT_RESOURCE)
         )
         return cfg.level_from_item(item).cascade
+
+
+def _kind(disabled: Any) -> str:
+    """The audit detail of a flag change."""
+    return "disabled" if disabled is not KEEP else "cascade"

@@ -122,14 +122,22 @@ class UsageMixin(AdminBase):
         now = self._clock()
         while True:
             rows, start = await self._store.query(
-                query.pk, index=query.index, sk_prefix=query.sk_prefix,
-                sk_between=query.sk_between, limit=page_size, start_key=start,
+                query.pk,
+                index=query.index,
+                sk_prefix=query.sk_prefix,
+                sk_between=query.sk_between,
+                limit=page_size,
+                start_key=start,
             )
             if query.index is not None:
                 rows = [r for r in rows if self._index_row_wanted(query, r)]
-                found = await self._store.batch_get(
-                    [keys.key(r[PARTITION_KEY], r[SORT_KEY]) for r in rows], consistent=False
-                ) if rows else []
+                found = (
+                    await self._store.batch_get(
+                        [keys.key(r[PARTITION_KEY], r[SORT_KEY]) for r in rows], consistent=False
+                    )
+                    if rows
+                    else []
+                )
                 by_key = {(i[PARTITION_KEY], i[SORT_KEY]): i for i in found}
                 pairs = [(by_key.get((r[PARTITION_KEY], r[SORT_KEY])), r) for r in rows]
             else:
@@ -201,9 +209,7 @@ class UsageMixin(AdminBase):
         return UsageSummary(
             snapshot_count=count,
             total={name: snapshots.whole(milli) for name, milli in sorted(totals.items())},
-            average={
-                name: milli / MILLI / count for name, milli in sorted(totals.items())
-            },
+            average={name: milli / MILLI / count for name, milli in sorted(totals.items())},
             min_window_start=first,
             max_window_start=final,
             window_type=windows.window_type(wt),

@@ -54,6 +54,30 @@ LOCAL_ACCESS_KEY_ID = "AKIDLOCAL"
 LOCAL_SECRET_ACCESS_KEY = "local"
 LOCAL_REGION = "us-east-1"
 
+#: Variables that pin a process to the local engine's dummy identity and keep it off real AWS
+#: (no profile, config file or instance metadata): tests and benchmarks set these ...
+ISOLATED_AWS_ENV: dict[str, str] = {
+    "AWS_ACCESS_KEY_ID": LOCAL_ACCESS_KEY_ID,
+    "AWS_SECRET_ACCESS_KEY": LOCAL_SECRET_ACCESS_KEY,
+    "AWS_DEFAULT_REGION": LOCAL_REGION,
+    "AWS_REGION": LOCAL_REGION,
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+#: ... and remove these, which would point them at another identity, endpoint or table.
+AMBIENT_AWS_VARIABLES: tuple[str, ...] = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "ZAEL_ENDPOINT_URL",
+    "ZAEL_TABLE",
+    "ZAEL_NAMESPACE",
+)
+
 JAR_ENV = "ZAEL_DYNAMODB_LOCAL_JAR"
 JAVA_ENV = "ZAEL_JAVA"
 CACHE_ENV = "ZAEL_CACHE_DIR"
