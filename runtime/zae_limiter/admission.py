@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -667,12 +667,11 @@ class Admission:
                     planned.append((target, planner, op_id, guard, *result))
             if refused:
                 return landed, refused, error
-            results = await asyncio.gather(
-                *(
+            results = await _settle_all(
+                [
                     self._send(target, writes, admissions, op_id, guard, now)
                     for target, _, op_id, guard, writes, admissions in planned
-                ),
-                return_exceptions=True,
+                ]
             )
             pending = []
             for (target, planner, op_id, guard, writes, _), outcome in zip(
@@ -968,6 +967,21 @@ def limit_statuses(
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+
+async def _settle_all(
+    calls: list[Coroutine[Any, Any, BucketImage]],
+) -> list[BucketImage | BaseException]:
+    """Each call's result or exception, like gather(return_exceptions=True).
+
+    A single call (the warm single-resource path) is awaited in place: no task, no extra loop turn.
+    """
+    if len(calls) == 1:
+        try:
+            return [await calls[0]]
+        except Exception as exc:
+            return [exc]
+    return list(await asyncio.gather(*calls, return_exceptions=True))
 
 
 def _blank_image(

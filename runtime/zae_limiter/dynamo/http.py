@@ -1,12 +1,13 @@
-"""The lean request path: DynamoDB's JSON protocol over aiohttp, signed with SigV4 here.
+"""The lean request path: DynamoDB's JSON protocol over keep-alive connections, signed here.
 
 botocore spends about 3 ms of CPU per request on this machine (serialising, validating, signing,
 parsing, user-agent and header bookkeeping); the library's requests are already in DynamoDB's
-wire form, so this path only signs (with a signing key cached per day), posts and decodes, about
-a third of that. It keeps botocore's pieces that matter: the credential chain, the endpoint the
-SDK resolved, the operation models, and the client's event hooks (`before-parameter-build`,
-`before-send`, `after-call`, `after-call-error`), so instrumentation and fault injection written
-for botocore keep working.
+wire form, so this path only signs (with a signing key cached per day), posts over its own
+connections (`dynamo.connections`) and decodes. It keeps botocore's pieces that matter: the
+credential chain, the endpoint and TLS settings the SDK resolved, the operation models, and the
+client's event hooks (`before-parameter-build`, `before-send`, `after-call`, `after-call-error`),
+so instrumentation and fault injection written for botocore keep working. Endpoints reached
+through a proxy, or with a path, go through botocore instead (`lean_path`).
 """
 
 from __future__ import annotations
@@ -15,18 +16,28 @@ import hashlib
 import hmac
 import inspect
 import json
+import ssl
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
 from botocore import exceptions as bce
+
+from ..versioning import LIBRARY_VERSION
+from .connections import (
+    ConnectFailed,
+    ConnectionDropped,
+    ConnectionPool,
+    ConnectTimedOut,
+    ReadTimedOut,
+)
 
 SERVICE = "dynamodb"
 TARGET_PREFIX = "DynamoDB_20120810."
 CONTENT_TYPE = "application/x-amz-json-1.0"
+USER_AGENT = f"zae-limiter/{LIBRARY_VERSION}"
 
 
 @dataclass
@@ -111,7 +122,7 @@ class Signer:
 
 
 class HttpPath:
-    """Sends one operation over aiohttp, raising botocore's exceptions like the SDK would."""
+    """Sends one operation over its own connections, raising botocore's exceptions like the SDK."""
 
     def __init__(
         self,
@@ -121,30 +132,25 @@ class HttpPath:
         connect_timeout: float,
         read_timeout: float,
         pool: int,
+        ssl_context: ssl.SSLContext | None = None,
+        tcp_keepalive: bool = False,
     ) -> None:
         self.client = client
         self.url = str(client.meta.endpoint_url)
         self.host = urlsplit(self.url).netloc
         self.signer = Signer(credentials, str(client.meta.region_name))
-        self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
-        self._pool = pool
-        self._proxy = _proxy_for(self.url)
-        self._session: aiohttp.ClientSession | None = None
+        self._pool = ConnectionPool(
+            self.url,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            size=pool,
+            ssl_context=ssl_context,
+            tcp_keepalive=tcp_keepalive,
+        )
         self._models: dict[str, Any] = {}
 
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._pool, keepalive_timeout=30),
-                timeout=self._timeout,
-                trust_env=False,  # the proxy is looked up once (_proxy_for), not per request
-                auto_decompress=True,
-            )
-        return self._session
-
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._pool.close()
 
     def _model(self, operation: str) -> Any:
         model = self._models.get(operation)
@@ -195,18 +201,60 @@ class HttpPath:
         if injected is not None:  # a test's stand-in answer
             content = await injected.content
             return HttpResponse(injected.status_code, dict(injected.headers), content)
+        head = _request_head(prepared.headers, len(prepared.body))
         try:
-            async with self._http().post(
-                prepared.url, data=prepared.body, headers=prepared.headers, proxy=self._proxy
-            ) as answer:
-                content = await answer.read()
-                return HttpResponse(answer.status, dict(answer.headers), content)
-        except aiohttp.ClientConnectorError as exc:
+            answer = await self._pool.request(head, prepared.body)
+        except ConnectTimedOut as exc:
+            raise bce.ConnectTimeoutError(endpoint_url=prepared.url, error=exc) from exc
+        except ConnectFailed as exc:
             raise bce.EndpointConnectionError(endpoint_url=prepared.url, error=exc) from exc
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        except ReadTimedOut as exc:
             raise bce.ReadTimeoutError(endpoint_url=prepared.url, error=exc) from exc
-        except aiohttp.ClientError as exc:
+        except ConnectionDropped as exc:
             raise bce.ConnectionClosedError(endpoint_url=prepared.url) from exc
+        return HttpResponse(answer.status, answer.headers, answer.body)
+
+
+def _request_head(headers: dict[str, str], length: int) -> bytes:
+    """The request line and headers of a POST to `/` with a body of `length` bytes."""
+    fields = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return (
+        f"POST / HTTP/1.1\r\n{fields}content-length: {length}\r\nuser-agent: {USER_AGENT}\r\n\r\n"
+    ).encode()
+
+
+def lean_path(client: Any, credentials: Any, config: Any) -> HttpPath | None:
+    """The lean path for `client`, or None where botocore must carry the requests.
+
+    botocore keeps: endpoints reached through a proxy (the environment's or the client
+    config's), endpoints with a path, and clients without credentials.
+    """
+    url = str(client.meta.endpoint_url)
+    parts = urlsplit(url)
+    if credentials is None or parts.path not in ("", "/") or parts.query:
+        return None
+    if getattr(config, "proxies", None) or _proxy_for(url):
+        return None
+    return HttpPath(
+        client,
+        credentials,
+        connect_timeout=float(config.connect_timeout),
+        read_timeout=float(config.read_timeout),
+        pool=int(config.max_pool_connections or 10),
+        ssl_context=_ssl_context(client) if parts.scheme == "https" else None,
+        tcp_keepalive=bool(getattr(config, "tcp_keepalive", False)),
+    )
+
+
+def _ssl_context(client: Any) -> ssl.SSLContext:
+    """The TLS settings botocore resolved for the client (verify, CA bundle, client cert)."""
+    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    build = getattr(session, "_build_ssl_contexts", None)
+    if build is not None:
+        context = build(None)[0]
+        if isinstance(context, ssl.SSLContext):
+            return context
+    return ssl.create_default_context()
 
 
 def _proxy_for(url: str) -> str | None:

@@ -6,10 +6,11 @@ when the request certainly did not apply (throttling, connection refused); when 
 unknown (timeout after sending, 5xx) a write raises `UnknownOutcome` and its caller retries with a
 guard that refuses a second application.
 
-Requests go out through `dynamo.http` (DynamoDB's JSON protocol over aiohttp, signed here),
-which costs about half the CPU of botocore's pipeline; the aiobotocore client still provides the
-credential chain, the resolved endpoint, the operation models and the event hooks. Setting
-`ZAEL_TRANSPORT=botocore` sends every request through aiobotocore instead.
+Requests go out through `dynamo.http` (DynamoDB's JSON protocol over the library's own
+keep-alive connections, signed here), which costs under half the CPU of botocore's pipeline; the
+aiobotocore client still provides the credential chain, the resolved endpoint and TLS settings,
+the operation models and the event hooks. Setting `ZAEL_TRANSPORT=botocore` sends every request
+through aiobotocore instead (so do proxied endpoints).
 
 aiobotocore is imported only when a client is created, so that code without it (the aggregator
 Lambda, which wraps a boto3 client: `dynamo.threaded`) can import the package.
@@ -143,17 +144,9 @@ class Transport:
         client = await creator.__aenter__()
         http = None
         if os.environ.get("ZAEL_TRANSPORT", "http") != "botocore":
-            from .http import HttpPath
+            from .http import lean_path
 
-            credentials = await session.get_credentials()
-            if credentials is not None:
-                http = HttpPath(
-                    client,
-                    credentials,
-                    connect_timeout=float(config.connect_timeout),
-                    read_timeout=float(config.read_timeout),
-                    pool=int(config.max_pool_connections or 10),
-                )
+            http = lean_path(client, await session.get_credentials(), config)
         return cls(client, creator, http)
 
     @property
