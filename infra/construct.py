@@ -76,6 +76,7 @@ class ZaeLimiter(Construct):
             table=self.table,
             props=props,
             aggregator_function=self.aggregator.function,
+            dead_letter_queue=self.aggregator.dead_letter_queue,
         )
         # The aggregator reads the version record first: start the stream only once it exists.
         self.aggregator.event_source_mapping.node.add_dependency(self.version_record.resource)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aws_cdk import CustomResource, Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from zae_limiter import schema, versioning
@@ -41,6 +42,7 @@ class VersionRecord(Construct):
         table: dynamodb.Table,
         props: ZaeLimiterProps,
         aggregator_function: lambda_.IFunction,
+        dead_letter_queue: sqs.IQueue,
     ) -> None:
         super().__init__(scope, construct_id)
         self.log_group = function_log_group(self, props)
@@ -83,6 +85,7 @@ class VersionRecord(Construct):
                 "AggregatorVersion": versioning.LIBRARY_VERSION,
                 "SchemaVersion": schema.SCHEMA_VERSION,
                 "AggregatorFunction": aggregator_function.function_name,
+                "DeadLetterQueueUrl": dead_letter_queue.queue_url,
                 "AllowAggregatorDowngrade": props.allow_aggregator_downgrade,
                 "AuditRetentionDays": props.audit_retention_days,
                 "UsageRetentionDays": props.usage_retention_days,

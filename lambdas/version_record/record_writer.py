@@ -50,6 +50,7 @@ class Request:
     aggregator_version: str
     schema_version: str
     aggregator_function: str | None
+    aggregator_dlq_url: str | None
     allow_aggregator_downgrade: bool
     audit_retention_days: int
     usage_retention_days: int
@@ -61,6 +62,7 @@ class Request:
             aggregator_version=str(properties["AggregatorVersion"]),
             schema_version=str(properties["SchemaVersion"]),
             aggregator_function=properties.get("AggregatorFunction") or None,
+            aggregator_dlq_url=properties.get("DeadLetterQueueUrl") or None,
             allow_aggregator_downgrade=str(properties.get("AllowAggregatorDowngrade")).lower()
             == "true",
             audit_retention_days=int(properties["AuditRetentionDays"]),
@@ -140,6 +142,7 @@ def write_version_record(client: Any, request: Request, updated_at: str) -> dict
             updated_by=f"cdk:{ours}",
             audit_retention_days=request.audit_retention_days,
             usage_retention_days=request.usage_retention_days,
+            aggregator_dlq_url=request.aggregator_dlq_url,
         )
         try:
             client.update_item(**_update_request(request.table_name, item, current))

@@ -13,6 +13,7 @@ can never make a record fail.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -243,3 +244,23 @@ def archive_object(records: Sequence[StreamRecord], lines: Sequence[dict[str, An
     key = f"{ARCHIVE_PREFIX}/year={when:%Y}/month={when:%m}/day={when:%d}/{name}"
     text = "".join(json.dumps(line, sort_keys=True, default=str) + "\n" for line in lines)
     return key, gzip.compress(text.encode(), mtime=0)
+
+
+def _jsonable(value: Any) -> Any:
+    """A botocore value as Lambda's JSON event carries it (binary as base64, times as seconds)."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, datetime):
+        return int(value.timestamp())
+    return value
+
+
+def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
+    """One GetRecords record -> one `Records[i]` of a DynamoDB Streams Lambda event."""
+    out = {k: _jsonable(v) for k, v in record.items()}
+    out["eventSourceARN"] = stream_arn
+    return out

@@ -321,6 +321,9 @@ class Repository(
             client_min_version=minimum,
             updated_at=iso(self._clock()),
             updated_by=updated_by or f"api:{versioning.LIBRARY_VERSION}",
+            audit_retention_days=current.get("audit_retention_days"),
+            usage_retention_days=current.get("usage_retention_days"),
+            aggregator_dlq_url=current.get("aggregator_dlq_url"),
         )
         await self._store.put(item)
         self._shared.version_record = {k: v for k, v in item.items() if k not in ("PK", "SK")}

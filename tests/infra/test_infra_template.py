@@ -684,6 +684,7 @@ def test_version_record_custom_resource(synthesized: Synthesized) -> None:
         "AggregatorVersion": versioning.LIBRARY_VERSION,
         "SchemaVersion": schema.SCHEMA_VERSION,
         "AggregatorFunction": {"Ref": logical_id(template, FUNCTION, "AggregatorFunction")},
+        "DeadLetterQueueUrl": {"Ref": logical_id(template, "AWS::SQS::Queue", "DeadLetterQueue")},
         "AllowAggregatorDowngrade": False,
         "AuditRetentionDays": 90,
         "UsageRetentionDays": 90,

@@ -52,6 +52,7 @@ def properties(**overrides: Any) -> dict[str, str]:
         "AggregatorVersion": versioning.LIBRARY_VERSION,
         "SchemaVersion": schema.SCHEMA_VERSION,
         "AggregatorFunction": "zl-aggregator",
+        "DeadLetterQueueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/zl-dlq",
         "AllowAggregatorDowngrade": "false",
         "AuditRetentionDays": "90",
         "UsageRetentionDays": "30",
@@ -101,6 +102,9 @@ def test_create_writes_the_record_and_registers_default(client: Any) -> None:
     assert record["schema_version"] == schema.SCHEMA_VERSION
     assert record["aggregator_version"] == versioning.LIBRARY_VERSION
     assert record["aggregator_function"] == "zl-aggregator"
+    assert record["aggregator_dlq_url"] == (
+        "https://sqs.us-east-1.amazonaws.com/123456789012/zl-dlq"  # for `usage redrive`
+    )
     assert record["client_min_version"] == "0.0.0"
     assert record["updated_by"] == f"cdk:{versioning.LIBRARY_VERSION}"
     assert (record["audit_retention_days"], record["usage_retention_days"]) == (90, 30)

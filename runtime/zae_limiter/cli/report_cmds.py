@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import click
 
 from ..audit import SYSTEM_SUBJECT, resource_subject
-from .app import Settings, with_repo
+from .app import EXIT_ERROR, Settings, with_repo
 from .output import emit, fields, table
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -82,6 +82,37 @@ def usage_summary(settings: Settings, entity_id: str | None, resource: str | Non
     if rows:
         human += "\n\n" + table(rows, ["limit", "total", "average"])
     emit(settings, summary, human)
+
+
+@usage.command("redrive")
+@click.option("--dry-run", is_flag=True,
+              help="Read the DLQ and the stream ranges it names; apply and delete nothing.")
+@click.pass_context
+def usage_redrive(ctx: click.Context, dry_run: bool) -> None:
+    """Re-apply stream ranges the aggregator sent to its DLQ (within the stream's 24 h)."""
+    from ..redrive import redrive
+
+    settings: Settings = ctx.obj
+    report = with_repo(settings, lambda repo: redrive(repo, dry_run=dry_run))
+    rows = [{"message": r.message_id, "status": r.status,
+             "shard": r.range.shard_id if r.range else None,
+             "sequences": f"{r.range.first}..{r.range.last}" if r.range else None,
+             "records": r.records, "applied": r.applied, "already": r.duplicates,
+             "detail": r.detail or None} for r in report.results]
+    verb = "would re-apply" if dry_run else "re-applied"
+    summary = (f"{len(report.results)} message(s): {verb} {report.records} record(s)"
+               if dry_run else
+               f"{len(report.results)} message(s), {report.count('applied')} redriven and "
+               f"deleted: {report.records} record(s) read back, {report.applied} {verb}")
+    left = len(report.results) - report.count("applied")
+    if left and not dry_run:
+        summary += f"; {left} message(s) left in the DLQ (see status and detail)"
+    human = (table(rows, ["message", "status", "shard", "sequences", "records", "applied",
+                          "already", "detail"]) + "\n\n" + summary
+             if rows else "The DLQ is empty: nothing to redrive.")
+    emit(settings, report, human)
+    if not report.ok:
+        ctx.exit(EXIT_ERROR)
 
 
 @click.group()

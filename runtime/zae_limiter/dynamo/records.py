@@ -25,8 +25,9 @@ def version_record_item(
     updated_by: str,
     audit_retention_days: int | None = None,
     usage_retention_days: int | None = None,
+    aggregator_dlq_url: str | None = None,
 ) -> dict[str, Any]:
-    """The version record (reference.md §10.1)."""
+    """The version record (reference.md §10.1); `aggregator_dlq_url` is for `usage redrive`."""
     item: dict[str, Any] = {
         **keys.version_record(),
         "schema_version": schema_version,
@@ -40,6 +41,8 @@ def version_record_item(
         item["audit_retention_days"] = audit_retention_days
     if usage_retention_days is not None:
         item["usage_retention_days"] = usage_retention_days
+    if aggregator_dlq_url is not None:
+        item["aggregator_dlq_url"] = aggregator_dlq_url
     return item
 
 

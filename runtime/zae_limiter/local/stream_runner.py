@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import json
 import logging
@@ -33,12 +32,12 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiobotocore.session import get_session
 
+from zae_limiter.aggregation import lambda_record
 from zae_limiter.aggregator import Aggregator, AggregatorConfig, ArchiveSink
 from zae_limiter.dynamo import transport
 from zae_limiter.local.engine import LOCAL_ACCESS_KEY_ID, LOCAL_REGION, LOCAL_SECRET_ACCESS_KEY
@@ -71,26 +70,6 @@ class _Shard:
     @property
     def done(self) -> bool:
         return self.closed and not self.pending
-
-
-def _jsonable(value: Any) -> Any:
-    """A botocore value as Lambda's JSON event carries it (binary as base64, times as seconds)."""
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, datetime):
-        return int(value.timestamp())
-    return value
-
-
-def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
-    """One GetRecords record -> one `Records[i]` of a DynamoDB Streams Lambda event."""
-    out = {k: _jsonable(v) for k, v in record.items()}
-    out["eventSourceARN"] = stream_arn
-    return out
 
 
 class StreamRunner:
