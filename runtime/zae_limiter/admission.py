@@ -276,7 +276,13 @@ class Admission:
                     states[params.name] = bucket.full_state(params, stamp.shards)
                 else:
                     converted = bucket.convert(
-                        old_params, params, old_state, now, image.stamp.shards, stamp.shards
+                        old_params,
+                        params,
+                        old_state,
+                        now,
+                        image.stamp.shards,
+                        stamp.shards,
+                        since=image.written_at,
                     )
                     states[params.name] = converted
             op_id = items.new_op_id()

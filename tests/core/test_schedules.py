@@ -93,3 +93,21 @@ async def test_a_scaled_quota_keeps_its_balance_across_windows(
         pass
     at(clock, "2026-01-12T00:00:00+00:00")  # Monday: the reset gives the full base allowance
     assert (await limiter.available("u", "budget")) == {"weekly": 1_000}
+
+
+async def test_retry_after_walks_into_the_next_window(limiter: RateLimiter, clock: Any) -> None:
+    """§4.8: each window's rate applies while it is in force."""
+    await limiter.set_resource_defaults(
+        "api", [Limit.per_hour("units", 60).with_schedule((OFFICE,))]  # 1/min; 2/min from 09:00
+    )
+    at(clock, "2026-01-05T08:59:30+01:00")
+    async with limiter.acquire("u", "api", {"units": 60}):
+        pass
+    with pytest.raises(RateLimitExceeded) as info:
+        async with limiter.acquire("u", "api", {"units": 2}):
+            pass
+    # half a unit by 09:00 at 1/min, the other 1.5 at 2/min: 30 s + 45 s (not 120 s)
+    assert info.value.retry_after_seconds == 75.001
+    clock.advance(75_001)
+    async with limiter.acquire("u", "api", {"units": 2}):
+        pass

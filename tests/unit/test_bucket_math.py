@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from zae_limiter.core import bucket
+from zae_limiter.core import bucket, schedule
 from zae_limiter.core.bucket import MILLI, Kind, Params, State
 
 T0 = 1_767_571_200_000
@@ -139,3 +139,106 @@ def test_a_guard_refuses_a_debit_the_image_cannot_admit() -> None:
     soft = bucket.plan_debit(p, s, T0, 1, 5 * MILLI, enforce=False)
     assert soft is not None
     assert bucket.view(p, soft.result, T0, 1).balance == -5 * MILLI
+
+
+# --- retry_after across schedule windows (reference.md §4.8) ------------------------------------
+
+HOUR_12 = 1_767_571_200_000 + 12 * 3_600_000  # 2026-01-05 12:00 UTC
+DOUBLE_AT_NOON = schedule.encode([{"cron": "* 12 * * *", "tz": "UTC", "scale": 2}])
+
+
+def scheduled(capacity: int, refill: int, period_s: int, entries: str, now: int) -> Params:
+    base = (capacity * MILLI, refill * MILLI, period_s * 1000)
+    return Params("r", Kind.RATE, *base, schedule=entries, base=base).in_window(now)
+
+
+def holding(p: Params, now: int, balance: int) -> State:
+    """The state of `p` holding `balance` (milli) at `now`."""
+    return State(v=now * p.shard_refill(1) + (p.shard_capacity(1) - balance) * p.period_ms)
+
+
+def test_a_window_that_begins_speeds_the_wait_up() -> None:
+    now = HOUR_12 - 30_000  # 11:59:30: 1/s now, 2/s from noon
+    p = scheduled(60, 60, 60, DOUBLE_AT_NOON, now)
+    # 30 s at 1/s, then the other 30 units at 2/s: 15 s
+    assert bucket.retry_after_ms(p, holding(p, now, 0), now, 1, 60 * MILLI) == 45_001
+    plain = rate(60, 60, 60)
+    assert bucket.retry_after_ms(plain, holding(plain, now, 0), now, 1, 60 * MILLI) == 60_001
+
+
+def test_a_window_that_ends_slows_the_wait_down() -> None:
+    now = HOUR_12 + 59 * 60_000 + 30_000  # 12:59:30: 2/s until 13:00, then 1/s
+    p = scheduled(60, 60, 60, DOUBLE_AT_NOON, now)
+    assert p.shard_capacity(1) == 120 * MILLI
+    # from 12:59:50: 20 units by 13:00, then the other 20 at 1/s
+    later = now + 20_000
+    assert bucket.retry_after_ms(p, holding(p, later, 0), later, 1, 40 * MILLI) == 30_001
+    # 100 is above the base ceiling (60): it fits only in tomorrow's noon window, from 60 at 2/s
+    tomorrow_noon = HOUR_12 + 86_400_000
+    assert bucket.retry_after_ms(p, holding(p, now, 0), now, 1, 100 * MILLI) == (
+        tomorrow_noon + 20_000 - now + 1
+    )
+    # fits before the window ends: the window's own rate only
+    assert bucket.retry_after_ms(p, holding(p, now, 100 * MILLI), now, 1, 110 * MILLI) == 5_001
+
+
+def test_a_lower_window_in_between_cuts_the_balance_and_the_wait_resumes_after_it() -> None:
+    entries = schedule.encode([{"cron": "* 12 * * *", "tz": "UTC", "capacity": 10}])
+    now = HOUR_12 - 10_000  # 11:59:50: 40 of 60, wants 55; at noon cut to 10 until 13:00
+    p = scheduled(60, 60, 60, entries, now)
+    wait = bucket.retry_after_ms(p, holding(p, now, 40 * MILLI), now, 1, 55 * MILLI)
+    assert wait == (3_600_000 + 10_000) + 45_000 + 1  # 13:00:45, from 10 at 1/s
+
+
+def restamped_every_minute(p: Params, s: State, start: int, at: int) -> int:
+    """The balance at `at` if the item were restamped at every minute a window changed."""
+    minute = start // 60_000 + 1
+    while minute * 60_000 <= at:
+        moved = p.in_window(minute * 60_000)
+        if moved is not p:
+            s = bucket.convert(p, moved, s, minute * 60_000, 1, 1)
+            p = moved
+        minute += 1
+    return bucket.view(p, s, at, 1).balance
+
+
+def restamped_once(p: Params, s: State, last_write: int, at: int) -> int:
+    """The balance at `at` as the limiter finds it: restamped on its first write after the edge."""
+    moved = p.in_window(at)
+    converted = s if moved is p else bucket.convert(p, moved, s, at, 1, 1, since=last_write)
+    return bucket.view(moved, converted, at, 1).balance
+
+
+@settings(max_examples=150, deadline=None)
+@example(capacity=100, refill=10, period=60, held=0, wanted=50, offset=57 * 60_000)
+@example(capacity=100, refill=10, period=60, held=0, wanted=50, offset=7 * 60_000)
+@given(
+    capacity=st.integers(2, 200),
+    refill=st.integers(1, 200),
+    period=st.integers(1, 900),
+    held=st.integers(0, 200),
+    wanted=st.integers(1, 200),
+    offset=st.integers(0, 3_600_000),
+)
+def test_the_wait_across_windows_admits_then_and_not_before(
+    capacity: int, refill: int, period: int, held: int, wanted: int, offset: int
+) -> None:
+    entries = schedule.encode([
+        {"cron": "0-9 * * * *", "tz": "UTC", "scale": 3},
+        {"cron": "30-44 * * * *", "tz": "UTC", "capacity": max(1, capacity // 2)},
+    ])
+    now = T0 + offset
+    p = scheduled(capacity, refill, period, entries, now)
+    state = holding(p, now, min(held, capacity // 2) * MILLI)
+    amount = min(wanted, capacity // 2) * MILLI
+    wait = bucket.retry_after_ms(p, state, now, 1, amount)
+    if bucket.view(p, state, now, 1).balance >= amount:
+        assert wait == 0
+        return
+    # the limiter, restamping on its next write (last written at `now`): exact
+    assert restamped_once(p, state, now, now + wait) >= amount
+    assert restamped_once(p, state, now, now + wait - 2) < amount
+    # a restamp at every window edge agrees, within the milli-unit each restamp rounds away
+    edges = (wait // 60_000 + 2) * 2
+    assert restamped_every_minute(p, state, now, now + wait) >= amount - edges
+    assert restamped_every_minute(p, state, now, now + wait - 2) < amount

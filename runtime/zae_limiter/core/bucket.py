@@ -16,13 +16,19 @@ edge or session window) and the top-ups `tu` bought this period.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
+from fractions import Fraction
 
 from . import cron, schedule
 from .cron import Cron
 
 MILLI = 1000
+#: A wait walks across at most this many schedule windows (then the last rate is assumed).
+MAX_WINDOWS_WALKED = 1000
+#: How far ahead a request above a window's ceiling looks for a window that can hold it.
+MAX_WAIT_SCANNED_MS = 7 * 24 * 3_600_000
 
 
 class Kind(IntEnum):
@@ -139,18 +145,18 @@ def view(params: Params, state: State, now: int, shards: int) -> View:
 
 
 def retry_after_ms(params: Params, state: State, now: int, shards: int, requested: int) -> int:
-    """Smallest wait after which `requested` fits on this limit, ignoring the ceiling."""
+    """Smallest wait after which `requested` fits on this limit, ignoring the ceiling.
+
+    A dripping limit with a schedule walks forward across its windows: each window's rate
+    applies while it is in force, and a window's start cuts the balance to its ceiling.
+    """
     current = view(params, state, now, shards)
     if current.balance >= requested:
         return 0
     if params.kind == Kind.RATE:
-        refill = params.shard_refill(shards)
-        cap = params.shard_capacity(shards)
-        # balance at t: cap - (max(v, t*A) - t*A)/P >= requested  <=>  t*A >= v - (cap - req)*P.
-        # The wait is the first whole millisecond strictly after that instant.
-        base = max(state.v, now * refill)
-        target = base - (cap - requested) * params.period_ms
-        return max(1, target // refill + 1 - now)
+        if params.schedule:
+            return _walk_windows(params, state, now, shards, requested)
+        return _rate_wait(params, state, now, shards, requested)
     if params.kind == Kind.CALENDAR:
         edge = params.next_reset_ms(now, state.w)
         return (edge - now + 1) if edge is not None else 10**12
@@ -159,6 +165,67 @@ def retry_after_ms(params: Params, state: State, now: int, shards: int, requeste
         return 0 if params.shard_capacity(shards) >= requested else params.reset_after_ms
     assert state.w is not None
     return max(1, state.w + params.reset_after_ms - now)
+
+
+def _rate_wait(params: Params, state: State, now: int, shards: int, requested: int) -> int:
+    """The wait at the rate in force now, for as long as it takes."""
+    refill = params.shard_refill(shards)
+    cap = params.shard_capacity(shards)
+    # balance at t: cap - (max(v, t*A) - t*A)/P >= requested  <=>  t*A >= v - (cap - req)*P.
+    # The wait is the first whole millisecond strictly after that instant.
+    base = max(state.v, now * refill)
+    target = base - (cap - requested) * params.period_ms
+    return max(1, target // refill + 1 - now)
+
+
+def _walk_windows(params: Params, state: State, now: int, shards: int, requested: int) -> int:
+    """The wait across schedule windows: each window's rate while it is in force."""
+    debt = Fraction(max(0, state.v - now * params.shard_refill(shards)), params.period_ms)
+    balance = params.shard_capacity(shards) - debt  # milli-units at `now`, exact
+    at, in_force, fits_at = now, params, Fraction(now)
+    for _ in range(MAX_WINDOWS_WALKED):
+        in_force = in_force.in_window(at)
+        cap = in_force.shard_capacity(shards)
+        rate = Fraction(in_force.shard_refill(shards), in_force.period_ms)  # milli per ms
+        balance = min(balance, Fraction(cap))  # a window's start cuts to its ceiling
+        fits_at = at + (requested - balance) / rate  # ignoring the ceiling, as without windows
+        # Above this window's ceiling the request waits for the next window, if one comes.
+        horizon = fits_at if requested <= cap else at + MAX_WAIT_SCANNED_MS
+        change = _next_change(in_force, at, horizon)
+        if change is None or (requested <= cap and change >= fits_at):
+            break
+        balance = min(balance + (change - at) * rate, Fraction(cap))
+        at = change
+    return max(1, math.floor(fits_at) + 1 - now)
+
+
+def _next_change(params: Params, at: int, until: Fraction | int) -> int | None:
+    """When the window in force at `at` next changes, if before `until` (to the minute)."""
+    minute = at // schedule.MINUTE_MS
+    minutes = math.ceil(Fraction(until) / schedule.MINUTE_MS) - minute
+    return schedule.next_change(params.schedule, params.window, minute, max(1, minutes))
+
+
+def _balance_through_windows(
+    params: Params, balance: Fraction, at: int, until: int, shards: int
+) -> Fraction:
+    """From `balance` at `at` to `until`: each window's rate while it is in force, each
+    window's start cutting to its ceiling."""
+    in_force = params
+    for _ in range(MAX_WINDOWS_WALKED):
+        in_force = in_force.in_window(at)
+        cap = Fraction(in_force.shard_capacity(shards))
+        rate = Fraction(in_force.shard_refill(shards), in_force.period_ms)
+        balance = min(balance, cap)
+        change = _next_change(in_force, at, until)
+        if change is None:  # none within the scan: the window lasts to `until` or a week
+            change = min(until, at + MAX_WAIT_SCANNED_MS)
+        end = min(change, until)
+        balance = min(balance + (end - at) * rate, cap)
+        if end >= until:
+            break
+        at = end
+    return balance
 
 
 # --- write plans -------------------------------------------------------------------------------
@@ -312,13 +379,31 @@ def plan_count_only(state: State, amount: int) -> LimitWrite:
 
 
 def convert(
-    old: Params, new: Params, state: State, now: int, old_shards: int, new_shards: int
+    old: Params,
+    new: Params,
+    state: State,
+    now: int,
+    old_shards: int,
+    new_shards: int,
+    since: int | None = None,
 ) -> State:
     """Restamp a limit with new parameters, keeping its balance (cut to a lower ceiling).
 
     Dripping: the balance is kept and refills toward the new ceiling at the new rate. Quota: the
     period's remaining balance is kept, cut to the new ceiling plus this period's top-ups.
+    When only the schedule window changed, `since` (the item's last write, when the old window
+    was in force) lets the balance follow each window's rate from the moment it began.
     """
+    if since and _only_the_window_changed(old, new, old_shards, new_shards):
+        ended = _next_change(old, since, now)
+        if ended is not None and ended < now:
+            debt = Fraction(max(0, state.v - ended * old.shard_refill(old_shards)), old.period_ms)
+            walked = _balance_through_windows(
+                old, old.shard_capacity(old_shards) - debt, ended, now, new_shards
+            )
+            ceiling = new.shard_capacity(new_shards)
+            owed = math.ceil((ceiling - min(walked, Fraction(ceiling))) * new.period_ms)
+            return replace(state, v=now * new.shard_refill(new_shards) + owed, w=None, tu=0)
     current = view(old, state, now, old_shards)
     cap = new.shard_capacity(new_shards)
     if new.kind == Kind.RATE:
@@ -338,3 +423,15 @@ def convert(
         return replace(state, v=cap, w=None, tu=0)
     tu = state.tu * new_shards // old_shards if new_shards != old_shards else state.tu
     return replace(state, v=min(current.balance, cap + tu), tu=tu)
+
+
+def _only_the_window_changed(old: Params, new: Params, old_shards: int, new_shards: int) -> bool:
+    return (
+        old.kind == new.kind == Kind.RATE
+        and bool(old.schedule)
+        and old.schedule == new.schedule
+        and (old.base or (old.capacity, old.refill, old.period_ms))
+        == (new.base or (new.capacity, new.refill, new.period_ms))
+        and old.window != new.window
+        and old_shards == new_shards
+    )

@@ -16,6 +16,10 @@ from typing import Any
 from . import cron
 
 MILLI = 1000
+MINUTE_MS = 60_000
+#: How far ahead a wait looks for window changes (a week of minutes); beyond, the rate in force
+#: is assumed to last.
+MAX_SCAN_MINUTES = 7 * 24 * 60
 Triple = tuple[int, int, int]  # capacity (milli), refill (milli), period (ms)
 
 
@@ -34,6 +38,16 @@ def active(schedule: str, now: int) -> int:
         if cron.parse(entry["cron"], entry.get("tz", "UTC")).matches_minute(now):
             return index
     return -1
+
+
+@lru_cache(maxsize=1024)
+def next_change(schedule: str, window: int, after_minute: int, minutes: int) -> int | None:
+    """The first minute start after minute `after_minute` (epoch ms // MINUTE_MS), at most
+    `minutes` later, at which the entry in force is no longer `window`; None if none is."""
+    for minute in range(after_minute + 1, after_minute + 1 + min(minutes, MAX_SCAN_MINUTES)):
+        if active(schedule, minute * MINUTE_MS) != window:
+            return minute * MINUTE_MS
+    return None
 
 
 def effective(base: Triple, schedule: str, window: int, *, quota: bool) -> Triple:
