@@ -111,3 +111,19 @@ async def test_retry_after_walks_into_the_next_window(limiter: RateLimiter, cloc
     clock.advance(75_001)
     async with limiter.acquire("u", "api", {"units": 2}):
         pass
+
+
+async def test_availability_after_an_edge_follows_each_windows_rate(
+    limiter: RateLimiter, clock: Any
+) -> None:
+    """Read before any write after the edge: what the next acquire will find."""
+    await limiter.set_resource_defaults(
+        "api", [Limit.per_hour("units", 60).with_schedule((OFFICE,))]  # 1/min; 2/min from 09:00
+    )
+    at(clock, "2026-01-05T08:59:30+01:00")
+    async with limiter.acquire("u", "api", {"units": 60}):
+        pass
+    at(clock, "2026-01-05T09:01:00+01:00")
+    assert await limiter.available("u", "api") == {"units": 2}  # 0.5 at 1/min + 2 at 2/min
+    async with limiter.acquire("u", "api", {"units": 2}):
+        pass

@@ -104,8 +104,9 @@ def _as_stamped(
         elif old == params:
             states[params.name] = state
         else:
+            since = stored.written_at if stored else None
             states[params.name] = bucket.convert(
-                old, params, state, now, stamp.shards, stamp.shards
+                old, params, state, now, stamp.shards, stamp.shards, since=since
             )
     return replace(blank, states=states)
 
