@@ -152,7 +152,7 @@ class Admission:
             return None
         if not image.stamp.limits:
             return None  # restamped to no limits: resolve again (unmetered)
-        if any(p.in_window(now) is not p for p in image.stamp.limits):
+        if _windows_moved(image, now):
             return None  # a schedule window began or ended: restamp, like a config change
         return self._on_shard(Target(entity_id, resource, role, image, True, seen_at, False))
 
@@ -209,8 +209,10 @@ class Admission:
                 out[resource] = (res, Target(entity_id, resource, role, image, False, now, True))
                 continue
             self.images.put(existing, now)
-            if _newer_or_same(existing.stamp, wanted) and existing.stamp.same_rules(
-                replace(wanted, shards=existing.stamp.shards)
+            if (
+                _newer_or_same(existing.stamp, wanted)
+                and existing.stamp.same_rules(replace(wanted, shards=existing.stamp.shards))
+                and not _windows_moved(existing, now)
             ):
                 target = Target(entity_id, resource, role, existing, True, now, True)
                 out[resource] = (res, self._on_shard(target))
@@ -973,6 +975,14 @@ def limit_statuses(
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+
+def _windows_moved(image: BucketImage, now: int) -> bool:
+    """A limit's schedule window changed since the item's last write (even and back again)."""
+    return any(
+        p.in_window(now) is not p or bucket.window_passed(p, image.written_at, now)
+        for p in image.stamp.limits
+    )
 
 
 async def _settle_all(

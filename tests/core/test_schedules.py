@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from zae_limiter import Limit, RateLimiter, RateLimitExceeded, ScheduleEntry
+from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository, ScheduleEntry
 from zae_limiter.core import schedule
 from zae_limiter.core.bucket import MILLI
 
@@ -114,7 +114,7 @@ async def test_retry_after_walks_into_the_next_window(limiter: RateLimiter, cloc
 
 
 async def test_availability_after_an_edge_follows_each_windows_rate(
-    limiter: RateLimiter, clock: Any
+    limiter: RateLimiter, repo: Repository, clock: Any
 ) -> None:
     """Read before any write after the edge: what the next acquire will find."""
     await limiter.set_resource_defaults(
@@ -125,5 +125,27 @@ async def test_availability_after_an_edge_follows_each_windows_rate(
         pass
     at(clock, "2026-01-05T09:01:00+01:00")
     assert await limiter.available("u", "api") == {"units": 2}  # 0.5 at 1/min + 2 at 2/min
+    (stored,) = await repo.get_buckets("u", "api")
+    assert (stored.tokens, stored.capacity, stored.refill_amount) == (2, 120, 120)
     async with limiter.acquire("u", "api", {"units": 2}):
+        pass
+
+
+async def test_a_bucket_idle_through_a_whole_window_earns_that_windows_rate(
+    limiter: RateLimiter, clock: Any
+) -> None:
+    """Out and back: the window in force is the stamped one again, the balance still walks."""
+    await limiter.set_resource_defaults(
+        "api", [Limit.per_day("units", 1440).with_schedule((OFFICE,))]  # 1/min; 2/min 09-18
+    )
+    at(clock, "2026-01-05T08:00:00+01:00")
+    async with limiter.acquire("u", "api", {"units": 1440}):
+        pass
+    at(clock, "2026-01-05T18:30:00+01:00")
+    # 60 by 09:00, +1080 at 2/min until 18:00 (under the 2880 ceiling), +30 since
+    assert await limiter.available("u", "api") == {"units": 1170}
+    with pytest.raises(RateLimitExceeded):
+        async with limiter.acquire("u", "api", {"units": 1171}):
+            pass
+    async with limiter.acquire("u", "api", {"units": 1170}):
         pass

@@ -203,15 +203,17 @@ def restamped_every_minute(p: Params, s: State, start: int, at: int) -> int:
 
 
 def restamped_once(p: Params, s: State, last_write: int, at: int) -> int:
-    """The balance at `at` as the limiter finds it: restamped on its first write after the edge."""
-    moved = p.in_window(at)
-    converted = s if moved is p else bucket.convert(p, moved, s, at, 1, 1, since=last_write)
+    """The balance at `at` as the limiter finds it: restamped on its first write after an edge
+    (even when the window in force is the stamped one again)."""
+    moved, converted = bucket.in_force(p, s, at, 1, since=last_write)
     return bucket.view(moved, converted, at, 1).balance
 
 
 @settings(max_examples=150, deadline=None)
 @example(capacity=100, refill=10, period=60, held=0, wanted=50, offset=57 * 60_000)
 @example(capacity=100, refill=10, period=60, held=0, wanted=50, offset=7 * 60_000)
+@example(capacity=70, refill=1, period=138, held=0, wanted=35, offset=600_000)  # out and back
+@example(capacity=70, refill=1, period=137, held=0, wanted=35, offset=1_668)
 @given(
     capacity=st.integers(2, 200),
     refill=st.integers(1, 200),

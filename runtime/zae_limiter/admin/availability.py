@@ -96,17 +96,17 @@ def _as_stamped(
 ) -> BucketImage:
     """One shard's stored state seen under the current config (converted where it changed)."""
     states = {}
+    stored_at = stored.written_at if stored else None  # when the stored stamp was in force
     for params in stamp.limits:
         old = stored.stamp.params(params.name) if stored and not stored.expired(now) else None
         state = stored.states.get(params.name) if stored and old else None
         if old is None or state is None:
             states[params.name] = bucket.full_state(params, stamp.shards)
-        elif old == params:
+        elif old == params and not bucket.window_passed(old, stored_at, now):
             states[params.name] = state
         else:
-            since = stored.written_at if stored else None
             states[params.name] = bucket.convert(
-                old, params, state, now, stamp.shards, stamp.shards, since=since
+                old, params, state, now, stamp.shards, stamp.shards, since=stored_at
             )
     return replace(blank, states=states)
 

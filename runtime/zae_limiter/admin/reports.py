@@ -45,8 +45,11 @@ class ReportsMixin(AdminBase):
         out = []
         for raw in found:
             image = items.parse(raw)
-            for params in image.stamp.limits:
-                state = image.states[params.name]
+            for stored in image.stamp.limits:
+                params, state = bucket.in_force(
+                    stored, image.states[stored.name], now, image.stamp.shards,
+                    since=image.written_at,
+                )
                 view = bucket.view(params, state, now, image.stamp.shards)
                 out.append(
                     BucketState(
@@ -83,10 +86,13 @@ class ReportsMixin(AdminBase):
         per_entity: dict[str, list[int]] = {}
         for raw in found:
             image = items.parse(raw)
-            params = image.stamp.params(limit_name)
-            if params is None:
+            stored = image.stamp.params(limit_name)
+            if stored is None:
                 continue
-            view = bucket.view(params, image.states[limit_name], now, image.stamp.shards)
+            params, state = bucket.in_force(
+                stored, image.states[limit_name], now, image.stamp.shards, since=image.written_at
+            )
+            view = bucket.view(params, state, now, image.stamp.shards)
             totals = per_entity.setdefault(image.entity_id, [0, 0])
             totals[0] += view.ceiling // MILLI
             totals[1] += view.balance // MILLI

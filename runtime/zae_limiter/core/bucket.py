@@ -391,10 +391,10 @@ def convert(
 
     Dripping: the balance is kept and refills toward the new ceiling at the new rate. Quota: the
     period's remaining balance is kept, cut to the new ceiling plus this period's top-ups.
-    When only the schedule window changed, `since` (the item's last write, when the old window
-    was in force) lets the balance follow each window's rate from the moment it began.
+    For the same limit with a schedule, `since` (the item's last write, when the old window was
+    in force) lets the balance follow each window's rate from the first window change on.
     """
-    if since and _only_the_window_changed(old, new, old_shards, new_shards):
+    if since and _same_scheduled_limit(old, new, old_shards, new_shards):
         ended = _next_change(old, since, now)
         if ended is not None and ended < now:
             debt = Fraction(max(0, state.v - ended * old.shard_refill(old_shards)), old.period_ms)
@@ -425,13 +425,33 @@ def convert(
     return replace(state, v=min(current.balance, cap + tu), tu=tu)
 
 
-def _only_the_window_changed(old: Params, new: Params, old_shards: int, new_shards: int) -> bool:
+def in_force(
+    params: Params, state: State, now: int, shards: int, *, since: int | None
+) -> tuple[Params, State]:
+    """A stored limit brought to `now`: the schedule window in force and its balance converted
+    as the next write's restamp will (`since`: the item's last write)."""
+    moved = params.in_window(now)
+    if moved is params and not window_passed(params, since, now):
+        return params, state
+    return moved, convert(params, moved, state, now, shards, shards, since=since)
+
+
+def window_passed(params: Params, since: int | None, now: int) -> bool:
+    """Whether a dripping limit's schedule left its stamped window after `since` (the item's
+    last write), even if that window is in force again at `now`: its balance must be walked."""
+    if params.kind != Kind.RATE or not params.schedule or not since or since >= now:
+        return False
+    change = _next_change(params, since, now)
+    return change is not None and change <= now
+
+
+def _same_scheduled_limit(old: Params, new: Params, old_shards: int, new_shards: int) -> bool:
+    """The same dripping limit with a schedule (in the same or another window)."""
     return (
         old.kind == new.kind == Kind.RATE
         and bool(old.schedule)
         and old.schedule == new.schedule
         and (old.base or (old.capacity, old.refill, old.period_ms))
         == (new.base or (new.capacity, new.refill, new.period_ms))
-        and old.window != new.window
         and old_shards == new_shards
     )
