@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from aws_cdk import Aws, Duration, RemovalPolicy
@@ -111,6 +112,35 @@ def lambda_role(scope: Construct, props: ZaeLimiterProps, name: str, description
     )
 
 
+def python_function(
+    scope: Construct,
+    *,
+    description: str,
+    code_dir: Path,
+    memory_mb: int,
+    timeout_seconds: int,
+    role: iam.IRole,
+    log_group: logs.ILogGroup,
+    **extra: Any,
+) -> lambda_.Function:
+    """A Lambda function of this construct: the runtime package bundled, JSON logs in its group."""
+    return lambda_.Function(
+        scope,
+        "Function",
+        description=description,
+        runtime=RUNTIME,
+        architecture=lambda_.Architecture.X86_64,
+        handler=HANDLER,
+        code=python_lambda_code(code_dir, [RUNTIME_PACKAGE_DIR]),
+        memory_size=memory_mb,
+        timeout=Duration.seconds(timeout_seconds),
+        role=role,
+        log_group=log_group,
+        logging_format=lambda_.LoggingFormat.JSON,
+        **extra,
+    )
+
+
 def build_archive_bucket(scope: Construct, props: ZaeLimiterProps) -> s3.Bucket:
     """The audit archive: encrypted, private, TLS-only, moved to Glacier Instant Retrieval."""
     return s3.Bucket(
@@ -176,19 +206,14 @@ class Aggregator(Construct):
         if archive_bucket is not None:
             environment[ENV_ARCHIVE_BUCKET] = archive_bucket.bucket_name
 
-        self.function = lambda_.Function(
+        self.function = python_function(
             self,
-            "Function",
             description="zae-limiter usage aggregator (table stream -> usage snapshots)",
-            runtime=RUNTIME,
-            architecture=lambda_.Architecture.X86_64,
-            handler=HANDLER,
-            code=python_lambda_code(AGGREGATOR_DIR, [RUNTIME_PACKAGE_DIR]),
-            memory_size=props.aggregator_memory_mb,
-            timeout=Duration.seconds(props.aggregator_timeout_seconds),
+            code_dir=AGGREGATOR_DIR,
+            memory_mb=props.aggregator_memory_mb,
+            timeout_seconds=props.aggregator_timeout_seconds,
             role=self.role,
             log_group=self.log_group,
-            logging_format=lambda_.LoggingFormat.JSON,
             layers=[
                 lambda_.LayerVersion.from_layer_version_arn(
                     self, "Powertools", props.powertools_layer_arn or powertools_layer_arn()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import CustomResource, Duration
+from aws_cdk import CustomResource
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
@@ -10,9 +10,8 @@ from constructs import Construct
 
 from zae_limiter import schema, versioning
 
-from .aggregator import function_log_group, lambda_role
-from .bundling import RUNTIME, python_lambda_code
-from .paths import HANDLER, RUNTIME_PACKAGE_DIR, VERSION_RECORD_DIR
+from .aggregator import function_log_group, lambda_role, python_function
+from .paths import VERSION_RECORD_DIR
 from .permissions import (
     RESERVED_PARTITIONS,
     dynamodb_actions,
@@ -49,19 +48,14 @@ class VersionRecord(Construct):
         self.role = lambda_role(
             self, props, "version-record", "zae-limiter deploy step: writes the version record"
         )
-        self.function = lambda_.Function(
+        self.function = python_function(
             self,
-            "Function",
             description="zae-limiter deploy step: writes the version record, registers default",
-            runtime=RUNTIME,
-            architecture=lambda_.Architecture.X86_64,
-            handler=HANDLER,
-            code=python_lambda_code(VERSION_RECORD_DIR, [RUNTIME_PACKAGE_DIR]),
-            memory_size=128,
-            timeout=Duration.seconds(60),
+            code_dir=VERSION_RECORD_DIR,
+            memory_mb=128,
+            timeout_seconds=60,
             role=self.role,
             log_group=self.log_group,
-            logging_format=lambda_.LoggingFormat.JSON,
         )
         self.log_group.grant_write(self.role)
         for policy_statement in [

@@ -111,8 +111,8 @@ async def test_one_connection_carries_many_requests() -> None:
         pool = pool_for(server)
         answers = [await post(pool, f"r{i}".encode()) for i in range(5)]
         await pool.close()
-    assert [a.body for a in answers] == [f"r{i}".encode() for i in range(5)]
-    assert {a.status for a in answers} == {200}
+    assert [a.content for a in answers] == [f"r{i}".encode() for i in range(5)]
+    assert {a.status_code for a in answers} == {200}
     assert server.connections == 1
 
 
@@ -128,8 +128,8 @@ async def test_an_answer_split_into_single_bytes_is_joined() -> None:
         pool = pool_for(server)
         answer = await post(pool, b"x")
         await pool.close()
-    assert answer.body == b'{"Attributes":{}}'
-    assert answer.headers["x-amz-crc32"] == str(zlib.crc32(answer.body))
+    assert answer.content == b'{"Attributes":{}}'
+    assert answer.headers["x-amz-crc32"] == str(zlib.crc32(answer.content))
 
 
 async def test_a_chunked_answer_is_dechunked_and_the_connection_kept() -> None:
@@ -145,7 +145,7 @@ async def test_a_chunked_answer_is_dechunked_and_the_connection_kept() -> None:
         pool = pool_for(server)
         first, second = await post(pool, b"1"), await post(pool, b"2")
         await pool.close()
-    assert first.body == second.body == b"abcdefgh"
+    assert first.content == second.content == b"abcdefgh"
     assert server.connections == 1
 
 
@@ -157,7 +157,7 @@ async def test_connection_close_answers_open_a_new_connection_each_time() -> Non
 
     async with serving(closing) as server:
         pool = pool_for(server)
-        bodies = [(await post(pool, f"{i}".encode())).body for i in range(3)]
+        bodies = [(await post(pool, f"{i}".encode())).content for i in range(3)]
         await pool.close()
     assert bodies == [b"0", b"1", b"2"]
     assert server.connections == 3
@@ -173,7 +173,7 @@ async def test_an_answer_without_length_ends_with_the_connection() -> None:
         pool = pool_for(server)
         answer = await post(pool, b"ab")
         await pool.close()
-    assert answer.body == b"ababab"
+    assert answer.content == b"ababab"
 
 
 async def test_interim_100_continue_is_skipped() -> None:
@@ -184,7 +184,7 @@ async def test_interim_100_continue_is_skipped() -> None:
         pool = pool_for(server)
         answer = await post(pool, b"fine")
         await pool.close()
-    assert (answer.status, answer.body) == (200, b"fine")
+    assert (answer.status_code, answer.content) == (200, b"fine")
 
 
 async def test_error_status_is_an_answer_not_a_failure() -> None:
@@ -197,7 +197,7 @@ async def test_error_status_is_an_answer_not_a_failure() -> None:
         answer = await post(pool, b"x")
         again = await post(pool, b"y")
         await pool.close()
-    assert answer.status == again.status == 400
+    assert answer.status_code == again.status_code == 400
     assert server.connections == 1
 
 
@@ -214,7 +214,7 @@ async def test_no_answer_within_the_read_timeout() -> None:
             await post(pool, b"hang")
         after = await post(pool, b"next")  # the timed-out connection is not reused
         await pool.close()
-    assert after.body == b"next"
+    assert after.content == b"next"
     assert server.connections == 2
 
 
@@ -265,7 +265,7 @@ async def test_the_pool_bounds_requests_in_flight() -> None:
         pool = pool_for(server, size=2)
         answers = await asyncio.gather(*(post(pool, f"{i}".encode()) for i in range(6)))
         await pool.close()
-    assert sorted(a.body for a in answers) == [f"{i}".encode() for i in range(6)]
+    assert sorted(a.content for a in answers) == [f"{i}".encode() for i in range(6)]
     assert server.most_in_flight == 2
     assert server.connections == 2
 
@@ -282,7 +282,7 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None
         await asyncio.sleep(0.05)
         second = await post(pool, b"2")
         await pool.close()
-    assert second.body == b"2"
+    assert second.content == b"2"
     assert server.connections == 2
 
 
@@ -314,7 +314,7 @@ async def test_a_cancelled_request_does_not_leave_its_connection_in_the_pool() -
         await asyncio.sleep(0.4)
         hangups = server.hangups  # the cancelled request's connection was closed, not kept
         await pool.close()
-    assert answer.body == b"after"
+    assert answer.content == b"after"
     assert server.connections == 2
     assert hangups == 1
 
@@ -430,7 +430,7 @@ async def test_https_endpoints_speak_tls_and_verify_the_certificate(tmp_path: Pa
             size=2,
             ssl_context=ssl.create_default_context(cafile=str(cert)),
         )
-        bodies = [(await post(trusting, f"t{i}".encode())).body for i in range(3)]
+        bodies = [(await post(trusting, f"t{i}".encode())).content for i in range(3)]
         await trusting.close()
         assert bodies == [b"t0", b"t1", b"t2"]
         assert server.connections == 1  # TLS connections are kept alive too

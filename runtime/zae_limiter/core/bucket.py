@@ -439,8 +439,10 @@ def in_force(
 def window_passed(params: Params, since: int | None, now: int) -> bool:
     """Whether a dripping limit's schedule left its stamped window after `since` (the item's
     last write), even if that window is in force again at `now`: its balance must be walked."""
-    if params.kind != Kind.RATE or not params.schedule or not since or since >= now:
+    if params.kind != Kind.RATE or not params.schedule or not since:
         return False
+    if since // schedule.MINUTE_MS >= now // schedule.MINUTE_MS:
+        return False  # windows change on minute starts: none between two times in one minute
     change = _next_change(params, since, now)
     return change is not None and change <= now
 

@@ -49,11 +49,12 @@ class ConnectionDropped(HttpFailure):
 
 @dataclass
 class Answer:
-    """One HTTP response: status, headers (names lower-cased) and body."""
+    """One HTTP response, with the attribute names botocore's `after-call` handlers read:
+    status code, headers (names lower-cased) and body."""
 
-    status: int
+    status_code: int
     headers: dict[str, str]
-    body: bytes
+    content: bytes
 
 
 class _Head(NamedTuple):

@@ -27,6 +27,7 @@ from botocore import exceptions as bce
 
 from ..versioning import LIBRARY_VERSION
 from .connections import (
+    Answer,
     ConnectFailed,
     ConnectionDropped,
     ConnectionPool,
@@ -50,15 +51,6 @@ class PreparedRequest:
     body: bytes
     stream_output: bool = False
     context: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class HttpResponse:
-    """What `after-call` handlers see of the HTTP response."""
-
-    status_code: int
-    headers: dict[str, str]
-    content: bytes
 
 
 class Signer:
@@ -193,17 +185,17 @@ class HttpPath:
             raise bce.ClientError(parsed, operation)
         return parsed
 
-    async def _exchange(self, operation: str, prepared: PreparedRequest) -> HttpResponse:
+    async def _exchange(self, operation: str, prepared: PreparedRequest) -> Answer:
         responses = await self.client.meta.events.emit_until_response(
             f"before-send.{SERVICE}.{operation}", request=prepared
         )
         injected = responses[1] if responses else None
         if injected is not None:  # a test's stand-in answer
             content = await injected.content
-            return HttpResponse(injected.status_code, dict(injected.headers), content)
+            return Answer(injected.status_code, dict(injected.headers), content)
         head = _request_head(prepared.headers, len(prepared.body))
         try:
-            answer = await self._pool.request(head, prepared.body)
+            return await self._pool.request(head, prepared.body)
         except ConnectTimedOut as exc:
             raise bce.ConnectTimeoutError(endpoint_url=prepared.url, error=exc) from exc
         except ConnectFailed as exc:
@@ -212,7 +204,6 @@ class HttpPath:
             raise bce.ReadTimeoutError(endpoint_url=prepared.url, error=exc) from exc
         except ConnectionDropped as exc:
             raise bce.ConnectionClosedError(endpoint_url=prepared.url) from exc
-        return HttpResponse(answer.status, answer.headers, answer.body)
 
 
 def _request_head(headers: dict[str, str], length: int) -> bytes:
@@ -265,7 +256,7 @@ def _proxy_for(url: str) -> str | None:
     return urllib.request.getproxies().get(parts.scheme)
 
 
-def _parse(response: HttpResponse) -> dict[str, Any]:
+def _parse(response: Answer) -> dict[str, Any]:
     """The JSON body, shaped like botocore's parsed output (errors under `Error`)."""
     try:
         body: dict[str, Any] = json.loads(response.content) if response.content else {}
