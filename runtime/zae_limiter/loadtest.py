@@ -1,4 +1,4 @@
-"""A load generator users can point at their own table: `zae-limiter loadtest` (docs/performance.md).
+"""A load generator to point at a table of your own: `zae-limiter loadtest` (docs/performance.md).
 
 Every run is bounded in time and in calls and stops by itself. It works in a namespace of its own
 (`loadtest-<ms>`), registered on the table at the start and purged at the end, so it never
@@ -28,8 +28,8 @@ from urllib.parse import urlsplit
 
 from .errors import RateLimitExceeded, ValidationError
 from .instrumentation import RequestEvent
-from .limits import Limit
 from .limiter import RateLimiter
+from .limits import Limit
 from .repository import Repository
 
 SCENARIOS = ("single", "three", "hot-org")
@@ -37,7 +37,7 @@ MAX_PROCESSES = 64
 MAX_TASKS = 1024
 MAX_DURATION_S = 3600.0
 UNREACHABLE = 10**12  # a limit no load test reaches
-START_MARGIN_S = 1.0  # every process starts its loops at the same instant
+READY_TIMEOUT_S = 300.0  # processes that are not all set up by then end the run
 ORG = "lt-org"
 
 
@@ -73,24 +73,23 @@ def is_loopback(endpoint_url: str | None) -> bool:
 def validate(spec: LoadSpec) -> None:
     """Refuse a spec out of bounds, or a non-loopback endpoint without `allow_aws`."""
     if spec.scenario not in SCENARIOS:
-        raise ValidationError(f"Invalid scenario {spec.scenario!r}: use one of {SCENARIOS}")
+        raise ValidationError("scenario", spec.scenario, f"use one of {', '.join(SCENARIOS)}")
     for name, value, top in (("processes", spec.processes, MAX_PROCESSES),
                              ("tasks", spec.tasks, MAX_TASKS)):
         if not 1 <= value <= top:
-            raise ValidationError(f"Invalid {name} {value}: give 1 to {top}")
+            raise ValidationError(name, value, f"give 1 to {top}")
     if not 0 < spec.duration_s <= MAX_DURATION_S:
-        raise ValidationError(
-            f"Invalid duration {spec.duration_s}: give more than 0 and at most {MAX_DURATION_S} s"
-        )
+        raise ValidationError("duration", spec.duration_s,
+                              f"give more than 0 and at most {MAX_DURATION_S:g} seconds")
     if spec.max_calls < 1:
-        raise ValidationError(f"Invalid max_calls {spec.max_calls}: give at least 1")
+        raise ValidationError("max_calls", spec.max_calls, "give at least 1")
     if spec.org_rate < 1:
-        raise ValidationError(f"Invalid org_rate {spec.org_rate}: give at least 1 per second")
+        raise ValidationError("org_rate", spec.org_rate, "give at least 1 unit per second")
     if not spec.allow_aws and not is_loopback(spec.endpoint_url):
         raise ValidationError(
-            "Refusing to load a table that is not on this machine: give a loopback "
-            "--endpoint-url (e.g. the one `zae-limiter local env` prints), or --i-mean-aws to "
-            "send the load to AWS (it costs money)"
+            "endpoint_url", spec.endpoint_url,
+            "not on this machine; give a loopback endpoint (the one `zae-limiter local env` "
+            "prints), or --i-mean-aws to send the load to AWS (it costs money)",
         )
 
 
@@ -104,13 +103,14 @@ class ProcessResult:
     calls: int = 0
     admitted: int = 0
     rejected: int = 0
-    units_admitted: int = 0  # hot-org: the org's `units` debited by admitted calls
+    units_admitted: int = 0  # the `units` debited by admitted calls, warm-up calls included
     errors: dict[str, int] = field(default_factory=dict)
     latencies_us: list[int] = field(default_factory=list)
     write_units: float = 0.0
     requests: int = 0
-    first_start: float = math.inf  # wall clock (time.time) of the first call
+    first_start: float = math.inf  # wall clock (time.time) of the first call (warm-up too)
     last_end: float = 0.0
+    loops_start: float = math.inf  # wall clock when the counted loops began
 
 
 def _call(scenario: str, process: int, task: int) -> tuple[str, str, dict[str, Any]]:
@@ -132,7 +132,7 @@ async def _entities(repo: Repository, spec: LoadSpec, process: int) -> None:
         await limiter.create_entity(entity_id=entity, parent_id=parent)
 
 
-async def _run_process(spec: LoadSpec, namespace: str, process: int, start_at: float,
+async def _run_process(spec: LoadSpec, namespace: str, process: int, ready: Any,
                        budget: int) -> ProcessResult:
     result = ProcessResult()
 
@@ -148,27 +148,39 @@ async def _run_process(spec: LoadSpec, namespace: str, process: int, start_at: f
         remaining = [budget]
         errors: Counter[str] = Counter()
 
-        async def loop(task: int) -> None:
-            entity, resource, kwargs = _call(spec.scenario, process, task)
-            deadline = start_at + spec.duration_s
-            while remaining[0] > 0 and time.time() < deadline:
-                remaining[0] -= 1
-                began, began_wall = time.perf_counter_ns(), time.time()
-                try:
-                    async with limiter.acquire(entity, resource, **kwargs):
-                        pass
+        async def one(entity: str, resource: str, kwargs: dict[str, Any], *,
+                      counted: bool) -> None:
+            began, began_wall = time.perf_counter_ns(), time.time()
+            try:
+                async with limiter.acquire(entity, resource, **kwargs):
+                    pass
+                result.units_admitted += kwargs["consume"].get("units", 0)
+                if counted:
                     result.admitted += 1
-                    result.units_admitted += kwargs["consume"].get("units", 0)
-                except RateLimitExceeded:
-                    result.rejected += 1
-                except Exception as exc:  # counted and reported, never hidden
-                    errors[type(exc).__name__] += 1
+            except RateLimitExceeded:
+                result.rejected += counted
+            except Exception as exc:  # counted and reported, never hidden
+                errors[type(exc).__name__] += 1
+            result.first_start = min(result.first_start, began_wall)
+            result.last_end = max(result.last_end, time.time())
+            if counted:
                 result.calls += 1
                 result.latencies_us.append((time.perf_counter_ns() - began) // 1000)
-                result.first_start = min(result.first_start, began_wall)
-                result.last_end = max(result.last_end, time.time())
 
-        await asyncio.sleep(max(0.0, start_at - time.time()))
+        async def loop(task: int) -> None:
+            entity, resource, kwargs = _call(spec.scenario, process, task)
+            while remaining[0] > 0 and time.time() < deadline:
+                remaining[0] -= 1
+                await one(entity, resource, kwargs, counted=True)
+
+        # one warm-up call per task (not counted, but its units are: the limit saw them), so
+        # the figures are the warm path's
+        await asyncio.gather(*(one(*_call(spec.scenario, process, task), counted=False)
+                               for task in range(spec.tasks)))
+        # every process starts its counted loops at the same moment
+        await asyncio.to_thread(ready.wait, READY_TIMEOUT_S)
+        result.loops_start = time.time()
+        deadline = result.loops_start + spec.duration_s
         remove = repo.add_request_listener(listen)
         try:
             await asyncio.gather(*(loop(task) for task in range(spec.tasks)))
@@ -180,9 +192,9 @@ async def _run_process(spec: LoadSpec, namespace: str, process: int, start_at: f
         await repo.close()
 
 
-def _process_main(spec: LoadSpec, namespace: str, process: int, start_at: float,
+def _process_main(spec: LoadSpec, namespace: str, process: int, ready: Any,
                   budget: int) -> dict[str, Any]:
-    return asdict(asyncio.run(_run_process(spec, namespace, process, start_at, budget)))
+    return asdict(asyncio.run(_run_process(spec, namespace, process, ready, budget)))
 
 
 # --- setting up, running, adding up ---------------------------------------------------------------
@@ -243,9 +255,9 @@ def summarise(spec: LoadSpec, results: list[dict[str, Any]]) -> dict[str, Any]:
     errors: Counter[str] = Counter()
     for r in results:
         errors.update(r["errors"])
-    starts = [r["first_start"] for r in results if r["calls"]]
-    elapsed = max((r["last_end"] for r in results), default=0.0) - min(starts, default=0.0)
-    elapsed = max(elapsed, 1e-9)
+    last_end = max((r["last_end"] for r in results), default=0.0)
+    elapsed = max(last_end - min(r["loops_start"] for r in results), 1e-9)  # counted loops
+    window = max(last_end - min(r["first_start"] for r in results), 0.0)  # warm-up included
     summary: dict[str, Any] = {
         "scenario": spec.scenario, "processes": spec.processes, "tasks": spec.tasks,
         "duration_s": round(elapsed, 3), "calls": calls, "admitted": admitted,
@@ -258,27 +270,30 @@ def summarise(spec: LoadSpec, results: list[dict[str, Any]]) -> dict[str, Any]:
         "allowed": None, "over_admitted": 0,
     }
     if spec.scenario == "hot-org":
-        allowed = spec.org_rate + math.floor(spec.org_rate * elapsed)  # burst + what refilled
+        # burst + what refilled from the first call (warm-up included) to the last
+        allowed = spec.org_rate + math.floor(spec.org_rate * window)
         units = sum(r["units_admitted"] for r in results)
         summary.update(allowed=allowed, units_admitted=units,
                        over_admitted=max(0, units - allowed))
     return summary
 
 
-def run(spec: LoadSpec) -> dict[str, Any]:
-    """Run the load test described by `spec` and return its summary (blocking)."""
+async def run(spec: LoadSpec) -> dict[str, Any]:
+    """Run the load test described by `spec` and return its summary."""
     validate(spec)
     namespace = f"loadtest-{int(time.time() * 1000)}"
-    asyncio.run(_prepare(spec, namespace))
+    await _prepare(spec, namespace)
     try:
         share, extra = divmod(spec.max_calls, spec.processes)
         budgets = [share + (1 if i < extra else 0) for i in range(spec.processes)]
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(spec.processes, mp_context=context) as pool:
-            start_at = time.time() + START_MARGIN_S + 0.25 * spec.processes
-            futures = [pool.submit(_process_main, spec, namespace, i, start_at, budgets[i])
+        with context.Manager() as manager, ProcessPoolExecutor(
+            spec.processes, mp_context=context
+        ) as pool:
+            ready = manager.Barrier(spec.processes)
+            futures = [pool.submit(_process_main, spec, namespace, i, ready, budgets[i])
                        for i in range(spec.processes)]
-            results = [f.result() for f in futures]
+            results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
     finally:
-        asyncio.run(_cleanup(spec, namespace))
-    return summarise(spec, results)
+        await _cleanup(spec, namespace)
+    return summarise(spec, list(results))

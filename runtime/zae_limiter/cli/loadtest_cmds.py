@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from .. import loadtest as load
-from .app import EXIT_ERROR, Settings
+from .app import EXIT_ERROR, Settings, run
 from .output import emit, fields, note
 
 SUMMARY_FIELDS = ("scenario", "processes", "tasks", "duration_s", "calls", "admitted", "rejected",
@@ -43,7 +43,7 @@ def loadtest(settings: Settings, scenario: str, processes: int, tasks: int, dura
     load.validate(spec)
     note(f"loadtest: {scenario}, {processes} process(es) x {tasks} task(s), up to {duration:g} s "
          f"or {max_calls} calls")
-    summary = load.run(spec)
+    summary = run(load.run(spec))
     emit(settings, summary, fields([(k, summary.get(k)) for k in SUMMARY_FIELDS]))
     if summary["over_admitted"] or summary["errors"]:
         raise click.exceptions.Exit(EXIT_ERROR)
