@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import RateLimitExceeded, ValidationError
+from .errors import RateLimitExceeded, ValidationError, ZAELimiterError
 from .instrumentation import RequestEvent
 from .limiter import RateLimiter
 from .limits import Limit
@@ -39,6 +39,10 @@ MAX_DURATION_S = 3600.0
 UNREACHABLE = 10**12  # a limit no load test reaches
 READY_TIMEOUT_S = 300.0  # processes that are not all set up by then end the run
 ORG = "lt-org"
+
+
+class LoadTestFailed(ZAELimiterError):
+    """A load-test process could not run (it died, or the processes were not all ready)."""
 
 
 @dataclass(frozen=True)
@@ -293,7 +297,13 @@ async def run(spec: LoadSpec) -> dict[str, Any]:
             ready = manager.Barrier(spec.processes)
             futures = [pool.submit(_process_main, spec, namespace, i, ready, budgets[i])
                        for i in range(spec.processes)]
-            results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+            try:
+                results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+            except ZAELimiterError:
+                raise
+            except Exception as exc:  # a dead process or a broken barrier
+                raise LoadTestFailed(f"a load-test process failed: {type(exc).__name__}: "
+                                     f"{exc}".rstrip(": ")) from exc
     finally:
         await _cleanup(spec, namespace)
     return summarise(spec, list(results))
