@@ -31,6 +31,7 @@ from zae_limiter.dynamo.transport import Transport
 from zae_limiter.local.engine import free_port
 
 FAST = AioConfig(connect_timeout=1, read_timeout=0.5)
+PATIENT = AioConfig(connect_timeout=10, read_timeout=60)
 
 
 @pytest.fixture(autouse=True)
@@ -55,6 +56,7 @@ async def test_a_proxy_that_closes_after_every_answer_costs_no_errors(
             region=table.region,
             clock=clock,
             on_request=events.append,
+            client_config=PATIENT,  # a loaded machine must not turn into lost answers here
         )
         try:
             limiter = RateLimiter(repo)

@@ -31,10 +31,10 @@ def client_error(code: str, status: int = 400, **extra: object) -> bce.ClientErr
     return bce.ClientError({**response, **extra}, "UpdateItem")  # type: ignore[arg-type]
 
 
-def aiohttp_lost(message: str) -> aiohttp.ClientOSError:
+def aiohttp_lost(underlying: str) -> aiohttp.ClientOSError:
     """What aiohttp raises when writing the body fails, chained like aiohttp chains it."""
-    outer = aiohttp.ClientOSError(None, message)
-    outer.__cause__ = aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+    outer = aiohttp.ClientOSError(None, "Can not write request body for http://x/")
+    outer.__cause__ = aiohttp.ClientConnectionResetError(underlying)
     return outer
 
 
@@ -62,11 +62,18 @@ CASES: list[tuple[str, BaseException, str, type[Exception], bool]] = [
     (
         "closed before writing (aiobotocore)",
         bce.EndpointConnectionError(
-            endpoint_url=URL, error=aiohttp_lost("Can not write request body for http://x/")
+            endpoint_url=URL, error=aiohttp_lost("Cannot write to closing transport")
         ),
         "not_sent",
         Unavailable,
         True,
+    ),
+    (
+        "lost while draining the body (aiobotocore)",
+        bce.EndpointConnectionError(endpoint_url=URL, error=aiohttp_lost("Connection lost")),
+        "unknown",
+        UnknownOutcome,
+        False,
     ),
     (
         "lost after writing (aiobotocore)",

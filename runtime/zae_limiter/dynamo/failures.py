@@ -156,15 +156,17 @@ def classify(exc: BaseException, operation: str, *, write: bool) -> Failure:
     return _sent(exc, write, TIMEOUT_RETRY_COST)
 
 
-#: aiohttp's words when a request could not be written whole (its connection was found closed,
-#: or writing the body failed): the server never had a complete request, so nothing applied.
-NOT_WRITTEN = ("Cannot write to closing transport", "Can not write request body")
+#: aiohttp's words when a request finds its connection already closing and writes nothing of
+#: its body (its head goes out with the body): the server never had a complete request. aiohttp
+#: wraps this in "Can not write request body", which it also says when a connection is lost
+#: *after* the body was handed to the socket, so only these words, anywhere in the chain, count.
+NOT_WRITTEN = "Cannot write to closing transport"
 
 
 def never_written(exc: BaseException | None) -> bool:
     """True if `exc` (or what caused it) says the request never reached the server whole."""
     while exc is not None:
-        if isinstance(exc, OSError) and any(words in str(exc) for words in NOT_WRITTEN):
+        if isinstance(exc, ConnectionResetError) and NOT_WRITTEN in str(exc):
             return True
         exc = exc.__cause__
     return False
