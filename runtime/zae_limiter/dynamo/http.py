@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from botocore import exceptions as bce
 from botocore.httpsession import get_cert_path
+from yarl import URL
 
 from ..versioning import LIBRARY_VERSION
 from .failures import never_written
@@ -144,6 +145,7 @@ class HttpPath:
     ) -> None:
         self.client = client
         self.url = str(client.meta.endpoint_url)
+        self._target = URL(self.url)  # parsed once, not per request
         self.host = urlsplit(self.url).netloc
         self.signer = Signer(credentials, str(client.meta.region_name))
         self.ssl_context = ssl_context
@@ -232,13 +234,14 @@ class HttpPath:
         session = self._client_session()
         headers = {**prepared.headers, "user-agent": USER_AGENT}
         url = prepared.url
+        target = self._target if url == self.url else URL(url)
         # Two turns of the event loop first: a close the server sent after its last answer (a
         # proxy that closes without `Connection: close`) is then seen before an idle connection
         # is reused, which is urllib3's dropped-connection check in asyncio terms.
         for _ in range(STALE_CHECK_TURNS):
             await asyncio.sleep(0)
         try:
-            async with session.post(url, data=prepared.body, headers=headers) as response:
+            async with session.post(target, data=prepared.body, headers=headers) as response:
                 content = await response.read()
                 answer = Answer(
                     response.status,
