@@ -223,7 +223,7 @@ class Aggregator:
         if record is None:
             raise InfrastructureNotFoundError(self._store.table)
         schema = str(record.get("schema_version") or "0")
-        if versioning.parse(schema)[0] != versioning.parse(SCHEMA_VERSION)[0]:
+        if versioning.parse(schema).major != versioning.parse(SCHEMA_VERSION).major:
             raise IncompatibleSchemaError(
                 versioning.LIBRARY_VERSION, schema,
                 f"table {self._store.table!r} has schema {schema}; this aggregator "
@@ -365,6 +365,8 @@ class Aggregator:
             for key, counts in p.snapshots.items():
                 merged.setdefault(key, Counts()).add(counts)
         for key in sorted(merged):
+            if merged[key].empty:
+                continue  # e.g. a debit and its refund: no snapshot for what debited nothing
             _, end_ms = bounds(key.start_ms, key.window_type)
             ttl = end_ms // 1000 + self._retention_days(key.window_type) * 86400
             operations.append(snapshot_items.update_operation(key, merged[key], ttl))

@@ -6,6 +6,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .models import LimitStatus
 
 
@@ -258,15 +260,20 @@ class FanoutIncomplete(ZAELimiterError):
         resource: str | None = None,
         entity_id: str | None = None,
         action: str = "stamping",
+        left: Sequence[str] = (),
     ) -> None:
         self.stamped = stamped
         self.cause = cause
         self.resource = resource
         self.entity_id = entity_id
         self.action = action
+        #: The bucket items (`resource#shard`) known not to be updated; empty when it stopped
+        #: before it knew.
+        self.left = tuple(left)
+        which = f"; not updated: {', '.join(self.left)}" if self.left else ""
         super().__init__(
             f"The change is stored but {action} live buckets stopped after {stamped} item(s)"
-            f" ({cause}); re-run the same call to finish"
+            f" ({cause}{which}); re-run the same call to finish (it writes no second audit event)"
         )
 
 

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -386,10 +386,11 @@ def _check(record: dict[str, Any], table: str) -> None:
     if verdict.aggregator_older:
         log.warning(
             "table %s has aggregator %s, older than zae-limiter %s: features that need a newer "
-            "aggregator will be refused until you run `zae-limiter upgrade`",
+            "aggregator will be refused until you %s",
             table,
             aggregator,
             lib,
+            verdict.remedy,
         )
 
 
@@ -400,24 +401,33 @@ async def _namespace_id(store: Store, name: str) -> str:
     return str(item["id"])
 
 
-async def _register_namespace(store: Store, name: str) -> str:
-    """Idempotent: the id of the active namespace `name`, registering it if needed."""
+async def _register_namespace(
+    store: Store,
+    name: str,
+    audit_event: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
+) -> str:
+    """Idempotent: the id of the active namespace `name`, registering it if needed.
+
+    `audit_event(namespace_id)` makes the audit item written with the registration (only when
+    this call registers it).
+    """
     existing = await store.get(keys.namespace_by_name(name))
     if existing is not None and existing.get("status") == records.NAMESPACE_ACTIVE:
         return str(existing["id"])
     ns_id = records.new_namespace_id()
     by_name, by_id = records.namespace_items(name, ns_id, iso(system_clock()))
+    operations: list[dict[str, Any]] = [
+        {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
+        {"Put": {"Item": by_id, "ConditionExpression": "attribute_not_exists(PK)"}},
+    ]
+    if audit_event is not None:
+        operations.append({"Put": {"Item": await audit_event(ns_id)}})
     try:
-        await store.transact(
-            [
-                {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
-                {"Put": {"Item": by_id, "ConditionExpression": "attribute_not_exists(PK)"}},
-            ]
-        )
+        await store.transact(operations)
     except DynamoError as exc:
         if not _is_condition_failed(exc):
             raise
-        return await _register_namespace(store, name)
+        return await _register_namespace(store, name, audit_event)
     return ns_id
 
 

@@ -9,7 +9,8 @@ from typing import Any
 from .. import audit, validation
 from .. import config as cfg
 from ..dynamo import keys
-from ..errors import ValidationError
+from ..dynamo.transport import TransactionCancelled
+from ..errors import RateLimiterUnavailable, ValidationError
 from ..limits import Limit, check_limit_list
 from ..models import AuditAction, ConfigSource, OnUnavailable
 from ..resolution import system_level_from_item
@@ -35,6 +36,20 @@ def _check_disabled(value: Any) -> None:
 def _check_cascade(value: Any) -> None:
     if value is not KEEP and value not in (True, False, None):
         raise ValidationError("cascade", value, "use True, False or None (inherit)")
+
+
+def _changes_something(sets: list[str], removes: list[str]) -> str | None:
+    """A condition true only when the write would change a stored value (None: always write).
+
+    Index attributes (`GSI…`) follow the values, so only the values are compared.
+    """
+    parts = []
+    for clause in sets:
+        target, _, value = clause.partition(" = ")
+        if not target.startswith("GSI"):
+            parts.append(f"attribute_not_exists({target}) OR {target} <> {value}")
+    parts += [f"attribute_exists({target})" for target in removes if not target.startswith("GSI")]
+    return " OR ".join(f"({part})" for part in parts) if parts else None
 
 
 class ConfigMixin(AdminBase):
@@ -92,6 +107,7 @@ class ConfigMixin(AdminBase):
         expression = "SET " + ", ".join(sets) + " ADD ver :one"
         if removes:
             expression += " REMOVE " + ", ".join(removes)
+        guard = _changes_something(sets, removes)
         operations: list[dict[str, Any]] = [
             {
                 "Update": {
@@ -99,6 +115,7 @@ class ConfigMixin(AdminBase):
                     "UpdateExpression": expression,
                     "ExpressionAttributeValues": values,
                     **({"ExpressionAttributeNames": names} if names else {}),
+                    **({"ConditionExpression": guard} if guard else {}),
                 }
             },
             {
@@ -111,7 +128,16 @@ class ConfigMixin(AdminBase):
         ]
         if entity_id is not None:
             operations.append(self._version_bump(entity_id))
-        await self._transact(operations)
+        try:
+            await self._transact(operations)
+        except TransactionCancelled as cancelled:
+            codes = [reason.get("Code") for reason in cancelled.reasons]
+            if codes[:1] != ["ConditionalCheckFailed"]:
+                raise RateLimiterUnavailable(
+                    "the change could not be written", cancelled, table_name=self._store.table
+                ) from cancelled
+            # The level already holds exactly this: nothing changed, nothing to audit. (A re-run
+            # after FanoutIncomplete lands here and goes on to finish the fan-out.)
 
     async def _change_entity_level(
         self, entity_id: str, resource: str, principal: str | None, **changes: Any

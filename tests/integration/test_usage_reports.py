@@ -1,0 +1,118 @@
+"""What operators read from usage snapshots: resource-wide totals that bill right, newest-first
+listings with a cursor, and usage that a deleted entity cannot take back (docs/usage.md)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+import pytest
+
+from support.clock import FakeClock
+from support.tables import TableRef
+from zae_limiter import Limit, RateLimiter, Repository
+from zae_limiter.dynamo import transport
+from zae_limiter.local.stream_runner import StreamRunner
+
+pytestmark = pytest.mark.ddb
+
+
+@pytest.fixture(autouse=True)
+def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transport, "backoff_scale", 0.0)
+
+
+@pytest.fixture
+async def repo(table: TableRef, clock: FakeClock) -> AsyncIterator[Repository]:
+    clock.set_datetime(datetime(2026, 1, 5, 10, 15))
+    opened = await Repository.open(
+        table=table.name, endpoint_url=table.endpoint_url, region=table.region, clock=clock
+    )
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+def limiter(repo: Repository) -> RateLimiter:
+    return RateLimiter(repo)
+
+
+@pytest.fixture
+async def runner(repo: Repository) -> AsyncIterator[StreamRunner]:
+    async with StreamRunner.from_repository(repo) as running:
+        yield running
+
+
+async def ledger(repo: Repository, entity_id: str, resource: str) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for state in await repo.get_buckets(entity_id, resource):
+        totals[state.limit_name] = totals.get(state.limit_name, 0) + state.total_consumed
+    return totals
+
+
+async def cascading_search(limiter: RateLimiter, repo: Repository) -> None:
+    await limiter.set_resource_defaults(
+        "search", [Limit.per_minute("requests", 600), Limit.per_minute("units", 100_000)]
+    )
+    await limiter.create_entity(entity_id="org-acme")
+    await repo.set_resource_cascade("search", True)
+    await limiter.set_limits("org-acme", [Limit.per_day("units", 10_000_000)], resource="search")
+
+
+async def test_resource_wide_totals_equal_the_ledger_for_a_cascading_resource(
+    limiter: RateLimiter, repo: Repository, runner: StreamRunner
+) -> None:
+    await cascading_search(limiter, repo)
+    consumed = {"user-5": (100, 250, 7), "user-6": (60,)}
+    for user, calls in consumed.items():
+        await limiter.create_entity(entity_id=user, parent_id="org-acme")
+        for units in calls:
+            async with limiter.acquire(user, "search", consume={"requests": 1, "units": units}):
+                pass
+    # the organisation's own call (not cascaded from anyone)
+    async with limiter.acquire("org-acme", "search", consume={"units": 40}):
+        pass
+    # a call that debited nothing in the end (refunded): no snapshot for it
+    await limiter.create_entity(entity_id="user-7", parent_id="org-acme")
+    with pytest.raises(RuntimeError):
+        async with limiter.acquire("user-7", "search", consume={"requests": 1, "units": 9}):
+            raise RuntimeError("refund")
+    await runner.drain()
+
+    by_entity = {e: await ledger(repo, e, "search") for e in ("org-acme", "user-5", "user-6")}
+    assert by_entity["org-acme"] == {"units": 457}  # 417 cascaded + 40 of its own
+    # what was consumed: each debit once (the org's bucket holds its own 40 plus the cascade)
+    assert sum(by_entity[u]["units"] for u in ("user-5", "user-6")) + 40 == 457
+    everyone = await limiter.get_usage_summary(resource="search")
+    assert everyone.total == {"requests": 4, "units": 457}
+    assert everyone.cascaded == {"units": 417}  # reported beside, never added in
+    assert everyone.snapshot_count == 3  # org, user-5, user-6; none for user-7
+    assert everyone.average == {"requests": 4 / 3, "units": 457 / 3}
+    org = await limiter.get_usage_summary(entity_id="org-acme", resource="search")
+    assert (org.total, org.cascaded) == ({"units": 457}, {"units": 417})
+    org_daily, _ = await limiter.get_usage_snapshots(
+        entity_id="org-acme", resource="search", window_type="daily"
+    )
+    assert [(s.counters, s.cascaded) for s in org_daily] == [({"units": 457}, {"units": 417})]
+    assert await limiter.get_usage_snapshots(entity_id="user-7") == ([], None)
+
+
+async def test_newest_first_with_a_cursor(
+    limiter: RateLimiter, runner: StreamRunner, clock: FakeClock
+) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("requests", 60)])
+    for hour in (7, 8, 9):
+        clock.set_datetime(datetime(2026, 1, 5, hour, 30))
+        async with limiter.acquire("user-1", "search", consume={"requests": hour}):
+            pass
+    await runner.drain()
+    first, cursor = await limiter.get_usage_snapshots(
+        entity_id="user-1", resource="search", window_type="hourly", limit=1, newest_first=True
+    )
+    assert [s.window_start for s in first] == ["2026-01-05T09:00:00Z"] and cursor
+    rest, end = await limiter.get_usage_snapshots(
+        entity_id="user-1", resource="search", window_type="hourly", limit=5,
+        next_key=cursor, newest_first=True,
+    )
+    assert [s.window_start for s in rest] == ["2026-01-05T08:00:00Z", "2026-01-05T07:00:00Z"]
+    assert end is None
