@@ -116,3 +116,41 @@ async def test_newest_first_with_a_cursor(
     )
     assert [s.window_start for s in rest] == ["2026-01-05T08:00:00Z", "2026-01-05T07:00:00Z"]
     assert end is None
+
+
+async def test_a_deleted_then_recreated_entity_reports_zero(
+    limiter: RateLimiter, repo: Repository, runner: StreamRunner, clock: FakeClock
+) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("requests", 60)])
+    await limiter.create_entity(entity_id="user-1")
+    for _ in range(10):
+        async with limiter.acquire("user-1", "search", consume={"requests": 1}):
+            pass
+    clock.advance(seconds=1)
+    await limiter.delete_entity("user-1")  # its writes are still in the stream
+    clock.advance(seconds=1)
+    assert await runner.drain() > 0
+    assert await limiter.get_usage_snapshots(entity_id="user-1") == ([], None)
+    assert (await limiter.get_usage_summary(resource="search")).snapshot_count == 0
+
+    await limiter.create_entity(entity_id="user-1")
+    assert (await limiter.get_usage_summary(entity_id="user-1")).total == {}
+    for _ in range(3):
+        async with limiter.acquire("user-1", "search", consume={"requests": 1}):
+            pass
+    await runner.drain()
+    summary = await limiter.get_usage_summary(entity_id="user-1", resource="search")
+    assert (summary.total, summary.snapshot_count) == ({"requests": 3}, 1)
+
+
+async def test_a_delete_after_the_aggregator_caught_up_leaves_nothing_either(
+    limiter: RateLimiter, runner: StreamRunner, clock: FakeClock
+) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("requests", 60)])
+    async with limiter.acquire("user-2", "search", consume={"requests": 4}):
+        pass
+    await runner.drain()
+    clock.advance(seconds=1)
+    await limiter.delete_entity("user-2")
+    await runner.drain()
+    assert await limiter.get_usage_snapshots(entity_id="user-2") == ([], None)
