@@ -84,13 +84,17 @@ def assess(
     if minimum and mine < parse(minimum):
         text = f"zae-limiter {library} is older than this table's minimum client version {minimum}"
         return Verdict(
-            False, "client_too_old", f"{text}; upgrade the library (pip install -U zae-limiter)",
-            refusal_kind="client_too_old", refusal=f"{text}; {NEWER_LIBRARY}",
+            False,
+            "client_too_old",
+            f"{text}; upgrade the library (pip install -U zae-limiter)",
+            refusal_kind="client_too_old",
+            refusal=f"{text}; {NEWER_LIBRARY}",
             remedy="upgrade the library",
         )
     if theirs.major != ours.major:
         return Verdict(
-            False, "schema_major",
+            False,
+            "schema_major",
             f"table schema {schema} is incompatible with this library's schema {target_schema}",
             refusal_kind="schema_major",
             refusal=f"table schema {schema} and this library's schema {target_schema} differ in "
@@ -99,7 +103,8 @@ def assess(
         )
     if _minor(theirs) > _minor(ours):
         return Verdict(
-            False, "schema_newer",
+            False,
+            "schema_newer",
             f"table schema {schema} is newer than this library supports ({target_schema}); "
             "upgrade the library",
             refusal_kind="schema_newer",
@@ -110,19 +115,19 @@ def assess(
     older = aggregator is not None and parse(aggregator) < mine
     kind = refusal = ""
     if theirs > ours:  # a later patch of this minor: usable, but upgrade would downgrade it
-        kind, refusal = "stack_newer", (
-            f"table schema {schema} is newer than this library's {target_schema}; {NEWER_LIBRARY}"
-        )
+        kind = "stack_newer"
+        refusal = f"table schema {schema} is newer than this library's {target_schema}; "
     elif aggregator is not None and parse(aggregator) > mine:
-        kind, refusal = "stack_newer", (
-            f"the stack's aggregator {aggregator} is newer than zae-limiter {library}; "
-            f"{NEWER_LIBRARY}"
-        )
+        kind = "stack_newer"
+        refusal = f"the stack's aggregator {aggregator} is newer than zae-limiter {library}; "
     elif older and function is None:
-        kind, refusal = "aggregator_unmanaged", (
-            f"table {table or '?'} records aggregator {aggregator} but no aggregator function, so "
-            f"upgrade cannot replace its code with {library}; {deploy}"
+        kind = "aggregator_unmanaged"
+        refusal = (
+            f"table {table or '?'} records aggregator {aggregator} but no aggregator function, "
+            f"so upgrade cannot replace its code with {library}; {deploy}"
         )
+    if kind == "stack_newer":
+        refusal += NEWER_LIBRARY
     problem = message = ""
     if _minor(theirs) < _minor(ours):
         problem = "schema_older"

@@ -20,8 +20,9 @@ def _hour(ago: int) -> datetime:
 
 async def test_list_shows_the_newest_window_with_a_next_key(zl: ZL, table: TableRef) -> None:
     clock = FakeClock()
-    repo = await Repository.open(table=table.name, endpoint_url=table.endpoint_url,
-                                 region=table.region, clock=clock)
+    repo = await Repository.open(
+        table=table.name, endpoint_url=table.endpoint_url, region=table.region, clock=clock
+    )
     try:
         limiter = RateLimiter(repo)
         await limiter.set_resource_defaults("search", [Limit.per_minute("requests", 60)])

@@ -24,9 +24,15 @@ async def record(repo: Repository, **fields: Any) -> dict[str, Any]:
             sets.append(f"#f{i} = :v{i}")
             values[f":v{i}"] = value
     expression = ("SET " + ", ".join(sets) if sets else "") + (
-        " REMOVE " + ", ".join(removes) if removes else "")
-    await repo._store.update(keys.version_record(), expression.strip(), names=names,
-                             values=values or None, return_new=False)
+        " REMOVE " + ", ".join(removes) if removes else ""
+    )
+    await repo._store.update(
+        keys.version_record(),
+        expression.strip(),
+        names=names,
+        values=values or None,
+        return_new=False,
+    )
     repo._shared.gates_passed.clear()
     return await repo.get_version_record() or {}
 
@@ -75,8 +81,10 @@ async def test_a_function_without_a_version_plans_the_same_steps(zl: ZL, live: R
     ("fields", "says"),
     [
         ({"schema_version": "1.0.7"}, "table schema 1.0.7 is newer than this library's 1.0.0"),
-        ({"aggregator_version": "0.18.0", "aggregator_function": FUNCTION},
-         "the stack's aggregator 0.18.0 is newer than zae-limiter 0.17.0"),
+        (
+            {"aggregator_version": "0.18.0", "aggregator_function": FUNCTION},
+            "the stack's aggregator 0.18.0 is newer than zae-limiter 0.17.0",
+        ),
     ],
     ids=["schema-patch-newer", "aggregator-newer"],
 )

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,26 +15,16 @@ import pytest
 
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository
-from zae_limiter.dynamo import transport
 from zae_limiter.local.engine import process_cmdline, stop_pid
 from zae_limiter.local.stream_runner import StreamRunner, read_status, start_aggregator_process
 
 pytestmark = pytest.mark.ddb
 
 
-@pytest.fixture(autouse=True)
-def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transport, "backoff_scale", 0.0)
-
-
 @pytest.fixture
-async def repo(table: TableRef) -> AsyncIterator[Repository]:
-    opened = await Repository.open(
-        table=table.name, endpoint_url=table.endpoint_url, region=table.region
-    )
-    await opened.set_resource_defaults("search", [Limit.per_minute("rpm", 100_000)])
-    yield opened
-    await opened.close()
+async def repo(live_repo: Repository) -> Repository:
+    await live_repo.set_resource_defaults("search", [Limit.per_minute("rpm", 100_000)])
+    return live_repo
 
 
 async def spend(repo: Repository, calls: int, entity_id: str = "user-1") -> None:
@@ -74,12 +63,16 @@ async def test_a_restart_resumes_from_the_checkpoint_without_replaying(
     assert replay.read >= first.read + second.read and await consumed(repo) == 63
 
 
-async def test_a_checkpoint_of_another_stream_is_ignored(
-    repo: Repository, tmp_path: Path
-) -> None:
+async def test_a_checkpoint_of_another_stream_is_ignored(repo: Repository, tmp_path: Path) -> None:
     checkpoint = tmp_path / "checkpoint.json"
-    checkpoint.write_text(json.dumps({"stream_arn": "arn:elsewhere", "shards": {
-        "shardId-1": {"parent": None, "acked": "999", "done": True}}}))
+    checkpoint.write_text(
+        json.dumps(
+            {
+                "stream_arn": "arn:elsewhere",
+                "shards": {"shardId-1": {"parent": None, "acked": "999", "done": True}},
+            }
+        )
+    )
     await spend(repo, 2)
     async with StreamRunner.from_repository(repo, checkpoint_path=checkpoint) as runner:
         await runner.drain()
@@ -117,9 +110,13 @@ async def test_the_background_aggregator_stops_on_sigterm_and_restarts_at_the_li
 
     def start() -> int:
         return start_aggregator_process(
-            table=table.name, endpoint_url=table.endpoint_url, region=table.region,
-            log_path=tmp_path / "aggregator.log", status_path=status_path,
-            checkpoint_path=checkpoint, poll_interval=0.05,
+            table=table.name,
+            endpoint_url=table.endpoint_url,
+            region=table.region,
+            log_path=tmp_path / "aggregator.log",
+            status_path=status_path,
+            checkpoint_path=checkpoint,
+            poll_interval=0.05,
         ).pid
 
     async def caught_up(pid: int, records: int) -> bool:
@@ -161,8 +158,15 @@ async def test_the_background_aggregator_stops_on_sigterm_and_restarts_at_the_li
 def test_status_reports_only_the_running_process_and_never_a_stale_zero(tmp_path: Path) -> None:
     path = tmp_path / "aggregator.json"
     now = 1_000_000
-    report = {"pid": 111, "records": 5, "pending": 0, "caught_up_at_ms": now - 10_000,
-              "updated_at_ms": now - 10_000, "consecutive_failures": 0, "last_error": None}
+    report = {
+        "pid": 111,
+        "records": 5,
+        "pending": 0,
+        "caught_up_at_ms": now - 10_000,
+        "updated_at_ms": now - 10_000,
+        "consecutive_failures": 0,
+        "last_error": None,
+    }
     path.write_text(json.dumps(report))
     assert read_status(path, pid=222, now_ms=now) is None  # a dead predecessor's report
     stale = read_status(path, pid=111, now_ms=now)

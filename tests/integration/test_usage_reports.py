@@ -3,44 +3,15 @@ listings with a cursor, and usage that a deleted entity cannot take back (docs/u
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime
 
 import pytest
 
 from support.clock import FakeClock
-from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository
-from zae_limiter.dynamo import transport
 from zae_limiter.local.stream_runner import StreamRunner
 
 pytestmark = pytest.mark.ddb
-
-
-@pytest.fixture(autouse=True)
-def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transport, "backoff_scale", 0.0)
-
-
-@pytest.fixture
-async def repo(table: TableRef, clock: FakeClock) -> AsyncIterator[Repository]:
-    clock.set_datetime(datetime(2026, 1, 5, 10, 15))
-    opened = await Repository.open(
-        table=table.name, endpoint_url=table.endpoint_url, region=table.region, clock=clock
-    )
-    yield opened
-    await opened.close()
-
-
-@pytest.fixture
-def limiter(repo: Repository) -> RateLimiter:
-    return RateLimiter(repo)
-
-
-@pytest.fixture
-async def runner(repo: Repository) -> AsyncIterator[StreamRunner]:
-    async with StreamRunner.from_repository(repo) as running:
-        yield running
 
 
 async def ledger(repo: Repository, entity_id: str, resource: str) -> dict[str, int]:
@@ -111,8 +82,12 @@ async def test_newest_first_with_a_cursor(
     )
     assert [s.window_start for s in first] == ["2026-01-05T09:00:00Z"] and cursor
     rest, end = await limiter.get_usage_snapshots(
-        entity_id="user-1", resource="search", window_type="hourly", limit=5,
-        next_key=cursor, newest_first=True,
+        entity_id="user-1",
+        resource="search",
+        window_type="hourly",
+        limit=5,
+        next_key=cursor,
+        newest_first=True,
     )
     assert [s.window_start for s in rest] == ["2026-01-05T08:00:00Z", "2026-01-05T07:00:00Z"]
     assert end is None

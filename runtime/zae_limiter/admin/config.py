@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import random
 from typing import Any
 
 from .. import audit, validation
 from .. import config as cfg
 from ..dynamo import keys
+from ..dynamo import transport
 from ..dynamo.transport import TransactionCancelled
 from ..errors import RateLimiterUnavailable, ValidationError
 from ..limits import Limit, check_limit_list
@@ -17,6 +20,9 @@ from ..resolution import system_level_from_item
 from .base import AdminBase
 
 KEEP: Any = object()  # "leave the stored flag as it is"
+#: Writes of one level that collide with a concurrent change of it (TransactionConflict) are
+#: sent again this many times in all; nothing of a cancelled transaction was written.
+WRITE_ATTEMPTS = 8
 
 
 def _limit_gates(limits: list[Limit]) -> list[str]:
@@ -128,16 +134,22 @@ class ConfigMixin(AdminBase):
         ]
         if entity_id is not None:
             operations.append(self._version_bump(entity_id))
-        try:
-            await self._transact(operations)
-        except TransactionCancelled as cancelled:
-            codes = [reason.get("Code") for reason in cancelled.reasons]
-            if codes[:1] != ["ConditionalCheckFailed"]:
-                raise RateLimiterUnavailable(
-                    "the change could not be written", cancelled, table_name=self._store.table
-                ) from cancelled
-            # The level already holds exactly this: nothing changed, nothing to audit. (A re-run
-            # after FanoutIncomplete lands here and goes on to finish the fan-out.)
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                await self._transact(operations)
+                return
+            except TransactionCancelled as cancelled:
+                codes = [reason.get("Code") for reason in cancelled.reasons]
+                if codes[:1] == ["ConditionalCheckFailed"]:
+                    # The level already holds exactly this: nothing changed, nothing to audit.
+                    # (A re-run after FanoutIncomplete lands here and goes on to the fan-out.)
+                    return
+                if "TransactionConflict" not in codes or attempt + 1 == WRITE_ATTEMPTS:
+                    raise RateLimiterUnavailable(
+                        "the change could not be written", cancelled, table_name=self._store.table
+                    ) from cancelled
+            # another change of the same level was in flight: nothing was written, so try again
+            await asyncio.sleep(transport.backoff_scale * 0.02 * 2**attempt * random.random())
 
     async def _change_entity_level(
         self, entity_id: str, resource: str, principal: str | None, **changes: Any
