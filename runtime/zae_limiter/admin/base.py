@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import audit
 from .. import config as cfg
-from ..admission import RulesChanged
+from ..acquire import RulesChanged
 from ..dynamo import bucket_items as items
 from ..dynamo import keys
 from ..dynamo.store import Store

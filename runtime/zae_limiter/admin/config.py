@@ -10,8 +10,7 @@ from typing import Any
 
 from .. import audit, validation
 from .. import config as cfg
-from ..dynamo import keys
-from ..dynamo import transport
+from ..dynamo import keys, transport
 from ..dynamo.transport import TransactionCancelled
 from ..errors import RateLimiterUnavailable, ValidationError
 from ..limits import Limit, check_limit_list
