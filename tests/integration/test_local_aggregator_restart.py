@@ -94,6 +94,31 @@ async def test_a_stop_request_is_honoured_after_the_batch_in_hand(repo: Reposito
         assert runner.read == 20
 
 
+async def test_run_abandons_its_batch_on_stop_and_the_next_run_applies_it_once(
+    repo: Repository, tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "checkpoint.json"
+    await spend(repo, 50)
+    stop = asyncio.Event()
+    async with StreamRunner.from_repository(
+        repo, batch_size=100, checkpoint_path=checkpoint
+    ) as runner:
+        handle = runner.aggregator.handle_event
+
+        async def stop_mid_batch(event: Any) -> Any:
+            stop.set()  # SIGTERM arrives while the batch is in flight
+            await asyncio.sleep(3600)  # a batch that would take long: run() must not wait
+            return await handle(event)
+
+        runner.aggregator.handle_event = stop_mid_batch  # type: ignore[method-assign]
+        await asyncio.wait_for(runner.run(stop, poll_interval=0.01), 30)
+        assert runner.delivered == 0  # abandoned, never acknowledged
+    async with StreamRunner.from_repository(repo, checkpoint_path=checkpoint) as after:
+        while await after.drain():
+            pass
+    assert await consumed(repo) == 50
+
+
 async def wait_for(predicate: Any, ceiling_s: float) -> float:
     """Poll until `predicate()` holds; the seconds it took (fails past the ceiling)."""
     started = time.monotonic()
@@ -135,8 +160,11 @@ async def test_the_background_aggregator_stops_on_sigterm_and_restarts_at_the_li
             return process_cmdline(pid) is None
 
         await wait_for(gone, 10)
+        # Wall time from the signal until /proc no longer lists the process (polled every 20 ms);
+        # under 1 s on an idle box (0.77 s measured with the 150-record backlog), the ceiling is
+        # generous for a loaded one. The count-based guarantee is test_run_abandons_its_batch...
         stopped_after = time.monotonic() - sent
-        assert stopped_after < 1.0 + 1.0, stopped_after  # 1 s, plus slack for a busy box
+        assert stopped_after < 10, stopped_after
         before = json.loads(checkpoint.read_text())
         assert before["shards"]
 
