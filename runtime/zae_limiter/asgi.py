@@ -99,9 +99,7 @@ class RateLimitMiddleware:
         except (RateLimitExceeded, ResourceDisabled) as exc:
             if started:  # the app's own lease.consume() failed after it began answering
                 raise
-            status, headers, body = error_response(
-                exc, units=self.units, pk_secret=self.pk_secret
-            )
+            status, headers, body = error_response(exc, units=self.units, pk_secret=self.pk_secret)
             headers["Content-Length"] = str(len(body))
             await send({"type": "http.response.start", "status": status, "headers": _raw(headers)})
             await send({"type": "http.response.body", "body": body})

@@ -50,6 +50,7 @@ def rate_limited(
     """Decorate `handler(event, context)`: a plain function with a `SyncRateLimiter`, or an
     `async def` with a `RateLimiter`. `entity(event)` names the entity (None: not limited);
     `consume`/`also` are dicts or callables of the event."""
+
     def headers_of(lease: Any) -> dict[str, str]:
         return ratelimit_headers(lease, units=units, pk_secret=pk_secret)
 
@@ -68,7 +69,9 @@ def rate_limited(
                     return await handler(event, context, *args, **kwargs)
                 try:
                     async with limiter.acquire(
-                        entity_id, resource, resolve_request(consume, event),
+                        entity_id,
+                        resource,
+                        resolve_request(consume, event),
                         also=resolve_request(also, event),
                     ) as lease:
                         token = _LEASE.set(lease)
@@ -92,7 +95,9 @@ def rate_limited(
                 return handler(event, context, *args, **kwargs)
             try:
                 with limiter.acquire(
-                    entity_id, resource, resolve_request(consume, event),
+                    entity_id,
+                    resource,
+                    resolve_request(consume, event),
                     also=resolve_request(also, event),
                 ) as lease:
                     token = _LEASE.set(lease)

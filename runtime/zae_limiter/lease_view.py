@@ -50,6 +50,4 @@ def primary_statuses(lease: Any) -> tuple[list[LimitStatus], int]:
         image = cached[0]
     statuses = limit_statuses(image, {}, now, bypass=hold.child.bypass)
     pending = hold.pending
-    return [
-        replace(s, available=s.available - pending.get(s.limit_name, 0)) for s in statuses
-    ], now
+    return [replace(s, available=s.available - pending.get(s.limit_name, 0)) for s in statuses], now

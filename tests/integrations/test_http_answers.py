@@ -169,9 +169,7 @@ async def test_the_public_body_names_no_parent_capacity_or_other_balance(
     for _ in range(2):
         async with limiter.acquire("user-3", "search", {"rpm": 1}):
             pass
-    exc = await rejection(
-        limiter, "user-3", "search", {"rpm": 1}, also={"budget": {"units": 10}}
-    )
+    exc = await rejection(limiter, "user-3", "search", {"rpm": 1}, also={"budget": {"units": 10}})
     private = json.dumps(exc.as_dict())
     assert "org-secret" in private and "budget" in private  # the operator's view has it all
     public = exc.as_dict(public=True)

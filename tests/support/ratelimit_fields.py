@@ -5,6 +5,7 @@ positive Integer; `t` a non-negative Integer; `qu` a registered unit; `pk` a Byt
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import http_sf
@@ -55,9 +56,15 @@ def service_limits(value: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def checked(headers: dict[str, str]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """(policies, service limits) of a header dict; both name the same policies."""
-    policy = policies(headers["RateLimit-Policy"])
-    limits = service_limits(headers["RateLimit"])
+def checked(
+    headers: Mapping[str, str],
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(policies, service limits) of a header mapping (names in any case); both name the same
+    policies, and each field appears once."""
+    lower = [(name.lower(), value) for name, value in headers.items()]
+    fields = dict(lower)
+    assert len(fields) == len(lower), f"a field appears twice: {lower}"
+    policy = policies(fields["ratelimit-policy"])
+    limits = service_limits(fields["ratelimit"])
     assert list(policy) == list(limits)
     return policy, limits
