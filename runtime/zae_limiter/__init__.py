@@ -23,6 +23,7 @@ from .errors import (
     VersionMismatchError,
     ZAELimiterError,
 )
+from .instrumentation import RequestEvent, RequestListener
 from .lease import Lease
 from .limiter import RateLimiter
 from .limits import Limit, LimitName, ScheduleEntry
@@ -80,6 +81,8 @@ __all__ = [
     "RateLimiter",
     "RateLimiterUnavailable",
     "Repository",
+    "RequestEvent",
+    "RequestListener",
     "ResourceCapacity",
     "ResourceDisabled",
     "ScheduleEntry",
