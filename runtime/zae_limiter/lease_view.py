@@ -51,3 +51,20 @@ def primary_statuses(lease: Any) -> tuple[list[LimitStatus], int]:
     statuses = limit_statuses(image, {}, now, bypass=hold.child.bypass)
     pending = hold.pending
     return [replace(s, available=s.available - pending.get(s.limit_name, 0)) for s in statuses], now
+
+
+def primary_shard(lease: Any) -> int | None:
+    """The shard the acquiring entity's primary item was written on (None: nothing written)."""
+    inner = _async_lease(lease)
+    if inner is None or inner.degraded or not inner._holds:
+        return None
+    child = next(iter(inner._holds.values())).child
+    return None if child is None else child.target.image.shard
+
+
+def unmetered_resources(lease: Any) -> list[str]:
+    """Resources of the lease admitted with no limits for the entity (§4.6)."""
+    inner = _async_lease(lease)
+    if inner is None or inner.degraded:
+        return []
+    return [name for name, hold in inner._holds.items() if hold.plan.child is None]
