@@ -13,7 +13,6 @@ import base64
 import hashlib
 import hmac
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -160,7 +159,7 @@ def _window_seconds(status: LimitStatus) -> int | None:
         return limit.reset_after_seconds
     if limit.refill_amount <= 0:
         return None
-    return max(1, math.ceil(limit.capacity * limit.refill_period_seconds / limit.refill_amount))
+    return max(1, -(-limit.capacity * limit.refill_period_seconds // limit.refill_amount))
 
 
 def _effective_seconds(status: LimitStatus, now_ms: int) -> int | None:
@@ -169,13 +168,12 @@ def _effective_seconds(status: LimitStatus, now_ms: int) -> int | None:
     if limit.is_quota:
         if status.resets_at_ms is None:
             return None
-        return max(0, math.ceil((status.resets_at_ms - now_ms) / 1000))
+        return max(0, -(-(status.resets_at_ms - now_ms) // 1000))
     window = _window_seconds(status)
     ceiling = status.max_request or limit.capacity  # one shard's ceiling when sharded
     if window is None or ceiling <= 0 or status.available >= ceiling:
         return 0 if window is not None else None
-    missing = (ceiling - status.available) / ceiling
-    return math.ceil(missing * window)
+    return -(-(ceiling - status.available) * window // ceiling)  # ceil, in integers
 
 
 def _unit_parameter(limit_name: str, units: Mapping[str, str] | None) -> str:
