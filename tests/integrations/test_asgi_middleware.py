@@ -11,7 +11,7 @@ import pytest
 
 from support.asgi_server import load_example, serving
 from support.ratelimit_fields import checked
-from zae_limiter import Limit, RateLimiter, Repository
+from zae_limiter import Limit, OnUnavailable, RateLimiter, Repository
 from zae_limiter.asgi import LEASE_KEY, RateLimitMiddleware
 
 service = load_example("asgi_service")
@@ -168,3 +168,34 @@ async def test_non_http_scopes_pass_through_and_a_sync_limiter_is_refused(
     assert seen == ["lifespan"]
     with pytest.raises(TypeError, match="async RateLimiter"):
         RateLimitMiddleware(app, limiter=object(), resource="s", entity=never, consume={})  # type: ignore[arg-type]
+
+
+async def test_an_outage_under_allow_passes_with_a_degraded_lease(
+    limiter: RateLimiter, repo: Repository
+) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 10)])
+    leases: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        leases.append(scope["state"][LEASE_KEY])
+        await answer(send)
+
+    def middleware(mode: OnUnavailable | None) -> RateLimitMiddleware:
+        return RateLimitMiddleware(
+            app,
+            limiter=limiter,
+            resource="search",
+            entity=service.api_key,
+            consume={"rpm": 1},
+            on_unavailable=mode,
+        )
+
+    await repo.transport.close()  # every DynamoDB call fails from here on
+    async with serving(middleware(OnUnavailable.ALLOW)) as url, aiohttp.ClientSession() as http:
+        status, headers, _ = await fetch(http, url, headers=KEY)
+    assert status == 200 and "RateLimit" not in headers
+    assert [lease.degraded for lease in leases] == [True]
+    async with serving(middleware(None)) as url, aiohttp.ClientSession() as http:
+        status, _, _ = await fetch(http, url, headers=KEY)
+    assert status == 500  # BLOCK: RateLimiterUnavailable reaches the server; the app never ran
+    assert len(leases) == 1
