@@ -9,11 +9,12 @@ See docs/integrations.md.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from .errors import RateLimitExceeded, ResourceDisabled
@@ -35,6 +36,16 @@ def current_lease() -> Any:
     return _LEASE.get()
 
 
+@contextlib.contextmanager
+def _holding(lease: Any) -> Iterator[None]:
+    """`current_lease()` is `lease` inside the block."""
+    token = _LEASE.set(lease)
+    try:
+        yield
+    finally:
+        _LEASE.reset(token)
+
+
 def rate_limited(
     limiter: RateLimiter | SyncRateLimiter,
     *,
@@ -51,8 +62,18 @@ def rate_limited(
     `async def` with a `RateLimiter`. `entity(event)` names the entity (None: not limited);
     `consume`/`also` are dicts or callables of the event."""
 
-    def headers_of(lease: Any) -> dict[str, str]:
-        return ratelimit_headers(lease, units=units, pk_secret=pk_secret)
+    def acquisition(event: Event) -> Any:
+        """The acquire for this event, or None when the entity function says not limited."""
+        entity_id = entity(event)
+        if entity_id is None:
+            return None
+        amounts = resolve_request(consume, event)
+        return limiter.acquire(entity_id, resource, amounts, also=resolve_request(also, event))
+
+    def answered(event: Event, lease: Any, response: Any) -> Any:
+        return with_headers(
+            event, response, ratelimit_headers(lease, units=units, pk_secret=pk_secret)
+        )
 
     def refusal(event: Event, exc: RateLimitExceeded | ResourceDisabled) -> dict[str, Any]:
         return error_proxy_response(event, exc, units=units, pk_secret=pk_secret)
@@ -64,22 +85,15 @@ def rate_limited(
 
             @functools.wraps(handler)
             async def run_async(event: Event, context: Any, *args: Any, **kwargs: Any) -> Any:
-                entity_id = entity(event)
-                if entity_id is None:
+                gate = acquisition(event)
+                if gate is None:
                     return await handler(event, context, *args, **kwargs)
                 try:
-                    async with limiter.acquire(
-                        entity_id,
-                        resource,
-                        resolve_request(consume, event),
-                        also=resolve_request(also, event),
-                    ) as lease:
-                        token = _LEASE.set(lease)
-                        try:
-                            response = await handler(event, context, *args, **kwargs)
-                            return with_headers(event, response, headers_of(lease))
-                        finally:
-                            _LEASE.reset(token)
+                    async with gate as lease:
+                        with _holding(lease):
+                            return answered(
+                                event, lease, await handler(event, context, *args, **kwargs)
+                            )
                 except (RateLimitExceeded, ResourceDisabled) as exc:
                     return refusal(event, exc)
 
@@ -90,22 +104,12 @@ def rate_limited(
 
         @functools.wraps(handler)
         def run(event: Event, context: Any, *args: Any, **kwargs: Any) -> Any:
-            entity_id = entity(event)
-            if entity_id is None:
+            gate = acquisition(event)
+            if gate is None:
                 return handler(event, context, *args, **kwargs)
             try:
-                with limiter.acquire(
-                    entity_id,
-                    resource,
-                    resolve_request(consume, event),
-                    also=resolve_request(also, event),
-                ) as lease:
-                    token = _LEASE.set(lease)
-                    try:
-                        response = handler(event, context, *args, **kwargs)
-                        return with_headers(event, response, headers_of(lease))
-                    finally:
-                        _LEASE.reset(token)
+                with gate as lease, _holding(lease):
+                    return answered(event, lease, handler(event, context, *args, **kwargs))
             except (RateLimitExceeded, ResourceDisabled) as exc:
                 return refusal(event, exc)
 
