@@ -179,7 +179,10 @@ def test_a_sync_limiter_is_traced_too(
             lease.adjust(rpm=1)
     finally:
         traced.close()
-    assert [a["zae_limiter.decision"] for _, a in telemetry.finished()] == ["admitted", "reconciled"]
+    assert [a["zae_limiter.decision"] for _, a in telemetry.finished()] == [
+        "admitted",
+        "reconciled",
+    ]
 
 
 def test_disabled_returns_the_limiter_itself(repo: Repository, monkeypatch: Any) -> None:
