@@ -58,17 +58,35 @@ async def test_sixty_requests_at_ten_a_minute_admit_exactly_ten(limiter: RateLim
     assert (await limiter.available("key-1", "search"))["results"] == 1_000 - 10 * 10
 
 
-async def test_the_headers_count_down_with_each_admission(limiter: RateLimiter) -> None:
+async def test_the_headers_count_down_and_also_is_debited_per_request(
+    limiter: RateLimiter,
+) -> None:
     await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 10)])
+    await limiter.set_resource_defaults("budget", [Limit.per_day("units", 1_000)])
+
+    async def entity(scope: Any) -> str | None:  # an awaitable answer is awaited
+        return service.api_key(scope)
+
+    def budget(scope: Any) -> dict[str, dict[str, int]]:
+        return {"budget": {"units": 5 if scope["path"] == "/big" else 1}}
+
     app = RateLimitMiddleware(
-        plain_app, limiter=limiter, resource="search", entity=service.api_key, consume={"rpm": 1}
+        plain_app,
+        limiter=limiter,
+        resource="search",
+        entity=entity,
+        consume={"rpm": 1},
+        also=budget,
     )
     async with serving(app) as url, aiohttp.ClientSession() as http:
         remaining = []
-        for _ in range(3):
-            _, headers, _ = await fetch(http, url, headers=KEY)
-            remaining.append(checked(headers)[1]["search.rpm"]["r"])
+        for path in ("/", "/big", "/"):
+            _, headers, _ = await fetch(http, url + path, headers=KEY)
+            policy, limits = checked(headers)
+            assert list(policy) == ["search.rpm"]  # the primary resource only
+            remaining.append(limits["search.rpm"]["r"])
     assert remaining == [9, 8, 7]
+    assert await limiter.available("key-1", "budget") == {"units": 1_000 - 7}
 
 
 async def test_a_warm_acquire_through_the_middleware_is_one_round_trip(
