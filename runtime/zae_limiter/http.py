@@ -10,15 +10,15 @@ Problem bodies follow RFC 9457 (`application/problem+json`), with the draft's
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import RateLimitExceeded, ResourceDisabled
-from .lease_view import is_lease, primary_statuses
-from .models import LimitStatus
+from .errors import RateLimitExceeded, ResourceDisabled, ValidationError
+from .lease_view import LimitView, is_lease, primary_limits
 from .repository import system_clock
 
 PROBLEM_JSON = "application/problem+json"
@@ -65,40 +65,34 @@ def ratelimit_headers(
     cap: int | None = None
     headers: dict[str, str] = {}
     if isinstance(source, RateLimitExceeded):
-        statuses = _primary_of_rejection(source)
+        entity_id, views = _primary_of_rejection(source)
         now = system_clock() if now_ms is None else now_ms
         headers["Retry-After"] = source.retry_after_header
         cap = int(source.retry_after_header)
     elif is_lease(source):
-        statuses, lease_now = primary_statuses(source)
+        entity_id, views, lease_now = primary_limits(source)
         now = lease_now if now_ms is None else now_ms
     else:
         raise TypeError(
             f"ratelimit_headers takes a Lease, SyncLease or RateLimitExceeded, "
             f"not {type(source).__name__}"
         )
-    if statuses:
-        pk = None if pk_secret is None else partition_key(statuses[0].entity_id, pk_secret)
+    if views:
+        pk = "" if pk_secret is None else _pk_parameter(partition_key(entity_id, pk_secret))
         policies, limits = [], []
-        for status in statuses:
-            name = _sf_string(policy_name(status.resource, status.limit_name))
-            unit = _unit_parameter(status.limit_name, units)
-            window = _window_seconds(status)
+        for view in views:
+            unit = _unit_parameter(view.name, units)
             policies.append(
-                name
-                + f";q={_sf_int(status.limit.capacity)}"
-                + unit
-                + ("" if window is None else f";w={_sf_int(window)}")
-                + _pk_parameter(pk)
+                _policy_item(view.resource, view.name, view.capacity, view.window_seconds, unit, pk)
             )
-            remaining = _effective_seconds(status, now)
+            remaining = _effective_seconds(view, now)
             if remaining is not None and cap is not None:
                 remaining = min(remaining, cap)  # never past Retry-After (draft §6)
             limits.append(
-                name
-                + f";r={_sf_int(max(0, status.available))}"
+                _name_item(view.resource, view.name)
+                + f";r={_sf_int(max(0, view.available))}"
                 + ("" if remaining is None else f";t={_sf_int(remaining)}")
-                + _pk_parameter(pk)
+                + pk
             )
         headers["RateLimit-Policy"] = ", ".join(policies)
         headers["RateLimit"] = ", ".join(limits)
@@ -141,39 +135,52 @@ def status_code(exc: RateLimitExceeded | ResourceDisabled) -> int:
 # --- items -------------------------------------------------------------------------------------
 
 
-def _primary_of_rejection(exc: RateLimitExceeded) -> list[LimitStatus]:
-    """The caller's own statuses on the first resource the decision evaluated."""
+def _primary_of_rejection(exc: RateLimitExceeded) -> tuple[str, list[LimitView]]:
+    """The caller and its own limits on the first resource the decision evaluated."""
     if not exc.statuses:
-        return []
+        return "", []
     first = exc.statuses[0]
-    return [
-        s for s in exc.statuses if s.resource == first.resource and s.entity_id == first.entity_id
+    return first.entity_id, [
+        LimitView.of_status(s)
+        for s in exc.statuses
+        if s.resource == first.resource and s.entity_id == first.entity_id
     ]
 
 
-def _window_seconds(status: LimitStatus) -> int | None:
-    """`w`: the time a rate limit takes to refill from empty; a session's length; none for a
-    calendar quota (its period varies with months and DST; `t` says when it resets)."""
-    limit = status.limit
-    if limit.is_quota:
-        return limit.reset_after_seconds
-    if limit.refill_amount <= 0:
-        return None
-    return max(1, -(-limit.capacity * limit.refill_period_seconds // limit.refill_amount))
+@functools.lru_cache(maxsize=1024)
+def _name_item(resource: str, limit_name: str) -> str:
+    return _sf_string(policy_name(resource, limit_name))
 
 
-def _effective_seconds(status: LimitStatus, now_ms: int) -> int | None:
+@functools.lru_cache(maxsize=1024)
+def _policy_item(
+    resource: str, limit_name: str, capacity: int, window: int | None, unit: str, pk: str
+) -> str:
+    """One `RateLimit-Policy` item (the same for every response under the same config).
+
+    `w`: a rate limit's time to refill from empty, a session's length; none for a calendar
+    quota (its period varies with months and DST; `t` says when it resets)."""
+    return (
+        _name_item(resource, limit_name)
+        + f";q={_sf_int(capacity)}"
+        + unit
+        + ("" if window is None else f";w={_sf_int(window)}")
+        + pk
+    )
+
+
+def _effective_seconds(view: LimitView, now_ms: int) -> int | None:
     """`t`: seconds until the limit is whole again (a quota: until it resets)."""
-    limit = status.limit
-    if limit.is_quota:
-        if status.resets_at_ms is None:
+    if view.is_quota:
+        if view.resets_at_ms is None:
             return None
-        return max(0, -(-(status.resets_at_ms - now_ms) // 1000))
-    window = _window_seconds(status)
-    ceiling = status.max_request or limit.capacity  # one shard's ceiling when sharded
-    if window is None or ceiling <= 0 or status.available >= ceiling:
-        return 0 if window is not None else None
-    return -(-(ceiling - status.available) * window // ceiling)  # ceil, in integers
+        return max(0, -(-(view.resets_at_ms - now_ms) // 1000))
+    window = view.window_seconds
+    if window is None:
+        return None
+    if view.ceiling <= 0 or view.available >= view.ceiling:
+        return 0
+    return -(-(view.ceiling - view.available) * window // view.ceiling)  # ceil, in integers
 
 
 def _unit_parameter(limit_name: str, units: Mapping[str, str] | None) -> str:
@@ -182,13 +189,19 @@ def _unit_parameter(limit_name: str, units: Mapping[str, str] | None) -> str:
         unit = "requests" if limit_name.lower() in REQUEST_LIMIT_NAMES else limit_name
     if unit == "requests":
         return ""
+    if not unit or not _printable_ascii(unit):
+        raise ValidationError("units", unit, "a quota unit is a non-empty printable ASCII name")
     if unit in REGISTERED_UNITS:
         return f";qu={_sf_string(unit)}"
     return f";{UNIT_PARAMETER}={_sf_string(unit)}"
 
 
-def _pk_parameter(pk: bytes | None) -> str:
-    return "" if pk is None else f";pk=:{base64.b64encode(pk).decode()}:"
+def _printable_ascii(text: str) -> bool:
+    return text.isascii() and text.isprintable()
+
+
+def _pk_parameter(pk: bytes) -> str:
+    return f";pk=:{base64.b64encode(pk).decode()}:"
 
 
 def _sf_int(value: int) -> str:
@@ -197,7 +210,7 @@ def _sf_int(value: int) -> str:
 
 def _sf_string(text: str) -> str:
     """An RFC 9651 String: printable ASCII, with `\\` and `"` escaped."""
-    if any(not (0x20 <= ord(c) <= 0x7E) for c in text):
+    if not _printable_ascii(text):
         raise ValueError(f"{text!r} cannot be a Structured Field String (printable ASCII only)")
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 

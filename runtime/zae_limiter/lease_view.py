@@ -7,13 +7,55 @@ item image the admitting write returned, so it costs no DynamoDB request.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any
 
-from .admission import limit_statuses
 from .caches import ImageCache
+from .core import bucket
+from .core.bucket import MILLI, Kind
 from .lease import Lease
 from .models import LimitStatus
+
+
+@dataclass(frozen=True, slots=True)
+class LimitView:
+    """One limit as the RateLimit headers describe it, whole units."""
+
+    resource: str
+    name: str
+    capacity: int  # the entity's whole allowance (undivided)
+    window_seconds: int | None  # a rate limit: from empty to full; a session: its length
+    is_quota: bool
+    available: int  # the balance now (one shard's when sharded; negative in debt)
+    ceiling: int  # the most `available` can be (one shard's when sharded)
+    resets_at_ms: int | None  # a quota's next reset
+
+    @classmethod
+    def of_status(cls, status: LimitStatus) -> LimitView:
+        limit = status.limit
+        if limit.is_quota:
+            window = limit.reset_after_seconds
+        else:
+            window = _refill_window(
+                limit.capacity, limit.refill_amount, limit.refill_period_seconds * 1000
+            )
+        return cls(
+            status.resource,
+            status.limit_name,
+            limit.capacity,
+            window,
+            limit.is_quota,
+            status.available,
+            status.max_request or limit.capacity,
+            status.resets_at_ms,
+        )
+
+
+def _refill_window(capacity: int, refill: int, period_ms: int) -> int | None:
+    """Whole seconds (at least 1) a rate limit takes to refill from empty."""
+    if refill <= 0:
+        return None
+    return max(1, -(-capacity * period_ms // (refill * 1000)))
 
 
 def _async_lease(lease: Any) -> Lease | None:
@@ -28,8 +70,8 @@ def is_lease(source: object) -> bool:
     return _async_lease(source) is not None
 
 
-def primary_statuses(lease: Any) -> tuple[list[LimitStatus], int]:
-    """(statuses of the acquiring entity's limits on the primary resource, now in epoch ms).
+def primary_limits(lease: Any) -> tuple[str, list[LimitView], int]:
+    """(entity id, its limits on the primary resource, now in epoch ms) of an admitted lease.
 
     `available` is the balance after the entry debit, `consume()` and the deferred `adjust()`
     amounts so far. Empty for the degraded lease and for an unmetered primary resource.
@@ -38,19 +80,39 @@ def primary_statuses(lease: Any) -> tuple[list[LimitStatus], int]:
     if inner is None:
         raise TypeError(f"expected a Lease or SyncLease, got {type(lease).__name__}")
     if inner.degraded or not inner._holds:
-        return [], 0
+        return "", [], 0
     hold = next(iter(inner._holds.values()))
     acquisition = inner._acq
     now = acquisition.clock()
     if hold.child is None:
-        return [], now
+        return "", [], now
     image = hold.child.target.image
     cached = acquisition.admission.images.get(ImageCache.key_of(image))
     if cached is not None and cached[0].stamp_seq >= image.stamp_seq:
         image = cached[0]
-    statuses = limit_statuses(image, {}, now, bypass=hold.child.bypass)
-    pending = hold.pending
-    return [replace(s, available=s.available - pending.get(s.limit_name, 0)) for s in statuses], now
+    shards = image.stamp.shards
+    out = []
+    for params in image.stamp.limits:
+        state = image.states.get(params.name) or bucket.full_state(params, shards)
+        view = bucket.view(params, state, now, shards)
+        is_rate = params.kind == Kind.RATE
+        if is_rate:
+            window = _refill_window(params.capacity, params.refill, params.period_ms)
+        else:
+            window = params.reset_after_ms // 1000 if params.kind == Kind.SESSION else None
+        out.append(
+            LimitView(
+                image.resource,
+                params.name,
+                params.capacity // MILLI,
+                window,
+                not is_rate,
+                view.balance // MILLI - hold.pending.get(params.name, 0),
+                view.ceiling // MILLI,
+                None if is_rate else params.next_reset_ms(now, state.w),
+            )
+        )
+    return image.entity_id, out, now
 
 
 def primary_shard(lease: Any) -> int | None:

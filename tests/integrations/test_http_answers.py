@@ -23,6 +23,7 @@ from zae_limiter import (
     ResourceDisabled,
     SyncRateLimiter,
     SyncRepository,
+    ValidationError,
 )
 from zae_limiter.http import partition_key, problem_details, ratelimit_headers
 
@@ -117,6 +118,8 @@ async def test_units_map_to_qu_or_the_prefixed_parameter(limiter: RateLimiter) -
     policy, _ = checked(headers)
     assert policy["upload.bytes"]["qu"] == "content-bytes"
     assert "qu" not in policy["upload.jobs"] and "zael-unit" not in policy["upload.jobs"]
+    with pytest.raises(ValidationError, match="printable ASCII"):
+        ratelimit_headers(lease, units={"bytes": "octets\u00e9"})
 
 
 async def test_pk_is_a_keyed_hash_never_the_entity_id(limiter: RateLimiter) -> None:
