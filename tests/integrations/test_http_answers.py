@@ -226,3 +226,19 @@ async def test_a_disabled_resource_is_a_403_problem_without_whose_flag(
         "message": "Resource 'search' is disabled for this caller",
         "resource": "search",
     }
+
+
+@pytest.mark.parametrize(
+    ("policy", "limit"),
+    [
+        ('"a.b";q=1', '"a.b";r=-1'),  # r negative
+        ('"a.b";q=1;w=0', '"a.b";r=1'),  # w must be positive
+        ('"a.b";q=1;qu="tokens"', '"a.b";r=1'),  # qu takes registered units only
+        ("a;q=1", "a;r=1"),  # the item must be a String, not a Token
+        ('"a.b";w=1', '"a.b";r=1'),  # q is required
+        ('"a.b";q=1', '"a.b";r=1;pk="id"'),  # pk is a Byte Sequence
+    ],
+)
+def test_the_grammar_check_itself_refuses_what_the_draft_forbids(policy: str, limit: str) -> None:
+    with pytest.raises(AssertionError):
+        checked({"RateLimit-Policy": policy, "RateLimit": limit})

@@ -13,47 +13,46 @@ import http_sf
 REGISTERED_UNITS = {"requests", "content-bytes", "concurrent-requests"}
 
 
-def _items(value: str) -> list[tuple[Any, dict[str, Any]]]:
+def _non_negative_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+#: Each parameter the draft defines, by field: (required, rule its value must pass).
+POLICY_PARAMETERS = {
+    "q": (True, _non_negative_int),
+    "w": (False, lambda v: _non_negative_int(v) and v > 0),
+    "qu": (False, lambda v: v in REGISTERED_UNITS),
+    "pk": (False, lambda v: isinstance(v, bytes)),
+}
+SERVICE_LIMIT_PARAMETERS = {
+    "r": (True, _non_negative_int),
+    "t": (False, _non_negative_int),
+    "pk": (False, lambda v: isinstance(v, bytes)),
+}
+
+
+def _items(value: str, rules: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{policy name: parameters} of a field, each item checked against `rules`."""
     parsed = http_sf.parse(value.encode(), tltype="list")
     assert parsed, f"empty list: {value!r}"
+    out = {}
     for item, params in parsed:
         assert isinstance(item, str), f"item value must be a String: {item!r} in {value!r}"
-        assert isinstance(params, dict)
-    return list(parsed)
-
-
-def _non_negative_int(params: dict[str, Any], key: str) -> None:
-    value = params[key]
-    assert isinstance(value, int) and not isinstance(value, bool) and value >= 0, (key, value)
+        for key, (required, rule) in rules.items():
+            assert key in params or not required, f"{key} missing in {value!r}"
+            assert key not in params or rule(params[key]), f"{key}={params[key]!r} in {value!r}"
+        out[item] = dict(params)
+    return out
 
 
 def policies(value: str) -> dict[str, dict[str, Any]]:
     """RateLimit-Policy as {policy name: parameters}, checked against §3."""
-    out = {}
-    for name, params in _items(value):
-        _non_negative_int(params, "q")
-        if "w" in params:
-            _non_negative_int(params, "w")
-            assert params["w"] > 0
-        if "qu" in params:
-            assert params["qu"] in REGISTERED_UNITS, params["qu"]
-        if "pk" in params:
-            assert isinstance(params["pk"], bytes)
-        out[name] = params
-    return out
+    return _items(value, POLICY_PARAMETERS)
 
 
 def service_limits(value: str) -> dict[str, dict[str, Any]]:
     """RateLimit as {policy name: parameters}, checked against §4."""
-    out = {}
-    for name, params in _items(value):
-        _non_negative_int(params, "r")
-        if "t" in params:
-            _non_negative_int(params, "t")
-        if "pk" in params:
-            assert isinstance(params["pk"], bytes)
-        out[name] = params
-    return out
+    return _items(value, SERVICE_LIMIT_PARAMETERS)
 
 
 def checked(
