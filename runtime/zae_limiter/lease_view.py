@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .acquire.lease import Lease
 from .caches import ImageCache
 from .core import bucket
 from .core.bucket import MILLI, Kind
-from .lease import Lease
 from .models import LimitStatus
 
 
