@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 
 from support.clock import FakeClock
-from zae_limiter import Limit, RateLimiter, Repository
+from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository
 from zae_limiter.local.stream_runner import StreamRunner
 
 pytestmark = pytest.mark.ddb
@@ -129,3 +129,19 @@ async def test_a_delete_after_the_aggregator_caught_up_leaves_nothing_either(
     await limiter.delete_entity("user-2")
     await runner.drain()
     assert await limiter.get_usage_snapshots(entity_id="user-2") == ([], None)
+
+
+async def test_a_rejected_multi_resource_call_leaves_no_snapshot(
+    limiter: RateLimiter, runner: StreamRunner
+) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("requests", 60)])
+    await limiter.set_resource_defaults("budget", [Limit.per_minute("spend", 10)])
+    with pytest.raises(RateLimitExceeded):
+        async with limiter.acquire(
+            "user-4", "search", consume={"requests": 1}, also={"budget": {"spend": 11}}
+        ):
+            pass
+    await runner.drain()
+    assert await limiter.get_usage_snapshots(entity_id="user-4") == ([], None)
+    summary = await limiter.get_usage_summary(resource="search")
+    assert (summary.snapshot_count, summary.total) == (0, {})
