@@ -1,5 +1,6 @@
 """zae-limiter: a distributed rate limiter and usage meter on DynamoDB."""
 
+from .acquire.lease import Lease
 from .errors import (
     EntityError,
     EntityExistsError,
@@ -24,7 +25,6 @@ from .errors import (
     ZAELimiterError,
 )
 from .instrumentation import RequestEvent, RequestListener
-from .lease import Lease
 from .limiter import RateLimiter
 from .limits import Limit, LimitName, ScheduleEntry
 from .models import (

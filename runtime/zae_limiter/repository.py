@@ -10,11 +10,12 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import schema, versioning
+from .acquire import Admission
 from .admin.availability import AvailabilityMixin
 from .admin.balances import BalancesMixin
 from .admin.entities import EntitiesMixin
@@ -22,10 +23,10 @@ from .admin.flags import FlagsMixin
 from .admin.namespaces import NamespacesMixin
 from .admin.reports import ReportsMixin
 from .admin.usage import UsageMixin
-from .admission import Admission
 from .audit import iso
 from .caches import ConfigCache, ImageCache, stats
 from .dynamo import keys, records
+from .dynamo.bucket_store import DynamoBucketStore
 from .dynamo.store import Store
 from .dynamo.transport import (
     AccessDenied,
@@ -95,7 +96,7 @@ class Repository(
         self._config_cache = ConfigCache(shared.config_cache_ttl)
         self._resolver = Resolver(self._store, namespace_id, self._config_cache, shared.clock)
         self._admission = Admission(
-            self._store,
+            DynamoBucketStore(self._store),
             namespace_id,
             self._resolver,
             shared.images,
@@ -452,10 +453,11 @@ def _check(record: dict[str, Any], table: str) -> None:
     if verdict.aggregator_older:
         log.warning(
             "table %s has aggregator %s, older than zae-limiter %s: features that need a newer "
-            "aggregator will be refused until you run `zae-limiter upgrade`",
+            "aggregator will be refused until you %s",
             table,
             aggregator,
             lib,
+            verdict.remedy,
         )
 
 
@@ -466,24 +468,33 @@ async def _namespace_id(store: Store, name: str) -> str:
     return str(item["id"])
 
 
-async def _register_namespace(store: Store, name: str) -> str:
-    """Idempotent: the id of the active namespace `name`, registering it if needed."""
+async def _register_namespace(
+    store: Store,
+    name: str,
+    audit_event: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
+) -> str:
+    """Idempotent: the id of the active namespace `name`, registering it if needed.
+
+    `audit_event(namespace_id)` makes the audit item written with the registration (only when
+    this call registers it).
+    """
     existing = await store.get(keys.namespace_by_name(name))
     if existing is not None and existing.get("status") == records.NAMESPACE_ACTIVE:
         return str(existing["id"])
     ns_id = records.new_namespace_id()
     by_name, by_id = records.namespace_items(name, ns_id, iso(system_clock()))
+    operations: list[dict[str, Any]] = [
+        {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
+        {"Put": {"Item": by_id, "ConditionExpression": "attribute_not_exists(PK)"}},
+    ]
+    if audit_event is not None:
+        operations.append({"Put": {"Item": await audit_event(ns_id)}})
     try:
-        await store.transact(
-            [
-                {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
-                {"Put": {"Item": by_id, "ConditionExpression": "attribute_not_exists(PK)"}},
-            ]
-        )
+        await store.transact(operations)
     except DynamoError as exc:
         if not _is_condition_failed(exc):
             raise
-        return await _register_namespace(store, name)
+        return await _register_namespace(store, name, audit_event)
     return ns_id
 
 
