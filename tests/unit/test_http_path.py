@@ -28,6 +28,8 @@ def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     monkeypatch.setenv("ZAEL_TRANSPORT", "http")
     monkeypatch.setattr(transport_module, "backoff_scale", 0.0)
+    # a session of its own: the shared one caches the credentials it first resolves
+    monkeypatch.setattr(transport_module, "_shared_session", None)
 
 
 async def connect(url: str, **config: Any) -> Transport:
