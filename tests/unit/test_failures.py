@@ -147,3 +147,18 @@ def test_the_messages_say_what_to_do() -> None:
     assert "AWS_ACCESS_KEY_ID" in str(credentials)
     tls = classify(bce.SSLError(endpoint_url=URL, error="x"), "GetItem", write=False).error
     assert "AWS_CA_BUNDLE" in str(tls)
+
+
+def test_the_retry_budget_refills_as_requests_succeed() -> None:
+    from zae_limiter.dynamo.retries import RetryBudget
+
+    budget = RetryBudget(capacity=12)
+    assert budget.take(5) and budget.take(5)
+    assert not budget.take(5)  # 2 left: no third retry
+    assert budget.available == 2
+    budget.succeeded(5)  # a retried request succeeded: what its retry took comes back
+    budget.succeeded(0)  # a first-time success: one token
+    assert budget.available == 8
+    for _ in range(10):
+        budget.succeeded(0)
+    assert budget.available == 12  # never above the capacity
