@@ -3,8 +3,8 @@
 library      session: the `zae_limiter` package `upgrade` zips, with its aggregator entry point
              (`zae_limiter.aggregator_lambda`). While that entry point still lives only in the
              handler (`zae_limiter/cdk/lambdas/aggregator/handler.py`), this is a copy of the
-             installed package with that handler placed there, i.e. the library as it must ship; once the runtime
-             package holds the entry point, it is the installed package itself.
+             installed package with that handler placed there, i.e. the library as it must ship;
+             once the runtime package holds the entry point, it is the installed package itself.
 use_library  autouse: `upgrade` (function and command) builds its zip from `library`.
 stack        a moto "deployment": a table made by `Repository.create_table`, an aggregator
              function (any zip, handler `handler.handler`) and a version record naming it, at
