@@ -1,4 +1,4 @@
-"""`limits validate|plan|diff|apply|export` against DynamoDB Local (reference.md §7.2, §8)."""
+"""`limits validate|plan|diff|apply|export` against DynamoDB Local (docs/manifest.md)."""
 
 from __future__ import annotations
 

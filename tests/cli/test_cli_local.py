@@ -1,4 +1,4 @@
-"""`local up|status|env|down` (reference.md §7.5): a second DynamoDB Local started by the CLI."""
+"""`local up|status|env|down` (docs/cli.md): a second DynamoDB Local started by the CLI."""
 
 from __future__ import annotations
 

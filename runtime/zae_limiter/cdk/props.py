@@ -16,7 +16,7 @@ from aws_cdk import aws_sns as sns
 from zae_limiter import schema
 from zae_limiter.windows import DEFAULT_WINDOWS, WINDOW_TYPES
 
-#: Snapshot windows: the defaults are always written (reference.md §5.13), others on request.
+#: Snapshot windows: the defaults are always written (docs/usage.md), others on request.
 REQUIRED_SNAPSHOT_WINDOWS: tuple[str, ...] = DEFAULT_WINDOWS
 
 #: The Lambda architectures, by the name CDK context uses (`-c architecture=x86_64`).
@@ -54,7 +54,7 @@ LOG_RETENTION = {
 
 @dataclass(frozen=True, kw_only=True)
 class ZaeLimiterProps:
-    """Properties of `ZaeLimiter` (reference.md §11). Extras beyond §11 are marked."""
+    """Properties of `ZaeLimiter` (docs/deploying.md). Extras are marked."""
 
     table_name: str = schema.DEFAULT_TABLE_NAME
     billing_mode: dynamodb.BillingMode = dynamodb.BillingMode.PAY_PER_REQUEST
