@@ -21,7 +21,7 @@ from typing import Any
 from . import config as cfg
 from .caches import ImageCache
 from .core import bucket
-from .core.bucket import MILLI, LimitWrite, Params, State
+from .core.bucket import MILLI, LimitWrite, Params, Slot, State
 from .core.split import split_limit
 from .dynamo import bucket_items as items
 from .dynamo import codec, keys, transport
@@ -38,7 +38,7 @@ log = logging.getLogger("zae_limiter")
 MAX_ROUNDS = 5  # write attempts per item before a contended rejection
 MAX_SHARDS = 32
 MIN_SHARDS_TRIED = 3  # a sharded bucket is not rejected after one short shard
-SPLIT_WRITES_PER_SECOND = 1_000  # about DynamoDB's per-partition write limit
+SPLIT_WRITES_PER_SECOND = 1_000.0  # about DynamoDB's per-partition write limit
 RATE_WINDOW_MS = 1_000
 MAX_RESTARTS = 2  # re-resolutions when an item's rules changed under us
 SETTLE_ROUNDS = 8  # attempts for exit writes and refunds
@@ -109,6 +109,7 @@ class Admission:
         images: ImageCache,
         clock: Callable[[], int],
         ttl_multiplier: int,
+        split_writes_per_second: float = SPLIT_WRITES_PER_SECOND,
     ) -> None:
         self.store = store
         self.ns = ns
@@ -116,7 +117,7 @@ class Admission:
         self.images = images
         self.clock = clock
         self.ttl_multiplier = ttl_multiplier
-        self.split_threshold: float = SPLIT_WRITES_PER_SECOND
+        self.split_writes_per_second = split_writes_per_second
         self.rate_window_ms = RATE_WINDOW_MS
         self._reads: dict[
             tuple[str, tuple[str, ...]],
@@ -275,15 +276,14 @@ class Admission:
                 old_params = image.stamp.params(params.name)
                 old_state = image.states.get(params.name)
                 if old_params is None or old_state is None:
-                    states[params.name] = bucket.full_state(params, stamp.shards)
+                    states[params.name] = bucket.full_state(params, image.slot)
                 else:
                     converted = bucket.convert(
                         old_params,
                         params,
                         old_state,
                         now,
-                        image.stamp.shards,
-                        stamp.shards,
+                        image.slot,
                         since=image.written_at,
                     )
                     states[params.name] = converted
@@ -480,7 +480,7 @@ class Admission:
             return
         self._rates[key] = (image.writes, image.written_at, shards)
         rate = (image.writes - first[0]) * 1000 / elapsed
-        if rate > self.split_threshold and image.stamp.shards < MAX_SHARDS:
+        if rate > self.split_writes_per_second and image.stamp.shards < MAX_SHARDS:
             bucket_key = key[:3]
             if bucket_key not in self._splitting:
                 self._splitting.add(bucket_key)
@@ -537,9 +537,9 @@ class Admission:
         old_writes: dict[str, LimitWrite] = {}
         sibling_states: dict[str, State] = {}
         for params in image.stamp.limits:
-            state = image.states.get(params.name, bucket.full_state(params, shards))
+            state = image.states.get(params.name, bucket.full_state(params, image.slot))
             old_writes[params.name], sibling_states[params.name] = split_limit(
-                params, state, now, shards
+                params, state, now, image.slot
             )
         stamp = replace(image.stamp, shards=doubled)
         sibling = self.item_for(
@@ -554,7 +554,8 @@ class Admission:
             }
         }
         if not exists:
-            states = {p.name: bucket.full_state(p, doubled) for p in stamp.limits}
+            slot = Slot(image.shard, doubled)
+            states = {p.name: bucket.full_state(p, slot) for p in stamp.limits}
             item = self.item_for(image, stamp, image.stamp_seq + 1, states, now)
             return [
                 {"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
@@ -584,14 +585,16 @@ class Admission:
     # --- writing -----------------------------------------------------------------------------
 
     def _ttl(self, stamp: Stamp, states: dict[str, State], now: int) -> int | None:
-        if self.ttl_multiplier <= 0 or not stamp.limits:
+        """An unsplit item's expiry. A split bucket's items never expire: its shard count must
+        outlive every shard of its layout (docs/sharding.md)."""
+        if self.ttl_multiplier <= 0 or not stamp.limits or stamp.shards > 1:
             return None
         horizon = 0
         for params in stamp.limits:
             state = states.get(params.name, State())
             if params.kind == bucket.Kind.RATE:
-                refill = max(1, params.shard_refill(stamp.shards))
-                span = params.shard_capacity(stamp.shards) * params.period_ms // refill
+                refill = max(1, params.shard_refill(bucket.WHOLE))
+                span = params.shard_capacity(bucket.WHOLE) * params.period_ms // refill
                 span += max(0, state.v - now * refill) // refill
             else:
                 nxt = params.next_reset_ms(now, state.w)
@@ -858,7 +861,7 @@ def _plan_admit(target: Target, now: int) -> tuple[dict[str, LimitWrite], int] |
     for name, amount in target.amounts.items():
         params = image.stamp.params(name)
         assert params is not None
-        state = image.states.get(name, bucket.full_state(params, image.stamp.shards))
+        state = image.states.get(name, bucket.full_state(params, image.slot))
         if image.stamp.is_bypass:
             writes[name] = bucket.plan_count_only(state, amount)
             continue
@@ -867,7 +870,7 @@ def _plan_admit(target: Target, now: int) -> tuple[dict[str, LimitWrite], int] |
             params,
             state,
             now,
-            image.stamp.shards,
+            image.slot,
             amount,
             enforce=enforce,
             check=target.read_now,
@@ -901,10 +904,10 @@ def _credit_planner(
                 writes[name] = bucket.plan_count_only(state, -amount)
             elif amount > 0:
                 writes[name] = bucket.plan_credit(
-                    params, state, now, image.stamp.shards, amount, entry.periods.get(name)
+                    params, state, now, image.slot, amount, entry.periods.get(name)
                 )
             else:
-                writes[name] = _force(params, state, now, image.stamp.shards, -amount)
+                writes[name] = _force(params, state, now, image.slot, -amount)
         return writes, -entry.admissions
 
     return plan
@@ -924,18 +927,18 @@ def _adjust_planner(
             if entry.bypass:
                 writes[name] = bucket.plan_count_only(state, amount)
             elif amount > 0:
-                writes[name] = _force(params, state, now, image.stamp.shards, amount)
+                writes[name] = _force(params, state, now, image.slot, amount)
             else:
                 writes[name] = bucket.plan_credit(
-                    params, state, now, image.stamp.shards, -amount, entry.periods.get(name)
+                    params, state, now, image.slot, -amount, entry.periods.get(name)
                 )
         return writes, 0
 
     return plan
 
 
-def _force(params: Params, state: State, now: int, shards: int, amount: int) -> LimitWrite:
-    write = bucket.plan_debit(params, state, now, shards, amount, enforce=False)
+def _force(params: Params, state: State, now: int, slot: Slot, amount: int) -> LimitWrite:
+    write = bucket.plan_debit(params, state, now, slot, amount, enforce=False)
     assert write is not None
     return write
 
@@ -948,15 +951,15 @@ def limit_statuses(
 ) -> list[LimitStatus]:
     """A status for every declared limit of an item, judged on its balance at `now`."""
     out = []
-    shards = image.stamp.shards
+    slot = image.slot
     for params in image.stamp.limits:
-        state = image.states.get(params.name, bucket.full_state(params, shards))
-        view = bucket.view(params, state, now, shards)
+        state = image.states.get(params.name, bucket.full_state(params, slot))
+        view = bucket.view(params, state, now, slot)
         requested = amounts.get(params.name, 0)
         exceeded = (
             not bypass and not params.soft and params.name in amounts and view.balance < requested
         )
-        wait = bucket.retry_after_ms(params, state, now, shards, requested) if exceeded else 0
+        wait = bucket.retry_after_ms(params, state, now, slot, requested) if exceeded else 0
         out.append(
             LimitStatus(
                 entity_id=image.entity_id,
@@ -1010,7 +1013,7 @@ def _blank_image(
         shard=shard,
         stamp=stamp,
         stamp_seq=seq,
-        states={p.name: bucket.full_state(p, stamp.shards) for p in stamp.limits},
+        states={p.name: bucket.full_state(p, Slot(shard, stamp.shards)) for p in stamp.limits},
     )
 
 

@@ -56,6 +56,7 @@ class _Shared:
     images: ImageCache
     config_cache_ttl: float
     bucket_ttl_multiplier: int
+    split_writes_per_second: float
     endpoint_url: str | None
     version_record: dict[str, Any] = field(default_factory=dict)
     gates_passed: set[str] = field(default_factory=set)
@@ -92,6 +93,7 @@ class Repository(
             shared.images,
             shared.clock,
             shared.bucket_ttl_multiplier,
+            shared.split_writes_per_second,
         )
         self._scopes: dict[str, Repository] = {}
 
@@ -109,13 +111,19 @@ class Repository(
         rejection_cache_ttl: float = 1.0,
         rejection_cache_size: int = 10_000,
         bucket_ttl_multiplier: int = 7,
+        split_writes_per_second: float = 1000.0,
         client_config: Any = None,
         clock: Callable[[], int] | None = None,
         _check_version: bool = True,
     ) -> Repository:
-        """Connect to an existing table and namespace, and check versions. Creates nothing."""
+        """Connect to an existing table and namespace, and check versions. Creates nothing.
+
+        `split_writes_per_second`: a bucket item this process sees written faster than this is
+        split into twice the shards (docs/sharding.md); lower it to exercise sharding in tests.
+        """
         from . import validation
 
+        validation.positive_number(split_writes_per_second, "split_writes_per_second")
         table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
         ns_name = namespace or os.environ.get("ZAEL_NAMESPACE") or "default"
         validation.namespace_name(ns_name)
@@ -130,6 +138,7 @@ class Repository(
             images=ImageCache(rejection_cache_ttl, rejection_cache_size),
             config_cache_ttl=config_cache_ttl,
             bucket_ttl_multiplier=bucket_ttl_multiplier,
+            split_writes_per_second=float(split_writes_per_second),
             endpoint_url=endpoint,
         )
         try:

@@ -19,7 +19,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.bucket import Guard, Kind, LimitWrite, Params, State
+from ..core.bucket import Guard, Kind, LimitWrite, Params, Slot, State
 from . import codec, keys
 
 OP_SLOTS = 4
@@ -96,6 +96,11 @@ class BucketImage:
 
     def expired(self, now_ms: int) -> bool:
         return self.ttl is not None and self.ttl * 1000 < now_ms
+
+    @property
+    def slot(self) -> Slot:
+        """Which shard of how many this item is: what its limits' shares depend on."""
+        return Slot(self.shard, self.stamp.shards)
 
 
 # --- parsing -----------------------------------------------------------------------------------
@@ -286,13 +291,16 @@ def update_request(
     sets.append(f"{expr.name('ts')} = {expr.value(now)}")
     if ttl is not None:
         sets.append(f"{expr.name('ttl')} = {expr.value(ttl)}")
+    update = "SET " + ", ".join(sets)
     if new_shards is not None:  # a split: every process's next write here meets a new stamp
         sets.append(f"{expr.name('sc')} = {expr.value(new_shards)}")
         sets.append(f"{expr.name('cv')} = {expr.value(image.stamp_seq + 1)}")
+        # and the items of a split bucket never expire (docs/sharding.md)
+        update = "SET " + ", ".join(sets) + f" REMOVE {expr.name('ttl')}"
     return {
         "TableName": table,
         "Key": codec.encode_item(image.key),
-        "UpdateExpression": "SET " + ", ".join(sets),
+        "UpdateExpression": update,
         "ConditionExpression": " AND ".join(conditions),
         "ExpressionAttributeNames": expr.names,
         "ExpressionAttributeValues": expr.values,
@@ -393,6 +401,8 @@ def put_request(
         condition = " AND ".join(parts)
         if "par" not in item:
             removes.append(expr.name("par"))
+        if "ttl" not in item:
+            removes.append(expr.name("ttl"))
     update = "SET " + ", ".join(sets)
     if removes:
         update += " REMOVE " + ", ".join(removes)
