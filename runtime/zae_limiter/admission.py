@@ -57,6 +57,7 @@ class Target:
     read_now: bool
     amounts: dict[str, int] = field(default_factory=dict)  # milli, names the stamp declares
     tried: set[int] = field(default_factory=set)  # shards tried in this call
+    surveyed: bool = False  # every shard was read in this call
 
     @property
     def stamp(self) -> Stamp:
@@ -424,48 +425,110 @@ class Admission:
         trial = replace(target, image=hit[0], read_now=True)
         return bool(target.amounts) and _plan_admit(trial, now) is None
 
-    def _on_shard(self, target: Target) -> Target:
-        """Spread load: a random shard, steered away from shards known to be short."""
-        shards = target.stamp.shards
-        if shards <= 1:
-            return target
-        now = self.clock()
-        candidates = [s for s in range(shards) if not self._known_short(target, s, now)]
-        shard = random.choice(candidates or list(range(shards)))
+    def _seems_short(self, target: Target, shard: int, now: int) -> bool:
+        """This process's last image of the shard, however old, brought to now, refuses the
+        target's amounts (a hint: another process may have freed some since)."""
+        hit = self.images.get((self.ns, target.entity_id, target.resource, shard))
+        if hit is None or hit[0].stamp_seq < target.image.stamp_seq:
+            return False
+        return _plan_admit(replace(target, image=hit[0], read_now=True), now) is None
+
+    def _can_hold(self, target: Target, shard: int) -> bool:
+        """Every amount is within this shard's share of its limit: a request above it can never
+        be admitted there (a small limit lives on fewer shards than the bucket has)."""
+        slot = Slot(shard, target.stamp.shards)
+        hit = self.images.get((self.ns, target.entity_id, target.resource, shard))
+        for name, amount in target.amounts.items():
+            params = target.stamp.params(name)
+            if params is None or params.soft:
+                continue
+            state = hit[0].states.get(name) if hit is not None else None
+            topped = state.tu if state is not None and params.kind != bucket.Kind.RATE else 0
+            if amount > params.shard_capacity(slot) + topped:
+                return False
+        return True
+
+    def _choose(self, target: Target, skip: set[int], now: int) -> int | None:
+        """A random shard that can hold the amounts and does not seem short to this process;
+        else one that is not known to be short (rejection cache); None when none is left."""
+        guess = random.randrange(target.stamp.shards)  # the warm case: any shard will do
+        fine = guess not in skip and self._can_hold(target, guess)
+        if fine and not self._seems_short(target, guess, now):
+            return guess
+        shards = [
+            s for s in range(target.stamp.shards) if s not in skip and self._can_hold(target, s)
+        ]
+        likely = [s for s in shards if not self._seems_short(target, s, now)]
+        pool = likely or [s for s in shards if not self._known_short(target, s, now)]
+        return random.choice(pool) if pool else None
+
+    def _move(self, target: Target, shard: int) -> None:
         if shard != target.image.shard:
             image, seen_at = self._shard_image(target.image, shard)
             target.image, target.seen_at, target.read_now = image, seen_at, False
             target.exists = True
-        target.tried = {shard}
+
+    def _on_shard(self, target: Target) -> Target:
+        """Spread load: a shard chosen by `_choose` (shard 0, the largest shares, if none)."""
+        if target.stamp.shards <= 1:
+            return target
+        shard = self._choose(target, set(), self.clock())
+        self._move(target, 0 if shard is None else shard)
+        target.tried = {target.image.shard}
         return target
 
     def _try_another_shard(self, target: Target, now: int) -> bool:
         """After a shard refused: move to another, up to 3 tried (or all, if fewer), skipping
-        shards the rejection cache knows are short."""
+        shards that cannot hold the amounts or that the rejection cache knows are short."""
         shards = target.stamp.shards
         target.tried.add(target.image.shard)
         if shards <= 1 or len(target.tried) >= min(MIN_SHARDS_TRIED, shards):
             return False
-        untried = [
-            s
-            for s in range(shards)
-            if s not in target.tried and not self._known_short(target, s, now)
-        ]
-        if not untried:
+        shard = self._choose(target, target.tried, now)
+        if shard is None:
             return False
-        image, seen_at = self._shard_image(target.image, random.choice(untried))
-        target.image, target.seen_at, target.read_now, target.exists = image, seen_at, False, True
+        self._move(target, shard)
         return True
 
+    async def _survey(self, target: Target) -> bool:
+        """After the shards tried refused: read every shard at once (what this process does not
+        know) and move to one that admits the amounts, if any. Once per call."""
+        target.surveyed = True
+        found = await self.store.batch_get(
+            [
+                keys.bucket(self.ns, target.entity_id, target.resource, s)
+                for s in range(target.stamp.shards)
+            ],
+            consistent=True,
+        )
+        now = self.clock()
+        fitting = []
+        for image in map(items.parse, found):
+            self.images.put(image, now)
+            trial = replace(target, image=image, read_now=True, exists=True)
+            if image.stamp.same_rules(target.stamp) and _plan_admit(trial, now) is not None:
+                fitting.append(image)
+        if not fitting:
+            return False
+        target.image = random.choice(fitting)
+        target.exists, target.read_now, target.seen_at = True, True, now
+        return True
+
+    async def _survey_all(self, targets: list[Target]) -> bool:
+        """Survey each target; whether every one found a shard that admits it."""
+        moved = await asyncio.gather(*(self._survey(t) for t in targets))
+        return all(moved)
+
     def _short_everywhere(self, target: Target, now: int) -> bool:
-        """Whether what this process knows (within the rejection window) refuses the target,
-        after moving a sharded target off shards known to be short."""
-        while True:
-            fresh = target.read_now or self.images.fresh_for_rejection(target.seen_at, now)
-            if not fresh or _plan_admit(replace(target, read_now=True), now) is not None:
-                return False
-            if not self._try_another_shard(target, now):
-                return True
+        """Whether what this process knows (within the rejection window) refuses the target on
+        every shard that could hold it."""
+        if target.stamp.shards > 1:
+            return all(
+                self._known_short(target, s, now) or not self._can_hold(target, s)
+                for s in range(target.stamp.shards)
+            )
+        fresh = target.read_now or self.images.fresh_for_rejection(target.seen_at, now)
+        return fresh and _plan_admit(replace(target, read_now=True), now) is None
 
     def _observe(self, image: BucketImage) -> None:
         """Estimate a shard's write rate from the images writes return; split when too hot."""
@@ -501,8 +564,17 @@ class Admission:
         while self._split_tasks:
             await asyncio.gather(*list(self._split_tasks), return_exceptions=True)
 
-    async def split(self, entity_id: str, resource: str, shards: int) -> int:
-        """Double a bucket's shards from `shards`, in one transaction. Returns the new count."""
+    async def split(
+        self,
+        entity_id: str,
+        resource: str,
+        shards: int,
+        extra: Callable[[int], Coroutine[Any, Any, list[dict[str, Any]]]] | None = None,
+    ) -> int:
+        """Double a bucket's shards from `shards`, in one transaction. Returns the new count
+        (the current one, unchanged, when the bucket is absent or no longer has `shards`).
+
+        `extra(doubled)`: more operations for the same transaction (an audit event)."""
         keys_ = [keys.bucket(self.ns, entity_id, resource, s) for s in range(shards)]
         for _ in range(MAX_ROUNDS):
             found = {
@@ -522,6 +594,8 @@ class Admission:
                         self.ns, entity_id, resource, current.stamp, current.stamp_seq, shard
                     )
                 operations += self._split_operations(image, found.get(shard) is not None, now)
+            if extra is not None:
+                operations += await extra(doubled)
             try:
                 await self.store.transact(operations, token=items.new_op_id())
             except DynamoError:
@@ -604,6 +678,13 @@ class Admission:
             horizon = max(horizon, span)
         return (now + horizon * self.ttl_multiplier) // 1000 + 1
 
+    async def create(self, target: Target) -> BucketImage:
+        """Write a bucket item that does not exist yet, at its full allowance (pre-splitting).
+        Raises ConditionFailed if it exists."""
+        image = await self._send(target, {}, 0, items.new_op_id(), False, self.clock())
+        self.images.put(image, self.clock())
+        return image
+
     async def _send(
         self,
         target: Target,
@@ -662,7 +743,9 @@ class Admission:
         rounds = SETTLE_ROUNDS if settle else MAX_ROUNDS
         error: BaseException | None = None
         unknown: UnknownOutcome | None = None
-        for attempt in range(rounds):
+        attempt = -1
+        while attempt + 1 < rounds:
+            attempt += 1
             if not pending or error is not None:
                 break
             unknown = None
@@ -677,7 +760,12 @@ class Admission:
                 else:
                     planned.append((target, planner, op_id, guard, *result))
             if refused:
-                return landed, refused, error
+                # A sharded bucket is refused only when no shard can admit: read them all once.
+                unread = [t for t in refused if t.stamp.shards > 1 and not t.surveyed]
+                if len(unread) < len(refused) or not await self._survey_all(unread):
+                    return landed, refused, error
+                refused, rounds = [], rounds + 1  # the survey is not a write attempt
+                continue  # plan every job again, the surveyed targets on a shard that admits
             results = await _settle_all(
                 [
                     self._send(target, writes, admissions, op_id, guard, now)
@@ -693,6 +781,12 @@ class Admission:
                     self._observe(outcome)
                     landed.append((target, outcome, writes))
                 elif isinstance(outcome, ConditionFailed):
+                    if outcome.item is None and target.image.shard != 0 and not settle:
+                        # A split bucket's shard is gone (the entity was deleted): only the slow
+                        # path, from shard 0, may create a bucket, never on a remembered layout.
+                        self.images.forget(self.ns, target.entity_id, target.resource)
+                        error = error or RulesChanged()
+                        continue
                     if outcome.item is None:
                         target.exists = False
                         target.image = _blank_image(

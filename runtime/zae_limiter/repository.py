@@ -21,6 +21,7 @@ from .admin.entities import EntitiesMixin
 from .admin.flags import FlagsMixin
 from .admin.namespaces import NamespacesMixin
 from .admin.reports import ReportsMixin
+from .admin.shards import ShardsMixin
 from .admin.usage import UsageMixin
 from .admission import Admission
 from .audit import iso
@@ -71,6 +72,7 @@ class Repository(
     ReportsMixin,
     AvailabilityMixin,
     BalancesMixin,
+    ShardsMixin,
     UsageMixin,
 ):
     """One table, one namespace. Open with `await Repository.open(...)`."""

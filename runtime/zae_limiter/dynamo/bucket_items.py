@@ -95,7 +95,9 @@ class BucketImage:
         return keys.bucket(self.ns, self.entity_id, self.resource, self.shard)
 
     def expired(self, now_ms: int) -> bool:
-        return self.ttl is not None and self.ttl * 1000 < now_ms
+        """Past its TTL, so read as absent. A split bucket's items never expire (their layout
+        must outlive every shard, docs/sharding.md): a TTL left on one is ignored."""
+        return self.ttl is not None and self.ttl * 1000 < now_ms and self.stamp.shards == 1
 
     @property
     def slot(self) -> Slot:
@@ -291,12 +293,12 @@ def update_request(
     sets.append(f"{expr.name('ts')} = {expr.value(now)}")
     if ttl is not None:
         sets.append(f"{expr.name('ttl')} = {expr.value(ttl)}")
-    update = "SET " + ", ".join(sets)
     if new_shards is not None:  # a split: every process's next write here meets a new stamp
         sets.append(f"{expr.name('sc')} = {expr.value(new_shards)}")
         sets.append(f"{expr.name('cv')} = {expr.value(image.stamp_seq + 1)}")
-        # and the items of a split bucket never expire (docs/sharding.md)
-        update = "SET " + ", ".join(sets) + f" REMOVE {expr.name('ttl')}"
+    update = "SET " + ", ".join(sets)
+    if ttl is None and (new_shards is not None or (image.stamp.shards > 1 and image.ttl)):
+        update += f" REMOVE {expr.name('ttl')}"  # a split bucket's items never expire
     return {
         "TableName": table,
         "Key": codec.encode_item(image.key),
