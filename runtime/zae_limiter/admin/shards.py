@@ -6,7 +6,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .. import validation
-from ..admission import MAX_SHARDS, RulesChanged
+from ..acquire.shards import MAX_SHARDS
+from ..acquire.values import RulesChanged
 from ..dynamo.transport import DynamoError
 from ..errors import RateLimiterUnavailable, ValidationError
 from ..models import AuditAction
@@ -68,7 +69,7 @@ class ShardsMixin(AdminBase):
         """The bucket's shard count, creating the bucket (one shard, full) if it is absent."""
         for _ in range(MAX_ATTEMPTS):
             try:
-                loaded = await self._admission._load(entity_id, [resource], "entity", None)
+                loaded = await self._admission.load(entity_id, [resource], "entity", None)
             except RulesChanged:
                 continue
             _, target = loaded[resource]
