@@ -6,6 +6,7 @@ quota fractions left by splits and top-ups, and availability agreeing with acqui
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
@@ -130,3 +131,72 @@ async def test_availability_says_allowed_exactly_when_a_fresh_process_is_admitte
         async with fresh.acquire("org", "api", {"units": 101}):
             pass
     assert info.value.statuses[0].max_request == 100
+
+
+async def test_two_processes_of_24_tasks_across_forced_splits_stay_within_every_window(
+    open_repo: Any, clock: Any, wire: Any
+) -> None:
+    repos = [await open_repo(split_writes_per_second=5) for _ in range(2)]
+    limiters = [RateLimiter(r) for r in repos]
+    await limiters[0].set_resource_defaults(
+        "api",
+        [
+            Limit.per_second("rps", 20),
+            Limit.per_second("small", 2),
+            Limit.quota("jobs", 60, cron="0 0 * * *"),
+        ],
+    )
+    spans: list[tuple[int, int]] = []  # (clock before, clock after) of every admitted call
+    small_spans: list[tuple[int, int]] = []
+    ledger = {"rps": 0, "small": 0, "jobs": 0}
+    running = True
+
+    async def task(limiter: RateLimiter, n: int) -> None:
+        for i in range(6):
+            amounts = {"rps": 1, "jobs": 1} if (n + i) % 4 else {"rps": 1, "small": 1}
+            before = clock()
+            if await admit(limiter, "org", "api", amounts):
+                spans.append((before, clock()))
+                if "small" in amounts:
+                    small_spans.append((before, clock()))
+                for name, amount in amounts.items():
+                    ledger[name] += amount
+            await asyncio.sleep(0)
+
+    async def time_passes() -> None:
+        while running:
+            clock.advance(5)
+            await asyncio.sleep(0.01)
+
+    ticker = asyncio.ensure_future(time_passes())
+    await asyncio.gather(*(task(limiters[n % 2], n) for n in range(48)))
+    running = False
+    await ticker
+    for repo in repos:
+        await repo._admission.settle_splits()
+    buckets = await repos[0].get_buckets("org", "api")
+    assert max(b.shard_count for b in buckets) > 1  # the knob forced splits
+    for name in ledger:  # per-shard consumption is exactly what was admitted
+        assert sum(b.total_consumed for b in buckets if b.limit_name == name) == ledger[name]
+    assert ledger["jobs"] <= 60
+    assert_every_window(spans, capacity=20, per_second=20)
+    assert_every_window(small_spans, capacity=2, per_second=2)
+    for _ in range(40):  # learn every shard, then the warm cost
+        await admit(limiters[0], "org", "api", {"rps": 1})
+        clock.advance(20)
+    with wire.block() as w:
+        assert await admit(limiters[0], "org", "api", {"rps": 1})
+    assert (w.round_trips, w.rcu, w.wcu) == (1, 0, 1)
+
+
+def assert_every_window(spans: list[tuple[int, int]], *, capacity: int, per_second: int) -> None:
+    """For every interval [a, b]: the calls surely admitted inside it (started at or after a,
+    returned by b) are at most capacity + refill over b - a."""
+    starts = sorted({s for s, _ in spans})
+    ends = sorted({e for _, e in spans})
+    for a in starts:
+        for b in ends:
+            if b < a:
+                continue
+            inside = sum(1 for s, e in spans if s >= a and e <= b)
+            assert inside <= capacity + per_second * (b - a) / 1000, (a, b, inside)
