@@ -117,7 +117,7 @@ def split_all(p: Params, states: list[State], now: int) -> list[State]:
     return kept + given_
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     capacity=st.integers(1, 5_000),
     refill=st.integers(1, 5_000),
@@ -298,7 +298,7 @@ steps = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(run=st.lists(steps, max_size=60))
 def test_random_sequences_never_admit_more_than_allowed_and_report_exactly(
     run: list[tuple[object, ...]],
