@@ -10,7 +10,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,14 +29,23 @@ from .caches import ConfigCache, ImageCache, stats
 from .dynamo import keys, records
 from .dynamo.bucket_store import DynamoBucketStore
 from .dynamo.store import Store
-from .dynamo.transport import AccessDenied, DynamoError, TableMissing, Transport
+from .dynamo.transport import (
+    AccessDenied,
+    DynamoError,
+    Rejected,
+    TableMissing,
+    Transport,
+    Unavailable,
+)
 from .errors import (
     IncompatibleSchemaError,
     InfrastructureNotFoundError,
     NamespaceNotFoundError,
     PermissionDenied,
+    RateLimiterUnavailable,
     VersionMismatchError,
 )
+from .instrumentation import RequestListener
 from .models import CacheStats, OnUnavailable
 from .resolution import Resolver
 
@@ -117,12 +126,15 @@ class Repository(
         split_writes_per_second: float = 1000.0,
         client_config: Any = None,
         clock: Callable[[], int] | None = None,
+        on_request: RequestListener | None = None,
         _check_version: bool = True,
     ) -> Repository:
         """Connect to an existing table and namespace, and check versions. Creates nothing.
 
         `split_writes_per_second`: a bucket item this process sees written faster than this is
         split into twice the shards (docs/sharding.md); lower it to exercise sharding in tests.
+        `on_request` is called with a `RequestEvent` for every DynamoDB request, from the
+        first one `open` sends (docs/request-hook.md).
         """
         from . import validation
 
@@ -131,9 +143,9 @@ class Repository(
         ns_name = namespace or os.environ.get("ZAEL_NAMESPACE") or "default"
         validation.namespace_name(ns_name)
         endpoint = endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
-        transport = await Transport.connect(
-            region=region, endpoint_url=endpoint, client_config=client_config
-        )
+        transport = await _connect(table_name, region, endpoint, client_config)
+        if on_request is not None:
+            transport.listeners.add(on_request)
         shared = _Shared(
             transport=transport,
             store=Store(transport, table_name),
@@ -150,6 +162,9 @@ class Repository(
                 _check(record, table_name)
             shared.version_record = record
             ns_id = await _namespace_id(shared.store, ns_name)
+        except DynamoError as exc:
+            await transport.close()
+            raise _unavailable(f"Cannot open table {table_name!r}", exc, table_name) from exc
         except BaseException:
             await transport.close()
             raise
@@ -169,55 +184,24 @@ class Repository(
         """Create the table from the schema module (local and test use). False if it existed."""
         table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
         endpoint = endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
-        transport = await Transport.connect(region=region, endpoint_url=endpoint)
+        transport = await _connect(table_name, region, endpoint, None)
         store = Store(transport, table_name)
-        created = True
         try:
-            try:
-                await transport.call("CreateTable", schema.create_table_request(table_name))
-            except DynamoError:
-                raise
-            except Exception as exc:
-                if "ResourceInUse" not in type(exc).__name__ and "ResourceInUse" not in str(exc):
-                    raise
-                created = False
-            if wait:
-                for _ in range(600):
-                    table_info = await store.describe_table()
-                    if table_info.get("TableStatus") == "ACTIVE":
-                        break
-                    await asyncio.sleep(0.1)
-            if created:
-                await transport.call("UpdateTimeToLive", schema.time_to_live_request(table_name))
-            else:
-                _verify_keys(await store.describe_table(), table_name)
-            now = iso(system_clock())
-            record = records.version_record_item(
-                schema_version=schema.SCHEMA_VERSION,
-                aggregator_version=aggregator_version,
-                aggregator_function=None,
-                client_min_version="0.0.0",
-                updated_at=now,
-                updated_by=f"create_table:{versioning.LIBRARY_VERSION}",
-            )
-            try:
-                await store.put(record, condition="attribute_not_exists(PK)")
-            except DynamoError as exc:
-                if not _is_condition_failed(exc):
-                    raise
-            for name in namespaces:
-                await _register_namespace(store, name)
+            return await _create(transport, store, table_name, namespaces, wait, aggregator_version)
+        except DynamoError as exc:
+            raise _unavailable(f"Cannot create table {table_name!r}", exc, table_name) from exc
         finally:
             await transport.close()
-        return created
 
     @classmethod
     async def delete_table(
         cls, *, table: str, region: str | None = None, endpoint_url: str | None = None
     ) -> None:
-        transport = await Transport.connect(region=region, endpoint_url=endpoint_url)
+        transport = await _connect(table, region, endpoint_url, None)
         try:
             await transport.call("DeleteTable", {"TableName": table})
+        except DynamoError as exc:
+            raise _unavailable(f"Cannot delete table {table!r}", exc, table) from exc
         finally:
             await transport.close()
 
@@ -276,6 +260,11 @@ class Repository(
     @property
     def namespace_id(self) -> str:
         return self._ns
+
+    def add_request_listener(self, listener: RequestListener) -> Callable[[], None]:
+        """Call `listener` with a `RequestEvent` for every DynamoDB request this client sends
+        (every namespace scope shares it); returns a function that removes it."""
+        return self._shared.transport.listeners.add(listener)
 
     @property
     def transport(self) -> Transport:
@@ -367,6 +356,81 @@ class Repository(
 # --- helpers -----------------------------------------------------------------------------------
 
 
+async def _create(
+    transport: Transport,
+    store: Store,
+    table_name: str,
+    namespaces: tuple[str, ...] | list[str],
+    wait: bool,
+    aggregator_version: str | None,
+) -> bool:
+    """`Repository.create_table`'s requests; True if the table was created, False if it existed."""
+    created = True
+    try:
+        await transport.call("CreateTable", schema.create_table_request(table_name))
+    except Rejected as exc:
+        if exc.code != "ResourceInUseException":
+            raise
+        created = False
+    if wait:
+        for _ in range(600):
+            table_info = await store.describe_table()
+            if table_info.get("TableStatus") == "ACTIVE":
+                break
+            await asyncio.sleep(0.1)
+    if created:
+        await transport.call("UpdateTimeToLive", schema.time_to_live_request(table_name))
+    else:
+        _verify_keys(await store.describe_table(), table_name)
+    now = iso(system_clock())
+    record = records.version_record_item(
+        schema_version=schema.SCHEMA_VERSION,
+        aggregator_version=aggregator_version,
+        aggregator_function=None,
+        client_min_version="0.0.0",
+        updated_at=now,
+        updated_by=f"create_table:{versioning.LIBRARY_VERSION}",
+    )
+    try:
+        await store.put(record, condition="attribute_not_exists(PK)")
+    except DynamoError as exc:
+        if not _is_condition_failed(exc):
+            raise
+    for name in namespaces:
+        await _register_namespace(store, name)
+    return created
+
+
+async def _connect(
+    table: str, region: str | None, endpoint: str | None, client_config: Any
+) -> Transport:
+    """The DynamoDB client, or `RateLimiterUnavailable` saying what to fix."""
+    try:
+        return await Transport.connect(
+            region=region, endpoint_url=endpoint, client_config=client_config
+        )
+    except Exception as exc:
+        raise RateLimiterUnavailable(
+            "Cannot create the DynamoDB client: check endpoint_url, region and client_config",
+            exc,
+            table_name=table,
+        ) from exc
+
+
+def _unavailable(what: str, exc: DynamoError, table: str) -> RateLimiterUnavailable:
+    """A transport failure as the public error; its message says what failed and what to do."""
+    if isinstance(exc, AccessDenied):
+        return PermissionDenied(
+            f"{what}: DynamoDB refused dynamodb:{exc.operation}; attach the zae-limiter 'app' "
+            "(or 'admin') managed policy to this role",
+            exc.cause,
+            table_name=table,
+        )
+    if isinstance(exc, Unavailable) and exc.hint:
+        return RateLimiterUnavailable(f"{what}: {exc.hint}", exc.cause, table_name=table)
+    return RateLimiterUnavailable(what, exc, table_name=table)
+
+
 async def _read_version_record(store: Store) -> dict[str, Any]:
     try:
         item = await store.get(keys.version_record())
@@ -398,10 +462,11 @@ def _check(record: dict[str, Any], table: str) -> None:
     if verdict.aggregator_older:
         log.warning(
             "table %s has aggregator %s, older than zae-limiter %s: features that need a newer "
-            "aggregator will be refused until you run `zae-limiter upgrade`",
+            "aggregator will be refused until you %s",
             table,
             aggregator,
             lib,
+            verdict.remedy,
         )
 
 
@@ -412,24 +477,33 @@ async def _namespace_id(store: Store, name: str) -> str:
     return str(item["id"])
 
 
-async def _register_namespace(store: Store, name: str) -> str:
-    """Idempotent: the id of the active namespace `name`, registering it if needed."""
+async def _register_namespace(
+    store: Store,
+    name: str,
+    audit_event: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
+) -> str:
+    """Idempotent: the id of the active namespace `name`, registering it if needed.
+
+    `audit_event(namespace_id)` makes the audit item written with the registration (only when
+    this call registers it).
+    """
     existing = await store.get(keys.namespace_by_name(name))
     if existing is not None and existing.get("status") == records.NAMESPACE_ACTIVE:
         return str(existing["id"])
     ns_id = records.new_namespace_id()
     by_name, by_id = records.namespace_items(name, ns_id, iso(system_clock()))
+    operations: list[dict[str, Any]] = [
+        {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
+        {"Put": {"Item": by_id, "ConditionExpression": "attribute_not_exists(PK)"}},
+    ]
+    if audit_event is not None:
+        operations.append({"Put": {"Item": await audit_event(ns_id)}})
     try:
-        await store.transact(
-            [
-                {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
-                {"Put": {"Item": by_id, "ConditionExpression": "attribute_not_exists(PK)"}},
-            ]
-        )
+        await store.transact(operations)
     except DynamoError as exc:
         if not _is_condition_failed(exc):
             raise
-        return await _register_namespace(store, name)
+        return await _register_namespace(store, name, audit_event)
     return ns_id
 
 
