@@ -90,11 +90,11 @@ def primary_limits(lease: Any) -> tuple[str, list[LimitView], int]:
     cached = acquisition.admission.images.get(ImageCache.key_of(image))
     if cached is not None and cached[0].stamp_seq >= image.stamp_seq:
         image = cached[0]
-    shards = image.stamp.shards
+    slot = image.slot
     out = []
     for params in image.stamp.limits:
-        state = image.states.get(params.name) or bucket.full_state(params, shards)
-        view = bucket.view(params, state, now, shards)
+        state = image.states.get(params.name) or bucket.full_state(params, slot)
+        view = bucket.view(params, state, now, slot)
         is_rate = params.kind == Kind.RATE
         if is_rate:
             window = _refill_window(params.capacity, params.refill, params.period_ms)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -80,7 +81,10 @@ class LimitStatus:
                 "available": self.available,
                 "requested": self.requested,
                 "exceeded": self.exceeded,
-                "retry_after_seconds": self.retry_after_seconds,
+                # None: never fits (above max_request; check_availability only)
+                "retry_after_seconds": (
+                    None if math.isinf(self.retry_after_seconds) else self.retry_after_seconds
+                ),
                 "soft": self.limit.soft,
                 "max_request": self.max_request,
             }
@@ -216,6 +220,7 @@ class AuditAction:
     LIMITS_DELETED = "limits_deleted"
     BUCKET_RESET = "bucket_reset"
     BUCKET_TOPPED_UP = "bucket_topped_up"
+    BUCKET_SHARDED = "bucket_sharded"
     NAMESPACE_REGISTERED = "namespace_registered"
     NAMESPACE_DELETED = "namespace_deleted"
     NAMESPACE_RECOVERED = "namespace_recovered"

@@ -22,6 +22,7 @@ from .admin.entities import EntitiesMixin
 from .admin.flags import FlagsMixin
 from .admin.namespaces import NamespacesMixin
 from .admin.reports import ReportsMixin
+from .admin.shards import ShardsMixin
 from .admin.usage import UsageMixin
 from .audit import iso
 from .caches import ConfigCache, ImageCache, stats
@@ -66,6 +67,7 @@ class _Shared:
     images: ImageCache
     config_cache_ttl: float
     bucket_ttl_multiplier: int
+    split_writes_per_second: float
     endpoint_url: str | None
     version_record: dict[str, Any] = field(default_factory=dict)
     gates_passed: set[str] = field(default_factory=set)
@@ -80,6 +82,7 @@ class Repository(
     ReportsMixin,
     AvailabilityMixin,
     BalancesMixin,
+    ShardsMixin,
     UsageMixin,
 ):
     """One table, one namespace. Open with `await Repository.open(...)`."""
@@ -102,6 +105,7 @@ class Repository(
             shared.images,
             shared.clock,
             shared.bucket_ttl_multiplier,
+            shared.split_writes_per_second,
         )
         self._scopes: dict[str, Repository] = {}
 
@@ -119,6 +123,7 @@ class Repository(
         rejection_cache_ttl: float = 1.0,
         rejection_cache_size: int = 10_000,
         bucket_ttl_multiplier: int = 7,
+        split_writes_per_second: float = 1000.0,
         client_config: Any = None,
         clock: Callable[[], int] | None = None,
         on_request: RequestListener | None = None,
@@ -126,11 +131,14 @@ class Repository(
     ) -> Repository:
         """Connect to an existing table and namespace, and check versions. Creates nothing.
 
+        `split_writes_per_second`: a bucket item this process sees written faster than this is
+        split into twice the shards (docs/sharding.md); lower it to exercise sharding in tests.
         `on_request` is called with a `RequestEvent` for every DynamoDB request, from the
         first one `open` sends (docs/request-hook.md).
         """
         from . import validation
 
+        validation.positive_number(split_writes_per_second, "split_writes_per_second")
         table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
         ns_name = namespace or os.environ.get("ZAEL_NAMESPACE") or "default"
         validation.namespace_name(ns_name)
@@ -145,6 +153,7 @@ class Repository(
             images=ImageCache(rejection_cache_ttl, rejection_cache_size),
             config_cache_ttl=config_cache_ttl,
             bucket_ttl_multiplier=bucket_ttl_multiplier,
+            split_writes_per_second=float(split_writes_per_second),
             endpoint_url=endpoint,
         )
         try:

@@ -352,3 +352,31 @@ async def test_a_cancelled_apply_records_its_progress_and_releases_the_lock(
     assert len(result.resumed) == 5 and result.applied == ()
     assert await live.get_resource_defaults("summarize") == [
         Limit.per_minute("requests", 60), Limit.per_minute("units", 2000)]
+
+
+async def test_a_manifest_pre_splits_an_entity_bucket_and_never_lowers_it(
+    zl: ZL, live: Repository, tmp_path: Path
+) -> None:
+    path = write(tmp_path, """
+namespace: default
+resources: {search: {limits: {units: {capacity: 1000}}}}
+entities:
+  org-acme:
+    resources:
+      search: {shards: 8}
+""")
+    assert zl("limits", "plan", "-f", path).stdout.splitlines()[-2:] == [
+        "~ update shards of org-acme / search: no bucket -> 8",
+        "plan: 2 to create, 1 to update, 0 to delete; 1 unchanged",
+    ]
+    zl("limits", "apply", "-f", path, "-y")
+    assert {b.shard_count for b in await live.get_buckets("org-acme", "search")} == {8}
+    assert zl("limits", "plan", "-f", path).stdout.strip() == "no changes: 3 unchanged"
+    split = zl("entity", "set-shards", "org-acme", "-r", "search", "--count", "16")
+    assert "org-acme / search: 16 shard(s)" in split.stdout
+    assert zl("limits", "plan", "-f", path).stdout.strip() == "no changes: 3 unchanged"
+    events = [e for e in await live.get_audit_events("org-acme") if e.action == "bucket_sharded"]
+    assert sorted(e.details["shards"] for e in events) == [8, 16]
+    bad = write(tmp_path, "namespace: default\nentities: {o: {resources: {s: {shards: 3}}}}\n")
+    error = zl.error("limits", "validate", "-f", bad, connect=False)
+    assert "entities.o.resources.s.shards: must be one of 1, 2, 4, 8, 16, 32" in error

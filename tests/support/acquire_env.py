@@ -92,15 +92,17 @@ class AcquireEnv:
         assert image is not None
         params = image.stamp.params(name)
         assert params is not None
-        view = bucket.view(params, image.states[name], self.clock(), image.stamp.shards)
+        view = bucket.view(params, image.states[name], self.clock(), image.slot)
         return view.balance // MILLI
 
     def drained(self) -> dict[str, State]:
         """States with every limit's balance used up now."""
         out = {}
         for params in self.limits:
-            full = bucket.full_state(params, 1)
-            write = bucket.plan_debit(params, full, self.clock(), 1, params.capacity, enforce=True)
+            full = bucket.full_state(params, bucket.WHOLE)
+            write = bucket.plan_debit(
+                params, full, self.clock(), bucket.WHOLE, params.capacity, enforce=True
+            )
             assert write is not None
             out[params.name] = write.result
         return out

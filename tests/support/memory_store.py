@@ -164,7 +164,9 @@ class MemoryBucketStore:
         self._write("replace", key, apply)
         return self._parsed(key)
 
-    async def split(self, parts: Sequence[ShardSplit], *, token: str) -> None:
+    async def split(
+        self, parts: Sequence[ShardSplit], *, token: str, extra: Sequence[dict[str, Any]] = ()
+    ) -> None:
         self.calls.append(Call("split", None))
 
         def apply() -> None:

@@ -81,7 +81,7 @@ class LeaseResource:
             state = current.states.get(params.name)
             if state is None:
                 continue
-            balance = bucket.view(params, state, now, current.stamp.shards).balance
+            balance = bucket.view(params, state, now, current.slot).balance
             balance -= hold.pending.get(params.name, 0) * MILLI
             if balance < 0:
                 out.append(params.name)

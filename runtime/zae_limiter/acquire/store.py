@@ -44,6 +44,9 @@ class BucketStore(Protocol):
         """Write `item` over the stored one if that is still exactly `replaces`."""
         ...
 
-    async def split(self, parts: Sequence[ShardSplit], *, token: str) -> None:
-        """Double a bucket's shards, all parts or none."""
+    async def split(
+        self, parts: Sequence[ShardSplit], *, token: str, extra: Sequence[dict[str, Any]] = ()
+    ) -> None:
+        """Double a bucket's shards, all parts (and the `extra` transaction operations, an
+        audit event) or none."""
         ...

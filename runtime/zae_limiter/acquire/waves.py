@@ -30,6 +30,8 @@ from .values import Contended, Planner, RulesChanged, Target, Unavailable
 log = logging.getLogger("zae_limiter")
 
 MAX_ROUNDS = 5  # write attempts per item before a contended rejection
+#: More operations for a split's transaction, given the new shard count (an audit event).
+MoreOperations = Callable[[int], Coroutine[Any, Any, list[dict[str, Any]]]]
 SETTLE_ROUNDS = 8  # attempts for exit writes and refunds
 
 
@@ -108,15 +110,24 @@ class Waves:
         pending = [_Job(i, t, p, items.new_op_id(), False) for i, (t, p) in enumerate(jobs)]
         rounds = SETTLE_ROUNDS if settle else MAX_ROUNDS
         outcome = _Round()
-        for attempt in range(rounds):
+        attempt = -1
+        while attempt + 1 < rounds:
+            attempt += 1
             if not pending or outcome.error is not None:
                 break
             now = self.clock()
             planned, refused = self._plan(pending, now, latest)
             if refused:
-                return WaveResult(written, refused, outcome.error, latest)
+                again = await self._survey([job for job, _, _ in planned], refused, latest)
+                if again is None:
+                    refused_targets = [latest[job.index] for job in refused]
+                    return WaveResult(written, refused_targets, outcome.error, latest)
+                pending, rounds = again, rounds + 1  # the survey is not a write attempt
+                continue
             retry_errors = settle and attempt + 1 < rounds
-            outcome = await self._wave(planned, now, written, latest, attempt, retry_errors)
+            outcome = await self._wave(
+                planned, now, written, latest, attempt, retry_errors, settle=settle
+            )
             pending = outcome.retry
             if pending and outcome.unknown is not None:
                 await asyncio.sleep(0.02 * (attempt + 1) * transport.backoff_scale)
@@ -125,9 +136,39 @@ class Waves:
             error = Unavailable(outcome.unknown) if outcome.unknown is not None else Contended()
         return WaveResult(written, [], error, latest)
 
+    async def _survey(
+        self, planned: list[_Job], refused: list[_Job], latest: list[Target]
+    ) -> list[_Job] | None:
+        """Every shard tried refused a sharded target: read all of its shards at once and move it
+        to one that admits it (once per call, and only then: what the process knew was not
+        enough). The jobs to plan again, or None when a refused target fits nowhere."""
+        if any(job.target.stamp.shards <= 1 or job.target.surveyed for job in refused):
+            return None
+        found = await asyncio.gather(*(self._read_shards(job.target) for job in refused))
+        now = self.clock()
+        moved = []
+        for job, images in zip(refused, found, strict=True):
+            for image in images:
+                self.images.put(image, now)
+            target = self.shards.fitting(job.target, images, now)
+            if target is None:
+                latest[job.index] = replace(job.target, surveyed=True)
+                return None
+            latest[job.index] = target
+            moved.append(replace(job, target=target))
+        return planned + moved
+
+    async def _read_shards(self, target: Target) -> list[BucketImage]:
+        return await self.store.read(
+            [
+                keys.bucket(self.ns, target.entity_id, target.resource, shard)
+                for shard in range(target.stamp.shards)
+            ]
+        )
+
     def _plan(
         self, pending: list[_Job], now: int, latest: list[Target]
-    ) -> tuple[list[tuple[_Job, dict[str, LimitWrite], int]], list[Target]]:
+    ) -> tuple[list[tuple[_Job, dict[str, LimitWrite], int]], list[_Job]]:
         """Each job's writes on its latest image (moving a refused target to another shard)."""
         planned = []
         refused = []
@@ -142,7 +183,7 @@ class Waves:
                 result = job.planner(target, now)
             latest[job.index] = target
             if result is None:
-                refused.append(target)
+                refused.append(replace(job, target=target))
             else:
                 planned.append((replace(job, target=target), *result))
         return planned, refused
@@ -155,6 +196,8 @@ class Waves:
         latest: list[Target],
         attempt: int,
         retry_errors: bool,
+        *,
+        settle: bool,
     ) -> _Round:
         """Send one wave and sort its outcomes."""
         results = await _settle_all(
@@ -170,7 +213,7 @@ class Waves:
                 self.on_written(result)
                 written.append(Written(job.target, result, writes))
             elif isinstance(result, ConditionFailed):
-                retry = self._condition_failed(job, writes, result, written, round_)
+                retry = self._condition_failed(job, writes, result, written, round_, settle)
                 if retry is not None:
                     latest[job.index] = retry.target
                     round_.retry.append(retry)
@@ -194,9 +237,16 @@ class Waves:
         failed: ConditionFailed,
         written: list[Written],
         round_: _Round,
+        settle: bool,
     ) -> _Job | None:
         """The job to retry after a failed condition, or None (landed after all, or stopped)."""
         target = job.target
+        if failed.item is None and target.image.shard != 0 and not settle:
+            # A split bucket's shard is gone (its entity was deleted): only the slow path, from
+            # shard 0, creates a bucket, never on a layout this process remembers.
+            self.images.forget(self.ns, target.entity_id, target.resource)
+            round_.error = round_.error or RulesChanged()
+            return None
         if failed.item is None:  # expired and deleted: create it again
             blank = planning.blank_image(
                 self.ns,
@@ -286,8 +336,17 @@ class Waves:
             return new
         raise RulesChanged()
 
-    async def split(self, entity_id: str, resource: str, shards: int) -> int:
-        """Double a bucket's shards from `shards`, in one transaction. Returns the new count."""
+    async def create(self, target: Target) -> BucketImage:
+        """Create the target's item (it must not exist), every limit full."""
+        image = await self._send(target, {}, 0, items.new_op_id(), False, self.clock())
+        self.images.put(image, self.clock())
+        return image
+
+    async def split(
+        self, entity_id: str, resource: str, shards: int, extra: MoreOperations | None = None
+    ) -> int:
+        """Double a bucket's shards from `shards`, in one transaction (with `extra(doubled)`'s
+        operations). Returns the new count."""
         shard_keys = [keys.bucket(self.ns, entity_id, resource, s) for s in range(shards)]
         for _ in range(MAX_ROUNDS):
             found = {image.shard: image for image in await self.store.read(shard_keys)}
@@ -295,8 +354,9 @@ class Waves:
             if current is None or current.stamp.shards != shards:
                 return current.stamp.shards if current else shards
             parts = split_parts(current, found, self.clock(), self.maker)
+            more = await extra(shards * 2) if extra is not None else []
             try:
-                await self.store.split(parts, token=items.new_op_id())
+                await self.store.split(parts, token=items.new_op_id(), extra=more)
             except DynamoError:
                 continue  # a concurrent write changed a shard's stamp: read again
             self.images.forget(self.ns, entity_id, resource)

@@ -28,7 +28,7 @@ from .. import validation
 from ..acquire import RulesChanged
 from ..audit import iso
 from ..core import operations
-from ..core.bucket import MILLI, Kind, LimitWrite, State, full_state
+from ..core.bucket import MILLI, Kind, LimitWrite, Slot, State, full_state
 from ..dynamo import bucket_items as items
 from ..dynamo import codec, keys
 from ..dynamo.bucket_items import BucketImage, Stamp
@@ -257,7 +257,7 @@ class BalancesMixin(AdminBase):
             if image is None or image.expired(now):  # never written, or expired: full
                 seq = image.stamp_seq + 1 if image is not None else 1
                 blank = BucketImage(
-                    self._ns, call.entity_id, call.resource, shard, stamp, seq, _full(stamp)
+                    self._ns, call.entity_id, call.resource, shard, stamp, seq, _full(stamp, shard)
                 )
                 shards.append(_Shard(blank, False))
                 continue
@@ -286,30 +286,41 @@ class BalancesMixin(AdminBase):
         if not shards:  # a top-up creates the bucket, as acquire would
             if stamp.is_disabled:
                 raise ResourceDisabled(call.entity_id, call.resource, stamp.flag_level)
-            blank = BucketImage(self._ns, call.entity_id, call.resource, 0, stamp, 1, _full(stamp))
+            blank = BucketImage(
+                self._ns, call.entity_id, call.resource, 0, stamp, 1, _full(stamp, 0)
+            )
             shards = [_Shard(blank, False)]
         if not call.is_top_up:
             shards = [shard for shard in shards if shard.exists]
         now = self._clock()
-        count = stamp.shards
+        slots = [Slot(shard.image.shard, stamp.shards) for shard in shards]
         writes: list[dict[str, LimitWrite]] = [{} for _ in shards]
         for name in names:
             params = stamp.params(name)
             assert params is not None
-            states = [shard.image.states.get(name, full_state(params, count)) for shard in shards]
+            states = [
+                shard.image.states.get(name, full_state(params, slot))
+                for shard, slot in zip(shards, slots, strict=True)
+            ]
             if call.is_top_up:
                 milli = call.amounts[name] * MILLI
                 if params.kind == Kind.RATE:
-                    rooms = [operations.room(params, s, now, count) for s in states]
+                    rooms = [
+                        operations.room(params, s, now, slot)
+                        for s, slot in zip(states, slots, strict=True)
+                    ]
                     shares = operations.allocate(rooms, milli)
                 else:
-                    shares = operations.split(milli, len(shards))
+                    shares = operations.split(milli, slots)
                 planned = [
-                    operations.plan_top_up(params, state, now, count, share) if share else (None, 0)
-                    for state, share in zip(states, shares, strict=True)
+                    operations.plan_top_up(params, state, now, slot, share) if share else (None, 0)
+                    for state, slot, share in zip(states, slots, shares, strict=True)
                 ]
             else:
-                planned = [operations.plan_reset(params, s, now, count) for s in states]
+                planned = [
+                    operations.plan_reset(params, s, now, slot)
+                    for s, slot in zip(states, slots, strict=True)
+                ]
             for i, (write, gain) in enumerate(planned):
                 if write is not None:
                     writes[i][name] = write
@@ -407,8 +418,8 @@ async def _nothing() -> None:
     return None
 
 
-def _full(stamp: Stamp) -> dict[str, State]:
-    return {p.name: full_state(p, stamp.shards) for p in stamp.limits}
+def _full(stamp: Stamp, shard: int) -> dict[str, State]:
+    return {p.name: full_state(p, Slot(shard, stamp.shards)) for p in stamp.limits}
 
 
 def _verb(call: _Call) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
@@ -276,10 +277,11 @@ def entity_available(settings: Settings, entity_id: str, resource: str,
         entity_id, resource, needed or None))
     rows = [{"limit": s.limit_name, "available": s.available, "capacity": s.limit.capacity,
              "needed": s.requested, "exceeded": s.exceeded,
-             "retry_after_s": s.retry_after_seconds} for s in report.statuses]
+             "retry_after_s": _wait(s.retry_after_seconds)} for s in report.statuses]
+    wait = report.retry_after_seconds
     data = {"entity_id": entity_id, "resource": resource, "allowed": report.allowed,
             "bypassed": report.bypassed, "available": report.available,
-            "retry_after_seconds": report.retry_after_seconds,
+            "retry_after_seconds": None if math.isinf(wait) else wait,
             "limits": [s.as_dict() for s in report.statuses]}
     if not rows:
         human = f"{resource} is unmetered for {entity_id} (no limits at any level)"
@@ -287,8 +289,10 @@ def entity_available(settings: Settings, entity_id: str, resource: str,
         human = table(rows, ["limit", "available", "capacity", "needed", "exceeded",
                              "retry_after_s"])
         human += f"\nallowed: {'yes' if report.allowed else 'no'}"
-        if not report.allowed:
-            human += f" (retry after {report.retry_after_seconds:g} s)"
+        if not report.allowed and math.isinf(wait):
+            human += " (never: a need is above one call's maximum, max_request; split it)"
+        elif not report.allowed:
+            human += f" (retry after {wait:g} s)"
     if report.bypassed:
         human += "\n(bypassed: balances are not debited)"
     emit(settings, data, human)
@@ -332,6 +336,32 @@ def entity_top_up(settings: Settings, entity_id: str, resource: str, add: tuple[
     result = with_repo(settings, lambda repo: repo.top_up(
         entity_id, resource, amounts, settings.principal, idempotency_key))
     emit(settings, result, _bucket_result("topped up", result))
+
+
+SET_SHARDS_HELP = """Pre-split a bucket you know will be hot (a launch, a large import).
+
+Splits the entity's bucket for the resource into at least COUNT shards now (1, 2, 4, 8, 16 or 32),
+so it takes that many partitions' writes from the first call; creates it at its full allowance if
+it does not exist. Never lowers the count (a bucket that already has more keeps them). Limits stay
+exact over shards, but one call can take at most one shard's share (`max_request`). Audited."""
+
+
+@entity.command("set-shards", help=SET_SHARDS_HELP,
+                short_help="Pre-split a bucket you know will be hot.")
+@ENTITY_ARG
+@resource_option(required=True, help_text="Resource.")
+@click.option("--count", required=True, type=click.Choice(["1", "2", "4", "8", "16", "32"]),
+              help="Shards wanted: the bucket ends with at least this many.")
+@click.pass_obj
+def entity_set_shards(settings: Settings, entity_id: str, resource: str, count: str) -> None:
+    shards = with_repo(settings, lambda repo: repo.set_shards(
+        entity_id, resource, int(count), settings.principal))
+    emit(settings, {"entity_id": entity_id, "resource": resource, "shards": shards},
+         f"{entity_id} / {resource}: {shards} shard(s)")
+
+
+def _wait(seconds: float) -> float | str:
+    return "never" if math.isinf(seconds) else seconds
 
 
 def _bucket_result(verb: str, result: Any) -> str:

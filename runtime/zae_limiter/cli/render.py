@@ -7,7 +7,7 @@ from typing import Any
 
 from ..limits import Limit
 from ..manifest import Change, Level, Plan, SystemLevel
-from ..manifest.model import PARENT, RECORD
+from ..manifest.model import PARENT, RECORD, SHARDS
 from ..models import Entity
 from . import limitspec
 from .output import table
@@ -88,6 +88,8 @@ def change_text(change: Change) -> str:
         return head + (f" (parent {change.after})" if change.after else "")
     if kind == PARENT:
         return f"{head}: {change.before or 'none'} -> {change.after or 'none'}"
+    if kind == SHARDS:
+        return f"{head}: {change.before or 'no bucket'} -> {change.after}"
     before, after = change.before, change.after
     if change.action == "create" and isinstance(after, Level | SystemLevel):
         return f"{head}: {_describe(after)}"

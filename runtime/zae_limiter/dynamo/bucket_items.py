@@ -19,7 +19,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.bucket import Guard, Kind, LimitWrite, Params, State
+from ..core.bucket import Guard, Kind, LimitWrite, Params, Slot, State
 from . import codec, keys
 
 OP_SLOTS = 4
@@ -95,7 +95,14 @@ class BucketImage:
         return keys.bucket(self.ns, self.entity_id, self.resource, self.shard)
 
     def expired(self, now_ms: int) -> bool:
-        return self.ttl is not None and self.ttl * 1000 < now_ms
+        """Past its TTL, so read as absent. A split bucket's items never expire (their layout
+        must outlive every shard, docs/sharding.md): a TTL left on one is ignored."""
+        return self.ttl is not None and self.ttl * 1000 < now_ms and self.stamp.shards == 1
+
+    @property
+    def slot(self) -> Slot:
+        """Which shard of how many this item is: what its limits' shares depend on."""
+        return Slot(self.shard, self.stamp.shards)
 
 
 # --- parsing -----------------------------------------------------------------------------------
@@ -289,10 +296,13 @@ def update_request(
     if new_shards is not None:  # a split: every process's next write here meets a new stamp
         sets.append(f"{expr.name('sc')} = {expr.value(new_shards)}")
         sets.append(f"{expr.name('cv')} = {expr.value(image.stamp_seq + 1)}")
+    update = "SET " + ", ".join(sets)
+    if ttl is None and (new_shards is not None or (image.stamp.shards > 1 and image.ttl)):
+        update += f" REMOVE {expr.name('ttl')}"  # a split bucket's items never expire
     return {
         "TableName": table,
         "Key": codec.encode_item(image.key),
-        "UpdateExpression": "SET " + ", ".join(sets),
+        "UpdateExpression": update,
         "ConditionExpression": " AND ".join(conditions),
         "ExpressionAttributeNames": expr.names,
         "ExpressionAttributeValues": expr.values,
@@ -393,6 +403,8 @@ def put_request(
         condition = " AND ".join(parts)
         if "par" not in item:
             removes.append(expr.name("par"))
+        if "ttl" not in item:
+            removes.append(expr.name("ttl"))
     update = "SET " + ", ".join(sets)
     if removes:
         update += " REMOVE " + ", ".join(removes)

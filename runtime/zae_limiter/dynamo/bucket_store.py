@@ -85,10 +85,13 @@ class DynamoBucketStore:
         )
         return items.parse(await self.store.send_update(request))
 
-    async def split(self, parts: Sequence[ShardSplit], *, token: str) -> None:
-        """Double a bucket's shards: every part in one transaction, all or nothing."""
+    async def split(
+        self, parts: Sequence[ShardSplit], *, token: str, extra: Sequence[dict[str, Any]] = ()
+    ) -> None:
+        """Double a bucket's shards: every part (and `extra`) in one transaction, all or
+        nothing."""
         operations = [op for part in parts for op in self._split_operations(part)]
-        await self.store.transact(operations, token=token)
+        await self.store.transact([*operations, *extra], token=token)
 
     def _split_operations(self, part: ShardSplit) -> list[dict[str, Any]]:
         sibling_op = {

@@ -82,6 +82,7 @@ class EntitySpec:
 
     parent: str | None = UNSET
     levels: dict[str, Level] = field(default_factory=dict)  # resource or _default_ -> level
+    shards: dict[str, int] = field(default_factory=dict)  # resource -> at least this many shards
 
     @property
     def manages_parent(self) -> bool:
@@ -108,6 +109,7 @@ RESOURCE = "resource"
 ENTITY = "entity"
 PARENT = "parent"
 RECORD = "record"
+SHARDS = "shards"
 
 
 @dataclass(frozen=True, order=True)
@@ -129,6 +131,8 @@ class Target:
             return f"entity {self.entity} / {where}"
         if self.kind == PARENT:
             return f"parent of {self.entity}"
+        if self.kind == SHARDS:
+            return f"shards of {self.entity} / {self.resource}"
         return f"entity {self.entity}"
 
     def as_dict(self) -> dict[str, str]:

@@ -27,6 +27,7 @@ TOP_LEVEL = ("namespace", "system", "resources", "entities")
 LEVEL_KEYS = ("limits", "cascade", "disabled")
 SYSTEM_KEYS = ("limits", "on_unavailable")
 ENTITY_KEYS = ("parent", "resources")
+SHARD_COUNTS = (1, 2, 4, 8, 16, 32)
 LIMIT_KEYS = ("capacity", "refill_amount", "refill_period", "refill_period_seconds",
               "reset_schedule", "reset_after_seconds", "schedule", "soft")
 RESET_KEYS = ("cron", "tz")
@@ -283,13 +284,27 @@ def _entities(raw: Any) -> dict[str, EntitySpec]:
                 if parent == entity_id:
                     raise ManifestError(f"{path}.parent", "an entity cannot be its own parent")
         levels: dict[str, Level] = {}
+        shards: dict[str, int] = {}
         for resource, level in _mapping(fields.get("resources") or {}, f"{path}.resources").items():
             where = f"{path}.resources.{resource}"
             if resource != DEFAULT_RESOURCE:
                 _checked(where, partial(validation.resource_name, resource))
-            levels[resource] = _level(level, where)
-        out[entity_id] = EntitySpec(parent=parent, levels=levels)
+            raw = dict(_mapping(level, where, (*LEVEL_KEYS, "shards")))
+            if "shards" in raw:
+                shards[resource] = _shards(raw.pop("shards"), resource, f"{where}.shards")
+            levels[resource] = _level(raw, where)
+        out[entity_id] = EntitySpec(parent=parent, levels=levels, shards=shards)
     return out
+
+
+def _shards(value: Any, resource: str, path: str) -> int:
+    """An entity's `shards:` for one resource: pre-split its bucket (docs/sharding.md)."""
+    if resource == DEFAULT_RESOURCE:
+        raise ManifestError(path, "shards are set per resource, never on _default_", value)
+    count = _integer(value, path)
+    if count not in SHARD_COUNTS:
+        raise ManifestError(path, f"must be one of {', '.join(map(str, SHARD_COUNTS))}", value)
+    return count
 
 
 def _check_parents(entities: dict[str, EntitySpec]) -> None:

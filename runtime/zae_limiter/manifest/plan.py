@@ -19,6 +19,7 @@ from .model import (
     PARENT,
     RECORD,
     RESOURCE,
+    SHARDS,
     SYSTEM,
     Level,
     Manifest,
@@ -28,7 +29,8 @@ from .model import (
 )
 
 Action = Literal["create", "update", "delete"]
-State = Level | SystemLevel | str | None  # a level, a system level, or a parent id (None = none)
+State = Level | SystemLevel | str | int | None  # a level, a system level, a parent id (None =
+# none), or a bucket's shard count
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Stored:
     entities: dict[str, EntityState] = field(default_factory=dict)
     children: dict[str, tuple[str, ...]] = field(default_factory=dict)
     custom_limits: dict[str, bool] = field(default_factory=dict)  # resource -> any entity has own
+    shards: dict[tuple[str, str], int] = field(default_factory=dict)  # bucket's count, 0: none
 
     def entity(self, entity_id: str) -> EntityState:
         return self.entities.get(entity_id, EntityState(False))
@@ -188,6 +191,8 @@ def state_to_json(state: State) -> Any:
 def state_from_json(target: Target, data: Any) -> State:
     if target.kind in (RESOURCE, ENTITY):
         return Level(_limits_from_json(data["limits"]), data["disabled"], data["cascade"])
+    if target.kind == SHARDS:
+        return int(data)
     if target.kind == SYSTEM:
         mode = data["on_unavailable"]
         return SystemLevel(_limits_from_json(data["limits"]), OnUnavailable(mode) if mode else None)
@@ -296,7 +301,15 @@ def make_plan(
         if not before.empty:
             levels.append(Change("delete", Target(ENTITY, entity_id, resource), before, Level()))
 
-    changes = (*clears, *records, *moves, *levels)
+    # pre-split buckets (after their limits): a count is only ever raised, never managed back
+    splits: list[Change] = []
+    for entity_id, spec in sorted(manifest.entities.items()):
+        for resource, count in sorted(spec.shards.items()):
+            current = stored.shards.get((entity_id, resource), 0)
+            target = Target(SHARDS, entity_id, resource)
+            add(Change("update", target, current, count) if current < count else None, splits)
+
+    changes = (*clears, *records, *moves, *levels, *splits)
     owned = Ownership(
         system=manifest.system is not None,
         resources=frozenset(manifest.resources),
