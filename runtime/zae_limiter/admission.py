@@ -285,6 +285,7 @@ class Admission:
                         image.stamp.shards,
                         stamp.shards,
                         since=image.written_at,
+                        changed_at=stamp.changed_at,
                     )
                     states[params.name] = converted
             op_id = items.new_op_id()

@@ -184,9 +184,9 @@ class _Acquisition:
         lease = self.lease
         if lease is None or lease.degraded:
             if lease is not None:
-                lease._open = False
+                lease._close()
             return
-        lease._open = False
+        lease._close()
         holds = lease._holds
         try:
             if exc_type is not None:

@@ -283,6 +283,34 @@ class Limit:
         )
 
 
+def identity(limit: Limit) -> tuple[Any, ...]:
+    """What makes two limits the same configuration: every field, with each schedule compared as
+    the schedule it is, not as spelled (`0 0 * * 1` and `0 0 * * MON` are one schedule)."""
+
+    def entries(schedule: tuple[ScheduleEntry, ...]) -> tuple[Any, ...]:
+        return tuple(
+            (
+                cron.parse(e.cron, e.tz),
+                e.scale,
+                e.capacity,
+                e.refill_amount,
+                e.refill_period_seconds,
+            )
+            for e in schedule
+        )
+
+    return (
+        limit.name,
+        limit.capacity,
+        limit.refill_amount,
+        limit.refill_period_seconds,
+        limit.reset_after,
+        limit.soft,
+        entries(limit.schedule),
+        entries(limit.reset_schedule),
+    )
+
+
 def check_limit_list(limits: Any, field: str = "limits") -> list[Limit]:
     """A list of `Limit` with unique names."""
     if not isinstance(limits, (list, tuple)) or not all(isinstance(x, Limit) for x in limits):

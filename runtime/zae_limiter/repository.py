@@ -272,7 +272,8 @@ class Repository(
 
     # --- caches ------------------------------------------------------------------------------
 
-    def invalidate_config_cache(self) -> None:
+    async def invalidate_config_cache(self) -> None:
+        """Drop this process's config cache (docs/configuration.md)."""
         self._config_cache.clear()
 
     def get_cache_stats(self) -> CacheStats:

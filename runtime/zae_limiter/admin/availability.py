@@ -106,7 +106,14 @@ def _as_stamped(
             states[params.name] = state
         else:
             states[params.name] = bucket.convert(
-                old, params, state, now, stamp.shards, stamp.shards, since=stored_at
+                old,
+                params,
+                state,
+                now,
+                stamp.shards,
+                stamp.shards,
+                since=stored_at,
+                changed_at=stamp.changed_at,
             )
     return replace(blank, states=states)
 

@@ -55,11 +55,16 @@ class ConfigMixin(AdminBase):
         action: str = AuditAction.LIMITS_SET,
         kind: str | None = None,
     ) -> None:
-        sets = ["GSI4PK = :ns", "GSI4SK = :g4"]
+        sets = ["GSI4PK = :ns", "GSI4SK = :g4", "#at = :at"]
         removes: list[str] = []
-        values: dict[str, Any] = {":one": 1, ":ns": self._ns, ":g4": f"{key['PK']}#{key['SK']}"}
+        values: dict[str, Any] = {
+            ":one": 1,
+            ":ns": self._ns,
+            ":g4": f"{key['PK']}#{key['SK']}",
+            ":at": self._clock(),
+        }
         details: dict[str, Any] = {}
-        names: dict[str, str] = {}
+        names: dict[str, str] = {"#at": "at"}
         if kind:
             details["kind"] = kind
         if limits is not KEEP:
@@ -98,7 +103,7 @@ class ConfigMixin(AdminBase):
                     "Key": key,
                     "UpdateExpression": expression,
                     "ExpressionAttributeValues": values,
-                    **({"ExpressionAttributeNames": names} if names else {}),
+                    "ExpressionAttributeNames": names,
                 }
             },
             {

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ValidationError
-from ..limits import Limit
+from ..limits import Limit, identity
 from ..models import OnUnavailable
 from ..validation import DEFAULT_RESOURCE
 
@@ -46,8 +46,8 @@ class Level:
         )
 
 
-def _by_name(limits: tuple[Limit, ...] | None) -> dict[str, Limit] | None:
-    return None if not limits else {limit.name: limit for limit in limits}
+def _by_name(limits: tuple[Limit, ...] | None) -> dict[str, tuple[Any, ...]] | None:
+    return None if not limits else {limit.name: identity(limit) for limit in limits}
 
 
 @dataclass(frozen=True)
