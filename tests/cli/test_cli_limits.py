@@ -351,3 +351,35 @@ async def test_a_cancelled_apply_records_its_progress_and_releases_the_lock(
     assert len(result.resumed) == 5 and result.applied == ()
     assert await live.get_resource_defaults("summarize") == [
         Limit.per_minute("requests", 60), Limit.per_minute("units", 2000)]
+
+
+WEEKLY_MANIFEST = """namespace: default
+resources:
+  budget:
+    limits:
+      weekly:
+        capacity: 5000000
+        reset_schedule: [{{cron: "{cron}", tz: {tz}}}]
+"""
+
+
+async def test_a_respelled_schedule_is_no_change_and_an_edit_keeps_the_spend(
+    zl: ZL, live: Repository, tmp_path: Path
+) -> None:
+    """§5.8: `0 0 * * MON` is `0 0 * * 1`; a zone edit changes the limit, never its balance."""
+    from zae_limiter import RateLimiter, RateLimitExceeded
+
+    first = write(tmp_path, WEEKLY_MANIFEST.format(cron="0 0 * * 1", tz="Europe/Paris"))
+    zl("limits", "apply", "-f", first, "-y")
+    limiter = RateLimiter(live)
+    async with limiter.acquire("user-1", "budget", {"weekly": 4_900_000}):
+        pass
+    respelled = write(tmp_path, WEEKLY_MANIFEST.format(cron="0 0 * * MON", tz="Europe/Paris"))
+    plan = zl("limits", "plan", "-f", respelled).stdout.splitlines()
+    assert plan == ["no changes: 1 unchanged"]
+    moved = write(tmp_path, WEEKLY_MANIFEST.format(cron="0 0 * * MON", tz="Europe/Berlin"))
+    assert "~ update resource budget" in zl("limits", "apply", "-f", moved, "-y").stdout
+    assert (await limiter.available("user-1", "budget"))["weekly"] == 100_000
+    with pytest.raises(RateLimitExceeded):
+        async with limiter.acquire("user-1", "budget", {"weekly": 4_900_000}):
+            pass

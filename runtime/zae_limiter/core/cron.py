@@ -18,6 +18,7 @@ period cost nothing.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from functools import lru_cache
@@ -60,6 +61,13 @@ class _Bracket:
         return pair
 
 
+@dataclass
+class _Engine:
+    """The cronsim iterator parsed once (None: build one per look-up)."""
+
+    template: CronSim | None
+
+
 @dataclass(frozen=True)
 class Cron:
     """A parsed schedule. Equal schedules compare equal however they were spelled."""
@@ -75,6 +83,7 @@ class Cron:
     hour_wildcard: bool = False  # `*` or `*/n`: fires at every real hour across DST
     engine_expr: str = field(default="", compare=False)  # what cronsim is given
     _bracket: _Bracket = field(default_factory=_Bracket, compare=False, repr=False)
+    _engine: _Engine = field(default_factory=lambda: _Engine(None), compare=False, repr=False)
 
     def day_matches(self, day: date) -> bool:
         if day.month not in self.months:
@@ -94,9 +103,22 @@ class Cron:
         wall = moment.replace(tzinfo=None)
         return _local(_ms(moment), self.zone).replace(tzinfo=None) == wall
 
+    def _engine_at(self, start: datetime, reverse: bool) -> CronSim:
+        """A cronsim iterator from `start`: a copy of the parsed template with its position set
+        (what CronSim's constructor does after parsing), so no look-up parses the expression."""
+        template = self._engine.template
+        if template is None:
+            return CronSim(self.engine_expr, start, reverse=reverse)
+        it = copy.copy(template)
+        it.skip_initial_tick = bool(reverse and start.microsecond)
+        it.tick_direction = -1 if reverse else 1
+        position = start.replace(microsecond=0)
+        it.dt = position.replace(tzinfo=None) if it.fixup_tz else position
+        return it
+
     def _walk(self, start: datetime, reverse: bool) -> int | None:
         try:
-            it = CronSim(self.engine_expr, start, reverse=reverse)
+            it = self._engine_at(start, reverse)
             for _ in range(_MAX_DROPPED):
                 moment = next(it)
                 if self._is_real_edge(moment):
@@ -227,9 +249,10 @@ def parse(expression: str, tz: str = "UTC") -> Cron:
         ]
     )
     try:
-        CronSim(engine, datetime(2026, 1, 1, tzinfo=zone))
+        template = CronSim(engine, datetime(2026, 1, 1, tzinfo=zone))
     except CronSimError as exc:
         raise CronError(f"cron {expression!r} never fires: {exc}") from exc
+    known = all(hasattr(template, a) for a in ("dt", "tick_direction", "skip_initial_tick"))
     return Cron(
         minutes=minutes,
         hours=hours,
@@ -241,6 +264,7 @@ def parse(expression: str, tz: str = "UTC") -> Cron:
         zone=zone,
         hour_wildcard=hour_wildcard,
         engine_expr=engine,
+        _engine=_Engine(template if known and hasattr(template, "fixup_tz") else None),
     )
 
 
