@@ -32,6 +32,7 @@ from .errors import RateLimitExceeded, ResourceDisabled, ValidationError
 from .limits import Limit
 from .models import LimitStatus
 from .resolution import Resolver, stamp_for
+from .unmetered import Unmetered
 
 log = logging.getLogger("zae_limiter")
 
@@ -125,7 +126,8 @@ class Admission:
         self._rates: dict[tuple[str, str, str, int], tuple[int, int, int]] = {}
         self._splitting: set[tuple[str, str, str]] = set()
         self._split_tasks: set[asyncio.Future[None]] = set()
-        self._warned_unmetered: set[str] = set()
+        #: the unmetered policy (unmetered.py); the repository sets it
+        self.unmetered: Unmetered | None = None
         self._warned_parent_fallback: set[tuple[str, str]] = set()
 
     # --- finding the items -------------------------------------------------------------------
@@ -197,7 +199,6 @@ class Admission:
             limits = tuple(override) if override is not None else res.limits
             if limits is None:
                 out[resource] = (res, None)
-                self._note_unmetered(resource)
                 continue
             if role == "parent" and res.source in ("resource", "system"):
                 self._note_parent_fallback(entity_id, resource)
@@ -388,6 +389,8 @@ class Admission:
                 if target is not None and target.stamp.is_disabled:
                     raise ResourceDisabled(target.entity_id, plan.resource, target.stamp.flag_level)
         for plan in ordered:
+            if plan.child is None and self.unmetered is not None:
+                await self.unmetered.admit(plan.resource)  # count, warn, or refuse (no write yet)
             if plan.child is not None:
                 unknown = [n for n in plan.amounts if plan.child.stamp.params(n) is None]
                 if unknown:
@@ -823,16 +826,6 @@ class Admission:
             raise error
 
     # --- notes ---------------------------------------------------------------------------------
-
-    def _note_unmetered(self, resource: str) -> None:
-        if resource not in self._warned_unmetered:
-            self._warned_unmetered.add(resource)
-            log.warning(
-                "resource %r has no limits at any level in namespace %s: it is unmetered "
-                "(admitted, nothing written)",
-                resource,
-                self.ns,
-            )
 
     def _note_parent_fallback(self, parent: str, resource: str) -> None:
         if (parent, resource) not in self._warned_parent_fallback:

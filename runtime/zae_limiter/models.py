@@ -249,6 +249,8 @@ class CacheStats:
     size: int = 0
     ttl_seconds: float = 0
     local_rejections: int = 0
+    #: calls admitted on an unmetered resource, per resource (docs/configuration.md)
+    unmetered_admissions: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -257,4 +259,5 @@ class CacheStats:
             "size": self.size,
             "ttl_seconds": self.ttl_seconds,
             "local_rejections": self.local_rejections,
+            "unmetered_admissions": dict(self.unmetered_admissions),
         }

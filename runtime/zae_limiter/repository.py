@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import schema, versioning
@@ -37,6 +37,7 @@ from .errors import (
 )
 from .models import CacheStats, OnUnavailable
 from .resolution import Resolver
+from .unmetered import Unmetered
 
 log = logging.getLogger("zae_limiter")
 
@@ -57,6 +58,7 @@ class _Shared:
     config_cache_ttl: float
     bucket_ttl_multiplier: int
     endpoint_url: str | None
+    unmetered: str = "allow"  # the unmetered policy (unmetered.py)
     version_record: dict[str, Any] = field(default_factory=dict)
     gates_passed: set[str] = field(default_factory=set)
     principal: str | None = None
@@ -75,7 +77,12 @@ class Repository(
     """One table, one namespace. Open with `await Repository.open(...)`."""
 
     def __init__(
-        self, shared: _Shared, namespace_name: str, namespace_id: str, *, owner: bool
+        self,
+        shared: _Shared,
+        namespace_name: str,
+        namespace_id: str,
+        *,
+        owner: bool,
     ) -> None:
         self._shared = shared
         self._store = shared.store
@@ -93,6 +100,8 @@ class Repository(
             shared.clock,
             shared.bucket_ttl_multiplier,
         )
+        self._unmetered = Unmetered(shared.unmetered, namespace_name, self._configured_resources)
+        self._admission.unmetered = self._unmetered
         self._scopes: dict[str, Repository] = {}
 
     # --- connecting --------------------------------------------------------------------------
@@ -111,10 +120,18 @@ class Repository(
         bucket_ttl_multiplier: int = 7,
         client_config: Any = None,
         clock: Callable[[], int] | None = None,
+        unmetered: str | None = None,
         _check_version: bool = True,
     ) -> Repository:
-        """Connect to an existing table and namespace, and check versions. Creates nothing."""
+        """Connect to an existing table and namespace, and check versions. Creates nothing.
+
+        `unmetered` ("allow", "warn" or "reject"; default `$ZAEL_UNMETERED`, else "allow") says
+        what an acquire on a resource without limits at any level does
+        (docs/configuration.md)."""
         from . import validation
+        from .unmetered import policy_from
+
+        unmetered_policy = policy_from(unmetered)
 
         table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
         ns_name = namespace or os.environ.get("ZAEL_NAMESPACE") or "default"
@@ -131,6 +148,7 @@ class Repository(
             config_cache_ttl=config_cache_ttl,
             bucket_ttl_multiplier=bucket_ttl_multiplier,
             endpoint_url=endpoint,
+            unmetered=unmetered_policy,
         )
         try:
             record = await _read_version_record(shared.store)
@@ -277,7 +295,17 @@ class Repository(
         self._config_cache.clear()
 
     def get_cache_stats(self) -> CacheStats:
-        return stats(self._config_cache, self._shared.images)
+        return replace(
+            stats(self._config_cache, self._shared.images),
+            unmetered_admissions=dict(self._unmetered.admissions),
+        )
+
+    async def _configured_resources(self) -> list[str]:
+        """Resource names some level has limits for (the unmetered policy's suggestions)."""
+        defaults, entity_levels = await asyncio.gather(
+            self.list_resources_with_defaults(), self.list_resources_with_entity_configs()
+        )
+        return sorted({*defaults, *entity_levels} - {keys.DEFAULT_RESOURCE})
 
     def _forget(self, entity_id: str | None = None, resource: str | None = None) -> None:
         """Administrative writes from this process clear the affected cached state."""
