@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import replace
 
 from .. import validation
@@ -27,7 +28,22 @@ class AvailabilityMixin(AdminBase):
         needed: dict[str, int] | None = None,
         limits: list[Limit] | None = None,
     ) -> Availability:
-        """Balances summed over shards, and the wait until `needed` fits. Not a reservation."""
+        """Balances summed over shards, and the wait until `needed` fits. Not a reservation.
+
+        Where the resource cascades for the entity, the parent is judged too (its statuses
+        carry the parent's id), so `allowed` and `retry_after_seconds` answer for the whole
+        acquire; a need above `max_request` never fits (docs/limits-and-time.md)."""
+        return await self._availability(entity_id, resource, needed, limits, as_parent=False)
+
+    async def _availability(
+        self,
+        entity_id: str,
+        resource: str,
+        needed: dict[str, int] | None,
+        limits: list[Limit] | None,
+        *,
+        as_parent: bool,
+    ) -> Availability:
         validation.entity_id(entity_id)
         validation.resource_name(resource)
         wanted = validation.amounts(needed or {}, "needed")
@@ -49,6 +65,8 @@ class AvailabilityMixin(AdminBase):
                 entity_id, resource, now, [], bypassed=res.disabled.startswith("bypass")
             )
         stamp = stamp_for(res, chosen, now=now)
+        if as_parent:  # a parent is judged only on the limits it declares
+            wanted = {n: a for n, a in wanted.items() if stamp.params(n) is not None}
         unknown = [n for n in wanted if stamp.params(n) is None]
         if unknown:
             raise ValidationError(
@@ -83,6 +101,10 @@ class AvailabilityMixin(AdminBase):
             for shard, image in _by_shard(images, shards)
         ]
         statuses = [_merge(column, bypass) for column in zip(*per_shard, strict=True)]
+        if res.cascade and res.parent and not as_parent and wanted:
+            parent = await self._availability(res.parent, resource, wanted, None, as_parent=True)
+            if parent.needed:  # the parent declares some of the needed limits
+                statuses += parent.statuses
         return Availability(entity_id, resource, now, statuses, bypassed=bypass)
 
 
@@ -130,6 +152,8 @@ def _merge(column: tuple[LimitStatus, ...], bypass: bool) -> LimitStatus:
         and (first.requested > ceiling or not any(not s.exceeded for s in column))
     )
     waits = [s.retry_after_seconds for s in column if s.exceeded]
+    if exceeded and first.requested > ceiling:
+        waits = [math.inf]  # above the most one call can take: never fits, whatever the wait
     return replace(
         first,
         available=available,
