@@ -27,6 +27,10 @@ class ScheduleEntry:
 
     def __post_init__(self) -> None:
         try:
+            cron.zone(self.tz)
+        except cron.CronError as exc:
+            raise ValidationError("schedule tz", self.tz, str(exc)) from exc
+        try:
             cron.parse(self.cron, self.tz)
         except cron.CronError as exc:
             raise ValidationError("schedule cron", self.cron, str(exc)) from exc

@@ -46,3 +46,27 @@ async def test_a_need_above_the_whole_allowance_never_fits(repo: Repository) -> 
     assert math.isinf(report.retry_after_seconds)  # not "retry after 490833 s"
     fits = await repo.check_availability("user-1", "budget", {"weekly": 5_000_000})
     assert fits.allowed and fits.retry_after_seconds == 0.0
+
+
+async def test_a_parents_rejection_names_the_parent(repo: Repository, limiter: RateLimiter) -> None:
+    await repo.set_resource_defaults("search", [Limit.per_minute("requests", 100)], cascade=True)
+    await repo.create_entity("org-z")
+    await repo.set_limits("org-z", [Limit.per_minute("requests", 1)], resource="search")
+    await repo.create_entity("user-c1", parent_id="org-z")
+    async with limiter.acquire("user-c1", "search", {"requests": 1}):
+        pass
+    with pytest.raises(RateLimitExceeded) as info:
+        async with limiter.acquire("user-c1", "search", {"requests": 1}):
+            pass
+    assert str(info.value) == "Rate limit exceeded for search (parent org-z): requests"
+
+
+async def test_too_many_resources_says_how_many_are_allowed(limiter: RateLimiter) -> None:
+    from zae_limiter import ValidationError
+
+    also = {f"r{i}": {"units": 1} for i in range(16)}  # 17 resources with the primary
+    with pytest.raises(ValidationError) as info:
+        async with limiter.acquire("user-1", "search", {"requests": 1}, also=also):
+            pass
+    assert "16 extra resources (17 with the primary)" in str(info.value)
+    assert "at most 15 extra resources (16 with the primary)" in str(info.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import audit, validation
+from .. import config as cfg
 from ..core import bucket
 from ..core.bucket import MILLI
 from ..dynamo import bucket_items as items
@@ -70,6 +71,22 @@ class ReportsMixin(AdminBase):
                 )
         return sorted(out, key=lambda b: (b.resource, b.shard_id, b.limit_name))
 
+    async def _check_capacity_limit(self, resource: str, limit_name: str, seen: set[str]) -> None:
+        """ValidationError for a limit name neither the buckets nor the defaults declare."""
+        if not seen:
+            defaults = cfg.level_from_item(
+                await self._store.get(keys.resource_config(self._ns, resource))
+            ).limits
+            seen = {limit.name for limit in defaults or ()}
+            if not seen or limit_name in seen:
+                return  # nothing used yet: the report is rightly empty
+        raise ValidationError(
+            "limit_name",
+            limit_name,
+            f"{resource!r} has no limit of that name; its buckets and defaults declare "
+            f"{sorted(seen)}",
+        )
+
     async def get_resource_capacity(
         self, resource: str, limit_name: str, parents_only: bool = False
     ) -> ResourceCapacity:
@@ -84,8 +101,10 @@ class ReportsMixin(AdminBase):
         )
         now = self._clock()
         per_entity: dict[str, list[int]] = {}
+        declared: set[str] = set()
         for raw in found:
             image = items.parse(raw)
+            declared.update(image.stamp.names)
             stored = image.stamp.params(limit_name)
             if stored is None:
                 continue
@@ -96,6 +115,8 @@ class ReportsMixin(AdminBase):
             totals = per_entity.setdefault(image.entity_id, [0, 0])
             totals[0] += view.ceiling // MILLI
             totals[1] += view.balance // MILLI
+        if limit_name not in declared:
+            await self._check_capacity_limit(resource, limit_name, declared)
         if parents_only:
             kids = set()
             for entity in list(per_entity):

@@ -218,13 +218,18 @@ def _listed(values: frozenset[int]) -> str:
     return ",".join(str(v) for v in sorted(values))
 
 
+def zone(tz: str) -> ZoneInfo:
+    """The IANA zone `tz`, or CronError saying what to write."""
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
+        raise CronError(f"unknown time zone {tz!r}; use an IANA name like 'Europe/Paris'") from exc
+
+
 @lru_cache(maxsize=512)
 def parse(expression: str, tz: str = "UTC") -> Cron:
     """Parse a 5-field cron expression evaluated in the IANA zone `tz`."""
-    try:
-        zone = ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise CronError(f"unknown time zone {tz!r}; use an IANA name like 'Europe/Paris'") from exc
+    zone_info = zone(tz)
     fields = expression.split()
     if len(fields) != 5:
         raise CronError(
@@ -249,7 +254,7 @@ def parse(expression: str, tz: str = "UTC") -> Cron:
         ]
     )
     try:
-        template = CronSim(engine, datetime(2026, 1, 1, tzinfo=zone))
+        template = CronSim(engine, datetime(2026, 1, 1, tzinfo=zone_info))
     except CronSimError as exc:
         raise CronError(f"cron {expression!r} never fires: {exc}") from exc
     known = all(hasattr(template, a) for a in ("dt", "tick_direction", "skip_initial_tick"))
@@ -261,7 +266,7 @@ def parse(expression: str, tz: str = "UTC") -> Cron:
         weekdays=weekdays,
         days_restricted=days_restricted,
         weekdays_restricted=weekdays_restricted,
-        zone=zone,
+        zone=zone_info,
         hour_wildcard=hour_wildcard,
         engine_expr=engine,
         _engine=_Engine(template if known and hasattr(template, "fixup_tz") else None),
