@@ -16,6 +16,7 @@ from zae_limiter import Limit, OnUnavailable, RateLimiterUnavailable, Repository
 from zae_limiter.dynamo import keys
 from zae_limiter.manifest import (
     ConcurrentApplyError,
+    ManifestError,
     apply_manifest,
     apply_plan,
     loads,
@@ -228,9 +229,10 @@ async def test_bad_manifests(zl: ZL, tmp_path: Path) -> None:
     path = write(tmp_path, "namespace: default\nresources: {r: {limits: {rpm: {capacity: 1}, "
                            "tpm: {capacity: 1, burst: 2}}}}\n")
     stderr = zl.error("limits", "validate", "-f", path, connect=False)
-    assert stderr.strip() == ("Error: resources.r.limits.tpm.burst: unknown key; expected one of: "
-                              "capacity, refill_amount, refill_period, refill_period_seconds, "
-                              "reset_schedule, reset_after_seconds, schedule, soft")
+    assert stderr.strip() == (f"Error: {path}:2: resources.r.limits.tpm.burst: unknown key; "
+                              "expected one of: capacity, refill_amount, refill_period, "
+                              "refill_period_seconds, reset_schedule, reset_after_seconds, "
+                              "schedule, soft")
     assert "Missing option '-f'" in zl("limits", "plan", code=2).stderr
     assert "cannot read" in zl.error("limits", "diff", "-f", str(tmp_path / "nope.yaml"))
 
@@ -383,3 +385,32 @@ async def test_a_respelled_schedule_is_no_change_and_an_edit_keeps_the_spend(
     with pytest.raises(RateLimitExceeded):
         async with limiter.acquire("user-1", "budget", {"weekly": 4_900_000}):
             pass
+
+
+TWO_MISTAKES_AND_AN_ANCHOR = """namespace: default
+x-free: &free
+  requests: {capacity: 60}
+  units: {capacity: -5}
+resources:
+  search:
+    limits: *free
+  translate:
+    limits: {requests: {capacity: 60, burst: 2}}
+  budget:
+    disabled: maybe
+"""
+
+
+async def test_every_manifest_mistake_is_reported_with_its_file_and_line(
+    zl: ZL, tmp_path: Path
+) -> None:
+    """§8: all mistakes at once, each at file:line; one inside an anchor at the anchor's line."""
+    path = write(tmp_path, TWO_MISTAKES_AND_AN_ANCHOR)
+    stderr = zl.error("limits", "validate", "-f", path, connect=False)
+    assert stderr.splitlines()[0] == "Error: 3 problems in the manifest:"
+    assert f"  {path}:4: resources.search.limits.units: Invalid capacity -5" in stderr
+    assert f"  {path}:9: resources.translate.limits.requests.burst: unknown key" in stderr
+    assert f"  {path}:11: resources.budget.disabled: must be true, false or bypass" in stderr
+    with pytest.raises(ManifestError) as info:
+        loads(TWO_MISTAKES_AND_AN_ANCHOR)
+    assert [e.line for e in info.value.errors] == [4, 9, 11]
