@@ -31,15 +31,18 @@ def main() -> None:
     app = cdk.App(outdir=None if os.environ.get("CDK_OUTDIR") else str(ROOT / "cdk.out"))
     if as_bool("nag", app.node.try_get_context("nag") or "true"):
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    ZaeLimiterStack(
-        app,
-        str(app.node.try_get_context("stack_name") or "ZaeLimiter"),
-        from_context=True,
-        env=cdk.Environment(
-            account=os.environ.get("CDK_DEFAULT_ACCOUNT"),
-            region=os.environ.get("CDK_DEFAULT_REGION"),
-        ),
-    )
+    try:
+        ZaeLimiterStack(
+            app,
+            str(app.node.try_get_context("stack_name") or "ZaeLimiter"),
+            from_context=True,
+            env=cdk.Environment(
+                account=os.environ.get("CDK_DEFAULT_ACCOUNT"),
+                region=os.environ.get("CDK_DEFAULT_REGION"),
+            ),
+        )
+    except ValueError as exc:  # bad context or properties: one clear line, no traceback
+        sys.exit(f"zae-limiter: {exc}")
     app.synth()
 
 
