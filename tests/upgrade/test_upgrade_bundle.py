@@ -41,11 +41,20 @@ def source_files(root: Path) -> set[str]:
 
 
 def test_the_zip_is_the_package_plus_the_handler_shim(library: Traversable) -> None:
+    from zae_limiter.upgrade.bundle import BUNDLED_DEPENDENCIES, dependency_dirs
+
     built = build_aggregator_bundle()
     archive = zipfile.ZipFile(io.BytesIO(built.zip_bytes))
     names = archive.namelist()
     assert names == sorted(names) == list(built.files)
-    assert set(names) == source_files(Path(str(library))) | {SHIM_NAME}
+    dependencies = {
+        f"{name}/{path.relative_to(folder).as_posix()}"
+        for name, folder in zip(BUNDLED_DEPENDENCIES, dependency_dirs(), strict=True)
+        for path in folder.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
+    assert "cronsim/cronsim.py" in dependencies  # the pure-Python packages Lambda lacks
+    assert set(names) == source_files(Path(str(library))) | dependencies | {SHIM_NAME}
     assert f"{PACKAGE}/{ENTRY_MODULE}.py" in names
     assert archive.read(SHIM_NAME).decode() == SHIM_SOURCE
     for info in archive.infolist():
