@@ -19,10 +19,9 @@ from constructs import Construct
 from zae_limiter import schema
 from zae_limiter.aggregation import ARCHIVE_PREFIX
 from zae_limiter.dynamo import keys
-from zae_limiter.upgrade.bundle import dependency_dirs
 
 from .bundling import RUNTIME, python_lambda_code
-from .paths import AGGREGATOR_DIR, HANDLER, RUNTIME_PACKAGE_DIR
+from .paths import AGGREGATOR_DIR, HANDLER, bundled_packages
 from .permissions import dynamodb_actions, kms_statement, statement
 from .props import LOG_RETENTION, ZaeLimiterProps
 
@@ -132,7 +131,7 @@ def python_function(
         runtime=RUNTIME,
         architecture=lambda_.Architecture.X86_64,
         handler=HANDLER,
-        code=python_lambda_code(code_dir, [RUNTIME_PACKAGE_DIR, *dependency_dirs()]),
+        code=python_lambda_code(code_dir, bundled_packages()),
         memory_size=memory_mb,
         timeout=Duration.seconds(timeout_seconds),
         role=role,

@@ -18,6 +18,7 @@ from infra.paths import (
     LAMBDAS_DIR,
     RUNTIME_PACKAGE_DIR,
     VERSION_RECORD_DIR,
+    bundled_packages,
 )
 from lambda_sim import (
     LAMBDA_RUNTIME_PACKAGES,
@@ -86,8 +87,8 @@ def test_bundle_refuses_two_files_at_one_path(tmp_path: Path) -> None:
 
 
 def test_asset_hash_is_stable_and_is_the_one_the_construct_ships(synthesized: Synthesized) -> None:
-    first = asset_hash(AGGREGATOR_DIR, [RUNTIME_PACKAGE_DIR])
-    assert asset_hash(AGGREGATOR_DIR, [RUNTIME_PACKAGE_DIR]) == first
+    first = asset_hash(AGGREGATOR_DIR, bundled_packages())
+    assert asset_hash(AGGREGATOR_DIR, bundled_packages()) == first
     template: Any = synthesized.default
     function_id = logical_id(template, "AWS::Lambda::Function", "AggregatorFunction")
     function = resources(template, "AWS::Lambda::Function")[function_id]
@@ -127,7 +128,7 @@ def test_version_record_handler_exists() -> None:
 def test_bundle_imports_with_only_what_lambda_provides(handler_dir: Path, tmp_path: Path) -> None:
     """The bundle's handler imports with the stdlib, boto3 (and Powertools for the aggregator)."""
     bundle = tmp_path / "bundle"
-    copy_bundle(handler_dir, [RUNTIME_PACKAGE_DIR], bundle)
+    copy_bundle(handler_dir, bundled_packages(), bundle)
     layer = POWERTOOLS_LAYER_PACKAGES if handler_dir == AGGREGATOR_DIR else ()
     provided = provided_packages(tmp_path / "runtime", [*LAMBDA_RUNTIME_PACKAGES, *layer])
     module, function = HANDLER.split(".")
