@@ -16,8 +16,6 @@ class FlagsMixin(ConfigMixin):
     ) -> int:
         validation.resource_name(resource)
         await self._gates_for(None, disabled, cascade)
-        if await self._flag_stored(keys.resource_config(self._ns, resource), disabled, cascade):
-            return 0  # already so: no write, no second audit event
         await self._change_resource_level(
             resource, principal, disabled=disabled, cascade=cascade, kind=_kind(disabled)
         )
@@ -38,20 +36,8 @@ class FlagsMixin(ConfigMixin):
         await self._gates_for(None, disabled, cascade)
         if disabled is True or disabled == "bypass":
             await self._require_known(entity_id, resource)
-        key = keys.entity_config(self._ns, entity_id, level)
-        if await self._flag_stored(key, disabled, cascade):
-            # already so: no write and no second audit event, but finish any fan-out that an
-            # earlier call left incomplete (FanoutIncomplete says: re-run the same call)
-            return await self._fanout(entity_id, level)
         return await self._change_entity_level(
             entity_id, level, principal, disabled=disabled, cascade=cascade, kind=_kind(disabled)
-        )
-
-    async def _flag_stored(self, key: dict[str, str], disabled: Any, cascade: Any) -> bool:
-        """Whether the level already stores exactly these flag values."""
-        level = cfg.level_from_item(await self._store.get(key))
-        return (disabled is KEEP or _same(level.disabled, disabled)) and (
-            cascade is KEEP or _same(level.cascade, cascade)
         )
 
     # --- resource level --------------------------------------------------------------------------
@@ -145,10 +131,6 @@ class FlagsMixin(ConfigMixin):
             keys.entity_config(self._ns, entity_id, resource or keys.DEFAULT_RESOURCE)
         )
         return cfg.level_from_item(item).cascade
-
-
-def _same(stored: Any, wanted: Any) -> bool:
-    return type(stored) is type(wanted) and stored == wanted
 
 
 def _kind(disabled: Any) -> str:

@@ -1,7 +1,6 @@
 """The aggregator's Lambda code, built from the installed library: no checkout, Docker or network.
 
-The zip holds the `zae_limiter` package exactly as installed (minus byte-code caches), the
-pure-Python packages it imports that the Lambda runtime lacks (`BUNDLED_DEPENDENCIES`), and a
+The zip holds the `zae_limiter` package exactly as installed (minus byte-code caches) and a
 generated `handler.py` at its root that re-exports the Lambda entry point from the package, so
 the deployed function's handler setting (`handler.handler`, as the CDK construct configures it)
 keeps working. The zip is deterministic: entries sorted, fixed timestamps and permissions, stored
@@ -14,17 +13,17 @@ import ast
 import base64
 import hashlib
 import importlib.resources
-import importlib.util
 import io
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
-from pathlib import Path
 
 from .errors import UpgradeError
 
 PACKAGE = "zae_limiter"
+#: Pure-Python packages the runtime package imports that the Lambda runtime does not provide.
+DEPENDENCIES = ("packaging", "cronsim")
 #: The module of the installed package that holds the aggregator's Lambda entry point.
 ENTRY_MODULE = "aggregator_lambda"
 ENTRY_FUNCTION = "handler"
@@ -32,8 +31,6 @@ ENTRY_FUNCTION = "handler"
 LAMBDA_HANDLER = "handler.handler"
 SHIM_NAME = "handler.py"
 
-#: Pure-Python packages the runtime imports that the Lambda runtime does not provide.
-BUNDLED_DEPENDENCIES = ("cronsim",)
 IGNORED_DIRECTORIES = frozenset({"__pycache__", "tests", ".pytest_cache", ".mypy_cache"})
 IGNORED_SUFFIXES = (".pyc", ".pyo")
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -62,17 +59,6 @@ class AggregatorBundle:
     @property
     def size(self) -> int:
         return len(self.zip_bytes)
-
-
-def dependency_dirs() -> list[Path]:
-    """The installed folder of each bundled dependency (what a Lambda bundle copies)."""
-    out = []
-    for name in BUNDLED_DEPENDENCIES:
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.origin is None:
-            raise UpgradeError(f"{name} is not installed; reinstall zae-limiter")
-        out.append(Path(spec.origin).parent)
-    return out
 
 
 def installed_package() -> Traversable:
@@ -113,13 +99,14 @@ def _check_entry_point(package: Traversable) -> None:
 
 
 def build_aggregator_bundle(package: Traversable | None = None) -> AggregatorBundle:
-    """Zip the installed package (or `package`, a `zae_limiter` directory) plus the handler shim."""
+    """Zip the installed package (or `package`, a `zae_limiter` directory), the pure-Python
+    dependencies the Lambda runtime lacks (`DEPENDENCIES`), plus the handler shim."""
     root = package if package is not None else installed_package()
     _check_entry_point(root)
     entries = {name: entry.read_bytes() for name, entry in _walk(root, f"{PACKAGE}/")}
-    for dependency in BUNDLED_DEPENDENCIES:
-        for name, entry in _walk(importlib.resources.files(dependency), f"{dependency}/"):
-            entries[name] = entry.read_bytes()
+    for dependency in DEPENDENCIES:
+        found = importlib.resources.files(dependency)
+        entries |= {name: entry.read_bytes() for name, entry in _walk(found, f"{dependency}/")}
     entries[SHIM_NAME] = SHIM_SOURCE.encode()
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
