@@ -61,8 +61,9 @@ def _validate_acquire(
         if len(also) + 1 > MAX_ACQUIRE_RESOURCES:
             raise ValidationError(
                 "also",
-                f"{len(also)} resources",
-                f"at most {MAX_ACQUIRE_RESOURCES} resources per acquire, the primary included",
+                f"{len(also)} extra resources ({len(also) + 1} with the primary)",
+                f"at most {MAX_ACQUIRE_RESOURCES - 1} extra resources "
+                f"({MAX_ACQUIRE_RESOURCES} with the primary) per acquire; split the call",
             )
         for extra, amounts in also.items():
             validation.resource_name(extra, field="also resource")
@@ -185,9 +186,9 @@ class _Acquisition:
         lease = self.lease
         if lease is None or lease.degraded:
             if lease is not None:
-                lease._open = False
+                lease._close()
             return
-        lease._open = False
+        lease._close()
         holds = lease._holds
         try:
             if exc_type is not None:

@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import schema, versioning
@@ -48,6 +48,7 @@ from .errors import (
 from .instrumentation import RequestListener
 from .models import CacheStats, OnUnavailable
 from .resolution import Resolver
+from .unmetered import Unmetered
 
 log = logging.getLogger("zae_limiter")
 
@@ -69,6 +70,7 @@ class _Shared:
     bucket_ttl_multiplier: int
     split_writes_per_second: float
     endpoint_url: str | None
+    unmetered: str = "allow"  # the unmetered policy (unmetered.py)
     version_record: dict[str, Any] = field(default_factory=dict)
     gates_passed: set[str] = field(default_factory=set)
     principal: str | None = None
@@ -88,7 +90,12 @@ class Repository(
     """One table, one namespace. Open with `await Repository.open(...)`."""
 
     def __init__(
-        self, shared: _Shared, namespace_name: str, namespace_id: str, *, owner: bool
+        self,
+        shared: _Shared,
+        namespace_name: str,
+        namespace_id: str,
+        *,
+        owner: bool,
     ) -> None:
         self._shared = shared
         self._store = shared.store
@@ -107,6 +114,8 @@ class Repository(
             shared.bucket_ttl_multiplier,
             shared.split_writes_per_second,
         )
+        self._unmetered = Unmetered(shared.unmetered, namespace_name, self._configured_resources)
+        self._admission.finder.unmetered = self._unmetered
         self._scopes: dict[str, Repository] = {}
 
     # --- connecting --------------------------------------------------------------------------
@@ -126,6 +135,7 @@ class Repository(
         split_writes_per_second: float = 1000.0,
         client_config: Any = None,
         clock: Callable[[], int] | None = None,
+        unmetered: str | None = None,
         on_request: RequestListener | None = None,
         _check_version: bool = True,
     ) -> Repository:
@@ -135,8 +145,15 @@ class Repository(
         split into twice the shards (docs/sharding.md); lower it to exercise sharding in tests.
         `on_request` is called with a `RequestEvent` for every DynamoDB request, from the
         first one `open` sends (docs/request-hook.md).
+
+        `unmetered` ("allow", "warn" or "reject"; default `$ZAEL_UNMETERED`, else "allow") says
+        what an acquire on a resource without limits at any level does
+        (docs/configuration.md).
         """
         from . import validation
+        from .unmetered import policy_from
+
+        unmetered_policy = policy_from(unmetered)
 
         validation.positive_number(split_writes_per_second, "split_writes_per_second")
         table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
@@ -155,6 +172,7 @@ class Repository(
             bucket_ttl_multiplier=bucket_ttl_multiplier,
             split_writes_per_second=float(split_writes_per_second),
             endpoint_url=endpoint,
+            unmetered=unmetered_policy,
         )
         try:
             record = await _read_version_record(shared.store)
@@ -273,11 +291,22 @@ class Repository(
 
     # --- caches ------------------------------------------------------------------------------
 
-    def invalidate_config_cache(self) -> None:
+    async def invalidate_config_cache(self) -> None:
+        """Drop this process's config cache (docs/configuration.md)."""
         self._config_cache.clear()
 
     def get_cache_stats(self) -> CacheStats:
-        return stats(self._config_cache, self._shared.images)
+        return replace(
+            stats(self._config_cache, self._shared.images),
+            unmetered_admissions=dict(self._unmetered.admissions),
+        )
+
+    async def _configured_resources(self) -> list[str]:
+        """Resource names some level has limits for (the unmetered policy's suggestions)."""
+        defaults, entity_levels = await asyncio.gather(
+            self.list_resources_with_defaults(), self.list_resources_with_entity_configs()
+        )
+        return sorted({*defaults, *entity_levels} - {keys.DEFAULT_RESOURCE})
 
     def _forget(self, entity_id: str | None = None, resource: str | None = None) -> None:
         """Administrative writes from this process clear the affected cached state."""

@@ -36,6 +36,13 @@ WEEKLY = Limit.quota("weekly", 1_000, cron="0 0 * * 1")
 SESSION = Limit.quota("session", 100, reset_after=timedelta(hours=5))
 
 
+@pytest.fixture(autouse=True)
+async def known_entities(repo: Repository) -> None:
+    """Balance operations refuse an entity that has neither a record nor a bucket (§5.9)."""
+    for entity in ("u1", "u2"):
+        await repo.create_entity(entity)
+
+
 async def spend(limiter: RateLimiter, entity: str, resource: str, **amounts: int) -> None:
     async with limiter.acquire(entity, resource, amounts):
         pass
@@ -46,7 +53,9 @@ async def available(limiter: RateLimiter, entity: str, resource: str) -> dict[st
 
 
 async def events(repo: Repository, entity: str) -> list[Any]:
-    return await repo.get_audit_events(entity)
+    """The entity's audit events after its creation."""
+    found = await repo.get_audit_events(entity)
+    return [e for e in found if e.action != AuditAction.ENTITY_CREATED]
 
 
 # --- calendar quotas -----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ class ResourceHold:
     parent: Landed | None
     consumed: dict[str, int]  # whole units, net
     pending: dict[str, int] = field(default_factory=dict)  # whole units, deferred adjustments
+    final_overdrawn: list[str] | None = None  # frozen when the block exits
 
     @property
     def declared(self) -> tuple[str, ...] | None:
@@ -52,8 +53,12 @@ class LeaseResource:
 
     @property
     def _hold(self) -> ResourceHold:
-        self._lease._check_open()
         return self._lease._holds[self.name]
+
+    def _open_hold(self) -> ResourceHold:
+        """The hold, for the members that change it: LeaseExpiredError after the block."""
+        self._lease._check_open()
+        return self._hold
 
     @property
     def consumed(self) -> dict[str, int]:
@@ -66,6 +71,12 @@ class LeaseResource:
 
     @property
     def overdrawn(self) -> list[str]:
+        hold = self._hold
+        if hold.final_overdrawn is not None:
+            return list(hold.final_overdrawn)
+        return self._live_overdrawn()
+
+    def _live_overdrawn(self) -> list[str]:
         hold = self._hold
         if hold.child is None:
             return []
@@ -90,14 +101,14 @@ class LeaseResource:
     async def consume(self, **amounts: int) -> None:
         """Take more now, all or none, judged against the live balance."""
         checked = validation.amounts(amounts, "consume")
-        hold = self._hold
+        hold = self._open_hold()
         hold.check_names(checked)
         await self._lease._acq.consume_more(hold, checked)
 
     async def adjust(self, **amounts: int) -> None:
         """Record a change (signed) to write on exit. Never rejects; net is clamped at 0."""
         checked = validation.amounts(amounts, "adjust", signed=True)
-        hold = self._hold
+        hold = self._open_hold()
         hold.check_names(checked)
         for name, amount in checked.items():
             net = hold.consumed.get(name, 0)
@@ -107,6 +118,7 @@ class LeaseResource:
 
     async def release(self, **amounts: int) -> None:
         """`adjust` with the amounts negated."""
+        self._lease._check_open()
         checked = validation.amounts(amounts, "release")
         await self.adjust(**{name: -amount for name, amount in checked.items()})
 
@@ -152,13 +164,19 @@ class Lease:
         if not self._open:
             raise LeaseExpiredError()
 
+    def _close(self) -> None:
+        """End the block: read-only members keep their final values (soft balances frozen)."""
+        if self._open and not self._degraded:
+            for name, hold in self._holds.items():
+                hold.final_overdrawn = LeaseResource(self, name)._live_overdrawn()
+        self._open = False
+
     @property
     def resources(self) -> tuple[str, ...]:
         return tuple(self._holds)
 
     def resource(self, name: str) -> LeaseResource:
         """The handle of one covered resource; ValidationError for any other name."""
-        self._check_open()
         if self.degraded:
             return _NoopResource(name)  # type: ignore[return-value]
         if name not in self._holds:
@@ -168,7 +186,6 @@ class Lease:
         return LeaseResource(self, name)
 
     def _primary(self) -> LeaseResource:
-        self._check_open()
         if self.degraded:
             return _NoopResource("")  # type: ignore[return-value]
         return LeaseResource(self, next(iter(self._holds)))

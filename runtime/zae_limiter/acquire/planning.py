@@ -201,7 +201,13 @@ def restamped_states(image: BucketImage, stamp: Stamp, now: int) -> dict[str, St
             states[params.name] = bucket.full_state(params, image.slot)
         else:
             states[params.name] = bucket.convert(
-                old_params, params, old_state, now, image.slot, since=image.written_at
+                old_params,
+                params,
+                old_state,
+                now,
+                image.slot,
+                since=image.written_at,
+                changed_at=stamp.changed_at,
             )
     return states
 

@@ -28,7 +28,22 @@ class AvailabilityMixin(AdminBase):
         needed: dict[str, int] | None = None,
         limits: list[Limit] | None = None,
     ) -> Availability:
-        """Balances summed over shards, and the wait until `needed` fits. Not a reservation."""
+        """Balances summed over shards, and the wait until `needed` fits. Not a reservation.
+
+        Where the resource cascades for the entity, the parent is judged too (its statuses
+        carry the parent's id), so `allowed` and `retry_after_seconds` answer for the whole
+        acquire; a need above `max_request` never fits (docs/limits-and-time.md)."""
+        return await self._availability(entity_id, resource, needed, limits, as_parent=False)
+
+    async def _availability(
+        self,
+        entity_id: str,
+        resource: str,
+        needed: dict[str, int] | None,
+        limits: list[Limit] | None,
+        *,
+        as_parent: bool,
+    ) -> Availability:
         validation.entity_id(entity_id)
         validation.resource_name(resource)
         wanted = validation.amounts(needed or {}, "needed")
@@ -50,6 +65,8 @@ class AvailabilityMixin(AdminBase):
                 entity_id, resource, now, [], bypassed=res.disabled.startswith("bypass")
             )
         stamp = stamp_for(res, chosen, now=now)
+        if as_parent:  # a parent is judged only on the limits it declares
+            wanted = {n: a for n, a in wanted.items() if stamp.params(n) is not None}
         unknown = [n for n in wanted if stamp.params(n) is None]
         if unknown:
             raise ValidationError(
@@ -86,6 +103,10 @@ class AvailabilityMixin(AdminBase):
             for p in stamp.limits
         ]
         statuses = _merge(per_shard, totals, bypass)
+        if res.cascade and res.parent and not as_parent and wanted:
+            parent = await self._availability(res.parent, resource, wanted, None, as_parent=True)
+            if parent.needed:  # the parent declares some of the needed limits
+                statuses += parent.statuses
         return Availability(entity_id, resource, now, statuses, bypassed=bypass)
 
 
@@ -109,7 +130,13 @@ def _as_stamped(
             states[params.name] = state
         else:
             states[params.name] = bucket.convert(
-                old, params, state, now, blank.slot, since=stored_at
+                old,
+                params,
+                state,
+                now,
+                blank.slot,
+                since=stored_at,
+                changed_at=stamp.changed_at,
             )
     return replace(blank, states=states)
 

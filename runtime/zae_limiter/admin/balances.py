@@ -34,6 +34,7 @@ from ..dynamo import codec, keys
 from ..dynamo.bucket_items import BucketImage, Stamp
 from ..dynamo.transport import AccessDenied, DynamoError, TransactionCancelled
 from ..errors import (
+    EntityNotFoundError,
     PermissionDenied,
     RateLimiterUnavailable,
     ResourceDisabled,
@@ -225,14 +226,17 @@ class BalancesMixin(AdminBase):
             if call.idempotency_key is not None
             else None
         )
-        loaded, record = await asyncio.gather(
+        loaded, record, known = await asyncio.gather(
             self._admission.load(call.entity_id, [call.resource], "entity", None),
             self._store.get(record_key) if record_key is not None else _nothing(),
+            self._entity_known(call.entity_id),
         )
         now = self._clock()
         if record is not None and int(record.get("ttl", 0)) <= now // 1000:
             record = None  # expired, not yet deleted by DynamoDB
         _, target = loaded[call.resource]
+        if not known and (target is None or not target.exists):
+            raise EntityNotFoundError(call.entity_id)  # a mistyped id must never buy credit
         if target is None:
             return _Bucket(None, [], record)
         if not target.exists:

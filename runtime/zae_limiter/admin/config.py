@@ -46,12 +46,13 @@ def _check_cascade(value: Any) -> None:
 def _changes_something(sets: list[str], removes: list[str]) -> str | None:
     """A condition true only when the write would change a stored value (None: always write).
 
-    Index attributes (`GSI…`) follow the values, so only the values are compared.
+    Index attributes (`GSI…`) follow the values, and `at` (when the level was last written) is
+    bookkeeping, so only the values are compared.
     """
     parts = []
     for clause in sets:
         target, _, value = clause.partition(" = ")
-        if not target.startswith("GSI"):
+        if not target.startswith("GSI") and target != "#at":
             parts.append(f"attribute_not_exists({target}) OR {target} <> {value}")
     parts += [f"attribute_exists({target})" for target in removes if not target.startswith("GSI")]
     return " OR ".join(f"({part})" for part in parts) if parts else None
@@ -75,11 +76,16 @@ class ConfigMixin(AdminBase):
         action: str = AuditAction.LIMITS_SET,
         kind: str | None = None,
     ) -> None:
-        sets = ["GSI4PK = :ns", "GSI4SK = :g4"]
+        sets = ["GSI4PK = :ns", "GSI4SK = :g4", "#at = :at"]
         removes: list[str] = []
-        values: dict[str, Any] = {":one": 1, ":ns": self._ns, ":g4": f"{key['PK']}#{key['SK']}"}
+        values: dict[str, Any] = {
+            ":one": 1,
+            ":ns": self._ns,
+            ":g4": f"{key['PK']}#{key['SK']}",
+            ":at": self._clock(),
+        }
         details: dict[str, Any] = {}
-        names: dict[str, str] = {}
+        names: dict[str, str] = {"#at": "at"}
         if kind:
             details["kind"] = kind
         if limits is not KEEP:

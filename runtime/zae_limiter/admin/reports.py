@@ -7,6 +7,7 @@ from fractions import Fraction
 from typing import Any
 
 from .. import audit, validation
+from .. import config as cfg
 from ..core import bucket
 from ..core.bucket import MILLI
 from ..dynamo import bucket_items as items
@@ -90,6 +91,22 @@ class ReportsMixin(AdminBase):
                 )
         return sorted(out, key=lambda b: (b.resource, b.shard_id, b.limit_name))
 
+    async def _check_capacity_limit(self, resource: str, limit_name: str, seen: set[str]) -> None:
+        """ValidationError for a limit name neither the buckets nor the defaults declare."""
+        if not seen:
+            defaults = cfg.level_from_item(
+                await self._store.get(keys.resource_config(self._ns, resource))
+            ).limits
+            seen = {limit.name for limit in defaults or ()}
+            if not seen or limit_name in seen:
+                return  # nothing used yet: the report is rightly empty
+        raise ValidationError(
+            "limit_name",
+            limit_name,
+            f"{resource!r} has no limit of that name; its buckets and defaults declare "
+            f"{sorted(seen)}",
+        )
+
     async def get_resource_capacity(
         self, resource: str, limit_name: str, parents_only: bool = False
     ) -> ResourceCapacity:
@@ -104,8 +121,10 @@ class ReportsMixin(AdminBase):
         )
         now = self._clock()
         per_entity: dict[str, list[Fraction]] = {}  # milli: ceiling, balance (summed exactly)
+        declared: set[str] = set()
         for raw in found:
             image = items.parse(raw)
+            declared.update(image.stamp.names)
             stored = image.stamp.params(limit_name)
             if stored is None:
                 continue
@@ -115,6 +134,8 @@ class ReportsMixin(AdminBase):
             totals = per_entity.setdefault(image.entity_id, [Fraction(0), Fraction(0)])
             totals[0] += bucket.view(params, state, now, image.slot).ceiling
             totals[1] += bucket.exact_balance(params, state, now, image.slot)
+        if limit_name not in declared:
+            await self._check_capacity_limit(resource, limit_name, declared)
         if parents_only:
             kids = set()
             for entity in list(per_entity):

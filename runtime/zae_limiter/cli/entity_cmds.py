@@ -20,7 +20,7 @@ from .options import (
     resource_option,
     yes_option,
 )
-from .output import emit, fields, table
+from .output import emit, fields, note, table
 
 ENTITY_ARG = click.argument("entity_id", metavar="ENTITY_ID")
 LEVEL_HELP = "Resource, or _default_ for every resource."
@@ -104,7 +104,17 @@ def entity_show(settings: Settings, entity_id: str) -> None:
 def entity_delete(settings: Settings, entity_id: str, yes: bool) -> None:
     """Delete the entity: record, config levels, buckets and usage snapshots."""
     confirm(yes, f"Delete entity {entity_id!r} with its config, buckets and usage?")
-    with_repo(settings, lambda repo: repo.delete_entity(entity_id, settings.principal))
+
+    async def delete(repo: Repository) -> None:
+        config = await repo._resolver.entity_config(entity_id)
+        if not config.levels and not await repo._entity_known(entity_id):
+            raise click.ClickException(
+                f"no entity {entity_id!r} in namespace {repo.namespace_name!r}: nothing to "
+                "delete (check the id with `entity show`)"
+            )
+        await repo.delete_entity(entity_id, settings.principal)
+
+    with_repo(settings, delete)
     emit(settings, {"entity_id": entity_id, "deleted": True}, f"entity {entity_id} deleted")
 
 
@@ -159,8 +169,14 @@ def entity_set_limits(settings: Settings, entity_id: str, resource: str,
                       soft: tuple[str, ...], schedule: tuple[str, ...]) -> None:
     """Replace the entity's whole list of limits at one level (a paid plan, for example)."""
     limits = limits_from(limit_specs, limits_file, soft, schedule)
-    with_repo(settings, lambda repo: repo.set_limits(entity_id, limits, resource,
-                                                     settings.principal))
+
+    async def store(repo: Repository) -> None:
+        await repo.set_limits(entity_id, limits, resource, settings.principal)
+        if not await repo._entity_known(entity_id):
+            note(f"warning: entity {entity_id!r} has no record and no buckets yet; the limits "
+                 "apply when it first calls (check the id, or `entity create` it)")
+
+    with_repo(settings, store)
     emit(settings, {"entity_id": entity_id, "resource": resource,
                     "limits": [render.limit_dict(x) for x in limits]},
          f"entity {entity_id} / {resource}: {len(limits)} limit(s) set")
@@ -275,24 +291,26 @@ def entity_available(settings: Settings, entity_id: str, resource: str,
     needed = amounts_from(need, "--need", allow_zero=True)
     report = with_repo(settings, lambda repo: repo.check_availability(
         entity_id, resource, needed or None))
-    rows = [{"limit": s.limit_name, "available": s.available, "capacity": s.limit.capacity,
-             "needed": s.requested, "exceeded": s.exceeded,
-             "retry_after_s": _wait(s.retry_after_seconds)} for s in report.statuses]
-    wait = report.retry_after_seconds
+    rows = [{"entity": s.entity_id, "limit": s.limit_name, "available": s.available,
+             "capacity": s.limit.capacity, "max_request": s.max_request, "needed": s.requested,
+             "exceeded": s.exceeded, "retry_after_s": _wait(s.retry_after_seconds)}
+            for s in report.statuses]
     data = {"entity_id": entity_id, "resource": resource, "allowed": report.allowed,
             "bypassed": report.bypassed, "available": report.available,
-            "retry_after_seconds": None if math.isinf(wait) else wait,
-            "limits": [s.as_dict() for s in report.statuses]}
+            "retry_after_seconds": _wait(report.retry_after_seconds),
+            "limits": [{**s.as_dict(), "retry_after_seconds": _wait(s.retry_after_seconds)}
+                       for s in report.statuses]}
     if not rows:
         human = f"{resource} is unmetered for {entity_id} (no limits at any level)"
     else:
-        human = table(rows, ["limit", "available", "capacity", "needed", "exceeded",
-                             "retry_after_s"])
+        columns = ["limit", "available", "capacity", "max_request", "needed", "exceeded",
+                   "retry_after_s"]
+        if any(s.entity_id != entity_id for s in report.statuses):
+            columns.insert(0, "entity")  # the cascade parent is judged too
+        human = table(rows, columns)
         human += f"\nallowed: {'yes' if report.allowed else 'no'}"
-        if not report.allowed and math.isinf(wait):
-            human += " (never: a need is above one call's maximum, max_request; split it)"
-        elif not report.allowed:
-            human += f" (retry after {wait:g} s)"
+        if not report.allowed:
+            human += f" ({_refusal(entity_id, report)})"
     if report.bypassed:
         human += "\n(bypassed: balances are not debited)"
     emit(settings, data, human)
@@ -360,8 +378,21 @@ def entity_set_shards(settings: Settings, entity_id: str, resource: str, count: 
          f"{entity_id} / {resource}: {shards} shard(s)")
 
 
-def _wait(seconds: float) -> float | str:
-    return "never" if math.isinf(seconds) else seconds
+def _wait(seconds: float) -> float | None:
+    """A wait for output: None when the need never fits (above max_request)."""
+    return None if math.isinf(seconds) else seconds
+
+
+def _refusal(entity_id: str, report: Any) -> str:
+    """Why check_availability says no: a need that never fits, else who refuses and how long."""
+    for s in report.statuses:
+        if s.exceeded and math.isinf(s.retry_after_seconds):
+            whose = "" if s.entity_id == entity_id else f" for {s.entity_id}"
+            return (f"never fits: {s.requested} {s.limit_name} is above the most one call can "
+                    f"take ({s.max_request}{whose}); split the request")
+    who = sorted({s.entity_id for s in report.statuses if s.exceeded})
+    by = "" if who == [entity_id] else f"rejected by {', '.join(who)}; "
+    return f"{by}retry after {report.retry_after_seconds:g} s"
 
 
 def _bucket_result(verb: str, result: Any) -> str:

@@ -403,11 +403,15 @@ def convert(
     now: int,
     slot: Slot,
     since: int | None = None,
+    changed_at: int = 0,
 ) -> State:
     """Restamp a limit with new parameters, keeping its balance (cut to a lower ceiling).
 
     Dripping: the balance is kept and refills toward the new ceiling at the new rate. Quota: the
-    period's remaining balance is kept, cut to the new ceiling plus this period's top-ups.
+    period's remaining balance is kept, cut to the new ceiling plus this period's top-ups, with
+    its top-ups and session window, whatever its schedule became (a limit is identified by its
+    name, docs/configuration.md); the old period is judged at the config change (`changed_at`,
+    else now), and the new schedule's edges after it apply on the next touch.
     For the same limit with a schedule, `since` (the item's last write, when the old window was
     in force) lets the balance follow each window's rate from the first window change on.
     """
@@ -430,15 +434,34 @@ def convert(
         v = now * refill + max(0, cap - balance) * new.period_ms
         v = max(v, now * refill)
         return replace(state, v=v, w=None, tu=0)
-    if (
-        old.kind == Kind.RATE
-        or old.kind != new.kind
-        or (old.cron != new.cron)
-        or current.fresh_period
-    ):
-        # different clock: a fresh period under the new rules
-        return replace(state, v=cap, w=None, tu=0)
-    return replace(state, v=min(current.balance, cap + state.tu))
+    if old.kind == Kind.RATE:
+        return replace(state, v=cap, w=None, tu=0)  # a quota where there was none: full
+    # when the old rules stopped being in force: the change, or a later write under them
+    changed = min(now, max(changed_at, since or 0)) if changed_at else now
+    current = view(old, state, changed, slot)
+    if current.fresh_period:
+        return replace(state, v=cap, w=None, tu=0)  # the period had ended before the change
+    # The same quota (identified by its name) with other parameters or another schedule: this
+    # period's balance, top-ups and session window are kept; the new schedule only decides the
+    # next edge (its edges between the period's start and the change are not replayed).
+    return replace(
+        state,
+        v=min(current.balance, cap + state.tu),
+        w=_kept_period_start(old, new, state, current, changed),
+    )
+
+
+def _kept_period_start(
+    old: Params, new: Params, state: State, current: View, changed: int
+) -> int | None:
+    """The period start to store when a live quota period carries over to new parameters."""
+    if new.kind == Kind.CALENDAR:
+        if old.kind == Kind.CALENDAR and cron.same_schedule(old.cron, new.cron):
+            return state.w
+        return new.period_start(changed, None)  # the new schedule's period at the change
+    if old.kind == Kind.SESSION:
+        return state.w  # the live session window, whatever its new length
+    return current.period  # a calendar period becomes a session window opened at its start
 
 
 def in_force(

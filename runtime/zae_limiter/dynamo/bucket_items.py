@@ -38,6 +38,9 @@ class Stamp:
     resource_version: int = 0
     system_version: int = 0
     override: bool = False  # limits came from acquire(limits=...)
+    #: When the config this stamp comes from was last written (epoch ms; 0: unknown). Not
+    #: stored: a restamp uses it to carry a live quota period over a schedule change.
+    changed_at: int = field(default=0, compare=False)
 
     def params(self, name: str) -> Params | None:
         for p in self.limits:
