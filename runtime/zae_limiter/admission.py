@@ -16,15 +16,16 @@ import logging
 import random
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from . import config as cfg
+from . import lanes
 from .caches import ImageCache
 from .core import bucket
 from .core.bucket import MILLI, LimitWrite, Params, State
 from .core.split import split_limit
 from .dynamo import bucket_items as items
-from .dynamo import codec, keys, transport
+from .dynamo import codec, keys
 from .dynamo.bucket_items import BucketImage, Stamp
 from .dynamo.store import Store
 from .dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
@@ -34,6 +35,7 @@ from .models import LimitStatus
 from .resolution import Resolver, stamp_for
 
 log = logging.getLogger("zae_limiter")
+_T = TypeVar("_T")
 
 MAX_ROUNDS = 5  # write attempts per item before a contended rejection
 MAX_SHARDS = 32
@@ -127,6 +129,13 @@ class Admission:
         self._split_tasks: set[asyncio.Future[None]] = set()
         self._warned_unmetered: set[str] = set()
         self._warned_parent_fallback: set[tuple[str, str]] = set()
+        self.lanes = lanes.Lanes(
+            self,
+            clock,
+            on_image=self._on_image,
+            rules_matter=lambda planned, current: _rules_matter(planned.stamp, current.stamp),
+            blank=self._blank_after,
+        )
 
     # --- finding the items -------------------------------------------------------------------
 
@@ -248,7 +257,7 @@ class Admission:
         shard: int | None = None,
         admissions: int = 0,
         generation: str | None = None,
-        op_id: str | None = None,
+        evidence: dict[str, int] | None = None,
     ) -> dict[str, Any]:
         """Every attribute of one of `image`'s bucket's items, its expiry from `states`."""
         return items.full_item(
@@ -263,7 +272,7 @@ class Admission:
             generation=generation or items.new_op_id(),
             now=now,
             ttl=self._ttl(stamp, states, now),
-            op_id=op_id,
+            evidence=evidence,
         )
 
     async def restamp(self, image: BucketImage, stamp: Stamp) -> BucketImage:
@@ -287,7 +296,6 @@ class Admission:
                         since=image.written_at,
                     )
                     states[params.name] = converted
-            op_id = items.new_op_id()
             item = self.item_for(
                 image,
                 stamp,
@@ -296,11 +304,8 @@ class Admission:
                 now,
                 admissions=image.admissions,
                 generation=image.generation,
-                op_id=op_id,
+                evidence=image.evidence,  # every writer's evidence survives a restamp
             )
-            for i, old_op in enumerate(image.op_ids):
-                if old_op and f"q{i}" not in item:
-                    item[f"q{i}"] = old_op
             request = items.put_request(
                 self.store.table, item, replaces=image, expired_before_s=None
             )
@@ -414,7 +419,7 @@ class Admission:
         hit = self.images.get((self.ns, like.entity_id, like.resource, shard))
         if hit is not None and hit[0].stamp_seq >= like.stamp_seq:
             return hit
-        return replace(like, shard=shard, op_ids=("",) * items.OP_SLOTS), 0
+        return replace(like, shard=shard, evidence={}, writes=0), 0
 
     def _known_short(self, target: Target, shard: int, now: int) -> bool:
         """The rejection cache knows this shard cannot admit the target's amounts."""
@@ -567,7 +572,6 @@ class Admission:
             now=now,
             ttl=None,
             admissions=0,
-            op_id=items.new_op_id(),
             new_shards=doubled,
         )
         update = {
@@ -601,21 +605,21 @@ class Admission:
             horizon = max(horizon, span)
         return (now + horizon * self.ttl_multiplier) // 1000 + 1
 
-    async def _send(
+    async def send(
         self,
-        target: Target,
+        image: BucketImage,
+        exists: bool,
         writes: dict[str, LimitWrite],
         admissions: int,
-        op_id: str,
-        guard_op: bool,
+        evidence: items.Evidence,
         now: int,
     ) -> BucketImage:
-        image = target.image
+        """One bucket write for a lane: an update of `image`, or its creation."""
         states = dict(image.states)
         for name, write in writes.items():
             states[name] = write.result
         ttl = self._ttl(image.stamp, states, now)
-        if target.exists:
+        if exists:
             request = items.update_request(
                 self.store.table,
                 image,
@@ -623,8 +627,7 @@ class Admission:
                 now=now,
                 ttl=ttl,
                 admissions=admissions,
-                op_id=op_id,
-                guard_op=guard_op,
+                evidence=evidence,
             )
         else:
             item = self.item_for(
@@ -634,103 +637,84 @@ class Admission:
                 states,
                 now,
                 admissions=max(0, admissions),
-                op_id=op_id,
+                evidence={evidence.writer: evidence.seq},
             )
             request = items.put_request(
                 self.store.table, item, replaces=None, expired_before_s=now // 1000
             )
         return items.parse(await self.store.send_update(request))
 
+    async def fence(
+        self, image: BucketImage, evidence: items.Evidence, blocked: int
+    ) -> BucketImage:
+        """A lane's fence after a lost answer (lanes.Lanes)."""
+        request = items.fence_request(self.store.table, image.key, evidence, blocked)
+        return items.parse(await self.store.send_update(request))
+
+    def _on_image(self, image: BucketImage) -> None:
+        self.images.put(image, self.clock())
+        self._observe(image)
+
+    def _blank_after(self, image: BucketImage) -> BucketImage:
+        return _blank_image(
+            self.ns,
+            image.entity_id,
+            image.resource,
+            image.stamp,
+            image.stamp_seq + 1,
+            image.shard,
+        )
+
     async def write_all(
         self, jobs: list[tuple[Target, Planner]], *, settle: bool
     ) -> tuple[
         list[tuple[Target, BucketImage, dict[str, LimitWrite]]], list[Target], BaseException | None
     ]:
-        """Write every job in waves until each lands or is refused by its planner.
+        """Write every job through its item's lane until each lands or is refused.
 
         A planner maps (target with its latest image, now) to the limit writes and admissions
-        delta, or None when a fresh image shows the request cannot be admitted; then nothing more
-        is sent. Returns (landed, refused, error). With `settle` (exit writes and refunds, which
-        never refuse), transient failures are retried longer.
+        delta, or None when a fresh image shows the request cannot be admitted. When several
+        jobs are written and one refuses on the images at hand, nothing is sent. Returns
+        (landed, refused, error). With `settle` (exit writes and refunds, which never refuse),
+        transient failures are retried longer.
         """
         landed: list[tuple[Target, BucketImage, dict[str, LimitWrite]]] = []
         refused: list[Target] = []
-        pending = [(t, plan, items.new_op_id(), False) for t, plan in jobs]
-        rounds = SETTLE_ROUNDS if settle else MAX_ROUNDS
         error: BaseException | None = None
-        unknown: UnknownOutcome | None = None
-        for attempt in range(rounds):
-            if not pending or error is not None:
-                break
-            unknown = None
+        rounds = SETTLE_ROUNDS if settle else MAX_ROUNDS
+        if len(jobs) > 1 and not settle:
             now = self.clock()
-            planned = []
-            for target, planner, op_id, guard in pending:
-                result = planner(target, now)
-                while result is None and self._try_another_shard(target, now):
-                    result = planner(target, now)
-                if result is None:
-                    refused.append(target)
-                else:
-                    planned.append((target, planner, op_id, guard, *result))
+            for job, planner in jobs:
+                while planner(job, now) is None:
+                    if not self._try_another_shard(job, now):
+                        refused.append(job)
+                        break
             if refused:
                 return landed, refused, error
-            results = await _settle_all(
+        pending: list[tuple[Target, Planner]] = list(jobs)
+        while pending:
+            outcomes = await _settle_all(
                 [
-                    self._send(target, writes, admissions, op_id, guard, now)
-                    for target, _, op_id, guard, writes, admissions in planned
+                    self.lanes.write(target, planner, settle=settle, rounds=rounds)
+                    for target, planner in pending
                 ]
             )
-            pending = []
-            for (target, planner, op_id, guard, writes, _), outcome in zip(
-                planned, results, strict=True
-            ):
-                if isinstance(outcome, BucketImage):
-                    self.images.put(outcome, self.clock())
-                    self._observe(outcome)
-                    landed.append((target, outcome, writes))
-                elif isinstance(outcome, ConditionFailed):
-                    if outcome.item is None:
-                        target.exists = False
-                        target.image = _blank_image(
-                            self.ns,
-                            target.entity_id,
-                            target.resource,
-                            target.image.stamp,
-                            target.image.stamp_seq + 1,
-                            target.image.shard,
-                        )
-                        pending.append((target, planner, op_id, guard))
-                        continue
-                    current = items.parse(outcome.item)
-                    self.images.put(current, self.clock())
-                    if guard and current.op_ids[items.op_slot(op_id)] == op_id:
-                        landed.append((target, current, writes))  # the lost response had landed
-                        continue
-                    if _rules_matter(target.stamp, current.stamp):
-                        error = error or RulesChanged()
-                        continue
-                    target.image = current
-                    target.exists = True
-                    target.read_now = True
-                    target.seen_at = self.clock()
-                    pending.append((target, planner, op_id, guard))
-                elif isinstance(outcome, UnknownOutcome):
-                    # resend with a guard that refuses a second application
-                    unknown = outcome
-                    pending.append((target, planner, op_id, True))
-                elif isinstance(outcome, DynamoError):
-                    if settle and attempt + 1 < rounds:
-                        await asyncio.sleep(0.05 * (attempt + 1) * transport.backoff_scale)
-                        pending.append((target, planner, op_id, guard))
-                    else:
-                        error = error or Unavailable(outcome)
-                elif isinstance(outcome, BaseException):
+            retry: list[tuple[Target, Planner]] = []
+            for (_, planner), outcome in zip(pending, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
                     error = error or outcome
-            if pending and unknown is not None:
-                await asyncio.sleep(0.02 * (attempt + 1) * transport.backoff_scale)
-        if pending and error is None:
-            error = Unavailable(unknown) if unknown is not None else _Contended()
+                    continue
+                target = cast(Target, outcome.target)
+                if outcome.image is not None:
+                    landed.append((target, outcome.image, outcome.writes))
+                elif outcome.refused:
+                    if self._try_another_shard(target, self.clock()):
+                        retry.append((target, planner))
+                    else:
+                        refused.append(target)
+                else:
+                    error = error or _lane_error(outcome.error)
+            pending = retry
         return landed, refused, error
 
     def _latest(self, target: Target) -> Target:
@@ -846,6 +830,18 @@ class Admission:
 
 class _Contended(Exception):
     pass
+
+
+def _lane_error(error: BaseException | None) -> BaseException:
+    """A lane's reason for giving up, as `write_all` reports it."""
+    if isinstance(error, lanes.Contended):
+        return _Contended()
+    if isinstance(error, lanes.RulesChangedSignal):
+        return RulesChanged()
+    if isinstance(error, DynamoError):
+        return Unavailable(error)
+    assert error is not None
+    return error
 
 
 # --- planners (pure) ---------------------------------------------------------------------------
@@ -985,9 +981,7 @@ def _windows_moved(image: BucketImage, now: int) -> bool:
     )
 
 
-async def _settle_all(
-    calls: list[Coroutine[Any, Any, BucketImage]],
-) -> list[BucketImage | BaseException]:
+async def _settle_all(calls: list[Coroutine[Any, Any, _T]]) -> list[_T | BaseException]:
     """Each call's result or exception, like gather(return_exceptions=True).
 
     A single call (the warm single-resource path) is awaited in place: no task, no extra loop turn.

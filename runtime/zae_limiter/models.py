@@ -249,6 +249,7 @@ class CacheStats:
     size: int = 0
     ttl_seconds: float = 0
     local_rejections: int = 0
+    undecided_writes: int = 0  # writes given up with their outcome unknown (on-unavailable.md)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -257,4 +258,5 @@ class CacheStats:
             "size": self.size,
             "ttl_seconds": self.ttl_seconds,
             "local_rejections": self.local_rejections,
+            "undecided_writes": self.undecided_writes,
         }

@@ -276,7 +276,7 @@ class Repository(
         self._config_cache.clear()
 
     def get_cache_stats(self) -> CacheStats:
-        return stats(self._config_cache, self._shared.images)
+        return stats(self._config_cache, self._shared.images, self._admission.lanes.undecided)
 
     def _forget(self, entity_id: str | None = None, resource: str | None = None) -> None:
         """Administrative writes from this process clear the affected cached state."""
