@@ -117,6 +117,10 @@ async def test_every_bucket_matches_the_ledger(
 ) -> None:
     result = await run_ledger(table, clock, scenario, faults, tasks, seed)
     ledger = result["ledger"]
+    print(
+        f"ledger {scenario} {faults} tasks={tasks} seed={seed}: faults={result['faults']} "
+        f"admitted={ledger.admitted} refunded={ledger.refunded} mismatch={result['wrong']}"
+    )
     assert result["faults"] > 0
     assert ledger.admitted > 0
     assert ledger.unavailable == 0, ledger.errors

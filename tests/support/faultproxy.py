@@ -8,6 +8,8 @@ generator; with probability `rate` it injects one of `kinds`:
 - ``latency``:  forward, then hold the answer for `delay_s` (longer than the client's read timeout)
 - ``throttle``: answer 400 ``ThrottlingException`` without forwarding (certainly not applied)
 - ``5xx``:      answer 500 ``InternalServerError``, after forwarding or not (a coin toss)
+- ``late``:     hold the request for `delay_s`, then forward it and drop the answer (it lands
+  after the client gave up on it, possibly after its re-send); not among the default kinds
 
 It is bounded: at most `max_faults` faults and none after `seconds` have passed since it started
 (it then only forwards, so a run always ends), and it stops serving when closed. `counts` tells
@@ -27,6 +29,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 
 KINDS = ("lost", "latency", "throttle", "5xx")
+EXTRA_KINDS = ("late",)
 WRITES = ("UpdateItem", "PutItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
 
 
@@ -50,7 +53,7 @@ class FaultProxy:
         max_faults: int = 1_000,
         seconds: float = 120.0,
     ) -> None:
-        assert set(kinds) <= set(KINDS), kinds
+        assert set(kinds) <= set(KINDS + EXTRA_KINDS), kinds
         self.upstream = upstream.rstrip("/")
         self.random = random.Random(seed)
         self.rate = rate
@@ -147,6 +150,11 @@ class FaultProxy:
         if fault == "throttle":
             self.counts[fault] += 1
             return await _write(writer, *_error(400, "ThrottlingException"))
+        if fault == "late":
+            self.counts[fault] += 1
+            await asyncio.sleep(self.delay_s)
+            await self._forward(method, path, headers, body)
+            return False
         if fault == "5xx" and self.random.random() < 0.5:
             self.counts["5xx"] += 1  # refused before applying
             return await _write(writer, *_error(500, "InternalServerError"))
