@@ -1,5 +1,6 @@
 """zae-limiter: a distributed rate limiter and usage meter on DynamoDB."""
 
+from .acquire.lease import Lease
 from .errors import (
     EntityError,
     EntityExistsError,
@@ -23,7 +24,6 @@ from .errors import (
     VersionMismatchError,
     ZAELimiterError,
 )
-from .lease import Lease
 from .limiter import RateLimiter
 from .limits import Limit, LimitName, ScheduleEntry
 from .models import (

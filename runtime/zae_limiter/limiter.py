@@ -5,15 +5,13 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import validation
-from .admin.gates import check_limit_gates
-from .admission import Admission, Landed, ResourcePlan, RulesChanged, Unavailable
-from .dynamo.transport import AccessDenied, DynamoError
-from .errors import PermissionDenied, RateLimiterUnavailable, ValidationError
-from .lease import (
+from .acquire import Admission, Landed, ResourcePlan, RulesChanged, Unavailable
+from .acquire.lease import (
     Lease,
     ResourceHold,
     apply_to_debited,
@@ -21,6 +19,9 @@ from .lease import (
     pending_changes,
     target_for_more,
 )
+from .admin.gates import check_limit_gates
+from .dynamo.transport import AccessDenied, DynamoError
+from .errors import PermissionDenied, RateLimiterUnavailable, ValidationError
 from .limits import Limit, check_limit_list
 from .models import OnUnavailable
 from .repository import Repository
@@ -169,7 +170,7 @@ class _Acquisition:
         for new in landed:
             for entry in entries:
                 if _same(entry, new.target):
-                    entry.target.image = new.target.image
+                    entry.target = replace(entry.target, image=new.target.image)
                     apply_to_debited(entry, new.debited)
                     entry.periods.update(new.periods)
         for name, amount in amounts.items():

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import schema, versioning
+from .acquire import Admission
 from .admin.availability import AvailabilityMixin
 from .admin.balances import BalancesMixin
 from .admin.entities import EntitiesMixin
@@ -22,10 +23,10 @@ from .admin.flags import FlagsMixin
 from .admin.namespaces import NamespacesMixin
 from .admin.reports import ReportsMixin
 from .admin.usage import UsageMixin
-from .admission import Admission
 from .audit import iso
 from .caches import ConfigCache, ImageCache, stats
 from .dynamo import keys, records
+from .dynamo.bucket_store import DynamoBucketStore
 from .dynamo.store import Store
 from .dynamo.transport import AccessDenied, DynamoError, TableMissing, Transport
 from .errors import (
@@ -86,7 +87,7 @@ class Repository(
         self._config_cache = ConfigCache(shared.config_cache_ttl)
         self._resolver = Resolver(self._store, namespace_id, self._config_cache, shared.clock)
         self._admission = Admission(
-            self._store,
+            DynamoBucketStore(self._store),
             namespace_id,
             self._resolver,
             shared.images,
@@ -276,7 +277,7 @@ class Repository(
         self._config_cache.clear()
 
     def get_cache_stats(self) -> CacheStats:
-        return stats(self._config_cache, self._shared.images, self._admission.lanes.undecided)
+        return stats(self._config_cache, self._shared.images, self._admission.waves.lanes.undecided)
 
     def _forget(self, entity_id: str | None = None, resource: str | None = None) -> None:
         """Administrative writes from this process clear the affected cached state."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import syncgen
-from .lease import Lease, LeaseResource, _NoopResource
+from .acquire.lease import Lease, LeaseResource, _NoopResource
 
 
 class SyncLeaseResource:

@@ -22,9 +22,9 @@ from support.clock import FakeClock
 from support.faultproxy import fault_proxy
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
+from zae_limiter.acquire.lanes import UNKNOWN_RESENDS
 from zae_limiter.dynamo import keys
 from zae_limiter.dynamo.bucket_items import EVIDENCE_PREFIX, new_writer_id
-from zae_limiter.lanes import UNKNOWN_RESENDS
 
 
 class LoseThenOthersWrite:
@@ -47,7 +47,7 @@ class LoseThenOthersWrite:
             ) as response,
         ):
             await response.read()  # landed; now k other writers write before the re-send
-        lanes = self.other.repository._admission.lanes
+        lanes = self.other.repository._admission.waves.lanes
         for _ in range(self.others):
             lanes.writer = new_writer_id()
             async with self.other.acquire("u", "api", {"units": 1}):
@@ -167,7 +167,7 @@ async def test_idle_writers_entries_are_pruned(open_repo: Any, clock: FakeClock)
         async with RateLimiter(repo).acquire("u", "api", {"units": 1}):
             pass
     entries = await evidence_on(new, "u", "api")
-    ids = {r: r._admission.lanes.writer for r in (old, recent, new)}
+    ids = {r: r._admission.waves.lanes.writer for r in (old, recent, new)}
     assert set(entries) == {ids[old], ids[recent], ids[new]}
     clock.advance(minutes=2)  # old: 7 min idle, recent: 3 min
     async with RateLimiter(new).acquire("u", "api", {"units": 1}):

@@ -12,8 +12,6 @@ entity whose every block raised is untouched.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from botocore.config import Config
 
@@ -26,8 +24,8 @@ from zae_limiter import Limit, RateLimiter, Repository
 SEEDS = (1, 2, 3)
 FAULTS = {kind: (kind,) for kind in KINDS} | {"all": KINDS}
 READ_TIMEOUT_S = 1.0
-#: Acquires per task: about 64 per run whatever the concurrency (bounded requests per run).
-CALLS = {1: 30, 8: 4, 32: 1}
+#: Acquires per task and seed: 48 to 128 per seed (bounded requests; a busy lane folds many).
+CALLS = {1: 24, 8: 6, 32: 2}
 PROCESSES = 2
 RATE = 0.1  # of writes faulted
 
@@ -35,32 +33,32 @@ API = [Limit.per_minute("rpm", 1_000_000), Limit.per_minute("tpm", 10_000_000)]
 BUDGET = [Limit.per_day("usd", 1_000_000)]
 
 
-async def one_item(repo: Repository) -> tuple[Workload, dict[BucketKey, Limit]]:
-    """Every call on one bucket item; `ghost` only ever raises."""
-    await repo.set_resource_defaults("api", API)
-    work = Workload(("hot",), "api", {"rpm": 1, "tpm": 5}, ghost="ghost")
-    limits = {(e, "api", lim.name): lim for e in ("hot", "ghost") for lim in API}
+async def one_item(repo: Repository, tag: str) -> tuple[Workload, dict[BucketKey, Limit]]:
+    """Every call on one bucket item; the ghost only ever raises."""
+    hot, ghost = f"hot-{tag}", f"ghost-{tag}"
+    work = Workload((hot,), "api", {"rpm": 1, "tpm": 5}, ghost=ghost)
+    limits = {(e, "api", lim.name): lim for e in (hot, ghost) for lim in API}
     return work, limits
 
 
-async def three_buckets(repo: Repository) -> tuple[Workload, dict[BucketKey, Limit]]:
+async def three_buckets(repo: Repository, tag: str) -> tuple[Workload, dict[BucketKey, Limit]]:
     """Users of one organisation, cascading into it, each call on `api` and `budget`."""
-    await repo.set_resource_defaults("api", API)
-    await repo.set_resource_defaults("budget", BUDGET)
-    await repo.create_entity("org")
-    users = ("user-0", "user-1", "user-2")
-    for user in (*users, "user-ghost"):
-        await repo.create_entity(user, parent_id="org", cascade=True)
+    org = f"org-{tag}"
+    await repo.create_entity(org)
+    users = tuple(f"user-{tag}-{i}" for i in range(3))
+    ghost = f"ghost-{tag}"
+    for user in (*users, ghost):
+        await repo.create_entity(user, parent_id=org, cascade=True)
     work = Workload(
         users,
         "api",
         {"rpm": 1, "tpm": 5},
         also={"budget": {"usd": 3}},
-        parents={"api": "org", "budget": "org"},
-        ghost="user-ghost",
+        parents={"api": org, "budget": org},
+        ghost=ghost,
     )
     limits: dict[BucketKey, Limit] = {}
-    for entity in (*users, "user-ghost", "org"):
+    for entity in (*users, ghost, org):
         limits |= {(entity, "api", lim.name): lim for lim in API}
         limits |= {(entity, "budget", lim.name): lim for lim in BUDGET}
     return work, limits
@@ -70,59 +68,70 @@ SCENARIOS = {"one-item": one_item, "three-buckets": three_buckets}
 
 
 async def run_ledger(
-    table: TableRef, clock: FakeClock, scenario: str, faults: str, tasks: int, seed: int
-) -> dict[str, Any]:
+    table: TableRef, clock: FakeClock, scenario: str, faults: str, tasks: int
+) -> list[str]:
+    """Every seed on its own entities of one table; returns what went wrong (empty: exact)."""
     admin = await Repository.open(
         table=table.name, endpoint_url=table.endpoint_url, region=table.region, clock=clock
     )
-    work, limits = await SCENARIOS[scenario](admin)
-    async with fault_proxy(
-        table.endpoint_url,
-        seed=seed,
-        rate=RATE,
-        kinds=FAULTS[faults],
-        delay_s=READ_TIMEOUT_S + 0.3,
-        seconds=60,
-    ) as proxy:
-        repos = [
-            await Repository.open(
-                table=table.name,
-                endpoint_url=proxy.url,
-                region=table.region,
-                clock=clock,
-                client_config=Config(read_timeout=READ_TIMEOUT_S, connect_timeout=1),
+    await admin.set_resource_defaults("api", API)
+    await admin.set_resource_defaults("budget", BUDGET)
+    problems: list[str] = []
+    for seed in SEEDS:
+        work, limits = await SCENARIOS[scenario](admin, f"s{seed}")
+        async with fault_proxy(
+            table.endpoint_url,
+            seed=seed,
+            rate=RATE,
+            kinds=FAULTS[faults],
+            delay_s=READ_TIMEOUT_S + 0.3,
+            seconds=60,
+        ) as proxy:
+            repos = [
+                await Repository.open(
+                    table=table.name,
+                    endpoint_url=proxy.url,
+                    region=table.region,
+                    clock=clock,
+                    client_config=Config(read_timeout=READ_TIMEOUT_S, connect_timeout=1),
+                )
+                for _ in range(PROCESSES)
+            ]
+            try:
+                ledger = await run_tasks(
+                    [RateLimiter(r) for r in repos],
+                    work,
+                    tasks=tasks,
+                    calls=CALLS[tasks],
+                    seed=seed,
+                )
+                undecided = sum(r.get_cache_stats().undecided_writes for r in repos)
+            finally:
+                for repo in repos:
+                    await repo.close()
+        wrong = await compare(admin, work, ledger, limits)
+        print(
+            f"ledger {scenario} {faults} tasks={tasks} seed={seed}: faults={proxy.faults} "
+            f"admitted={ledger.admitted} refunded={ledger.refunded} undecided={undecided} "
+            f"mismatch={wrong} errors={ledger.errors}"
+        )
+        if not proxy.faults or not ledger.admitted:
+            problems.append(f"seed {seed}: nothing was exercised ({proxy.faults} faults)")
+        if wrong or ledger.unavailable or ledger.contended or undecided:
+            problems.append(
+                f"seed {seed}: mismatch {wrong}, {ledger.unavailable} unavailable "
+                f"{ledger.errors}, {ledger.contended} contended, {undecided} undecided"
             )
-            for _ in range(PROCESSES)
-        ]
-        try:
-            ledger = await run_tasks(
-                [RateLimiter(r) for r in repos], work, tasks=tasks, calls=CALLS[tasks], seed=seed
-            )
-        finally:
-            for repo in repos:
-                await repo.close()
-    wrong = await compare(admin, work, ledger, limits)
     await admin.close()
-    return {"faults": proxy.faults, "ledger": ledger, "wrong": wrong}
+    return problems
 
 
-@pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
 @pytest.mark.parametrize(
     "tasks", [1, 8, pytest.param(32, marks=pytest.mark.slow)], ids=lambda t: f"{t}tasks"
 )
 @pytest.mark.parametrize("faults", list(FAULTS))
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-async def test_every_bucket_matches_the_ledger(
-    table: TableRef, clock: FakeClock, scenario: str, faults: str, tasks: int, seed: int
+async def test_every_bucket_matches_the_ledger_over_three_seeds(
+    table: TableRef, clock: FakeClock, scenario: str, faults: str, tasks: int
 ) -> None:
-    result = await run_ledger(table, clock, scenario, faults, tasks, seed)
-    ledger = result["ledger"]
-    print(
-        f"ledger {scenario} {faults} tasks={tasks} seed={seed}: faults={result['faults']} "
-        f"admitted={ledger.admitted} refunded={ledger.refunded} mismatch={result['wrong']}"
-    )
-    assert result["faults"] > 0
-    assert ledger.admitted > 0
-    assert ledger.unavailable == 0, ledger.errors
-    assert ledger.contended == 0
-    assert result["wrong"] == {}
+    assert await run_ledger(table, clock, scenario, faults, tasks) == []

@@ -59,7 +59,7 @@ async def test_item_size_and_wcu_against_active_writers(table: TableRef, wire: A
     await limiter.set_resource_defaults(
         "api", [Limit.per_minute("rpm", 10_000), Limit.per_minute("tpm", 1_000_000)]
     )
-    lanes = repo._admission.lanes
+    lanes = repo._admission.waves.lanes
     curve: dict[int, tuple[int, float]] = {}
     written = 0
     try:

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import replace
 
 from .. import validation
-from ..admission import limit_statuses
+from ..acquire import limit_statuses
 from ..core import bucket
 from ..core.bucket import MILLI
 from ..dynamo import bucket_items as items

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import validation
-from ..admission import RulesChanged
+from ..acquire import RulesChanged
 from ..audit import iso
 from ..core import operations
 from ..core.bucket import MILLI, Kind, LimitWrite, State, full_state
@@ -226,7 +226,7 @@ class BalancesMixin(AdminBase):
             else None
         )
         loaded, record = await asyncio.gather(
-            self._admission._load(call.entity_id, [call.resource], "entity", None),
+            self._admission.load(call.entity_id, [call.resource], "entity", None),
             self._store.get(record_key) if record_key is not None else _nothing(),
         )
         now = self._clock()
@@ -326,13 +326,13 @@ class BalancesMixin(AdminBase):
         """One shard's transaction operation: a guarded update, or the creation of the item."""
         image = shard.image
         states = {**image.states, **{name: w.result for name, w in writes.items()}}
-        ttl = self._admission._ttl(image.stamp, states, now)
+        ttl = self._admission.maker.ttl(image.stamp, states, now)
         if shard.exists:
             request = items.update_request(
                 self._store.table, image, writes, now=now, ttl=ttl, admissions=0
             )
         else:
-            item = self._admission.item_for(image, image.stamp, image.stamp_seq, states, now)
+            item = self._admission.maker.item_for(image, image.stamp, image.stamp_seq, states, now)
             request = items.put_request(
                 self._store.table, item, replaces=None, expired_before_s=now // 1000
             )

@@ -22,7 +22,7 @@ from ..errors import FanoutIncomplete, RateLimiterUnavailable
 from ..resolution import stamp_for
 
 if TYPE_CHECKING:
-    from ..admission import Admission
+    from ..acquire import Admission
     from ..repository import _Shared
     from ..resolution import Resolver
 

@@ -22,13 +22,14 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 
-from .core.bucket import LimitWrite
-from .core.compose import then_all
-from .dynamo import transport
-from .dynamo.bucket_items import BucketImage, Evidence, new_writer_id, parse
-from .dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
+from ..core.bucket import LimitWrite
+from ..core.compose import then_all
+from ..dynamo import transport
+from ..dynamo.bucket_items import BucketImage, Evidence, new_writer_id, parse
+from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
+from .values import Planner, Target
 
 log = logging.getLogger("zae_limiter")
 
@@ -42,18 +43,6 @@ UNKNOWN_RESENDS = 8
 PRUNE_AGE_MS = 5 * 60_000
 #: Entries removed per write at most (keeps the request small).
 PRUNE_PER_WRITE = 2
-
-Plan = tuple[dict[str, LimitWrite], int]
-LanePlanner = Callable[[Any, int], "Plan | None"]  # (target with the latest image, now) -> plan
-
-
-class LaneTarget(Protocol):
-    """What a lane needs of an acquire target (admission.Target)."""
-
-    image: BucketImage
-    exists: bool
-    read_now: bool
-    seen_at: int
 
 
 class Sender(Protocol):
@@ -78,8 +67,8 @@ class Sender(Protocol):
 class Call:
     """One job of `write_all` on one item: its planner and how it ended."""
 
-    target: LaneTarget
-    planner: LanePlanner
+    target: Target
+    planner: Planner
     settle: bool  # an exit write or refund: transient failures are retried longer
     rounds: int  # condition failures (or transient errors) allowed before giving up
     future: asyncio.Future[Outcome]
@@ -92,7 +81,7 @@ class Outcome:
     """`image` and `writes` when the call's write landed; `refused` when its planner refused on
     a fresh image; else `error`."""
 
-    target: LaneTarget
+    target: Target
     image: BucketImage | None = None
     writes: dict[str, LimitWrite] = field(default_factory=dict)
     refused: bool = False
@@ -128,7 +117,7 @@ class Lanes:
         sender: Sender,
         clock: Callable[[], int],
         *,
-        on_image: Callable[[BucketImage], None],
+        on_image: Callable[[BucketImage, bool], None],
         rules_matter: Callable[[BucketImage, BucketImage], bool],
         blank: Callable[[BucketImage], BucketImage],
         writer: str | None = None,
@@ -150,8 +139,8 @@ class Lanes:
 
     async def write(
         self,
-        target: LaneTarget,
-        planner: LanePlanner,
+        target: Target,
+        planner: Planner,
         *,
         settle: bool,
         rounds: int,
@@ -232,7 +221,7 @@ class _Lane:
 
     # --- forming a batch ---------------------------------------------------------------------
 
-    def _adopt(self, target: LaneTarget) -> None:
+    def _adopt(self, target: Target) -> None:
         """Take a call's image if it is newer than the lane's."""
         image = self.image
         mine = target.image
@@ -260,9 +249,9 @@ class _Lane:
                 base.writes,
             ):
                 break  # it knows a newer image: plan it in the next batch on that
-            target = replace(  # type: ignore[type-var]
-                call.target, image=projected, exists=exists
-            )
+            target = call.target
+            if target.image is not projected or target.exists is not exists:
+                target = replace(target, image=projected, exists=exists)
             result = call.planner(target, now)
             if result is None:
                 if calls:
@@ -336,16 +325,16 @@ class _Lane:
 
     def _landed(self, batch: _Batch, image: BucketImage) -> None:
         self.image, self.exists = image, True
-        self.lanes.on_image(image)
+        self.lanes.on_image(image, True)
         for call, writes in zip(batch.calls, batch.plans, strict=True):
-            target = replace(call.target, image=image, exists=True)  # type: ignore[type-var]
+            target = replace(call.target, image=image, exists=True)
             call.future.set_result(Outcome(target, image=image, writes=writes))
 
     async def _condition_failed(self, batch: _Batch, failed: ConditionFailed) -> None:
         lanes = self.lanes
         current = None if failed.item is None else parse(failed.item)
         if current is not None:
-            lanes.on_image(current)
+            lanes.on_image(current, False)
             if batch.lost and current.evidence.get(lanes.writer, -1) >= batch.evidence.seq:
                 self._landed(batch, current)  # the lost answer's write had landed
                 return
@@ -379,13 +368,13 @@ class _Lane:
                 if failed.item is None:
                     return True, None  # gone: an update cannot land on no item
                 seen = parse(failed.item)
-                lanes.on_image(seen)
+                lanes.on_image(seen, False)
                 return True, seen  # holds the write's sequence (landed), our fence, or later
             except DynamoError as exc:
                 cause = exc
                 await asyncio.sleep(0.02 * (attempt + 1) * transport.backoff_scale)
                 continue
-            lanes.on_image(image)
+            lanes.on_image(image, False)
             return True, image
         self._give_up(batch, cause)
         return False, None
@@ -399,7 +388,7 @@ class _Lane:
                 call.future.set_result(Outcome(call.target, error=Contended()))
                 continue
             call.now = batch.now
-            call.target = replace(  # type: ignore[type-var]
+            call.target = replace(
                 call.target,
                 image=image,
                 exists=self.exists,

@@ -1,0 +1,212 @@
+"""`Admission`: debit the targets of an acquire together, credit them back, split hot buckets.
+
+Composes the steps of the acquire path for one namespace scope: `TargetFinder` (which items),
+`ShardChooser` and `SplitDetector` (which shard, when to split), `Waves` (the writes). Every
+write is guarded by the item's stamp sequence; a write that meets a newer stamp, or a concurrent
+writer's effect, fails its condition, gets the current item back and is planned again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from ..caches import ImageCache
+from ..dynamo.bucket_items import BucketImage, Stamp
+from ..errors import RateLimitExceeded
+from ..limits import Limit
+from ..models import LimitStatus
+from ..resolution import Resolver
+from . import planning
+from .shards import ShardChooser, SplitDetector
+from .store import BucketStore
+from .targets import Loaded, TargetFinder
+from .values import Contended, Landed, Planner, ResourcePlan, Target
+from .waves import Waves, Written
+
+log = logging.getLogger("zae_limiter")
+
+
+class Admission:
+    """Bucket writes for one namespace scope."""
+
+    def __init__(
+        self,
+        store: BucketStore,
+        ns: str,
+        resolver: Resolver,
+        images: ImageCache,
+        clock: Callable[[], int],
+        ttl_multiplier: int,
+    ) -> None:
+        self.ns = ns
+        self.images = images
+        self.clock = clock
+        self.maker = planning.ItemMaker(ns, ttl_multiplier)
+        self.shards = ShardChooser(ns, images, clock)
+        self.detector = SplitDetector()
+        self.waves = Waves(store, images, clock, self.maker, self.shards, on_written=self._observe)
+        self.finder = TargetFinder(
+            store, ns, resolver, images, clock, self.shards, self.waves.restamp
+        )
+        self._splitting: set[tuple[str, str, str]] = set()
+        self._split_tasks: set[asyncio.Future[None]] = set()
+
+    # --- the items -------------------------------------------------------------------------------
+
+    async def targets(
+        self,
+        entity_id: str,
+        requests: dict[str, dict[str, int]],
+        override: Sequence[Limit] | None,
+    ) -> list[ResourcePlan]:
+        """The items an acquire writes, resource by resource (child, then cascade parent)."""
+        return await self.finder.targets(entity_id, requests, override)
+
+    async def load(
+        self, entity_id: str, resources: Sequence[str], role: str, override: Sequence[Limit] | None
+    ) -> Loaded:
+        """Read one entity's config and items (restamped where needed)."""
+        return await self.finder.load(entity_id, resources, role, override)
+
+    async def restamp(self, image: BucketImage, stamp: Stamp) -> BucketImage:
+        """Rewrite an item under new rules, keeping balances (cut to lower ceilings)."""
+        return await self.waves.restamp(image, stamp)
+
+    # --- debits and credits ----------------------------------------------------------------------
+
+    async def debit(
+        self, targets: list[Target], *, local_ok: bool, admissions: int = 1
+    ) -> list[Landed]:
+        """Admit and debit every target together, or none: raises RateLimitExceeded.
+
+        `local_ok`: images seen within the rejection cache's window may refuse without a call.
+        """
+        now = self.clock()
+        if local_ok:
+            checked = [self.shards.short_everywhere(t, now) for t in targets]
+            targets = [target for _, target in checked]
+            short = [target for is_short, target in checked if is_short]
+            if short:
+                if not any(t.read_now for t in short):
+                    self.images.local_rejections += 1
+                raise self.rejection(targets, now)
+        planner = planning.admit_planner(admissions)
+        result = await self.waves.write_all([(t, planner) for t in targets], settle=False)
+        landed = [_landed(w, admissions) for w in result.written]
+        if not result.refused and result.error is None:
+            return landed
+        if landed:
+            await self.refund(landed)
+        if isinstance(result.error, Contended):
+            raise RateLimitExceeded(self.statuses(result.latest, self.clock()), contended=True)
+        if result.refused:
+            raise self.rejection(result.latest, self.clock())
+        assert result.error is not None
+        raise result.error
+
+    def rejection(self, targets: list[Target], now: int) -> RateLimitExceeded:
+        statuses = self.statuses(targets, now)
+        if not any(s.exceeded for s in statuses):
+            return RateLimitExceeded(statuses, contended=True)
+        return RateLimitExceeded(statuses)
+
+    def statuses(self, targets: list[Target], now: int) -> list[LimitStatus]:
+        return planning.target_statuses(targets, now)
+
+    async def refund(self, landed: list[Landed]) -> None:
+        """Give back everything `landed` debited, exactly once, never above a ceiling."""
+        jobs: list[tuple[Target, Planner]] = [
+            (self._latest(entry.target), planning.credit_planner(entry))
+            for entry in landed
+            if entry.debited or entry.admissions
+        ]
+        if not jobs:
+            return
+        await self._settle(jobs)
+        for entry in landed:
+            entry.debited = {}
+            entry.admissions = 0
+
+    async def apply_adjustments(self, changes: list[tuple[Landed, dict[str, int]]]) -> None:
+        """Write net adjustments (milli, signed) to landed items: never rejects."""
+        jobs: list[tuple[Target, Planner]] = [
+            (self._latest(entry.target), planning.adjust_planner(entry, delta))
+            for entry, delta in changes
+        ]
+        if jobs:
+            await self._settle(jobs)
+
+    async def _settle(self, jobs: list[tuple[Target, Planner]]) -> None:
+        result = await self.waves.write_all(jobs, settle=True)
+        if result.error is not None:
+            raise result.error
+
+    def _latest(self, target: Target) -> Target:
+        """The target on the newest image this process has of its item."""
+        cached = self.images.get(ImageCache.key_of(target.image))
+        if cached is not None and cached[0].stamp_seq >= target.image.stamp_seq:
+            return replace(target, image=cached[0], exists=True)
+        return target
+
+    # --- splitting hot buckets -------------------------------------------------------------------
+
+    @property
+    def split_threshold(self) -> float:
+        """Writes per second on one shard above which its bucket is split."""
+        return self.detector.threshold
+
+    @split_threshold.setter
+    def split_threshold(self, value: float) -> None:
+        self.detector.threshold = value
+
+    @property
+    def rate_window_ms(self) -> int:
+        """The span over which a shard's write rate is measured."""
+        return self.detector.window_ms
+
+    @rate_window_ms.setter
+    def rate_window_ms(self, value: int) -> None:
+        self.detector.window_ms = value
+
+    def _observe(self, image: BucketImage) -> None:
+        """After a write landed: split its bucket in the background when too hot."""
+        if not self.detector.too_hot(image):
+            return
+        bucket_key = (image.ns, image.entity_id, image.resource)
+        if bucket_key in self._splitting:
+            return
+        self._splitting.add(bucket_key)
+        task = asyncio.ensure_future(self._split_quietly(image))
+        self._split_tasks.add(task)
+        task.add_done_callback(self._split_tasks.discard)
+
+    async def _split_quietly(self, image: BucketImage) -> None:
+        try:
+            await self.split(image.entity_id, image.resource, image.stamp.shards)
+        except Exception as exc:  # a failed split is retried when the bucket is hot again
+            log.warning("splitting %s/%s failed: %s", image.entity_id, image.resource, exc)
+        finally:
+            self._splitting.discard((image.ns, image.entity_id, image.resource))
+
+    async def split(self, entity_id: str, resource: str, shards: int) -> int:
+        """Double a bucket's shards from `shards`, in one transaction. Returns the new count."""
+        return await self.waves.split(entity_id, resource, shards)
+
+    async def settle_splits(self) -> None:
+        """Wait for splits started in the background (tests, shutdown)."""
+        while self._split_tasks:
+            await asyncio.gather(*list(self._split_tasks), return_exceptions=True)
+
+
+def _landed(written: Written, admissions: int) -> Landed:
+    target = written.target
+    return Landed(
+        target=replace(target, image=written.image, exists=True),
+        debited={name: target.amounts[name] for name in written.writes},
+        periods={name: w.result.w for name, w in written.writes.items()},
+        admissions=admissions,
+        bypass=target.stamp.is_bypass,
+    )

@@ -1,0 +1,283 @@
+"""Pure planning of the acquire path: what each write changes, statuses, stamp and window checks.
+
+No I/O. A planner maps a target (with its latest image) and `now` to the limit writes and the
+admissions delta of one write, or None when the image shows the request cannot be admitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from .. import config as cfg
+from ..core import bucket
+from ..core.bucket import MILLI, LimitWrite, Params, State
+from ..dynamo import bucket_items as items
+from ..dynamo.bucket_items import BucketImage, Stamp
+from ..models import LimitStatus
+from .values import Landed, Planner, PlanResult, Target
+
+# --- planners ------------------------------------------------------------------------------------
+
+
+def plan_admit(target: Target, now: int, admissions: int = 1) -> PlanResult | None:
+    """Debit the target's amounts. Refuses (None) only on an image read in this call."""
+    image = target.image
+    writes: dict[str, LimitWrite] = {}
+    for name, amount in target.amounts.items():
+        params = image.stamp.params(name)
+        assert params is not None
+        state = image.states.get(name, bucket.full_state(params, image.stamp.shards))
+        if image.stamp.is_bypass:
+            writes[name] = bucket.plan_count_only(state, amount)
+            continue
+        write = bucket.plan_debit(
+            params,
+            state,
+            now,
+            image.stamp.shards,
+            amount,
+            enforce=not params.soft,
+            check=target.read_now,
+        )
+        if write is None:
+            return None
+        writes[name] = write
+    return writes, admissions
+
+
+def admit_planner(admissions: int) -> Planner:
+    """Debit the target's amounts, counting `admissions` admissions."""
+
+    def plan(target: Target, now: int) -> PlanResult | None:
+        return plan_admit(target, now, admissions)
+
+    return plan
+
+
+def credit_planner(entry: Landed) -> Planner:
+    """Give back what `entry` debited (a debit never refunds above the ceiling)."""
+
+    def plan(target: Target, now: int) -> PlanResult:
+        return _net_writes(target.image, entry, {n: -a for n, a in entry.debited.items()}, now), (
+            -entry.admissions
+        )
+
+    return plan
+
+
+def adjust_planner(entry: Landed, delta: dict[str, int]) -> Planner:
+    """Write a net adjustment (milli, signed) to a landed item: never refuses."""
+
+    def plan(target: Target, now: int) -> PlanResult:
+        return _net_writes(target.image, entry, delta, now), 0
+
+    return plan
+
+
+def _net_writes(
+    image: BucketImage, entry: Landed, delta: dict[str, int], now: int
+) -> dict[str, LimitWrite]:
+    """Signed changes per limit: positive debits (forced), negative credits (capped)."""
+    writes: dict[str, LimitWrite] = {}
+    for name, amount in delta.items():
+        params = image.stamp.params(name)
+        state = image.states.get(name)
+        if params is None or state is None or amount == 0:
+            continue
+        if entry.bypass:
+            writes[name] = bucket.plan_count_only(state, amount)
+        elif amount > 0:
+            writes[name] = _force(params, state, now, image.stamp.shards, amount)
+        else:
+            writes[name] = bucket.plan_credit(
+                params, state, now, image.stamp.shards, -amount, entry.periods.get(name)
+            )
+    return writes
+
+
+def _force(params: Params, state: State, now: int, shards: int, amount: int) -> LimitWrite:
+    write = bucket.plan_debit(params, state, now, shards, amount, enforce=False)
+    assert write is not None
+    return write
+
+
+def refused_on_image(target: Target, now: int) -> bool:
+    """Whether the target's image, taken as just read, cannot admit its amounts."""
+    return bool(target.amounts) and plan_admit(replace(target, read_now=True), now) is None
+
+
+# --- statuses ------------------------------------------------------------------------------------
+
+
+def limit_statuses(
+    image: BucketImage, amounts: dict[str, int], now: int, *, bypass: bool = False
+) -> list[LimitStatus]:
+    """A status for every declared limit of an item, judged on its balance at `now`."""
+    out = []
+    shards = image.stamp.shards
+    for params in image.stamp.limits:
+        state = image.states.get(params.name, bucket.full_state(params, shards))
+        view = bucket.view(params, state, now, shards)
+        requested = amounts.get(params.name, 0)
+        exceeded = (
+            not bypass and not params.soft and params.name in amounts and view.balance < requested
+        )
+        wait = bucket.retry_after_ms(params, state, now, shards, requested) if exceeded else 0
+        out.append(
+            LimitStatus(
+                entity_id=image.entity_id,
+                resource=image.resource,
+                limit_name=params.name,
+                limit=cfg.from_params(params),
+                available=view.balance // MILLI,
+                requested=requested // MILLI,
+                exceeded=exceeded,
+                retry_after_seconds=wait / 1000,
+                resets_at_ms=params.next_reset_ms(now, state.w),
+                max_request=view.ceiling // MILLI,
+            )
+        )
+    return out
+
+
+def target_statuses(targets: list[Target], now: int) -> list[LimitStatus]:
+    out: list[LimitStatus] = []
+    for target in targets:
+        out += limit_statuses(target.image, target.amounts, now, bypass=target.stamp.is_bypass)
+    return out
+
+
+# --- items: blank images, expiry, restamped states ------------------------------------------
+
+
+def blank_image(
+    ns: str, entity_id: str, resource: str, stamp: Stamp, seq: int, shard: int = 0
+) -> BucketImage:
+    """The image of a never-written (or expired) item: every limit full."""
+    return BucketImage(
+        ns=ns,
+        entity_id=entity_id,
+        resource=resource,
+        shard=shard,
+        stamp=stamp,
+        stamp_seq=seq,
+        states={p.name: bucket.full_state(p, stamp.shards) for p in stamp.limits},
+    )
+
+
+def ttl_for(stamp: Stamp, states: dict[str, State], now: int, multiplier: int) -> int | None:
+    """The item's expiry (epoch seconds): `multiplier` times the time it takes to refill."""
+    if multiplier <= 0 or not stamp.limits:
+        return None
+    horizon = 0
+    for params in stamp.limits:
+        horizon = max(horizon, _refill_span(params, states.get(params.name, State()), now, stamp))
+    return (now + horizon * multiplier) // 1000 + 1
+
+
+def _refill_span(params: Params, state: State, now: int, stamp: Stamp) -> int:
+    if params.kind == bucket.Kind.RATE:
+        refill = max(1, params.shard_refill(stamp.shards))
+        span = params.shard_capacity(stamp.shards) * params.period_ms // refill
+        return span + max(0, state.v - now * refill) // refill
+    nxt = params.next_reset_ms(now, state.w)
+    span = (nxt - now) if nxt is not None else params.reset_after_ms
+    if params.kind == bucket.Kind.SESSION and state.w is not None:
+        span = max(span, state.w + params.reset_after_ms - now)
+    return span
+
+
+def restamped_states(image: BucketImage, stamp: Stamp, now: int) -> dict[str, State]:
+    """Each limit of `stamp` with the balance `image` holds (cut to lower ceilings)."""
+    states = {}
+    for params in stamp.limits:
+        old_params = image.stamp.params(params.name)
+        old_state = image.states.get(params.name)
+        if old_params is None or old_state is None:
+            states[params.name] = bucket.full_state(params, stamp.shards)
+        else:
+            states[params.name] = bucket.convert(
+                old_params,
+                params,
+                old_state,
+                now,
+                image.stamp.shards,
+                stamp.shards,
+                since=image.written_at,
+            )
+    return states
+
+
+# --- stamps and schedule windows ---------------------------------------------------------
+
+
+def windows_moved(image: BucketImage, now: int) -> bool:
+    """A limit's schedule window changed since the item's last write (even and back again)."""
+    return any(
+        p.in_window(now) is not p or bucket.window_passed(p, image.written_at, now)
+        for p in image.stamp.limits
+    )
+
+
+def versions(stamp: Stamp) -> tuple[int, int, int]:
+    return (stamp.entity_version, stamp.resource_version, stamp.system_version)
+
+
+def newer(a: Stamp, b: Stamp) -> bool:
+    """Some version in `a` is ahead of `b`'s."""
+    return any(x > y for x, y in zip(versions(a), versions(b), strict=True))
+
+
+def newer_or_same(a: Stamp, b: Stamp) -> bool:
+    return all(x >= y for x, y in zip(versions(a), versions(b), strict=True))
+
+
+def rules_matter(planned: Stamp, current: Stamp) -> bool:
+    """Whether a stamp change invalidates the set of items the call chose."""
+    return (
+        planned.parent != current.parent
+        or planned.cascade != current.cascade
+        or planned.disabled != current.disabled
+        or planned.names != current.names
+    )
+
+
+class ItemMaker:
+    """Builds whole bucket items for one namespace, their expiry from their states."""
+
+    def __init__(self, ns: str, ttl_multiplier: int) -> None:
+        self.ns = ns
+        self.ttl_multiplier = ttl_multiplier
+
+    def ttl(self, stamp: Stamp, states: dict[str, State], now: int) -> int | None:
+        return ttl_for(stamp, states, now, self.ttl_multiplier)
+
+    def item_for(
+        self,
+        image: BucketImage,
+        stamp: Stamp,
+        seq: int,
+        states: dict[str, State],
+        now: int,
+        *,
+        shard: int | None = None,
+        admissions: int = 0,
+        generation: str | None = None,
+        evidence: dict[str, int] | None = None,
+    ) -> dict[str, Any]:
+        """Every attribute of one of `image`'s bucket's items, its expiry from `states`."""
+        return items.full_item(
+            self.ns,
+            image.entity_id,
+            image.resource,
+            image.shard if shard is None else shard,
+            stamp,
+            seq,
+            states,
+            admissions=admissions,
+            generation=generation or items.new_op_id(),
+            now=now,
+            ttl=self.ttl(stamp, states, now),
+            evidence=evidence,
+        )

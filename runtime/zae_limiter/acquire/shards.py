@@ -1,0 +1,171 @@
+"""Write sharding on the acquire path: which shard a call writes, when a bucket is too hot, and
+the parts of a split (sent by `waves.Waves.split`). No I/O.
+
+A sharded bucket is written on a random shard, steered away from shards the rejection cache
+knows are short; a shard that refuses makes the call try another, up to `MIN_SHARDS_TRIED`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from ..caches import ImageCache
+from ..core import bucket
+from ..core.bucket import LimitWrite, State
+from ..core.split import split_limit
+from ..dynamo.bucket_items import BucketImage, Stamp
+from ..dynamo.bucket_store import ShardSplit
+from . import planning
+from .values import Target
+
+MAX_SHARDS = 32
+MIN_SHARDS_TRIED = 3  # a sharded bucket is not rejected after one short shard
+SPLIT_WRITES_PER_SECOND = 1_000  # about DynamoDB's per-partition write limit
+RATE_WINDOW_MS = 1_000
+
+
+class ShardChooser:
+    """Moves targets between the shards of their bucket, from what this process has seen."""
+
+    def __init__(self, ns: str, images: ImageCache, clock: Callable[[], int]) -> None:
+        self.ns = ns
+        self.images = images
+        self.clock = clock
+
+    def _shard_image(self, like: BucketImage, shard: int) -> tuple[BucketImage, int]:
+        """This process's image of one shard, or a stand-in built from a sibling's stamp."""
+        hit = self.images.get((self.ns, like.entity_id, like.resource, shard))
+        if hit is not None and hit[0].stamp_seq >= like.stamp_seq:
+            return hit
+        return replace(like, shard=shard, evidence={}, writes=0), 0
+
+    def _known_short(self, target: Target, shard: int, now: int) -> bool:
+        """The rejection cache knows this shard cannot admit the target's amounts."""
+        hit = self.images.get((self.ns, target.entity_id, target.resource, shard))
+        if hit is None or not self.images.fresh_for_rejection(hit[1], now):
+            return False
+        return planning.refused_on_image(replace(target, image=hit[0]), now)
+
+    def _moved(self, target: Target, shard: int, tried: frozenset[int]) -> Target:
+        image, seen_at = self._shard_image(target.image, shard)
+        return replace(
+            target, image=image, seen_at=seen_at, read_now=False, exists=True, tried=tried
+        )
+
+    def place(self, target: Target) -> Target:
+        """Spread load: a random shard, steered away from shards known to be short."""
+        shards = target.stamp.shards
+        if shards <= 1:
+            return target
+        now = self.clock()
+        candidates = [s for s in range(shards) if not self._known_short(target, s, now)]
+        shard = random.choice(candidates or list(range(shards)))
+        if shard != target.image.shard:
+            return self._moved(target, shard, frozenset({shard}))
+        return replace(target, tried=frozenset({shard}))
+
+    def another(self, target: Target, now: int) -> Target | None:
+        """After a shard refused: the target on another shard, or None when up to 3 (or all, if
+        fewer) were tried, or every other is known to be short."""
+        shards = target.stamp.shards
+        tried = target.tried | {target.image.shard}
+        if shards <= 1 or len(tried) >= min(MIN_SHARDS_TRIED, shards):
+            return None
+        untried = [
+            s for s in range(shards) if s not in tried and not self._known_short(target, s, now)
+        ]
+        if not untried:
+            return None
+        return self._moved(target, random.choice(untried), tried)
+
+    def short_everywhere(self, target: Target, now: int) -> tuple[bool, Target]:
+        """Whether what this process knows (within the rejection window) refuses the target,
+        after moving a sharded target off shards known to be short; and the target as moved."""
+        while True:
+            fresh = target.read_now or self.images.fresh_for_rejection(target.seen_at, now)
+            if not fresh or not planning.refused_on_image(target, now):
+                return False, target
+            moved = self.another(target, now)
+            if moved is None:
+                return True, target
+            target = moved
+
+
+@dataclass
+class _Rate:
+    writes: int
+    written_at: int
+    shards: int
+
+
+class SplitDetector:
+    """Estimates each shard's write rate from the images writes return."""
+
+    def __init__(self) -> None:
+        self.threshold: float = SPLIT_WRITES_PER_SECOND
+        self.window_ms = RATE_WINDOW_MS
+        self._rates: dict[tuple[str, str, str, int], _Rate] = {}
+
+    def too_hot(self, image: BucketImage) -> bool:
+        """Record `image`; whether its shard wrote faster than the threshold over the window."""
+        key = ImageCache.key_of(image)
+        first = self._rates.get(key)
+        shards = image.stamp.shards
+        if first is None or image.writes < first.writes or first.shards != shards:
+            self._rates[key] = _Rate(image.writes, image.written_at, shards)  # since the split
+            return False
+        elapsed = image.written_at - first.written_at
+        if elapsed < self.window_ms:
+            return False
+        self._rates[key] = _Rate(image.writes, image.written_at, shards)
+        rate = (image.writes - first.writes) * 1000 / elapsed
+        return rate > self.threshold and shards < MAX_SHARDS
+
+
+def split_parts(
+    shard_zero: BucketImage,
+    found: dict[int, BucketImage],
+    now: int,
+    maker: planning.ItemMaker,
+) -> list[ShardSplit]:
+    """The parts of doubling the shards of `shard_zero`'s bucket, from the shards `found`."""
+    shards = shard_zero.stamp.shards
+    parts = []
+    for shard in range(shards):
+        image = found.get(shard)
+        exists = image is not None
+        if image is None:
+            image = planning.blank_image(
+                shard_zero.ns,
+                shard_zero.entity_id,
+                shard_zero.resource,
+                shard_zero.stamp,
+                shard_zero.stamp_seq,
+                shard,
+            )
+        parts.append(_split_part(image, exists, now, maker))
+    return parts
+
+
+def _split_part(
+    image: BucketImage, exists: bool, now: int, maker: planning.ItemMaker
+) -> ShardSplit:
+    shards = image.stamp.shards
+    doubled = shards * 2
+    old_writes: dict[str, LimitWrite] = {}
+    sibling_states: dict[str, State] = {}
+    for params in image.stamp.limits:
+        state = image.states.get(params.name, bucket.full_state(params, shards))
+        old_writes[params.name], sibling_states[params.name] = split_limit(
+            params, state, now, shards
+        )
+    stamp: Stamp = replace(image.stamp, shards=doubled)
+    seq = image.stamp_seq + 1
+    sibling = maker.item_for(image, stamp, seq, sibling_states, now, shard=image.shard + shards)
+    old_item = None
+    if not exists:
+        states = {p.name: bucket.full_state(p, doubled) for p in stamp.limits}
+        old_item = maker.item_for(image, stamp, seq, states, now)
+    return ShardSplit(image, exists, old_writes, old_item, sibling, now)

@@ -1,0 +1,98 @@
+"""The values the acquire path passes between its steps: targets, plans, landed writes, errors.
+
+Targets and plans are immutable: a step that learns something new returns a changed copy
+(`dataclasses.replace`), so a value seen by one step never changes under another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..core.bucket import LimitWrite
+from ..dynamo.bucket_items import BucketImage, Stamp
+
+ENTITY = "entity"
+PARENT = "parent"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One bucket item a call writes, as this process last knows it.
+
+    `exists`: the item is stored (a write updates it; otherwise it creates it). `seen_at`: when
+    `image` was read or returned by a write. `read_now`: `image` was read in this call, so a
+    planner may refuse on it. `amounts`: milli per limit name the stamp declares. `tried`: shards
+    tried in this call.
+    """
+
+    entity_id: str
+    resource: str
+    role: str  # ENTITY or PARENT
+    image: BucketImage
+    exists: bool
+    seen_at: int
+    read_now: bool
+    amounts: dict[str, int] = field(default_factory=dict)
+    tried: frozenset[int] = frozenset()
+
+    @property
+    def stamp(self) -> Stamp:
+        return self.image.stamp
+
+    def same_item(self, other: Target | None) -> bool:
+        """The same (entity, resource, role), whatever shard or image."""
+        return other is not None and (self.entity_id, self.resource, self.role) == (
+            other.entity_id,
+            other.resource,
+            other.role,
+        )
+
+
+@dataclass(frozen=True)
+class ResourcePlan:
+    """What one resource of an acquire resolved to."""
+
+    resource: str
+    amounts: dict[str, int]  # whole units, as asked
+    child: Target | None  # None: unmetered for this entity
+    parent: Target | None
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        return tuple(t for t in (self.child, self.parent) if t is not None)
+
+
+@dataclass
+class Landed:
+    """What a write left on one item, so that the lease can reconcile or refund it.
+
+    Mutable on purpose: it is the lease's ledger (`debited` grows with consume(), is emptied by
+    a refund).
+    """
+
+    target: Target
+    debited: dict[str, int]  # milli per limit, net so far
+    periods: dict[str, int | None]  # quota period each debit belongs to
+    admissions: int
+    bypass: bool
+
+
+PlanResult = tuple[dict[str, LimitWrite], int]  # limit writes, admissions delta
+Planner = Callable[[Target, int], "PlanResult | None"]
+
+
+class RulesChanged(Exception):
+    """An item's parent, cascade or flags changed while we wrote: resolve again."""
+
+
+class Unavailable(Exception):
+    """DynamoDB could not be reached (or kept answering with errors)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class Contended(Exception):
+    """Writes kept meeting concurrent writers' effects until the rounds ran out."""

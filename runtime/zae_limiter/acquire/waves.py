@@ -1,0 +1,273 @@
+"""Waves: the only code of the acquire path that sends bucket writes and reads their outcome.
+
+`write_all` sends every job through its item's lane (`lanes.Lanes`: one write in flight per item
+per writer, concurrent calls folded into it, writer evidence deciding lost answers exactly; see
+docs/on-unavailable.md). A job ends landed (the item after its write), refused (its planner
+refused on a fresh image: another shard is tried), or failed (`Contended`, `RulesChanged`,
+`Unavailable`). Restamps and splits are sent here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..caches import ImageCache
+from ..core.bucket import LimitWrite
+from ..dynamo import bucket_items as items
+from ..dynamo import keys
+from ..dynamo.bucket_items import BucketImage, Evidence, Stamp
+from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
+from . import lanes as lanes_
+from . import planning
+from .shards import ShardChooser, split_parts
+from .store import BucketStore
+from .values import Contended, Planner, RulesChanged, Target, Unavailable
+
+log = logging.getLogger("zae_limiter")
+_T = TypeVar("_T")
+
+MAX_ROUNDS = 5  # condition failures per call before a contended rejection
+SETTLE_ROUNDS = 8  # attempts for exit writes and refunds
+
+
+@dataclass(frozen=True)
+class Written:
+    """One job's write that landed: the target as written, the item after it, its changes."""
+
+    target: Target
+    image: BucketImage
+    writes: dict[str, LimitWrite]
+
+
+@dataclass(frozen=True)
+class WaveResult:
+    """What `write_all` did: writes that landed, targets refused, the error that stopped it,
+    and every job's target as last known (job order), for statuses."""
+
+    written: list[Written]
+    refused: list[Target]
+    error: BaseException | None
+    latest: list[Target]
+
+
+class Waves:
+    """Sends bucket writes for one namespace scope through a `BucketStore`, as one writer."""
+
+    def __init__(
+        self,
+        store: BucketStore,
+        images: ImageCache,
+        clock: Callable[[], int],
+        maker: planning.ItemMaker,
+        shards: ShardChooser,
+        *,
+        on_written: Callable[[BucketImage], None],
+    ) -> None:
+        self.store = store
+        self.images = images
+        self.clock = clock
+        self.maker = maker
+        self.shards = shards
+        self.on_written = on_written
+        self.lanes = lanes_.Lanes(
+            self,
+            clock,
+            on_image=self._seen,
+            rules_matter=lambda planned, current: planning.rules_matter(
+                planned.stamp, current.stamp
+            ),
+            blank=self._blank_after,
+        )
+
+    @property
+    def ns(self) -> str:
+        return self.maker.ns
+
+    async def write_all(self, jobs: list[tuple[Target, Planner]], *, settle: bool) -> WaveResult:
+        """Write every job through its item's lane until each lands or is refused.
+
+        A planner maps (target with its latest image, now) to the limit writes and admissions
+        delta, or None when a fresh image shows the request cannot be admitted. When several
+        jobs are admitted together and one refuses on the images at hand, nothing is sent. With
+        `settle` (exit writes and refunds, which never refuse), transient failures are retried
+        longer.
+        """
+        written: list[Written] = []
+        refused: list[Target] = []
+        latest = [target for target, _ in jobs]
+        error: BaseException | None = None
+        if len(jobs) > 1 and not settle:
+            refused = self._refused_before_sending(jobs, latest)
+            if refused:
+                return WaveResult(written, refused, error, latest)
+        rounds = SETTLE_ROUNDS if settle else MAX_ROUNDS
+        pending = list(enumerate(jobs))
+        while pending:
+            outcomes = await _settle_all(
+                [
+                    self.lanes.write(target, planner, settle=settle, rounds=rounds)
+                    for _, (target, planner) in pending
+                ]
+            )
+            retry: list[tuple[int, tuple[Target, Planner]]] = []
+            for (index, (_, planner)), outcome in zip(pending, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    error = error or outcome
+                    continue
+                target = outcome.target
+                latest[index] = target
+                if outcome.image is not None:
+                    written.append(Written(target, outcome.image, outcome.writes))
+                elif outcome.refused:
+                    moved = self.shards.another(target, self.clock())
+                    if moved is None:
+                        refused.append(target)
+                    else:
+                        latest[index] = moved
+                        retry.append((index, (moved, planner)))
+                else:
+                    error = error or _job_error(outcome.error)
+            pending = retry
+        return WaveResult(written, refused, error, latest)
+
+    def _refused_before_sending(
+        self, jobs: list[tuple[Target, Planner]], latest: list[Target]
+    ) -> list[Target]:
+        """Targets whose planner refuses on the images at hand (after trying other shards)."""
+        now = self.clock()
+        refused = []
+        for index, (target, planner) in enumerate(jobs):
+            while planner(target, now) is None:
+                moved = self.shards.another(target, now)
+                if moved is None:
+                    refused.append(target)
+                    break
+                target = moved
+            latest[index] = target
+        return refused
+
+    # --- a lane's sender (lanes.Sender) ---------------------------------------------------------
+
+    async def send(
+        self,
+        image: BucketImage,
+        exists: bool,
+        writes: dict[str, LimitWrite],
+        admissions: int,
+        evidence: Evidence,
+        now: int,
+    ) -> BucketImage:
+        """One bucket write: an update of `image`, or its creation when not `exists`."""
+        states = dict(image.states)
+        for name, write in writes.items():
+            states[name] = write.result
+        if exists:
+            return await self.store.update(
+                image,
+                writes,
+                now=now,
+                ttl=self.maker.ttl(image.stamp, states, now),
+                admissions=admissions,
+                evidence=evidence,
+            )
+        item = self.maker.item_for(
+            image,
+            image.stamp,
+            image.stamp_seq,
+            states,
+            now,
+            admissions=max(0, admissions),
+            evidence={evidence.writer: evidence.seq},
+        )
+        return await self.store.create(item, expired_before_s=now // 1000)
+
+    async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
+        return await self.store.fence(image, evidence, blocked)
+
+    def _seen(self, image: BucketImage, landed: bool) -> None:
+        self.images.put(image, self.clock())
+        if landed:
+            self.on_written(image)
+
+    def _blank_after(self, image: BucketImage) -> BucketImage:
+        """The stand-in for an item found deleted (expired): created by the next write."""
+        return planning.blank_image(
+            self.ns, image.entity_id, image.resource, image.stamp, image.stamp_seq + 1, image.shard
+        )
+
+    async def restamp(self, image: BucketImage, stamp: Stamp) -> BucketImage:
+        """Rewrite an item under new rules, keeping balances (cut to lower ceilings)."""
+        for _ in range(MAX_ROUNDS):
+            now = self.clock()
+            states = planning.restamped_states(image, stamp, now)
+            item = self.maker.item_for(
+                image,
+                stamp,
+                image.stamp_seq + 1,
+                states,
+                now,
+                admissions=image.admissions,
+                generation=image.generation,
+                evidence=image.evidence,  # every writer's evidence survives a restamp
+            )
+            try:
+                new = await self.store.replace(item, replaces=image)
+            except ConditionFailed as failed:
+                if failed.item is None:
+                    raise RulesChanged() from None
+                image = items.parse(failed.item)
+                if image.stamp.same_rules(stamp) and not planning.newer(stamp, image.stamp):
+                    return image
+                continue
+            except UnknownOutcome:
+                continue  # the snapshot guard makes a resend safe
+            self.images.put(new, now)
+            return new
+        raise RulesChanged()
+
+    async def split(self, entity_id: str, resource: str, shards: int) -> int:
+        """Double a bucket's shards from `shards`, in one transaction. Returns the new count."""
+        shard_keys = [keys.bucket(self.ns, entity_id, resource, s) for s in range(shards)]
+        for _ in range(MAX_ROUNDS):
+            found = {image.shard: image for image in await self.store.read(shard_keys)}
+            current = found.get(0)
+            if current is None or current.stamp.shards != shards:
+                return current.stamp.shards if current else shards
+            parts = split_parts(current, found, self.clock(), self.maker)
+            try:
+                await self.store.split(parts, token=items.new_op_id())
+            except DynamoError:
+                continue  # a concurrent write changed a shard's stamp: read again
+            self.images.forget(self.ns, entity_id, resource)
+            log.info("split %s/%s into %d shards", entity_id, resource, shards * 2)
+            return shards * 2
+        return shards
+
+
+def _job_error(error: BaseException | None) -> BaseException:
+    """A lane's reason for giving up on a call, as `write_all` reports it."""
+    if isinstance(error, lanes_.Contended):
+        return Contended()
+    if isinstance(error, lanes_.RulesChangedSignal):
+        return RulesChanged()
+    if isinstance(error, DynamoError):
+        return Unavailable(error)
+    assert error is not None
+    return error
+
+
+async def _settle_all(calls: list[Coroutine[Any, Any, _T]]) -> list[_T | BaseException]:
+    """Each call's result or exception, like gather(return_exceptions=True).
+
+    A single call (the warm single-resource path) is awaited in place: no task, no extra loop turn.
+    """
+    if len(calls) == 1:
+        try:
+            return [await calls[0]]
+        except Exception as exc:
+            return [exc]
+    return list(await asyncio.gather(*calls, return_exceptions=True))

@@ -1,0 +1,350 @@
+"""An in-memory double of our `BucketStore` protocol (zae_limiter.acquire.store), for unit tests.
+
+It is not a fake DynamoDB: it implements our five bucket operations directly, applying the same
+conditions and changes our layer asks DynamoDB for (see `zae_limiter.dynamo.bucket_items`):
+
+- update: applies only if the stored item's stamp sequence (`cv`) equals the image's and every
+  limit guard holds (a guard on an absent attribute holds only if `or_absent`); with evidence,
+  only if the writer's entry is absent or below its sequence, and every entry it prunes still
+  holds the value given. Adds/sets v, w, tu, counts t, o, n, k, sets the writer's entry (removes
+  the pruned ones), `ts`, `ttl` (and a split's shard count and next stamp sequence).
+- fence: applies only if the item exists and the writer's entry is absent or below `blocked`;
+  sets the entry.
+- create: applies only if nothing is stored or the stored item expired before the given second;
+  the new attributes are set over whatever is stored (UpdateItem SET semantics).
+- replace: applies only if the stored item is still exactly the image (cv, ts, write count k);
+  removes evidence entries, legacy op-id slots and `par` the new item does not carry.
+- split: every part or none (a transaction), idempotent per token.
+
+A failed condition raises `ConditionFailed` with the stored item (None if absent). Faults can be
+injected for a chosen write (`inject`): a lost response (applied, then `UnknownOutcome`), a
+timeout (not applied, `UnknownOutcome`), a condition failure (not applied, `ConditionFailed` with
+the stored item) or an outage (not applied, `Unavailable`). Every call is logged in `calls`.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from zae_limiter.core.bucket import Guard, LimitWrite
+from zae_limiter.dynamo import bucket_items as items
+from zae_limiter.dynamo.bucket_items import BucketImage
+from zae_limiter.dynamo.bucket_store import ShardSplit
+from zae_limiter.dynamo.transport import (
+    ConditionFailed,
+    DynamoError,
+    TransactionCancelled,
+    Unavailable,
+    UnknownOutcome,
+)
+
+Key = tuple[str, str]
+
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "=": operator.eq,
+    "<>": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+class Fault(enum.Enum):
+    LOST_RESPONSE = "applied, answer lost"
+    TIMEOUT = "not applied, outcome unknown"
+    CONDITION_FAILED = "not applied, condition failed"
+    OUTAGE = "not applied, unavailable"
+
+
+@dataclass(frozen=True)
+class Call:
+    operation: str  # read, update, create, replace, split, fence
+    key: Key | None
+    evidence: items.Evidence | None = None
+
+
+@dataclass
+class _Injected:
+    fault: Fault
+    countdown: int  # matching writes still to let through
+    operation: str | None
+
+
+class MemoryBucketStore:
+    """Bucket items in a dict, keyed by (PK, SK), in plain form (`bucket_items.full_item`)."""
+
+    WRITES = ("update", "create", "replace", "split", "fence")
+
+    def __init__(self) -> None:
+        self.items: dict[Key, dict[str, Any]] = {}
+        self.calls: list[Call] = []
+        self._faults: list[_Injected] = []
+        self._tokens: set[str] = set()
+
+    # --- test controls -----------------------------------------------------------------------
+
+    def inject(self, fault: Fault, *, nth: int = 1, operation: str | None = None) -> None:
+        """Make the `nth` next write (of `operation`, if given) meet `fault`."""
+        self._faults.append(_Injected(fault, nth - 1, operation))
+
+    def put(self, item: dict[str, Any]) -> BucketImage:
+        """Store `item` as is (an item another process wrote)."""
+        self.items[(item["PK"], item["SK"])] = copy.deepcopy(item)
+        return items.parse(item)
+
+    def image(self, key: dict[str, str]) -> BucketImage | None:
+        stored = self.items.get((key["PK"], key["SK"]))
+        return None if stored is None else items.parse(stored)
+
+    def writes(self) -> list[Call]:
+        return [c for c in self.calls if c.operation in self.WRITES]
+
+    # --- BucketStore -------------------------------------------------------------------------
+
+    async def read(self, keys: Sequence[dict[str, str]]) -> list[BucketImage]:
+        self.calls += [Call("read", (k["PK"], k["SK"])) for k in keys]
+        found = (self.items.get((k["PK"], k["SK"])) for k in keys)
+        return [items.parse(copy.deepcopy(item)) for item in found if item is not None]
+
+    async def update(
+        self,
+        image: BucketImage,
+        writes: Mapping[str, LimitWrite],
+        *,
+        now: int,
+        ttl: int | None,
+        admissions: int,
+        evidence: items.Evidence | None,
+    ) -> BucketImage:
+        key = _key(image.key)
+        self.calls.append(Call("update", key, evidence))
+
+        def apply() -> None:
+            stored = self.items.get(key)
+            if stored is None or not _update_holds(stored, image, writes, evidence):
+                raise ConditionFailed(copy.deepcopy(stored))
+            _apply_update(
+                stored, writes, now=now, ttl=ttl, admissions=admissions, evidence=evidence
+            )
+
+        self._write("update", key, apply)
+        return self._parsed(key)
+
+    async def fence(
+        self, image: BucketImage, evidence: items.Evidence, blocked: int
+    ) -> BucketImage:
+        key = _key(image.key)
+        self.calls.append(Call("fence", key, evidence))
+
+        def apply() -> None:
+            stored = self.items.get(key)
+            if stored is None or not _below(stored, evidence.writer, blocked):
+                raise ConditionFailed(copy.deepcopy(stored))
+            stored[items.evidence_name(evidence.writer)] = evidence.seq
+
+        self._write("fence", key, apply)
+        return self._parsed(key)
+
+    async def create(self, item: dict[str, Any], *, expired_before_s: int) -> BucketImage:
+        key = (item["PK"], item["SK"])
+        entries = items.parse(item).evidence
+        writer = next(iter(entries), None)
+        evidence = None if writer is None else items.Evidence(writer, entries[writer])
+        self.calls.append(Call("create", key, evidence))
+
+        def apply() -> None:
+            stored = self.items.get(key)
+            if stored is not None and not _expired_before(stored, expired_before_s):
+                raise ConditionFailed(copy.deepcopy(stored))
+            self.items[key] = {**(stored or {}), **copy.deepcopy(item)}
+
+        self._write("create", key, apply)
+        return self._parsed(key)
+
+    async def replace(self, item: dict[str, Any], *, replaces: BucketImage) -> BucketImage:
+        key = (item["PK"], item["SK"])
+        self.calls.append(Call("replace", key))
+
+        def apply() -> None:
+            stored = self.items.get(key)
+            if stored is None or not _is_exactly(stored, replaces):
+                raise ConditionFailed(copy.deepcopy(stored))
+            new = {**stored, **copy.deepcopy(item)}
+            stale = [items.evidence_name(w) for w in replaces.evidence]
+            for name in (*stale, *items.LEGACY_OP_SLOTS):
+                if name not in item:
+                    new.pop(name, None)
+            if "par" not in item:
+                new.pop("par", None)
+            self.items[key] = new
+
+        self._write("replace", key, apply)
+        return self._parsed(key)
+
+    async def split(self, parts: Sequence[ShardSplit], *, token: str) -> None:
+        self.calls.append(Call("split", None))
+
+        def apply() -> None:
+            if token in self._tokens:
+                return  # a resent transaction with the same token: applied once
+            staged = dict(self.items)
+            for part in parts:
+                self._stage_split(staged, part)
+            self.items = staged
+            self._tokens.add(token)
+
+        self._write("split", None, apply)
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _parsed(self, key: Key) -> BucketImage:
+        return items.parse(copy.deepcopy(self.items[key]))
+
+    def _write(self, operation: str, key: Key | None, apply: Callable[[], None]) -> None:
+        fault = self._take_fault(operation)
+        if fault is Fault.TIMEOUT:
+            raise UnknownOutcome(TimeoutError("no response"))
+        if fault is Fault.OUTAGE:
+            raise Unavailable(ConnectionError("unreachable"))
+        if fault is Fault.CONDITION_FAILED:
+            stored = None if key is None else self.items.get(key)
+            raise ConditionFailed(copy.deepcopy(stored))
+        apply()
+        if fault is Fault.LOST_RESPONSE:
+            raise UnknownOutcome(TimeoutError("response lost"))
+
+    def _take_fault(self, operation: str) -> Fault | None:
+        for injected in self._faults:
+            if injected.operation not in (None, operation):
+                continue
+            if injected.countdown > 0:
+                injected.countdown -= 1
+                continue
+            self._faults.remove(injected)
+            return injected.fault
+        return None
+
+    def _stage_split(self, staged: dict[Key, dict[str, Any]], part: ShardSplit) -> None:
+        old_key = _key(part.old.key)
+        stored = staged.get(old_key)
+        if part.exists:
+            if stored is None or not _update_holds(stored, part.old, part.old_writes, None):
+                raise TransactionCancelled([{"Code": "ConditionalCheckFailed"}])
+            new = copy.deepcopy(stored)
+            _apply_update(
+                new,
+                part.old_writes,
+                now=part.now,
+                ttl=None,
+                admissions=0,
+                evidence=None,
+                new_shards=part.old.stamp.shards * 2,
+                seq=part.old.stamp_seq + 1,
+            )
+            staged[old_key] = new
+        else:
+            if stored is not None:
+                raise TransactionCancelled([{"Code": "ConditionalCheckFailed"}])
+            assert part.old_item is not None
+            staged[old_key] = copy.deepcopy(part.old_item)
+        sibling_key = (part.sibling["PK"], part.sibling["SK"])
+        there = staged.get(sibling_key)
+        if there is not None and not _expired_before(there, part.now // 1000):
+            raise TransactionCancelled([{"Code": "ConditionalCheckFailed"}])
+        staged[sibling_key] = copy.deepcopy(part.sibling)
+
+
+def _key(key: dict[str, str]) -> Key:
+    return (key["PK"], key["SK"])
+
+
+def _expired_before(stored: dict[str, Any], second: int) -> bool:
+    return stored.get("ttl") is not None and int(stored["ttl"]) < second
+
+
+def _is_exactly(stored: dict[str, Any], image: BucketImage) -> bool:
+    if stored.get("cv") != image.stamp_seq or stored.get("ts") != image.written_at:
+        return False
+    return int(stored.get("k", 0)) == image.writes
+
+
+def _below(stored: dict[str, Any], writer: str, seq: int) -> bool:
+    entry = stored.get(items.evidence_name(writer))
+    return entry is None or int(entry) < seq
+
+
+def _guard_holds(limit: dict[str, Any] | None, guard: Guard) -> bool:
+    value = None if limit is None else limit.get(guard.attr)
+    if value is None:
+        return guard.or_absent
+    return _COMPARE[guard.op](value, guard.value)
+
+
+def _update_holds(
+    stored: dict[str, Any],
+    image: BucketImage,
+    writes: Mapping[str, LimitWrite],
+    evidence: items.Evidence | None,
+) -> bool:
+    if stored.get("cv") != image.stamp_seq:
+        return False
+    limits = stored.get("L", {})
+    for name, write in writes.items():
+        if not all(_guard_holds(limits.get(name), g) for g in write.guards):
+            return False
+    if evidence is None:
+        return True
+    pruned_still = all(
+        stored.get(items.evidence_name(w)) == value for w, value in evidence.prune
+    )
+    return pruned_still and _below(stored, evidence.writer, evidence.seq)
+
+
+def _apply_update(
+    stored: dict[str, Any],
+    writes: Mapping[str, LimitWrite],
+    *,
+    now: int,
+    ttl: int | None,
+    admissions: int,
+    evidence: items.Evidence | None,
+    new_shards: int | None = None,
+    seq: int | None = None,
+) -> None:
+    for name, write in writes.items():
+        limit = stored.get("L", {}).get(name)
+        if limit is None:
+            raise DynamoError(f"the document path L.{name} does not exist")
+        if write.set_v is not None:
+            limit["v"] = write.set_v
+        elif write.add_v:
+            limit["v"] = limit["v"] + write.add_v
+        if write.set_w is not None:
+            limit["w"] = write.set_w
+        if write.set_tu is not None:
+            limit["tu"] = write.set_tu
+        elif write.add_tu:
+            limit["tu"] = limit["tu"] + write.add_tu
+        if write.consumed:
+            limit["t"] = limit["t"] + write.consumed
+        if write.overdrawn:
+            limit["o"] = limit.get("o", 0) + write.overdrawn
+    if admissions:
+        stored["n"] = stored["n"] + admissions
+    stored["k"] = stored.get("k", 0) + 1
+    if evidence is not None:
+        stored[items.evidence_name(evidence.writer)] = evidence.seq
+        for writer, _ in evidence.prune:
+            stored.pop(items.evidence_name(writer), None)
+    stored["ts"] = now
+    if ttl is not None:
+        stored["ttl"] = ttl
+    if new_shards is not None:
+        stored["sc"] = new_shards
+        stored["cv"] = seq

@@ -1,0 +1,96 @@
+"""Refunds and exit adjustments on the in-memory bucket store: all or none, exactly once, never
+above a ceiling, never refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from support.acquire_env import AcquireEnv
+from support.memory_store import Fault
+from zae_limiter.core.bucket import MILLI
+from zae_limiter.dynamo import transport
+from zae_limiter.errors import RateLimitExceeded
+
+
+@pytest.fixture
+def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transport, "backoff_scale", 0.0)
+
+
+async def test_a_refused_item_refunds_the_items_that_landed() -> None:
+    env = AcquireEnv()
+    free = env.stored(resource="a")
+    full_looking = env.stored(resource="b")
+    env.stored(resource="b", states=env.drained())  # drained since we saw it
+    targets = [
+        env.target(free, {"rpm": 4}),
+        env.target(full_looking, {"rpm": 1}, read_now=False),
+    ]
+    with pytest.raises(RateLimitExceeded) as raised:
+        await env.admission.debit(targets, local_ok=False)
+    exceeded = [s for s in raised.value.statuses if s.exceeded]
+    assert [s.resource for s in exceeded] == ["b"]  # judged on the item the guard returned
+    assert env.state("a").consumed == 0
+    assert env.balance("a") == 10
+    image = env.store.image(free.key)
+    assert image is not None and image.admissions == 0
+
+
+async def test_a_refund_whose_response_is_lost_credits_once() -> None:
+    env = AcquireEnv()
+    image = env.stored()
+    landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
+    env.store.inject(Fault.LOST_RESPONSE)
+    await env.admission.refund(landed)
+    assert env.state().consumed == 0  # not -4: the resend did not apply again
+    assert env.balance() == 10  # and not above the ceiling
+    assert landed[0].debited == {} and landed[0].admissions == 0
+
+
+async def test_a_second_refund_of_the_same_lease_gives_nothing_back() -> None:
+    env = AcquireEnv()
+    image = env.stored()
+    landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
+    await env.admission.refund(landed)
+    writes = len(env.store.writes())
+    await env.admission.refund(landed)
+    assert len(env.store.writes()) == writes
+    assert env.state().consumed == 0
+
+
+async def test_a_refund_retries_through_a_brief_outage(no_sleep: None) -> None:
+    env = AcquireEnv()
+    image = env.stored()
+    landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
+    env.store.inject(Fault.OUTAGE)
+    await env.admission.refund(landed)
+    assert env.state().consumed == 0
+    assert env.balance() == 10
+
+
+async def test_a_refund_after_the_limit_refilled_stays_under_the_ceiling() -> None:
+    env = AcquireEnv()
+    image = env.stored()
+    landed = await env.admission.debit([env.target(image, {"rpm": 10})], local_ok=True)
+    env.clock.advance(minutes=1)  # refilled to full meanwhile
+    await env.admission.refund(landed)
+    assert env.balance() == 10
+    assert env.state().consumed == 0
+
+
+async def test_exit_adjustments_are_forced_past_the_limit_and_never_refuse() -> None:
+    env = AcquireEnv()
+    image = env.stored()
+    landed = await env.admission.debit([env.target(image, {"rpm": 5})], local_ok=True)
+    await env.admission.apply_adjustments([(landed[0], {"rpm": 20 * MILLI})])
+    assert env.state().consumed == 25 * MILLI
+    assert env.balance() < 0  # overdrawn by the adjustment, as documented for exit writes
+
+
+async def test_a_negative_adjustment_credits_back() -> None:
+    env = AcquireEnv()
+    image = env.stored()
+    landed = await env.admission.debit([env.target(image, {"rpm": 5})], local_ok=True)
+    await env.admission.apply_adjustments([(landed[0], {"rpm": -3 * MILLI})])
+    assert env.state().consumed == 2 * MILLI
+    assert env.balance() == 8

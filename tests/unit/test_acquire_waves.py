@@ -1,0 +1,156 @@
+"""The acquire path's write rules on the in-memory bucket store: guards, retries, lost responses.
+
+No DynamoDB: `support.memory_store` applies the conditions our layer asks DynamoDB for, and
+injects faults for a chosen write. The same behaviours run end to end on DynamoDB Local in
+tests/core (test_acquire.py, test_unknown_outcomes.py, test_concurrency.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from support.acquire_env import AcquireEnv
+from support.memory_store import Fault
+from zae_limiter.acquire import RulesChanged, Unavailable
+from zae_limiter.acquire.waves import MAX_ROUNDS
+from zae_limiter.core.bucket import MILLI
+from zae_limiter.errors import RateLimitExceeded
+
+
+def ops(env: AcquireEnv) -> list[tuple[str, bool]]:
+    """Each write, and whether it re-sends the one before (the same writer sequence)."""
+    out = []
+    previous = None
+    for call in env.store.writes():
+        seq = call.evidence.seq if call.evidence else None
+        out.append((call.operation, seq is not None and seq == previous))
+        previous = seq
+    return out
+
+
+async def test_a_first_debit_creates_the_item_in_one_write() -> None:
+    env = AcquireEnv()
+    landed = await env.admission.debit([env.new_target({"rpm": 3})], local_ok=True)
+    assert ops(env) == [("create", False)]
+    assert env.balance() == 7
+    assert env.state().consumed == 3 * MILLI
+    assert landed[0].debited == {"rpm": 3 * MILLI}
+
+
+async def test_a_warm_debit_is_one_update_guarded_by_the_stamp() -> None:
+    env = AcquireEnv()
+    image = env.stored()
+    await env.admission.debit([env.target(image, {"rpm": 2}, read_now=False)], local_ok=True)
+    assert ops(env) == [("update", False)]
+    assert env.balance() == 8
+
+
+async def test_a_stale_image_is_replanned_on_the_item_the_failed_condition_returns() -> None:
+    """Another process restamped the item (new stamp sequence): our guarded write fails, gets
+    the item back, and lands on it in a second write."""
+    env = AcquireEnv()
+    stale = env.stored()
+    newer = await env.admission.restamp(stale, env.stamp())
+    assert newer.stamp_seq == stale.stamp_seq + 1
+    env.store.calls.clear()
+    await env.admission.debit([env.target(stale, {"rpm": 1}, read_now=False)], local_ok=False)
+    assert ops(env) == [("update", False), ("update", False)]
+    assert env.state().consumed == 1 * MILLI
+
+
+async def test_a_stale_image_never_admits_past_the_limit() -> None:
+    """Our image says full, the item is drained: the limit's guard refuses on the server, and
+    the refusal is decided on the item it returns, with nothing debited."""
+    env = AcquireEnv()
+    full = env.stored()
+    env.stored(states=env.drained())
+    with pytest.raises(RateLimitExceeded) as raised:
+        await env.admission.debit([env.target(full, {"rpm": 1}, read_now=False)], local_ok=False)
+    assert not raised.value.contended  # a real shortfall, judged on the returned item
+    assert ops(env) == [("update", False)]
+    assert env.balance() == 0
+    assert env.state().consumed == 10 * MILLI  # only the other process's debit
+
+
+async def test_a_lost_response_is_resolved_by_the_writers_evidence_and_debits_once() -> None:
+    env = AcquireEnv()
+    image = env.stored()
+    env.store.inject(Fault.LOST_RESPONSE)
+    landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
+    # the resend refuses to apply a second time; the item it returns holds its sequence
+    assert ops(env) == [("update", False), ("update", True)]
+    assert env.state().consumed == 4 * MILLI
+    assert env.balance() == 6
+    assert landed[0].debited == {"rpm": 4 * MILLI}
+
+
+async def test_a_timeout_that_did_not_apply_is_resent_and_applies_once() -> None:
+    env = AcquireEnv()
+    image = env.stored()
+    env.store.inject(Fault.TIMEOUT)
+    await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
+    assert ops(env) == [("update", False), ("update", True)]
+    assert env.state().consumed == 4 * MILLI
+
+
+async def test_a_lost_response_on_a_first_write_is_resolved_too() -> None:
+    env = AcquireEnv()
+    env.store.inject(Fault.LOST_RESPONSE)
+    await env.admission.debit([env.new_target({"rpm": 2})], local_ok=True)
+    # the resend is the same create: it fails (the item is there) and holds its sequence
+    assert ops(env) == [("create", False), ("create", True)]
+    assert env.state().consumed == 2 * MILLI
+
+
+async def test_an_item_deleted_since_it_was_seen_is_created_again() -> None:
+    env = AcquireEnv()
+    image = env.stored()
+    env.store.items.clear()  # expired and deleted by DynamoDB
+    await env.admission.debit([env.target(image, {"rpm": 1}, read_now=False)], local_ok=False)
+    assert ops(env) == [("update", False), ("create", False)]
+    assert env.balance() == 9
+
+
+async def test_writes_that_keep_failing_their_condition_are_a_contended_rejection() -> None:
+    env = AcquireEnv()
+    image = env.stored()
+    for _ in range(MAX_ROUNDS):
+        env.store.inject(Fault.CONDITION_FAILED)
+    with pytest.raises(RateLimitExceeded) as raised:
+        await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
+    assert raised.value.contended
+    assert len(ops(env)) == MAX_ROUNDS
+    assert env.state().consumed == 0
+
+
+async def test_one_condition_failure_is_retried_and_lands() -> None:
+    env = AcquireEnv()
+    image = env.stored()
+    env.store.inject(Fault.CONDITION_FAILED)
+    await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
+    assert len(ops(env)) == 2
+    assert env.state().consumed == 1 * MILLI
+
+
+async def test_an_outage_raises_unavailable_and_debits_nothing() -> None:
+    env = AcquireEnv()
+    image = env.stored()
+    env.store.inject(Fault.OUTAGE)
+    with pytest.raises(Unavailable):
+        await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
+    assert env.state().consumed == 0
+
+
+async def test_changed_rules_stop_the_call_and_refund_what_landed() -> None:
+    """The second item got a cascade parent since we saw it: the set of items is wrong, so the
+    call restarts (RulesChanged) and the first item's debit is given back."""
+    env = AcquireEnv()
+    first = env.stored(resource="a")
+    second = env.stored(resource="b")
+    await env.admission.restamp(second, env.stamp(parent="org"))
+    targets = [env.target(first, {"rpm": 3}), env.target(second, {"rpm": 3}, read_now=False)]
+    with pytest.raises(RulesChanged):
+        await env.admission.debit(targets, local_ok=False)
+    assert env.state("a").consumed == 0
+    assert env.balance("a") == 10
+    assert env.state("b").consumed == 0
