@@ -12,58 +12,17 @@ import asyncio
 import logging
 from typing import Any
 
-import aiohttp
 import pytest
-from botocore.config import Config
-from botocore.exceptions import ReadTimeoutError
 
-from core.test_unknown_outcomes import _text_headers
+from core.test_unknown_outcomes import LoseResponses
 from support.clock import FakeClock
 from support.faultproxy import fault_proxy
+from support.ledger import open_behind
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
 from zae_limiter.acquire.lanes import UNKNOWN_RESENDS
 from zae_limiter.dynamo import keys
 from zae_limiter.dynamo.bucket_items import EVIDENCE_PREFIX, new_writer_id
-
-
-class LoseThenOthersWrite:
-    """The next UpdateItem lands; before its answer is 'lost', `others` writes land."""
-
-    def __init__(self, repo: Repository, other: RateLimiter, others: int) -> None:
-        self.client = repo.transport.client
-        self.other = other
-        self.others = others
-        self.lost = 0
-
-    async def hook(self, request: Any, **_: Any) -> Any:
-        if self.lost:
-            return None
-        self.lost += 1
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(
-                request.url, data=request.body, headers=_text_headers(request.headers)
-            ) as response,
-        ):
-            await response.read()  # landed; now k other writers write before the re-send
-        lanes = self.other.repository._admission.waves.lanes
-        for _ in range(self.others):
-            lanes.writer = new_writer_id()
-            async with self.other.acquire("u", "api", {"units": 1}):
-                pass
-        raise ReadTimeoutError(endpoint_url=request.url)
-
-    def __enter__(self) -> LoseThenOthersWrite:
-        self.client.meta.events.register(
-            "before-send.dynamodb.UpdateItem", self.hook, unique_id="lose-then-others"
-        )
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.client.meta.events.unregister(
-            "before-send.dynamodb.UpdateItem", unique_id="lose-then-others"
-        )
 
 
 @pytest.mark.parametrize("others", [1, 4, 16, 64])
@@ -74,7 +33,15 @@ async def test_a_lost_write_is_found_after_k_other_writes(open_repo: Any, others
     for limiter in (me, other):
         async with limiter.acquire("u", "api", {"units": 1}):
             pass  # both warm
-    with LoseThenOthersWrite(mine, other, others) as lose:
+    lanes = theirs._admission.waves.lanes
+
+    async def others_write() -> None:
+        for _ in range(others):
+            lanes.writer = new_writer_id()  # each write by another writer
+            async with other.acquire("u", "api", {"units": 1}):
+                pass
+
+    with LoseResponses(mine, between=others_write) as lose:
         async with me.acquire("u", "api", {"units": 100}):
             pass
     assert lose.lost == 1
@@ -132,15 +99,7 @@ async def test_late_copies_of_a_write_never_land_twice(table: TableRef, tasks: i
     async with fault_proxy(
         table.endpoint_url, seed=5, rate=0.2, kinds=("late",), delay_s=1.2, max_faults=12
     ) as proxy:
-        repos = [
-            await Repository.open(
-                table=table.name,
-                endpoint_url=proxy.url,
-                region=table.region,
-                client_config=Config(read_timeout=1.0, connect_timeout=1),
-            )
-            for _ in range(2)
-        ]
+        repos = [await open_behind(proxy.url, table.name, read_timeout=1.0) for _ in range(2)]
         done = 0
 
         async def task(limiter: RateLimiter) -> None:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from botocore.config import Config
 
 from zae_limiter import (
     Limit,
@@ -97,6 +100,19 @@ async def one_call(
             ledger.errors.append(f"{exc!r} <- {exc.__cause__!r}")
         return
     ledger.add(entity, work.parents, taken)
+
+
+async def open_behind(
+    url: str, table: str, *, read_timeout: float, clock: Callable[[], int] | None = None
+) -> Repository:
+    """A Repository on `table` reached through `url` (a fault proxy), with a short read timeout
+    so that held answers turn into unknown outcomes quickly."""
+    return await Repository.open(
+        table=table,
+        endpoint_url=url,
+        clock=clock,
+        client_config=Config(read_timeout=read_timeout, connect_timeout=1),
+    )
 
 
 async def run_tasks(
