@@ -21,7 +21,7 @@ from zae_limiter.aggregation import ARCHIVE_PREFIX
 from zae_limiter.dynamo import keys
 
 from .bundling import RUNTIME, python_lambda_code
-from .paths import AGGREGATOR_DIR, HANDLER, RUNTIME_PACKAGE_DIR
+from .paths import AGGREGATOR_DIR, HANDLER, LAMBDA_PACKAGES
 from .permissions import dynamodb_actions, kms_statement, statement
 from .props import LOG_RETENTION, ZaeLimiterProps
 
@@ -131,7 +131,7 @@ def python_function(
         runtime=RUNTIME,
         architecture=lambda_.Architecture.X86_64,
         handler=HANDLER,
-        code=python_lambda_code(code_dir, [RUNTIME_PACKAGE_DIR]),
+        code=python_lambda_code(code_dir, list(LAMBDA_PACKAGES)),
         memory_size=memory_mb,
         timeout=Duration.seconds(timeout_seconds),
         role=role,

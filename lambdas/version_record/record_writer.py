@@ -100,7 +100,7 @@ def _schema_version_to_keep(recorded: str | None, request: Request) -> str:
     if recorded is None:
         return request.schema_version
     theirs, ours = versioning.parse(recorded), versioning.parse(request.schema_version)
-    if theirs[0] != ours[0]:
+    if theirs.major != ours.major:
         raise DeploymentRefused(
             f"the table's schema {recorded} is incompatible with this deployment's schema "
             f"{request.schema_version} (different major version)"

@@ -24,6 +24,7 @@ from .errors import (
     VersionMismatchError,
     ZAELimiterError,
 )
+from .instrumentation import RequestEvent, RequestListener
 from .limiter import RateLimiter
 from .limits import Limit, LimitName, ScheduleEntry
 from .models import (
@@ -80,6 +81,8 @@ __all__ = [
     "RateLimiter",
     "RateLimiterUnavailable",
     "Repository",
+    "RequestEvent",
+    "RequestListener",
     "ResourceCapacity",
     "ResourceDisabled",
     "ScheduleEntry",

@@ -119,6 +119,8 @@ class BucketChange:
     resource: str
     event_ms: int
     counts: Counts
+    #: The cascade parent this write also debited (from the item's stamp), else None.
+    parent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -189,13 +191,21 @@ def bucket_change(record: StreamRecord) -> BucketChange | None:
             counts.overdrawn[name] = delta
     if counts.empty:
         return None
-    return BucketChange(ns, entity_id, resource, event_ms, counts)
+    parent = new.get("par") if new.get("cas") else None
+    return BucketChange(
+        ns, entity_id, resource, event_ms, counts, str(parent) if parent else None
+    )
 
 
 def snapshot_counts(
     change: BucketChange, window_types: Iterable[str]
 ) -> dict[SnapshotKey, Counts]:
-    """The change, once per window type, keyed by the snapshot it belongs to."""
+    """The change, once per window type, keyed by the snapshot it belongs to.
+
+    A cascading write also adds its consumption to the parent's snapshots as `cascaded`: the
+    parent's own record counts the debit in its counters, and `cascaded` says how much of them
+    came from children, so that a resource-wide total counts each debit once.
+    """
     out: dict[SnapshotKey, Counts] = {}
     for window_type in window_types:
         start, _ = windows.bounds(change.event_ms, window_type)
@@ -203,6 +213,9 @@ def snapshot_counts(
         counts = Counts()
         counts.add(change.counts)
         out[key] = counts
+        if change.parent is not None and change.counts.consumed:
+            parent = SnapshotKey(change.ns, change.parent, change.resource, window_type, start)
+            out[parent] = Counts(cascaded=dict(change.counts.consumed))
     return out
 
 

@@ -9,9 +9,16 @@ absent. A redelivered record finds its marker, so the transaction is cancelled w
 `ConditionalCheckFailed`; the record is then known to be applied already and is dropped from the
 transaction, which is sent again for the rest. This is exact whatever the order of delivery: across
 stream shards, after a partial batch failure, on a DLQ redrive or with a parallelization factor.
-Records are grouped into transactions of at most 100 items (their markers plus the distinct
-snapshots they touch, each updated once with the summed change), so a batch costs
-2 WCU per record (marker) + 2 WCU per distinct snapshot per transaction. A transaction that fails
+Records are grouped into transactions of at most 100 items (their markers, one check per entity,
+plus the distinct snapshots they touch, each updated once with the summed change), so a batch
+costs 2 WCU per record (marker) + 2 per entity (check) + 2 per distinct snapshot per transaction.
+
+Deleted entities: `delete_entity` leaves a usage tombstone (`keys.usage_tombstone`, its time in
+`deleted_ms`). Each transaction checks, per entity, that no tombstone is at or after the oldest
+write it applies; when one is, the records of writes up to the deletion are dropped (counted as
+ignored) and the rest sent again. The check is inside the transaction, so a delete racing a batch
+can never leave snapshots behind: either the batch landed first (and the delete removes its
+snapshots) or the check sees the tombstone. A transaction that fails
 for a reason other than throttling or contention is split in halves until the failing record is
 alone; only that record is reported failed, everything else is applied.
 """
@@ -223,7 +230,7 @@ class Aggregator:
         if record is None:
             raise InfrastructureNotFoundError(self._store.table)
         schema = str(record.get("schema_version") or "0")
-        if versioning.parse(schema)[0] != versioning.parse(SCHEMA_VERSION)[0]:
+        if versioning.parse(schema).major != versioning.parse(SCHEMA_VERSION).major:
             raise IncompatibleSchemaError(
                 versioning.LIBRARY_VERSION, schema,
                 f"table {self._store.table!r} has schema {schema}; this aggregator "
@@ -311,9 +318,13 @@ class Aggregator:
                 codes = [str(reason.get("Code")) for reason in cancelled.reasons]
                 done = {i for i, code in enumerate(codes[: len(remaining)])
                         if code == "ConditionalCheckFailed"}
-                if done:
+                entities = _entities(remaining)
+                deleted = [entities[i] for i, code in enumerate(codes[len(remaining):])
+                           if i < len(entities) and code == "ConditionalCheckFailed"]
+                if done or deleted:
                     outcome.duplicates += len(done)
                     remaining = [p for i, p in enumerate(remaining) if i not in done]
+                    remaining = await self._drop_deleted(remaining, deleted, outcome)
                     if not remaining:
                         return []
                     continue
@@ -344,6 +355,24 @@ class Aggregator:
             outcome.failures[p.position] = error
         return []
 
+    async def _drop_deleted(
+        self, remaining: list[_Pending], deleted: list[tuple[str, str]], outcome: Outcome
+    ) -> list[_Pending]:
+        """Drop the records of writes made before their entity was deleted."""
+        if not deleted:
+            return remaining
+        cutoff: dict[tuple[str, str], int] = {}
+        for ns, entity_id in deleted:
+            item = await self._store.get(keys.usage_tombstone(ns, entity_id), consistent=True)
+            if item is not None:
+                cutoff[(ns, entity_id)] = int(item["deleted_ms"])
+        kept = [
+            p for p in remaining
+            if p.change.event_ms > cutoff.get((p.change.ns, p.change.entity_id), -1)
+        ]
+        outcome.ignored += len(remaining) - len(kept)
+        return kept
+
     def _operations(self, chunk: list[_Pending]) -> list[dict[str, Any]]:
         now_s = self._clock() // 1000
         marker_ttl = now_s + self.config.marker_ttl_hours * 3600
@@ -360,11 +389,27 @@ class Aggregator:
             }
             for p in chunk
         ]
+        oldest: dict[tuple[str, str], int] = {}
+        for p in chunk:
+            entity = (p.change.ns, p.change.entity_id)
+            oldest[entity] = min(oldest.get(entity, p.change.event_ms), p.change.event_ms)
+        operations += [
+            {
+                "ConditionCheck": {
+                    "Key": keys.usage_tombstone(*entity),
+                    "ConditionExpression": "attribute_not_exists(PK) OR deleted_ms < :t",
+                    "ExpressionAttributeValues": {":t": oldest[entity]},
+                }
+            }
+            for entity in _entities(chunk)
+        ]
         merged: dict[SnapshotKey, Counts] = {}
         for p in chunk:
             for key, counts in p.snapshots.items():
                 merged.setdefault(key, Counts()).add(counts)
         for key in sorted(merged):
+            if merged[key].empty:
+                continue  # e.g. a debit and its refund: no snapshot for what debited nothing
             _, end_ms = bounds(key.start_ms, key.window_type)
             ttl = end_ms // 1000 + self._retention_days(key.window_type) * 86400
             operations.append(snapshot_items.update_operation(key, merged[key], ttl))
@@ -434,18 +479,28 @@ def _dims(key: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(zip(("namespace", "resource", "limit"), key, strict=False))
 
 
+def _entities(chunk: Sequence[_Pending]) -> list[tuple[str, str]]:
+    """The distinct (namespace, entity) of a chunk's changes, in order: one check each."""
+    return list(dict.fromkeys((p.change.ns, p.change.entity_id) for p in chunk))
+
+
 def _chunks(pending: list[_Pending]) -> list[list[_Pending]]:
-    """Group records so each transaction holds at most 100 items (markers + distinct snapshots)."""
+    """Group records so each transaction holds at most 100 items (markers, entity checks and
+    distinct snapshots)."""
     chunks: list[list[_Pending]] = []
     current: list[_Pending] = []
     touched: set[SnapshotKey] = set()
+    entities: set[tuple[str, str]] = set()
     for p in pending:
         new = set(p.snapshots) - touched
-        if current and len(current) + 1 + len(touched) + len(new) > MAX_TRANSACTION_ITEMS:
+        entity = {(p.change.ns, p.change.entity_id)} - entities
+        size = len(current) + 1 + len(entities) + len(entity) + len(touched) + len(new)
+        if current and size > MAX_TRANSACTION_ITEMS:
             chunks.append(current)
-            current, touched = [], set()
+            current, touched, entities = [], set(), set()
         current.append(p)
         touched |= set(p.snapshots)
+        entities.add((p.change.ns, p.change.entity_id))
     if current:
         chunks.append(current)
     return chunks

@@ -75,4 +75,14 @@ def resource_subject(resource: str) -> str:
     return f"$RESOURCE:{resource}"
 
 
+def namespace_subject(name: str) -> str:
+    """Where namespace register/delete/recover/purge events are kept (docs/audit.md)."""
+    return f"$NAMESPACE:{name}"
+
+
+def is_event_id(value: str) -> bool:
+    """A ULID as `ulid` makes them: 26 Crockford base32 characters, time first."""
+    return len(value) == 26 and all(c in _CROCKFORD for c in value) and value[0] <= "7"
+
+
 SYSTEM_SUBJECT = "$SYSTEM"

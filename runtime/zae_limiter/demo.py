@@ -12,38 +12,29 @@ import asyncio
 import os
 import sys
 from datetime import timedelta
-from typing import Any
 
-from . import Limit, RateLimiter, RateLimitExceeded, Repository, __version__
+from . import Limit, RateLimiter, RateLimitExceeded, Repository, RequestEvent, __version__
 from .local import LOCAL_ACCESS_KEY_ID, LOCAL_REGION, LOCAL_SECRET_ACCESS_KEY, start_engine
 from .local.stream_runner import StreamRunner
 
 TABLE = "zae-limiter-demo"
+SINGLE_ITEM_WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem"})
 
 
 class _Meter:
-    """Counts requests and capacity on the client, to show what each call cost."""
+    """Counts requests and the capacity DynamoDB reported (the request hook), per call shown."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self) -> None:
         self.requests = 0
         self.wcu = 0.0
         self.rcu = 0.0
-        client.meta.events.register("provide-client-params.dynamodb.*", self._ask)
-        client.meta.events.register("after-call.dynamodb.*", self._count)
 
-    def _ask(self, params: dict[str, Any], **_: Any) -> None:
-        params.setdefault("ReturnConsumedCapacity", "TOTAL")
-
-    def _count(self, parsed: dict[str, Any], model: Any, **_: Any) -> None:
+    def __call__(self, event: RequestEvent) -> None:
         self.requests += 1
-        capacity = parsed.get("ConsumedCapacity")
-        units = capacity.get("CapacityUnits", 0) if isinstance(capacity, dict) else 0
-        if parsed.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-            units = 1.0
-        if model.name in ("GetItem", "Query", "BatchGetItem"):
-            self.rcu += units
-        else:
-            self.wcu += units
+        self.rcu += event.read_units or 0.0
+        self.wcu += event.write_units or 0.0
+        if event.outcome == "condition_failed" and event.operation in SINGLE_ITEM_WRITES:
+            self.wcu += 1.0  # DynamoDB bills a refused conditional write 1 WCU, reports none
 
     def take(self) -> str:
         text = f"{self.requests} request(s), {self.rcu:g} RCU, {self.wcu:g} WCU"
@@ -56,9 +47,11 @@ async def run(endpoint_url: str) -> None:
     await Repository.create_table(
         table=TABLE, endpoint_url=endpoint_url, aggregator_version=__version__
     )
-    async with await Repository.open(table=TABLE, endpoint_url=endpoint_url) as repo:
+    meter = _Meter()
+    async with await Repository.open(
+        table=TABLE, endpoint_url=endpoint_url, on_request=meter
+    ) as repo:
         limiter = RateLimiter(repo)
-        meter = _Meter(repo.transport.client)
 
         print("1. A per-minute limit with a burst of 3")
         await limiter.set_resource_defaults("search", [Limit.per_minute("requests", 60, burst=3)])

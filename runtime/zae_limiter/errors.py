@@ -6,6 +6,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .models import LimitStatus
 
 
@@ -59,16 +61,55 @@ class RateLimitExceeded(RateLimitError):
         """Value for an HTTP `Retry-After` header: whole seconds, at least 1."""
         return str(max(1, math.ceil(self.retry_after_seconds)))
 
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready 429 body."""
-        return {
+    @property
+    def _caller_id(self) -> str | None:
+        """The acquiring entity: statuses list it before its cascade parent (None if none)."""
+        return self.statuses[0].entity_id if self.statuses else None
+
+    def _public_violations(self) -> list[dict[str, Any]]:
+        """Violated (resource, limit) names, each once; `parent` marks a cascade parent's limit.
+
+        No entity id, capacity or balance: safe to send to the caller (docs/integrations.md).
+        """
+        caller = self._caller_id
+        out: list[dict[str, Any]] = []
+        for status in self.violations:
+            entry = {
+                "resource": status.resource,
+                "limit_name": status.limit_name,
+                "parent": status.entity_id != caller,
+            }
+            if entry not in out:
+                out.append(entry)
+        return out
+
+    def as_dict(self, *, public: bool = False) -> dict[str, Any]:
+        """A JSON-ready 429 body.
+
+        The default is for operators and logs (every status, with ids and balances).
+        `public=True` is for the caller's HTTP response: the violated resource/limit names and
+        the wait, without parent ids, capacities or any resource's balances.
+        """
+        head = {
             "error": "rate_limit_exceeded",
-            "message": str(self),
+            "message": self._public_message() if public else str(self),
             "contended": self.contended,
             "retry_after_seconds": self.retry_after_seconds,
             "retry_after_ms": round(self.retry_after_seconds * 1000),
-            "limits": [status.as_dict() for status in self.statuses],
         }
+        if public:
+            return {**head, "violations": self._public_violations()}
+        return {**head, "limits": [status.as_dict() for status in self.statuses]}
+
+    def _public_message(self) -> str:
+        violations = self._public_violations()
+        if not violations:
+            return "Rate limit contended: retry shortly"
+        names = [
+            f"{v['resource']}.{v['limit_name']}" + (" (organisation)" if v["parent"] else "")
+            for v in violations
+        ]
+        return "Rate limit exceeded for " + ", ".join(names)
 
 
 class LeaseExpiredError(RateLimitError):
@@ -258,15 +299,20 @@ class FanoutIncomplete(ZAELimiterError):
         resource: str | None = None,
         entity_id: str | None = None,
         action: str = "stamping",
+        left: Sequence[str] = (),
     ) -> None:
         self.stamped = stamped
         self.cause = cause
         self.resource = resource
         self.entity_id = entity_id
         self.action = action
+        #: The bucket items (`resource#shard`) known not to be updated; empty when it stopped
+        #: before it knew.
+        self.left = tuple(left)
+        which = f"; not updated: {', '.join(self.left)}" if self.left else ""
         super().__init__(
             f"The change is stored but {action} live buckets stopped after {stamped} item(s)"
-            f" ({cause}); re-run the same call to finish"
+            f" ({cause}{which}); re-run the same call to finish (it writes no second audit event)"
         )
 
 
@@ -281,7 +327,14 @@ class ResourceDisabled(ZAELimiterError):
             f"Resource {resource!r} is disabled for {entity_id!r} (set at {level} level)"
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, *, public: bool = False) -> dict[str, Any]:
+        """A JSON-ready 403 body; `public=True` leaves out whose flag refused and where."""
+        if public:
+            return {
+                "error": "resource_disabled",
+                "message": f"Resource {self.resource!r} is disabled for this caller",
+                "resource": self.resource,
+            }
         return {
             "error": "resource_disabled",
             "message": str(self),

@@ -142,16 +142,26 @@ class UsageSnapshot:
     counters: dict[str, int]
     total_events: int
     overdrawn: dict[str, int] = field(default_factory=dict)
+    #: The part of `counters` that children's calls cascaded to this (parent) entity.
+    cascaded: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class UsageSummary:
+    """Sum and per-snapshot mean over one window type (docs/usage.md).
+
+    By entity, `total` is everything the entity's buckets were debited, cascaded usage included
+    (`cascaded` says how much of it). By resource alone, `total` counts each debit once: a
+    parent's cascaded usage is left out of `total` and reported in `cascaded` beside it.
+    """
+
     snapshot_count: int
     total: dict[str, int]
     average: dict[str, float]
     min_window_start: str | None
     max_window_start: str | None
     window_type: str
+    cascaded: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -206,6 +216,10 @@ class AuditAction:
     LIMITS_DELETED = "limits_deleted"
     BUCKET_RESET = "bucket_reset"
     BUCKET_TOPPED_UP = "bucket_topped_up"
+    NAMESPACE_REGISTERED = "namespace_registered"
+    NAMESPACE_DELETED = "namespace_deleted"
+    NAMESPACE_RECOVERED = "namespace_recovered"
+    NAMESPACE_PURGED = "namespace_purged"
 
 
 @dataclass(frozen=True)

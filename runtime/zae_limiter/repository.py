@@ -10,7 +10,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from .caches import ConfigCache, ImageCache, stats
 from .dynamo import keys, records
 from .dynamo.bucket_store import DynamoBucketStore
 from .dynamo.store import Store
-from .dynamo.transport import AccessDenied, DynamoError, TableMissing, Transport
+from .dynamo.transport import AccessDenied, DynamoError, Rejected, TableMissing, Transport
 from .errors import (
     IncompatibleSchemaError,
     InfrastructureNotFoundError,
@@ -36,6 +36,7 @@ from .errors import (
     PermissionDenied,
     VersionMismatchError,
 )
+from .instrumentation import RequestListener
 from .models import CacheStats, OnUnavailable
 from .resolution import Resolver
 
@@ -112,9 +113,14 @@ class Repository(
         bucket_ttl_multiplier: int = 7,
         client_config: Any = None,
         clock: Callable[[], int] | None = None,
+        on_request: RequestListener | None = None,
         _check_version: bool = True,
     ) -> Repository:
-        """Connect to an existing table and namespace, and check versions. Creates nothing."""
+        """Connect to an existing table and namespace, and check versions. Creates nothing.
+
+        `on_request` is called with a `RequestEvent` for every DynamoDB request, from the
+        first one `open` sends (docs/request-hook.md).
+        """
         from . import validation
 
         table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
@@ -124,6 +130,8 @@ class Repository(
         transport = await Transport.connect(
             region=region, endpoint_url=endpoint, client_config=client_config
         )
+        if on_request is not None:
+            transport.listeners.add(on_request)
         shared = _Shared(
             transport=transport,
             store=Store(transport, table_name),
@@ -164,10 +172,8 @@ class Repository(
         try:
             try:
                 await transport.call("CreateTable", schema.create_table_request(table_name))
-            except DynamoError:
-                raise
-            except Exception as exc:
-                if "ResourceInUse" not in type(exc).__name__ and "ResourceInUse" not in str(exc):
+            except Rejected as exc:
+                if exc.code != "ResourceInUseException":
                     raise
                 created = False
             if wait:
@@ -265,6 +271,11 @@ class Repository(
     @property
     def namespace_id(self) -> str:
         return self._ns
+
+    def add_request_listener(self, listener: RequestListener) -> Callable[[], None]:
+        """Call `listener` with a `RequestEvent` for every DynamoDB request this client sends
+        (every namespace scope shares it); returns a function that removes it."""
+        return self._shared.transport.listeners.add(listener)
 
     @property
     def transport(self) -> Transport:
@@ -387,10 +398,11 @@ def _check(record: dict[str, Any], table: str) -> None:
     if verdict.aggregator_older:
         log.warning(
             "table %s has aggregator %s, older than zae-limiter %s: features that need a newer "
-            "aggregator will be refused until you run `zae-limiter upgrade`",
+            "aggregator will be refused until you %s",
             table,
             aggregator,
             lib,
+            verdict.remedy,
         )
 
 
@@ -401,24 +413,33 @@ async def _namespace_id(store: Store, name: str) -> str:
     return str(item["id"])
 
 
-async def _register_namespace(store: Store, name: str) -> str:
-    """Idempotent: the id of the active namespace `name`, registering it if needed."""
+async def _register_namespace(
+    store: Store,
+    name: str,
+    audit_event: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
+) -> str:
+    """Idempotent: the id of the active namespace `name`, registering it if needed.
+
+    `audit_event(namespace_id)` makes the audit item written with the registration (only when
+    this call registers it).
+    """
     existing = await store.get(keys.namespace_by_name(name))
     if existing is not None and existing.get("status") == records.NAMESPACE_ACTIVE:
         return str(existing["id"])
     ns_id = records.new_namespace_id()
     by_name, by_id = records.namespace_items(name, ns_id, iso(system_clock()))
+    operations: list[dict[str, Any]] = [
+        {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
+        {"Put": {"Item": by_id, "ConditionExpression": "attribute_not_exists(PK)"}},
+    ]
+    if audit_event is not None:
+        operations.append({"Put": {"Item": await audit_event(ns_id)}})
     try:
-        await store.transact(
-            [
-                {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
-                {"Put": {"Item": by_id, "ConditionExpression": "attribute_not_exists(PK)"}},
-            ]
-        )
+        await store.transact(operations)
     except DynamoError as exc:
         if not _is_condition_failed(exc):
             raise
-        return await _register_namespace(store, name)
+        return await _register_namespace(store, name, audit_event)
     return ns_id
 
 

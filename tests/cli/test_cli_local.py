@@ -36,6 +36,13 @@ def test_up_status_env_down(tmp_path: Path) -> None:
         assert len(status["pids"]) == 2  # the engine and the aggregator
         text = run(["local", "status"], state).stdout
         assert "local engine: dynamodb-local running" in text and "aggregator:" in text
+        # restart: the aggregator alone, a new process; status reports that one only
+        before = status["aggregator"]["pid"]
+        restarted = json.loads(run(["local", "restart", "-o", "json"], state).stdout)
+        assert restarted["aggregator_pid"] not in (None, before)
+        after = json.loads(run(["local", "status", "-o", "json"], state).stdout)
+        assert after["aggregator"]["pid"] == restarted["aggregator_pid"]
+        assert after["port"] == port and "local-cli" in after["tables"]  # the engine stayed
         env = run(["local", "env", "--format", "dotenv"], state).stdout
         assert f"ZAEL_ENDPOINT_URL=http://127.0.0.1:{port}" in env
         checked = run(["--table", "local-cli", "--endpoint-url", f"http://127.0.0.1:{port}",
@@ -56,5 +63,6 @@ def test_env_without_an_engine_and_bad_input(tmp_path: Path) -> None:
     data = json.loads(run(["local", "env", "-o", "json"], tmp_path).stdout)
     assert data["ZAEL_ENDPOINT_URL"] == "http://127.0.0.1:8000"
     assert "is not one of" in run(["local", "env", "--format", "csh"], tmp_path, code=2).stderr
+    assert "no local engine is running" in run(["local", "restart"], tmp_path, code=1).stderr
     assert "not both" in run(["local", "up", "--data-dir", str(tmp_path), "--in-memory"],
                              tmp_path, code=2).stderr

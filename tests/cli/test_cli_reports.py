@@ -104,7 +104,8 @@ async def test_version_check_status(zl: ZL, live: Repository) -> None:
     await live.set_version_record(aggregator_version="0.16.0")
     older = zl.json("check")
     assert older["compatible"] is True
-    assert older["upgrade_would"] == ["update the aggregator from 0.16.0 to 0.17.0"]
+    # no aggregator function recorded: upgrade cannot update it, and check says so (one verdict)
+    assert older["upgrade_would"] == [] and "cdk deploy" in older["upgrade_refused"]
     await live.set_version_record(schema_version="2.0.0")
     assert "incompatible" in zl("check", code=3).stdout
     assert zl.json("check", code=3)["problem"] == "schema_major"

@@ -15,6 +15,7 @@ from infra.bundling import RUNTIME, bundle_files, copy_bundle, python_lambda_cod
 from infra.paths import (
     AGGREGATOR_DIR,
     HANDLER,
+    LAMBDA_PACKAGES,
     LAMBDAS_DIR,
     RUNTIME_PACKAGE_DIR,
     VERSION_RECORD_DIR,
@@ -57,7 +58,7 @@ def source_files(root: Path) -> set[PurePosixPath]:
 
 
 def test_version_record_bundle_contents(tmp_path: Path) -> None:
-    copy_bundle(VERSION_RECORD_DIR, [RUNTIME_PACKAGE_DIR], tmp_path)
+    copy_bundle(VERSION_RECORD_DIR, list(LAMBDA_PACKAGES), tmp_path)
     shipped = source_files(tmp_path)
     assert PurePosixPath("handler.py") in shipped
     expected_runtime = {PurePosixPath("zae_limiter") / f for f in source_files(RUNTIME_PACKAGE_DIR)}
@@ -67,11 +68,12 @@ def test_version_record_bundle_contents(tmp_path: Path) -> None:
 
 
 def test_aggregator_bundle_contents(tmp_path: Path) -> None:
-    copy_bundle(AGGREGATOR_DIR, [RUNTIME_PACKAGE_DIR], tmp_path)
+    copy_bundle(AGGREGATOR_DIR, list(LAMBDA_PACKAGES), tmp_path)
     shipped = source_files(tmp_path)
     assert source_files(AGGREGATOR_DIR) <= shipped  # whatever the aggregator folder holds, at root
     assert PurePosixPath("zae_limiter/__init__.py") in shipped
     assert PurePosixPath("zae_limiter/dynamo/keys.py") in shipped
+    assert PurePosixPath("packaging/version.py") in shipped  # PEP 440 versions
 
 
 def test_bundle_refuses_two_files_at_one_path(tmp_path: Path) -> None:
@@ -86,8 +88,8 @@ def test_bundle_refuses_two_files_at_one_path(tmp_path: Path) -> None:
 
 
 def test_asset_hash_is_stable_and_is_the_one_the_construct_ships(synthesized: Synthesized) -> None:
-    first = asset_hash(AGGREGATOR_DIR, [RUNTIME_PACKAGE_DIR])
-    assert asset_hash(AGGREGATOR_DIR, [RUNTIME_PACKAGE_DIR]) == first
+    first = asset_hash(AGGREGATOR_DIR, list(LAMBDA_PACKAGES))
+    assert asset_hash(AGGREGATOR_DIR, list(LAMBDA_PACKAGES)) == first
     template: Any = synthesized.default
     function_id = logical_id(template, "AWS::Lambda::Function", "AggregatorFunction")
     function = resources(template, "AWS::Lambda::Function")[function_id]
@@ -127,7 +129,7 @@ def test_version_record_handler_exists() -> None:
 def test_bundle_imports_with_only_what_lambda_provides(handler_dir: Path, tmp_path: Path) -> None:
     """The bundle's handler imports with the stdlib, boto3 (and Powertools for the aggregator)."""
     bundle = tmp_path / "bundle"
-    copy_bundle(handler_dir, [RUNTIME_PACKAGE_DIR], bundle)
+    copy_bundle(handler_dir, list(LAMBDA_PACKAGES), bundle)
     layer = POWERTOOLS_LAYER_PACKAGES if handler_dir == AGGREGATOR_DIR else ()
     provided = provided_packages(tmp_path / "runtime", [*LAMBDA_RUNTIME_PACKAGES, *layer])
     module, function = HANDLER.split(".")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.resources
 import io
 import re
 import shutil
@@ -16,6 +17,7 @@ from upgrade_stack import lambda_sim
 
 from zae_limiter.upgrade import UpgradeError, build_aggregator_bundle
 from zae_limiter.upgrade.bundle import (
+    DEPENDENCIES,
     ENTRY_MODULE,
     FILE_MODE,
     LAMBDA_HANDLER,
@@ -32,9 +34,9 @@ def package_copy(library: Traversable, target: Path) -> Path:
     return root
 
 
-def source_files(root: Path) -> set[str]:
+def source_files(root: Path, package: str = PACKAGE) -> set[str]:
     return {
-        f"{PACKAGE}/{path.relative_to(root).as_posix()}"
+        f"{package}/{path.relative_to(root).as_posix()}"
         for path in root.rglob("*")
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
     }
@@ -45,7 +47,13 @@ def test_the_zip_is_the_package_plus_the_handler_shim(library: Traversable) -> N
     archive = zipfile.ZipFile(io.BytesIO(built.zip_bytes))
     names = archive.namelist()
     assert names == sorted(names) == list(built.files)
-    assert set(names) == source_files(Path(str(library))) | {SHIM_NAME}
+    dependencies = {
+        name
+        for dependency in DEPENDENCIES
+        for name in source_files(Path(str(importlib.resources.files(dependency))), dependency)
+    }
+    assert "packaging/version.py" in dependencies
+    assert set(names) == source_files(Path(str(library))) | dependencies | {SHIM_NAME}
     assert f"{PACKAGE}/{ENTRY_MODULE}.py" in names
     assert archive.read(SHIM_NAME).decode() == SHIM_SOURCE
     for info in archive.infolist():

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from zae_limiter import Limit, RateLimiter, Repository, VersionMismatchError
+from zae_limiter import Limit, RateLimiter, Repository, VersionMismatchError, versioning
 from zae_limiter.admin import gates
 from zae_limiter.dynamo import keys
 from zae_limiter.versioning import LIBRARY_VERSION
@@ -89,22 +89,37 @@ def test_the_gate_table_is_the_specification() -> None:
     }
 
 
+async def record_function(repo: Repository, name: str) -> None:
+    await repo._store.update(
+        keys.version_record(), "SET aggregator_function = :f", values={":f": name},
+        return_new=False,
+    )
+
+
+@pytest.mark.parametrize("function", [None, "zael-aggregator"], ids=["no-function", "function"])
 @pytest.mark.parametrize("case", list(GATED))
 async def test_an_older_aggregator_refuses_before_any_write(
-    case: str, stocked: Repository, limiter: RateLimiter, wire: Any
+    case: str, function: str | None, stocked: Repository, limiter: RateLimiter, wire: Any
 ) -> None:
     feature, call, _ = GATED[case]
     required = gates.REQUIRED[feature]
     await stocked.set_version_record(aggregator_version=just_below(required))
+    if function:
+        await record_function(stocked, function)
     with wire.block() as w, pytest.raises(VersionMismatchError) as refused:
         await call(stocked, limiter)
     error = refused.value
+    # the verdict upgrade acts on: it can replace the code only of a recorded function
+    verdict = versioning.assess(await stocked.get_version_record() or {})
     assert (error.feature, error.required_version, error.can_auto_update) == (
-        feature, required, True)
+        feature, required, function is not None)
+    assert verdict.can_auto_update is (function is not None)
     assert error.lambda_version == just_below(required)
+    remedy = ("run `zae-limiter upgrade`" if function else
+              "redeploy the stack with `cdk deploy` using zae-limiter 0.17.0")
     assert str(error) == (
         f"{feature} needs an aggregator of version {required} or later, but the stack runs "
-        f"{just_below(required)}; run `zae-limiter upgrade`")
+        f"{just_below(required)}; {remedy}")
     assert not {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"} & set(w.by_operation)
     assert await minimum(stocked) == "0.0.0"
 

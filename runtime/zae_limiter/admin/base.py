@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import audit
 from .. import config as cfg
+from ..acquire import RulesChanged
 from ..dynamo import bucket_items as items
 from ..dynamo import keys
 from ..dynamo.store import Store
@@ -91,6 +92,8 @@ class AdminBase:
         """Restamp the entity's live bucket items under its current config. Returns the count."""
         prefix = None if resource in (None, keys.DEFAULT_RESOURCE) else f"{resource}#"
         stamped = 0
+        left: list[str] = []  # items (resource#shard) not restamped
+        cause: BaseException | None = None
         self._forget(entity_id)
         try:
             rows = await self._store.query_all(
@@ -128,14 +131,34 @@ class AdminBase:
                 )
                 if image.stamp.same_rules(wanted) and _versions(image.stamp) == _versions(wanted):
                     continue
-                await self._admission.restamp(image, wanted)
+                try:
+                    await self._admission.restamp(image, wanted)
+                except RulesChanged as changed:
+                    # Deleted meanwhile, or restamped by a later change's own fan-out: nothing
+                    # left to do. Else rewritten faster than this could: left for a re-run.
+                    current = await self._store.get(image.key, consistent=True)
+                    if current is not None and not _caught_up(items.parse(current).stamp, wanted):
+                        left.append(f"{image.resource}#{image.shard}")
+                        cause = changed
+                    continue
                 stamped += 1
         except (DynamoError, RateLimiterUnavailable) as exc:
-            raise FanoutIncomplete(stamped, exc, entity_id=entity_id, resource=resource) from exc
+            raise FanoutIncomplete(
+                stamped, exc, entity_id=entity_id, resource=resource, left=left
+            ) from exc
         finally:
             self._forget(entity_id)
+        if left:
+            raise FanoutIncomplete(
+                stamped, cause, entity_id=entity_id, resource=resource, left=left
+            )
         return stamped
 
 
 def _versions(stamp: items.Stamp) -> tuple[int, int, int]:
     return (stamp.entity_version, stamp.resource_version, stamp.system_version)
+
+
+def _caught_up(current: items.Stamp, wanted: items.Stamp) -> bool:
+    """The item's stamp is from this change's config versions or later ones."""
+    return all(c >= w for c, w in zip(_versions(current), _versions(wanted), strict=True))

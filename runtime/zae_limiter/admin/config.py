@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import random
 from typing import Any
 
 from .. import audit, validation
 from .. import config as cfg
-from ..dynamo import keys
-from ..errors import ValidationError
+from ..dynamo import keys, transport
+from ..dynamo.transport import TransactionCancelled
+from ..errors import RateLimiterUnavailable, ValidationError
 from ..limits import Limit, check_limit_list
 from ..models import AuditAction, ConfigSource, OnUnavailable
 from ..resolution import system_level_from_item
 from .base import AdminBase
 
 KEEP: Any = object()  # "leave the stored flag as it is"
+#: Writes of one level that collide with a concurrent change of it (TransactionConflict) are
+#: sent again this many times in all; nothing of a cancelled transaction was written.
+WRITE_ATTEMPTS = 8
 
 
 def _limit_gates(limits: list[Limit]) -> list[str]:
@@ -35,6 +41,20 @@ def _check_disabled(value: Any) -> None:
 def _check_cascade(value: Any) -> None:
     if value is not KEEP and value not in (True, False, None):
         raise ValidationError("cascade", value, "use True, False or None (inherit)")
+
+
+def _changes_something(sets: list[str], removes: list[str]) -> str | None:
+    """A condition true only when the write would change a stored value (None: always write).
+
+    Index attributes (`GSI…`) follow the values, so only the values are compared.
+    """
+    parts = []
+    for clause in sets:
+        target, _, value = clause.partition(" = ")
+        if not target.startswith("GSI"):
+            parts.append(f"attribute_not_exists({target}) OR {target} <> {value}")
+    parts += [f"attribute_exists({target})" for target in removes if not target.startswith("GSI")]
+    return " OR ".join(f"({part})" for part in parts) if parts else None
 
 
 class ConfigMixin(AdminBase):
@@ -92,6 +112,7 @@ class ConfigMixin(AdminBase):
         expression = "SET " + ", ".join(sets) + " ADD ver :one"
         if removes:
             expression += " REMOVE " + ", ".join(removes)
+        guard = _changes_something(sets, removes)
         operations: list[dict[str, Any]] = [
             {
                 "Update": {
@@ -99,6 +120,7 @@ class ConfigMixin(AdminBase):
                     "UpdateExpression": expression,
                     "ExpressionAttributeValues": values,
                     **({"ExpressionAttributeNames": names} if names else {}),
+                    **({"ConditionExpression": guard} if guard else {}),
                 }
             },
             {
@@ -111,7 +133,22 @@ class ConfigMixin(AdminBase):
         ]
         if entity_id is not None:
             operations.append(self._version_bump(entity_id))
-        await self._transact(operations)
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                await self._transact(operations)
+                return
+            except TransactionCancelled as cancelled:
+                codes = [reason.get("Code") for reason in cancelled.reasons]
+                if codes[:1] == ["ConditionalCheckFailed"]:
+                    # The level already holds exactly this: nothing changed, nothing to audit.
+                    # (A re-run after FanoutIncomplete lands here and goes on to the fan-out.)
+                    return
+                if "TransactionConflict" not in codes or attempt + 1 == WRITE_ATTEMPTS:
+                    raise RateLimiterUnavailable(
+                        "the change could not be written", cancelled, table_name=self._store.table
+                    ) from cancelled
+            # another change of the same level was in flight: nothing was written, so try again
+            await asyncio.sleep(transport.backoff_scale * 0.02 * 2**attempt * random.random())
 
     async def _change_entity_level(
         self, entity_id: str, resource: str, principal: str | None, **changes: Any

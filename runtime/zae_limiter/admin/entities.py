@@ -12,6 +12,9 @@ from ..errors import EntityExistsError, EntityNotFoundError, ValidationError
 from ..models import AuditAction, Entity
 from .base import AdminBase
 
+#: A usage tombstone outlives every stream record it can meet (the stream keeps 24 h).
+TOMBSTONE_TTL_S = 72 * 3600
+
 
 def _entity_from_item(item: dict[str, Any]) -> Entity:
     return Entity(
@@ -134,12 +137,19 @@ class EntitiesMixin(AdminBase):
         return sorted(children, key=lambda e: e.id)
 
     async def delete_entity(self, entity_id: str, principal: str | None = None) -> None:
-        """Delete the record, config, buckets and snapshots. Refused while it has children."""
+        """Delete the record, config, buckets and snapshots. Refused while it has children.
+
+        A usage tombstone, written with the audit event, makes the aggregator drop the stream
+        records of this entity's writes up to now, so lagging records cannot bring its usage back
+        and a re-created entity starts at zero (docs/usage.md).
+        """
         validation.entity_id(entity_id)
         if await self.get_children(entity_id):
             raise ValidationError(
                 "entity_id", entity_id, "it still has children; move or delete them first"
             )
+        now = self._clock()
+        tombstone = keys.usage_tombstone(self._ns, entity_id)
         await self._transact(
             [
                 {
@@ -150,6 +160,18 @@ class EntitiesMixin(AdminBase):
                     }
                 },
                 self._version_bump(entity_id),
+                {
+                    "Put": {
+                        "Item": {
+                            **tombstone,
+                            **keys.namespace_index_attributes(
+                                self._ns, tombstone["PK"], tombstone["SK"]
+                            ),
+                            "deleted_ms": now,
+                            "ttl": now // 1000 + TOMBSTONE_TTL_S,
+                        }
+                    }
+                },
             ]
         )
         doomed = await self._store.query_all(
@@ -158,7 +180,9 @@ class EntitiesMixin(AdminBase):
         buckets = await self._store.query_all(
             keys.entity_buckets_index_key(self._ns, entity_id), index=keys.GSI3
         )
-        usage = await self._store.query_all(keys.usage_partition(self._ns, entity_id))
+        usage = await self._store.query_all(
+            keys.usage_partition(self._ns, entity_id), consistent=True
+        )
         await self._store.batch_delete(
             [keys.key(i["PK"], i["SK"]) for i in (*doomed, *buckets, *usage)]
         )

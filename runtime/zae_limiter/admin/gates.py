@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from packaging.version import Version
+
 from .. import versioning
 from ..dynamo import keys
 from ..dynamo.store import Store
@@ -42,13 +44,14 @@ async def check_gate(repo: Any, feature: str, *, ratchet: bool = True) -> None:
     record = await repo._store.get(keys.version_record()) or {}
     aggregator = record.get("aggregator_version")
     if aggregator is not None and not versioning.at_least(str(aggregator), required):
+        verdict = versioning.assess(record, table=repo._store.table)
         raise VersionMismatchError(
             versioning.LIBRARY_VERSION,
             str(record.get("schema_version") or SCHEMA_VERSION),
             str(aggregator),
             f"{feature} needs an aggregator of version {required} or later, but the stack "
-            f"runs {aggregator}; run `zae-limiter upgrade`",
-            True,
+            f"runs {aggregator}; {verdict.remedy}",
+            verdict.can_auto_update,
             feature=feature,
             required_version=required,
         )
@@ -64,13 +67,13 @@ async def check_limit_gates(repo: Any, limits: Sequence[Limit]) -> None:
         await check_gate(repo, feature, ratchet=feature != "soft_limits")
 
 
-async def _ratchet(store: Store, seen: Any, target: tuple[int, ...]) -> None:
+async def _ratchet(store: Store, seen: Any, target: Version) -> None:
     """Raise `client_min_version` to `target` unless it is already there; never lower it.
 
     Only that attribute is written, conditioned on the value read, so a concurrent ratchet (or
     upgrade) is never overwritten; losing the race re-reads the stored value and tries again.
     """
-    new_minimum = ".".join(str(part) for part in target)
+    new_minimum = str(target)
     for _ in range(RATCHET_ATTEMPTS):
         if seen and versioning.parse(str(seen)) >= target:
             return

@@ -1,25 +1,53 @@
-"""Namespaces: register, list, soft delete, recover, purge (reference.md §2.6, §5.15)."""
+"""Namespaces: register, list, soft delete, recover, purge (docs/namespaces.md).
+
+Each change writes one audit event, atomically with it, in the audit log of the namespace the call
+is made from, subject `$NAMESPACE:<name>` (docs/audit.md): the namespace itself may be purged.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import validation
+from .. import audit, validation
 from ..dynamo import keys, records
-from ..errors import NamespaceNotFoundError, NamespaceStateError
+from ..errors import NamespaceNotFoundError, NamespaceStateError, ValidationError
+from ..models import AuditAction
 from .base import AdminBase
 
 
 class NamespacesMixin(AdminBase):
-    async def register_namespace(self, name: str) -> str:
-        """Idempotent; returns the namespace id."""
+    async def _namespace_event(
+        self, action: str, name: str, namespace_id: str, principal: str | None
+    ) -> dict[str, Any]:
+        return {
+            "Put": {
+                "Item": await self._audit_item(
+                    action,
+                    audit.namespace_subject(name),
+                    principal=principal,
+                    details={"namespace": name, "namespace_id": namespace_id},
+                )
+            }
+        }
+
+    async def register_namespace(self, name: str, principal: str | None = None) -> str:
+        """Idempotent; returns the namespace id. Audited when it registers (docs/audit.md)."""
         from ..repository import _register_namespace
 
         validation.namespace_name(name)
-        return await _register_namespace(self._store, name)
 
-    async def register_namespaces(self, names: list[str]) -> dict[str, str]:
-        return {name: await self.register_namespace(name) for name in names}
+        async def event(namespace_id: str) -> dict[str, Any]:
+            put = await self._namespace_event(
+                AuditAction.NAMESPACE_REGISTERED, name, namespace_id, principal
+            )
+            return dict(put["Put"]["Item"])
+
+        return await _register_namespace(self._store, name, event)
+
+    async def register_namespaces(
+        self, names: list[str], principal: str | None = None
+    ) -> dict[str, str]:
+        return {name: await self.register_namespace(name, principal) for name in names}
 
     async def get_namespace(self, name: str) -> dict[str, Any] | None:
         validation.namespace_name(name)
@@ -59,7 +87,7 @@ class NamespacesMixin(AdminBase):
             if r.get("status") == records.NAMESPACE_DELETED
         ]
 
-    async def delete_namespace(self, name: str) -> None:
+    async def delete_namespace(self, name: str, principal: str | None = None) -> None:
         """Soft delete: the name stops resolving at once; the data stays until purged."""
         validation.namespace_name(name)
         item = await self._store.get(keys.namespace_by_name(name))
@@ -76,11 +104,15 @@ class NamespacesMixin(AdminBase):
                         "ExpressionAttributeValues": {":d": records.NAMESPACE_DELETED},
                     }
                 },
+                await self._namespace_event(
+                    AuditAction.NAMESPACE_DELETED, name, str(item["id"]), principal
+                ),
             ]
         )
 
-    async def recover_namespace(self, namespace_id: str) -> str:
+    async def recover_namespace(self, namespace_id: str, principal: str | None = None) -> str:
         """Undo a soft delete; returns the name."""
+        _namespace_id(namespace_id)
         item = await self._store.get(keys.namespace_by_id(namespace_id))
         if item is None:
             raise NamespaceStateError(f"no namespace has id {namespace_id!r}")
@@ -102,12 +134,17 @@ class NamespacesMixin(AdminBase):
             [
                 {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
                 {"Put": {"Item": by_id}},
+                await self._namespace_event(
+                    AuditAction.NAMESPACE_RECOVERED, name, namespace_id, principal
+                ),
             ]
         )
         return name
 
-    async def purge_namespace(self, namespace_id: str) -> None:
-        """Delete every item of a soft-deleted namespace, irreversibly. Resumable."""
+    async def purge_namespace(self, namespace_id: str, principal: str | None = None) -> None:
+        """Delete every item of a soft-deleted namespace, irreversibly. Resumable; audited once,
+        when the last item goes."""
+        _namespace_id(namespace_id)
         item = await self._store.get(keys.namespace_by_id(namespace_id))
         if item is None:
             raise NamespaceStateError(f"no namespace has id {namespace_id!r}")
@@ -122,4 +159,16 @@ class NamespacesMixin(AdminBase):
             if not rows:
                 break
             await self._store.batch_delete([keys.key(r["PK"], r["SK"]) for r in rows])
-        await self._store.delete(keys.namespace_by_id(namespace_id))
+        await self._store.transact(
+            [
+                {"Delete": {"Key": keys.namespace_by_id(namespace_id)}},
+                await self._namespace_event(
+                    AuditAction.NAMESPACE_PURGED, str(item["name"]), namespace_id, principal
+                ),
+            ]
+        )
+
+
+def _namespace_id(value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValidationError("namespace_id", value, "give the id `namespace orphans` lists")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import audit, validation
 from ..core import bucket
 from ..core.bucket import MILLI
@@ -11,24 +13,41 @@ from ..errors import ValidationError
 from ..models import AuditEvent, BucketState, EntityCapacity, ResourceCapacity
 from .base import AdminBase
 
+MAX_AUDIT_LIMIT = 1000
+
 
 class ReportsMixin(AdminBase):
     async def get_audit_events(
         self, entity_id: str, limit: int = 100, start_event_id: str | None = None
     ) -> list[AuditEvent]:
-        """Newest first; `start_event_id` is an exclusive cursor."""
+        """Newest first; `start_event_id` (an event id from an earlier page) is an exclusive
+        cursor. Every argument is checked before any request (docs/audit.md)."""
         if not isinstance(entity_id, str) or not entity_id:
             raise ValidationError("entity_id", entity_id, "give an entity id")
+        validation.whole_number(limit, "limit", 1, MAX_AUDIT_LIMIT)
+        if start_event_id is not None and (
+            not isinstance(start_event_id, str) or not audit.is_event_id(start_event_id)
+        ):
+            raise ValidationError(
+                "start_event_id", start_event_id,
+                "pass the event_id of an event from an earlier page (26 characters), or None",
+            )
         pk = keys.audit_partition(self._ns, entity_id)
-        between = None if start_event_id is None else ("0", str(start_event_id))
-        rows, _ = await self._store.query(
-            pk,
-            newest_first=True,
-            limit=limit + (1 if start_event_id else 0),
-            sk_between=between,
-        )
-        rows = [r for r in rows if r["SK"] != start_event_id][:limit]
-        return [audit.event_from_item(r) for r in rows]
+        rows: list[dict[str, Any]] = []
+        start_key: dict[str, Any] | None = None
+        while len(rows) < limit:
+            # strictly older than the cursor: the key range ends just below it
+            page, start_key = await self._store.query(
+                pk,
+                newest_first=True,
+                limit=limit - len(rows),
+                sk_between=None if start_event_id is None else ("0", start_event_id),
+                start_key=start_key,
+            )
+            rows += [r for r in page if r["SK"] != start_event_id]
+            if not start_key:
+                break
+        return [audit.event_from_item(r) for r in rows[:limit]]
 
     async def get_buckets(self, entity_id: str, resource: str | None = None) -> list[BucketState]:
         """Diagnostic: the stored state of every shard, whole units, brought to now."""

@@ -3,8 +3,9 @@
 By entity (and optionally resource) the query reads the entity's usage partition; by resource
 alone it reads the resource's usage index (GSI2, keys only) and then the items. Snapshots come back
 ordered by key: for an entity by resource, window type, then window start; for a resource by window
-type, window start, then entity. Snapshots past their TTL are left out even before DynamoDB
-deletes them.
+type, window start, then entity (`newest_first` reverses it, so the newest window of each resource
+and window type comes first). Snapshots past their TTL are left out even before DynamoDB deletes
+them, and so are snapshots whose counters net to zero (calls that debited nothing in the end).
 """
 
 from __future__ import annotations
@@ -115,9 +116,13 @@ class UsageMixin(AdminBase):
         return _Query(pk, index, prefix, between, wt, start, end)
 
     async def _snapshots(
-        self, query: _Query, cursor: dict[str, Any] | None, page_size: int | None
+        self,
+        query: _Query,
+        cursor: dict[str, Any] | None,
+        page_size: int | None,
+        newest_first: bool = False,
     ) -> AsyncIterator[tuple[snapshots.StoredSnapshot, dict[str, str]]]:
-        """Every wanted, unexpired snapshot from `cursor` on, with its cursor key."""
+        """Every wanted, unexpired, non-zero snapshot from `cursor` on, with its cursor key."""
         start = cursor
         now = self._clock()
         while True:
@@ -128,6 +133,7 @@ class UsageMixin(AdminBase):
                 sk_between=query.sk_between,
                 limit=page_size,
                 start_key=start,
+                newest_first=newest_first,
             )
             if query.index is not None:
                 rows = [r for r in rows if self._index_row_wanted(query, r)]
@@ -147,7 +153,11 @@ class UsageMixin(AdminBase):
                     continue
                 stored = snapshots.parse(item)
                 view = stored.snapshot
-                if stored.expired(now) or not query.wanted(view.window_type, view.window_start):
+                if (
+                    stored.expired(now)
+                    or stored.counts_nothing
+                    or not query.wanted(view.window_type, view.window_start)
+                ):
                     continue
                 yield stored, {name: str(row[name]) for name in query.cursor_names()}
             if not start:
@@ -167,17 +177,23 @@ class UsageMixin(AdminBase):
         end_time: Any = None,
         limit: int = 100,
         next_key: str | None = None,
+        *,
+        newest_first: bool = False,
     ) -> tuple[list[UsageSnapshot], str | None]:
         """Snapshots by entity, by resource, or both; `start_time <= window_start < end_time`.
 
-        Returns (snapshots, next_key); pass next_key back for the next page (None: no more).
+        Returns (snapshots, next_key); pass next_key back (with the same filters and order) for
+        the next page (None: no more). `newest_first` lists in reverse key order: the newest
+        window of each resource and window type first (docs/usage.md).
         """
         query = self._usage_query(entity_id, resource, window_type, start_time, end_time)
         validation.whole_number(limit, "limit", 1, MAX_LIMIT)
+        if not isinstance(newest_first, bool):
+            raise ValidationError("newest_first", newest_first, "pass True or False")
         cursor = _decode_cursor(next_key, query)
         out: list[UsageSnapshot] = []
         last: dict[str, str] | None = None
-        async for stored, key in self._snapshots(query, cursor, max(limit, 25)):
+        async for stored, key in self._snapshots(query, cursor, max(limit, 25), newest_first):
             if len(out) == limit:
                 return out, _encode_cursor(last) if last else None
             out.append(stored.snapshot)
@@ -192,16 +208,27 @@ class UsageMixin(AdminBase):
         start_time: Any = None,
         end_time: Any = None,
     ) -> UsageSummary:
-        """Sum and per-snapshot mean over one window type (`daily` unless given)."""
+        """Sum and per-snapshot mean over one window type (`daily` unless given).
+
+        By resource alone each debit counts once: a cascade parent's snapshots add only its own
+        calls to `total`, and what its children cascaded to it is reported in `cascaded`.
+        """
         wt = window_type if window_type is not None else "daily"
         query = self._usage_query(entity_id, resource, wt, start_time, end_time)
+        resource_wide = entity_id is None
         totals: dict[str, int] = {}
+        cascaded: dict[str, int] = {}
         count = 0
         first: str | None = None
         final: str | None = None
         async for stored, _ in self._snapshots(query, None, None):
+            counted = stored.own_milli if resource_wide else stored.consumed_milli
+            for name, milli in stored.cascaded_milli.items():
+                cascaded[name] = cascaded.get(name, 0) + milli
+            if resource_wide and not counted and stored.cascaded_milli:
+                continue  # only children's usage, counted in their own snapshots
             count += 1
-            for name, milli in stored.consumed_milli.items():
+            for name, milli in counted.items():
                 totals[name] = totals.get(name, 0) + milli
             start = stored.snapshot.window_start
             first = start if first is None or start < first else first
@@ -213,4 +240,7 @@ class UsageMixin(AdminBase):
             min_window_start=first,
             max_window_start=final,
             window_type=windows.window_type(wt),
+            cascaded={
+                name: snapshots.whole(milli) for name, milli in sorted(cascaded.items()) if milli
+            },
         )

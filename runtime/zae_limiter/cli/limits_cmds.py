@@ -103,7 +103,9 @@ def limits_diff(ctx: click.Context, path: str, quiet: bool) -> None:
 @limits.command("apply")
 @FILE_OPTION
 @QUIET_OPTION
-@click.option("--full", is_flag=True, help="Rewrite every declared level, changed or not (repair).")
+@click.option("--full", is_flag=True,
+              help="Rewrite every declared level, changed or not (repair: live buckets are "
+                   "restamped; a level already holding the same values records no audit event).")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
 def limits_apply(settings: Settings, path: str, quiet: bool, full: bool, yes: bool) -> None:

@@ -9,13 +9,15 @@ from typing import Any
 import click
 
 from .. import local as engine
-from ..local.engine import is_our_process
+from ..local.engine import is_our_process, stop_pid
 from .app import Settings
 from .output import emit, fields, note
 
 AGGREGATOR_ROLE = "aggregator"
 AGGREGATOR_STATUS = "aggregator.json"
 AGGREGATOR_LOG = "aggregator.log"
+#: Where the background aggregator keeps its place in the stream, so a restart resumes there.
+AGGREGATOR_CHECKPOINT = "aggregator-checkpoint.json"
 
 
 @click.group()
@@ -23,23 +25,40 @@ def local() -> None:
     """DynamoDB Local on 127.0.0.1, with the aggregator polling its stream."""
 
 
+def _aggregator_process(state: engine.LocalState) -> engine.RecordedProcess | None:
+    """The recorded aggregator, if it is still our running process."""
+    for p in state.processes:
+        if p.role == AGGREGATOR_ROLE and is_our_process(p.pid, (p.marker,)):
+            return p
+    return None
+
+
 def _aggregator_running(state: engine.LocalState) -> bool:
-    return any(p.role == AGGREGATOR_ROLE and is_our_process(p.pid, (p.marker,))
-               for p in state.processes)
+    return _aggregator_process(state) is not None
 
 
-def _start_aggregator(table: str, status: engine.LocalStatus) -> int | None:
-    """Start the background aggregator unless one recorded here already runs; its pid."""
+def _start_aggregator(table: str, status: engine.LocalStatus, *, restart: bool = False
+                      ) -> int | None:
+    """Start the background aggregator unless one recorded here already runs (and is not
+    stopping); its pid. `restart` stops the running one first (it resumes from the checkpoint).
+    """
     from ..local import stream_runner
 
     recorded = engine.load_state(status.state_dir)
-    if recorded is None or status.endpoint_url is None or _aggregator_running(recorded):
+    if recorded is None or status.endpoint_url is None:
         return None
+    running = _aggregator_process(recorded)
+    if running is not None:
+        report = stream_runner.read_status(status.state_dir / AGGREGATOR_STATUS, pid=running.pid)
+        if not restart and not (report and report.get("stopping")):
+            return None
+        stop_pid(running.pid, markers=(running.marker,))
     process = stream_runner.start_aggregator_process(
         table=table, endpoint_url=status.endpoint_url,
         region=recorded.region or engine.LOCAL_REGION,
         log_path=status.state_dir / AGGREGATOR_LOG,
         status_path=status.state_dir / AGGREGATOR_STATUS,
+        checkpoint_path=status.state_dir / AGGREGATOR_CHECKPOINT,
     )
     engine.add_process(AGGREGATOR_ROLE, process.pid, process.marker,
                        log=str(process.log_path) if process.log_path else None,
@@ -58,10 +77,12 @@ def _aggregator_status(status: engine.LocalStatus) -> dict[str, Any] | None:
     from ..local import stream_runner
 
     recorded = engine.load_state(status.state_dir)
-    if recorded is None or not _aggregator_running(recorded):
+    process = _aggregator_process(recorded) if recorded is not None else None
+    if process is None:
         return None
-    return {"running": True, **(stream_runner.read_status(status.state_dir / AGGREGATOR_STATUS)
-                                or {})}
+    # only this process's own report: a stopped predecessor's "lag 0" says nothing about it
+    report = stream_runner.read_status(status.state_dir / AGGREGATOR_STATUS, pid=process.pid)
+    return {"running": True, "pid": process.pid, **(report or {})}
 
 
 @local.command("up")
@@ -88,6 +109,8 @@ def local_up(settings: Settings, port: int, data_dir: str | None, in_memory: boo
     pid = _start_aggregator(table, status) if aggregator else None
     if pid:
         note(f"aggregator started (pid {pid})")
+    elif aggregator:
+        note("aggregator already running (`zae-limiter local restart` restarts it)")
     final = engine.status(state=status.state_dir)
     data = {**_status_dict(final), "table": table, "created_table": status.created_table,
             "env": engine.env_vars(state=status.state_dir)}
@@ -108,6 +131,20 @@ def local_down(settings: Settings) -> None:
          "\n".join(f"stopped {p.role} (pid {p.pid})" for p in stopped) or "nothing was running")
 
 
+@local.command("restart")
+@click.pass_obj
+def local_restart(settings: Settings) -> None:
+    """Restart the aggregator (e.g. after upgrading zae-limiter), keeping the engine and its
+    data; it resumes from its checkpoint instead of replaying the stream."""
+    status = engine.status()
+    if not status.running:
+        raise click.ClickException("no local engine is running; run `zae-limiter local up`")
+    table = status.table or settings.table or "zae-limiter"
+    pid = _start_aggregator(table, status, restart=True)
+    emit(settings, {"aggregator_pid": pid, "table": table},
+         f"aggregator restarted (pid {pid})")
+
+
 @local.command("status")
 @click.pass_obj
 def local_status(settings: Settings) -> None:
@@ -120,6 +157,8 @@ def local_status(settings: Settings) -> None:
         lag = aggregator.get("lag_ms") if aggregator else None
         if aggregator is None:
             text = "not running"
+        elif aggregator.get("stopping"):
+            text = "stopping"
         elif "lag_ms" not in aggregator:
             text = "starting"
         else:

@@ -35,7 +35,8 @@ def namespace() -> None:
 @click.pass_obj
 def namespace_register(settings: Settings, names: tuple[str, ...]) -> None:
     """Register namespaces (idempotent)."""
-    ids = _registry(settings, lambda repo: repo.register_namespaces(list(names)))
+    ids = _registry(settings,
+                    lambda repo: repo.register_namespaces(list(names), settings.principal))
     emit(settings, {"namespaces": ids},
          table([{"name": n, "id": i} for n, i in ids.items()], ["name", "id"]))
 
@@ -77,7 +78,7 @@ def namespace_delete(settings: Settings, name: str, yes: bool) -> None:
 
     async def delete(repo: Repository) -> dict[str, Any] | None:
         info = await repo.get_namespace(name)
-        await repo.delete_namespace(name)
+        await repo.delete_namespace(name, settings.principal)
         return info
 
     info = _registry(settings, delete)
@@ -92,7 +93,8 @@ def namespace_delete(settings: Settings, name: str, yes: bool) -> None:
 @click.pass_obj
 def namespace_recover(settings: Settings, namespace_id: str) -> None:
     """Undo a soft delete."""
-    name = _registry(settings, lambda repo: repo.recover_namespace(namespace_id))
+    name = _registry(settings,
+                     lambda repo: repo.recover_namespace(namespace_id, settings.principal))
     emit(settings, {"name": name, "id": namespace_id, "status": "active"},
          f"namespace {name} recovered")
 
@@ -106,7 +108,7 @@ def namespace_purge(settings: Settings, namespace_id: str, yes: bool) -> None:
     confirm(yes, f"Purge namespace id {namespace_id!r}? Every item is deleted, irreversibly.")
     note(f"purging namespace {namespace_id} (every item; re-run to resume if interrupted)...")
     started = time.monotonic()
-    _registry(settings, lambda repo: repo.purge_namespace(namespace_id))
+    _registry(settings, lambda repo: repo.purge_namespace(namespace_id, settings.principal))
     elapsed = time.monotonic() - started
     note(f"purge finished in {elapsed:.1f} s")
     emit(settings, {"id": namespace_id, "purged": True}, f"namespace id {namespace_id} purged")

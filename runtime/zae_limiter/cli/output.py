@@ -34,8 +34,8 @@ def cell(value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:g}"
+    if isinstance(value, float):  # fixed point, never an exponent: 1619220, 12.5
+        return f"{value:.2f}".rstrip("0").rstrip(".")
     if isinstance(value, Mapping):
         return ", ".join(f"{k}={cell(v)}" for k, v in value.items()) or "-"
     if isinstance(value, list | tuple):

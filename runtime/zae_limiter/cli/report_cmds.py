@@ -44,23 +44,27 @@ def usage() -> None:
 
 @usage.command("list")
 @usage_filters(window_default=None)
-@click.option("-l", "--limit", "count", type=click.IntRange(min=1), default=100, show_default=True,
-              help="At most N snapshots.")
+@click.option("-l", "--limit", "count", type=click.IntRange(min=1, max=1000), default=100,
+              show_default=True, help="At most N snapshots (the newest N).")
+@click.option("--next-key", metavar="KEY",
+              help="Continue a listing (the key the last page printed).")
 @click.pass_obj
 def usage_list(settings: Settings, entity_id: str | None, resource: str | None,
-               window: str | None, start: str | None, end: str | None, count: int) -> None:
-    """Snapshots, newest window first."""
+               window: str | None, start: str | None, end: str | None, count: int,
+               next_key: str | None) -> None:
+    """Snapshots, newest window first (per resource and window type)."""
     _need_filter(entity_id, resource)
-    snapshots, _ = with_repo(settings, lambda repo: repo.get_usage_snapshots(
+    snapshots, more = with_repo(settings, lambda repo: repo.get_usage_snapshots(
         entity_id=entity_id, resource=resource, window_type=window, start_time=start,
-        end_time=end, limit=count))
-    snapshots = sorted(snapshots, key=lambda s: s.window_start, reverse=True)
+        end_time=end, limit=count, next_key=next_key, newest_first=True))
     rows = [{"window_start": s.window_start, "window": s.window_type, "entity_id": s.entity_id,
              "resource": s.resource, "events": s.total_events, "counters": s.counters,
-             "overdrawn": s.overdrawn} for s in snapshots]
-    emit(settings, {"snapshots": snapshots},
-         table(rows, ["window_start", "window", "entity_id", "resource", "events", "counters",
-                      "overdrawn"]) if rows else "(no snapshots)")
+             "cascaded": s.cascaded, "overdrawn": s.overdrawn} for s in snapshots]
+    human = (table(rows, ["window_start", "window", "entity_id", "resource", "events",
+                          "counters", "cascaded", "overdrawn"]) if rows else "(no snapshots)")
+    if more:
+        human += f"\n\nMore snapshots: continue with --next-key {more}"
+    emit(settings, {"snapshots": snapshots, "next_key": more}, human)
 
 
 @usage.command("summary")
@@ -73,14 +77,19 @@ def usage_summary(settings: Settings, entity_id: str | None, resource: str | Non
     summary = with_repo(settings, lambda repo: repo.get_usage_summary(
         entity_id=entity_id, resource=resource, window_type=window, start_time=start,
         end_time=end))
-    rows = [{"limit": name, "total": total, "average": summary.average.get(name)}
-            for name, total in summary.total.items()]
+    names = sorted(set(summary.total) | set(summary.cascaded))
+    rows = [{"limit": name, "total": summary.total.get(name, 0),
+             "cascaded": summary.cascaded.get(name, 0),
+             "average": round(summary.average.get(name, 0.0))} for name in names]
+    counting = ("each debit once; usage cascaded to parents is shown beside, not added in"
+                if entity_id is None else
+                "everything this entity was debited, its children's cascaded usage included")
     human = fields([("entity", entity_id or "(all)"), ("resource", resource or "(all)"),
                     ("window", summary.window_type), ("snapshots", summary.snapshot_count),
                     ("first window", summary.min_window_start),
-                    ("last window", summary.max_window_start)])
+                    ("last window", summary.max_window_start), ("total counts", counting)])
     if rows:
-        human += "\n\n" + table(rows, ["limit", "total", "average"])
+        human += "\n\n" + table(rows, ["limit", "total", "cascaded", "average"])
     emit(settings, summary, human)
 
 

@@ -48,20 +48,20 @@ async def _describe(repo: Repository) -> dict[str, Any]:
     }
 
 
-def _verdict(record: dict[str, Any]) -> dict[str, Any]:
-    verdict = versioning.compare(record)
-    upgrade: list[str] = []
-    if verdict.problem == "schema_older":
-        upgrade.append("migrate the table schema")
-    if verdict.aggregator_older:
-        upgrade.append(f"update the aggregator from {record.get('aggregator_version')} "
-                       f"to {versioning.LIBRARY_VERSION}")
+def _verdict(record: dict[str, Any], table: str) -> dict[str, Any]:
+    """The one verdict (versioning.assess) and the plan `upgrade --dry-run` would print."""
+    from ..upgrade import plan_upgrade
+
+    verdict = versioning.assess(record, table=table)
+    plan = plan_upgrade(record, table=table)
     return {
         "compatible": verdict.ok,
         "problem": verdict.problem or None,
         "message": verdict.message or None,
         "aggregator_older": verdict.aggregator_older,
-        "upgrade_would": upgrade,
+        "can_auto_update": verdict.can_auto_update,
+        "upgrade_would": plan.steps,
+        "upgrade_refused": verdict.refusal or None,
     }
 
 
@@ -81,8 +81,16 @@ def _verdict_text(verdict: dict[str, Any]) -> str:
     if not verdict["compatible"]:
         return f"incompatible: {verdict['message']}"
     if verdict["aggregator_older"]:
-        return "compatible (the aggregator is older: newer features are refused until upgrade)"
+        return "compatible (the aggregator is older: newer features are refused until it is " \
+            "brought forward)"
     return "compatible"
+
+
+def _upgrade_text(verdict: dict[str, Any]) -> str:
+    if verdict["upgrade_refused"]:
+        return f"refuse ({verdict['upgrade_refused']})"
+    steps = verdict["upgrade_would"]
+    return "; ".join(steps) if steps else "change nothing"
 
 
 def _version_pairs(info: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -98,7 +106,7 @@ def _version_pairs(info: dict[str, Any]) -> list[tuple[str, Any]]:
 def version(settings: Settings) -> None:
     """Library, schema, aggregator and minimum client versions, and a compatibility verdict."""
     info = _read(settings)
-    verdict = _verdict(info["record"])
+    verdict = _verdict(info["record"], info["table"])
     emit(settings, {"table": info["table"], **_versions(info["record"]), "verdict": verdict},
          fields([*_version_pairs(info), ("verdict", _verdict_text(verdict))]))
 
@@ -109,11 +117,10 @@ def check(ctx: click.Context) -> None:
     """Compatibility only, and whether `upgrade` would change anything. Exit 3 if incompatible."""
     settings: Settings = ctx.obj
     info = _read(settings)
-    verdict = _verdict(info["record"])
-    upgrade = verdict["upgrade_would"]
+    verdict = _verdict(info["record"], info["table"])
     emit(settings, {"table": info["table"], **verdict},
          fields([("table", info["table"]), ("verdict", _verdict_text(verdict)),
-                 ("upgrade would", "; ".join(upgrade) if upgrade else "change nothing")]))
+                 ("upgrade would", _upgrade_text(verdict))]))
     if not verdict["compatible"]:
         ctx.exit(EXIT_DRIFT)
 
@@ -124,7 +131,7 @@ def status(settings: Settings) -> None:
     """Reachability and latency, table status, stream, item count and size, versions."""
     info = _read(settings, status=True)
     described = info["description"]
-    verdict = _verdict(info["record"])
+    verdict = _verdict(info["record"], info["table"])
     data = {"table": info["table"], "region": info["region"], "reachable": info["reachable"],
             "latency_ms": info["latency_ms"], **described, "versions": _versions(info["record"]),
             "aggregator_function": info["record"].get("aggregator_function"),

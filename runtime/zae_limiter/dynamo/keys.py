@@ -145,6 +145,11 @@ def usage_snapshot(
     return key(usage_partition(ns, entity_id), f"{resource}#{window_type}#{window_start}")
 
 
+def usage_tombstone(ns: str, entity_id: str) -> dict[str, str]:
+    """When an entity was deleted: the aggregator drops stream records of writes before it."""
+    return key(f"{ns}#UDEL#{entity_id}", "_")
+
+
 def resource_usage_index_key(ns: str, resource: str) -> str:
     return f"{ns}#RU#{resource}"
 

@@ -5,6 +5,8 @@ Pure: builds operations and parses items, sends nothing.
 One item per entity x resource x window (keys: `keys.usage_snapshot`, indexes:
 `keys.usage_index_attributes`). Attributes: `entity_id`, `resource`, `window_type`,
 `window_start`, `window_end` (ISO-8601 UTC), `c:<limit>` net consumption in milli-units,
+`k:<limit>` the part of a cascade parent's consumption that its children's calls cascaded to it
+(written from the children's records; only the limits the parent counts in `c:` are reported),
 `o:<limit>` writes that left a soft limit below zero, `total_events` admissions net of refunds,
 `ttl` expiry (epoch seconds). Counters are top-level attributes so that one `ADD` creates or
 increments each of them.
@@ -21,6 +23,7 @@ from ..models import UsageSnapshot
 from . import keys
 
 CONSUMED_PREFIX = "c:"
+CASCADED_PREFIX = "k:"
 OVERDRAWN_PREFIX = "o:"
 
 
@@ -47,22 +50,32 @@ class SnapshotKey:
 
 @dataclass
 class Counts:
-    """Changes to one snapshot: consumption (milli) and overdrawn writes per limit, admissions."""
+    """Changes to one snapshot: consumption (milli), consumption cascaded from children (milli)
+    and overdrawn writes per limit, admissions."""
 
     consumed: dict[str, int] = field(default_factory=dict)
     overdrawn: dict[str, int] = field(default_factory=dict)
     events: int = 0
+    cascaded: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: Counts) -> None:
-        for name, amount in other.consumed.items():
-            self.consumed[name] = self.consumed.get(name, 0) + amount
-        for name, count in other.overdrawn.items():
-            self.overdrawn[name] = self.overdrawn.get(name, 0) + count
+        """Add `other`; a counter that sums to zero is dropped (it changes nothing)."""
+        for mine, theirs in (
+            (self.consumed, other.consumed),
+            (self.overdrawn, other.overdrawn),
+            (self.cascaded, other.cascaded),
+        ):
+            for name, amount in theirs.items():
+                total = mine.get(name, 0) + amount
+                if total:
+                    mine[name] = total
+                else:
+                    mine.pop(name, None)
         self.events += other.events
 
     @property
     def empty(self) -> bool:
-        return not self.consumed and not self.overdrawn and not self.events
+        return not self.consumed and not self.overdrawn and not self.events and not self.cascaded
 
 
 def update_operation(key: SnapshotKey, counts: Counts, ttl_s: int) -> dict[str, Any]:
@@ -82,6 +95,7 @@ def update_operation(key: SnapshotKey, counts: Counts, ttl_s: int) -> dict[str, 
     added: dict[str, int] = {"total_events": counts.events}
     added |= {CONSUMED_PREFIX + name: amount for name, amount in sorted(counts.consumed.items())}
     added |= {OVERDRAWN_PREFIX + name: n for name, n in sorted(counts.overdrawn.items())}
+    added |= {CASCADED_PREFIX + name: n for name, n in sorted(counts.cascaded.items())}
     names: dict[str, str] = {}
     values: dict[str, Any] = {}
     clauses: dict[str, list[str]] = {"SET": [], "ADD": []}
@@ -113,23 +127,37 @@ class StoredSnapshot:
     snapshot: UsageSnapshot
     consumed_milli: dict[str, int]
     ttl: int | None
+    cascaded_milli: dict[str, int] = field(default_factory=dict)
 
     def expired(self, now_ms: int) -> bool:
         return self.ttl is not None and self.ttl * 1000 <= now_ms
 
+    @property
+    def own_milli(self) -> dict[str, int]:
+        """Consumption debited by this entity's own calls (its counters less what cascaded in)."""
+        own = {n: v - self.cascaded_milli.get(n, 0) for n, v in self.consumed_milli.items()}
+        return {n: v for n, v in own.items() if v}
+
+    @property
+    def counts_nothing(self) -> bool:
+        """Every counter is zero: the calls it saw debited nothing in the end."""
+        view = self.snapshot
+        return not any(self.consumed_milli.values()) and not view.total_events and not any(
+            view.overdrawn.values()
+        )
+
+
+def _prefixed(item: dict[str, Any], prefix: str) -> dict[str, int]:
+    return {
+        name[len(prefix) :]: int(value) for name, value in item.items() if name.startswith(prefix)
+    }
+
 
 def parse(item: dict[str, Any]) -> StoredSnapshot:
     """A snapshot item in plain form -> StoredSnapshot."""
-    consumed = {
-        name[len(CONSUMED_PREFIX) :]: int(value)
-        for name, value in item.items()
-        if name.startswith(CONSUMED_PREFIX)
-    }
-    overdrawn = {
-        name[len(OVERDRAWN_PREFIX) :]: int(value)
-        for name, value in item.items()
-        if name.startswith(OVERDRAWN_PREFIX)
-    }
+    consumed = _prefixed(item, CONSUMED_PREFIX)
+    overdrawn = _prefixed(item, OVERDRAWN_PREFIX)
+    cascaded = {n: v for n, v in _prefixed(item, CASCADED_PREFIX).items() if n in consumed}
     snapshot = UsageSnapshot(
         entity_id=str(item["entity_id"]),
         resource=str(item["resource"]),
@@ -139,6 +167,7 @@ def parse(item: dict[str, Any]) -> StoredSnapshot:
         counters={name: whole(amount) for name, amount in sorted(consumed.items())},
         total_events=int(item.get("total_events", 0)),
         overdrawn=dict(sorted(overdrawn.items())),
+        cascaded={name: whole(amount) for name, amount in sorted(cascaded.items()) if amount},
     )
     ttl = item.get("ttl")
-    return StoredSnapshot(snapshot, consumed, None if ttl is None else int(ttl))
+    return StoredSnapshot(snapshot, consumed, None if ttl is None else int(ttl), cascaded)

@@ -21,12 +21,23 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from botocore import exceptions as bce
-
-from . import codec
+from ..instrumentation import RequestEvent, RequestListeners, capacity, table_of, with_capacity
+from .failures import (
+    AccessDenied,
+    ConditionFailed,
+    DynamoError,
+    Rejected,
+    TableMissing,
+    TransactionCancelled,
+    Unavailable,
+    UnknownOutcome,
+    classify,
+)
+from .retries import RetryBudget
 
 if TYPE_CHECKING:
     from aiobotocore.config import AioConfig
@@ -38,62 +49,17 @@ BASE_DELAY_S = 0.025
 # Tests set this to 0 to skip backoff sleeps.
 backoff_scale = 1.0
 
-_THROTTLES = {
-    "ProvisionedThroughputExceededException",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "LimitExceededException",
-}
-_ACCESS = {"AccessDeniedException", "UnrecognizedClientException", "AccessDenied"}
-
-
-class DynamoError(Exception):
-    """Base of transport errors."""
-
-
-class ConditionFailed(DynamoError):
-    """A conditional write did not apply; `item` is the stored item (plain form) if any."""
-
-    def __init__(self, item: dict[str, Any] | None) -> None:
-        super().__init__("condition failed")
-        self.item = item
-
-
-class TransactionCancelled(DynamoError):
-    def __init__(self, reasons: list[dict[str, Any]]) -> None:
-        super().__init__(f"transaction cancelled: {[r.get('Code') for r in reasons]}")
-        self.reasons = reasons
-
-
-class UnknownOutcome(DynamoError):
-    """A write was sent and may or may not have applied."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(f"outcome unknown: {cause}")
-        self.cause = cause
-
-
-class Unavailable(DynamoError):
-    """DynamoDB could not be reached or kept failing; nothing was applied."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-class AccessDenied(DynamoError):
-    def __init__(self, operation: str, cause: BaseException) -> None:
-        super().__init__(f"access denied for dynamodb:{operation}: {cause}")
-        self.operation = operation
-        self.cause = cause
-
-
-class TableMissing(DynamoError):
-    pass
-
-
-def _code(exc: bce.ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
+__all__ = [
+    "AccessDenied",
+    "ConditionFailed",
+    "DynamoError",
+    "Rejected",
+    "TableMissing",
+    "TransactionCancelled",
+    "Transport",
+    "Unavailable",
+    "UnknownOutcome",
+]
 
 
 #: Client settings for every DynamoDB client the library makes (aiobotocore or boto3): no SDK
@@ -121,6 +87,8 @@ class Transport:
         self._exit = exit_stack
         self.http = http  # the lean path (dynamo.http); None: every request goes through botocore
         self.closed = False
+        self.listeners = RequestListeners()
+        self.budget = RetryBudget()
 
     @classmethod
     async def connect(
@@ -163,51 +131,69 @@ class Transport:
     async def call(
         self, operation: str, request: dict[str, Any], *, write: bool = False
     ) -> dict[str, Any]:
-        """Send one request. Retries only what certainly did not apply (and reads)."""
-        method: Callable[..., Awaitable[dict[str, Any]]] = getattr(self.client, _snake(operation))
-        last: BaseException | None = None
-        for attempt in range(MAX_ATTEMPTS):
-            if attempt:
-                await asyncio.sleep(backoff_scale * BASE_DELAY_S * (2**attempt) * random.random())
+        """Send one request. Retries only what certainly did not apply (and reads), within
+        the client's retry budget; every failure comes out as a `DynamoError` (`failures`)."""
+        listening = bool(self.listeners)
+        if listening:
+            request = with_capacity(operation, request)
+        spent = 0
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            started = time.perf_counter()
             try:
-                if self.closed:
-                    raise Unavailable(RuntimeError("the client is closed"))
-                if self.http is not None:
-                    return await self.http.send(operation, request)
-                response: dict[str, Any] = await method(**request)
-                return response
-            except bce.ClientError as exc:
-                code = _code(exc)
-                if code == "ConditionalCheckFailedException":
-                    raise ConditionFailed(codec.decode_item(exc.response.get("Item"))) from None
-                if code == "TransactionCanceledException":
-                    raise TransactionCancelled(
-                        list(exc.response.get("CancellationReasons", []))
-                    ) from None
-                if code in _ACCESS:
-                    raise AccessDenied(operation, exc) from exc
-                if code == "ResourceNotFoundException":
-                    raise TableMissing(str(exc)) from exc
-                if code in _THROTTLES or code == "TransactionConflictException":
-                    last = exc
+                response = await self._send(operation, request)
+            except Exception as exc:
+                failure = classify(exc, operation, write=write)
+                if listening:
+                    answer = getattr(exc, "response", None)
+                    self._tell(operation, request, started, failure.outcome, answer, attempt)
+                last_try = attempt == MAX_ATTEMPTS
+                if failure.retry_cost and not last_try and self.budget.take(failure.retry_cost):
+                    spent += failure.retry_cost
+                    await asyncio.sleep(
+                        backoff_scale * BASE_DELAY_S * (2**attempt) * random.random()
+                    )
                     continue
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-                if status >= 500 or code in ("InternalServerError", "ServiceUnavailable"):
-                    if write:
-                        raise UnknownOutcome(exc) from exc
-                    last = exc
-                    continue
-                raise
-            except (bce.ConnectTimeoutError, bce.EndpointConnectionError) as exc:
-                last = exc  # never reached the server
-                continue
-            except (bce.ReadTimeoutError, bce.ConnectionClosedError, bce.HTTPClientError) as exc:
-                if write:
-                    raise UnknownOutcome(exc) from exc
-                last = exc
-                continue
-        assert last is not None
-        raise Unavailable(last)
+                if failure.retry_cost and not last_try:
+                    raise Unavailable(exc, "the client's retry budget is spent") from exc
+                error = failure.error
+                cause = None if isinstance(error, (ConditionFailed, TransactionCancelled)) else exc
+                raise error from cause
+            self.budget.succeeded(spent)
+            if listening:
+                self._tell(operation, request, started, "ok", response, attempt)
+            return response
+        raise AssertionError("unreachable")
+
+    async def _send(self, operation: str, request: dict[str, Any]) -> dict[str, Any]:
+        if self.closed:
+            raise Unavailable(RuntimeError("the client is closed"))
+        if self.http is not None:
+            return await self.http.send(operation, request)
+        method: Callable[..., Awaitable[dict[str, Any]]] = getattr(self.client, _snake(operation))
+        return await method(**request)
+
+    def _tell(
+        self,
+        operation: str,
+        request: dict[str, Any],
+        started: float,
+        outcome: str,
+        answer: Any,
+        attempt: int,
+    ) -> None:
+        """One `RequestEvent` to the listeners."""
+        reads, writes = capacity(operation, answer if isinstance(answer, dict) else None)
+        self.listeners.emit(
+            RequestEvent(
+                operation=operation,
+                table=table_of(request),
+                duration_ms=(time.perf_counter() - started) * 1000.0,
+                outcome=outcome,
+                read_units=reads,
+                write_units=writes,
+                attempt=attempt,
+            )
+        )
 
 
 _shared_session: Any = None

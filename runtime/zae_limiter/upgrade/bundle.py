@@ -22,6 +22,8 @@ from importlib.resources.abc import Traversable
 from .errors import UpgradeError
 
 PACKAGE = "zae_limiter"
+#: Pure-Python packages the runtime package imports that the Lambda runtime does not provide.
+DEPENDENCIES = ("packaging",)
 #: The module of the installed package that holds the aggregator's Lambda entry point.
 ENTRY_MODULE = "aggregator_lambda"
 ENTRY_FUNCTION = "handler"
@@ -97,10 +99,14 @@ def _check_entry_point(package: Traversable) -> None:
 
 
 def build_aggregator_bundle(package: Traversable | None = None) -> AggregatorBundle:
-    """Zip the installed package (or `package`, a `zae_limiter` directory) plus the handler shim."""
+    """Zip the installed package (or `package`, a `zae_limiter` directory), the pure-Python
+    dependencies the Lambda runtime lacks (`DEPENDENCIES`), plus the handler shim."""
     root = package if package is not None else installed_package()
     _check_entry_point(root)
     entries = {name: entry.read_bytes() for name, entry in _walk(root, f"{PACKAGE}/")}
+    for dependency in DEPENDENCIES:
+        found = importlib.resources.files(dependency)
+        entries |= {name: entry.read_bytes() for name, entry in _walk(found, f"{dependency}/")}
     entries[SHIM_NAME] = SHIM_SOURCE.encode()
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:

@@ -108,72 +108,42 @@ def plan_upgrade(
 
     `plan.steps` says what would change (empty: nothing), `plan.refusal` why it must not run.
     """
-    library = versioning.parse(library_version)
     schema_from = str(record.get("schema_version") or "0")
     target = registry.schema_version
     aggregator = record.get("aggregator_version")
     aggregator_from = None if aggregator is None else str(aggregator)
     function = record.get("aggregator_function") or None
-    refusal = _refusal(record, library_version, target)
-    push = function is not None and (
-        force or aggregator_from is None or versioning.parse(aggregator_from) < library
-    )
-    if (refusal is None and function is None and aggregator_from is not None
-            and versioning.parse(aggregator_from) < library):
-        refusal = UpgradeError(
-            f"table {table or '?'} records aggregator {aggregator_from} but no aggregator "
-            f"function, so upgrade cannot replace its code with {library_version}; redeploy "
-            f"the stack with `cdk deploy` using zae-limiter {library_version}"
-        )
-    schema_newer = versioning.parse(target) > versioning.parse(schema_from)
+    verdict = versioning.assess(record, library_version, target, force=force, table=table)
+    refusal = _refusal(verdict, record, library_version)
     return UpgradePlan(
         table=table,
         record=dict(record),
         library_version=library_version,
         schema_from=schema_from,
-        schema_to=target if schema_newer else schema_from,
-        migrations=() if refusal else registry.pending(schema_from),
+        schema_to=target if verdict.migrate_schema else schema_from,
+        migrations=registry.pending(schema_from) if verdict.migrate_schema else (),
         aggregator_function=None if function is None else str(function),
         aggregator_from=aggregator_from,
-        push_code=push and refusal is None,
+        push_code=verdict.push_code,
         force=force,
         refusal=refusal,
     )
 
 
-def _refusal(record: Mapping[str, Any], library: str, target_schema: str
+def _refusal(verdict: versioning.Verdict, record: Mapping[str, Any], library: str
              ) -> ZAELimiterError | None:
-    """Upgrade never downgrades: refuse if the library is older than anything recorded."""
+    """The verdict's refusal as the error `upgrade` raises (None: it may run)."""
+    if not verdict.refusal:
+        return None
     schema_version = str(record.get("schema_version") or "0")
     aggregator = record.get("aggregator_version")
-    minimum = record.get("client_min_version")
-    mine = versioning.parse(library)
-    newer = "upgrade never downgrades; install a newer zae-limiter (pip install -U zae-limiter)"
-    if minimum and mine < versioning.parse(str(minimum)):
-        return VersionMismatchError(
-            library, schema_version, None if aggregator is None else str(aggregator),
-            f"zae-limiter {library} is older than this table's minimum client version "
-            f"{minimum}; {newer}",
-        )
-    theirs, ours = versioning.parse(schema_version), versioning.parse(target_schema)
-    if theirs[0] != ours[0]:
-        return IncompatibleSchemaError(
-            library, schema_version,
-            f"table schema {schema_version} and this library's schema {target_schema} differ "
-            "in major version: upgrade cannot migrate across a major version",
-        )
-    if theirs > ours:
-        return VersionMismatchError(
-            library, schema_version, None if aggregator is None else str(aggregator),
-            f"table schema {schema_version} is newer than this library's {target_schema}; "
-            f"{newer}",
-        )
-    if aggregator is not None and versioning.parse(str(aggregator)) > mine:
-        return VersionMismatchError(
-            library, schema_version, str(aggregator),
-            f"the stack's aggregator {aggregator} is newer than zae-limiter {library}; {newer}",
-        )
-    return None
+    if verdict.refusal_kind == "schema_major":
+        return IncompatibleSchemaError(library, schema_version, verdict.refusal)
+    if verdict.refusal_kind == "aggregator_unmanaged":
+        return UpgradeError(verdict.refusal)
+    return VersionMismatchError(
+        library, schema_version, None if aggregator is None else str(aggregator), verdict.refusal
+    )
 
 
 # --- running it ---------------------------------------------------------------------------------

@@ -1,0 +1,176 @@
+"""`rate_limited`: a decorator for Lambda handlers behind API Gateway (REST, HTTP API) or an ALB.
+
+The handler runs only when `limiter.acquire` admits; its proxy-format response gets the
+RateLimit headers; a rejection is answered 429 (a disabled resource 403) with the headers and a
+problem body. `current_lease()` gives the handler the lease to `adjust()`. Works with a plain
+handler and with Powertools' event handler (`return app.resolve(event, context)`).
+See docs/integrations.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import inspect
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from .errors import RateLimitExceeded, ResourceDisabled
+from .http import error_response, ratelimit_headers, resolve_request
+from .limiter import RateLimiter
+from .sync import SyncRateLimiter
+
+Event = dict[str, Any]
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+_LEASE: contextvars.ContextVar[Any] = contextvars.ContextVar("zae_limiter_lease", default=None)
+
+_REASONS = {403: "Forbidden", 429: "Too Many Requests"}
+
+
+def current_lease() -> Any:
+    """The lease of the request being handled (a `Lease` or `SyncLease`), or None outside one
+    (or when the entity function returned None: the request is not limited)."""
+    return _LEASE.get()
+
+
+@contextlib.contextmanager
+def _holding(lease: Any) -> Iterator[None]:
+    """`current_lease()` is `lease` inside the block."""
+    token = _LEASE.set(lease)
+    try:
+        yield
+    finally:
+        _LEASE.reset(token)
+
+
+def rate_limited(
+    limiter: RateLimiter | SyncRateLimiter,
+    *,
+    resource: str,
+    entity: Callable[[Event], str | None],
+    consume: Mapping[str, int] | Callable[[Event], Mapping[str, int]],
+    also: Mapping[str, Mapping[str, int]]
+    | Callable[[Event], Mapping[str, Mapping[str, int]] | None]
+    | None = None,
+    units: Mapping[str, str] | None = None,
+    pk_secret: bytes | None = None,
+) -> Callable[[Handler], Handler]:
+    """Decorate `handler(event, context)`: a plain function with a `SyncRateLimiter`, or an
+    `async def` with a `RateLimiter`. `entity(event)` names the entity (None: not limited);
+    `consume`/`also` are dicts or callables of the event."""
+
+    def acquisition(event: Event) -> Any:
+        """The acquire for this event, or None when the entity function says not limited."""
+        entity_id = entity(event)
+        if entity_id is None:
+            return None
+        amounts = resolve_request(consume, event)
+        return limiter.acquire(entity_id, resource, amounts, also=resolve_request(also, event))
+
+    def answered(event: Event, lease: Any, response: Any) -> Any:
+        return with_headers(
+            event, response, ratelimit_headers(lease, units=units, pk_secret=pk_secret)
+        )
+
+    def refusal(event: Event, exc: RateLimitExceeded | ResourceDisabled) -> dict[str, Any]:
+        return error_proxy_response(event, exc, units=units, pk_secret=pk_secret)
+
+    def decorate(handler: Handler) -> Handler:
+        if inspect.iscoroutinefunction(handler):
+            if not isinstance(limiter, RateLimiter):
+                raise TypeError("an async handler needs an async RateLimiter")
+
+            @functools.wraps(handler)
+            async def run_async(event: Event, context: Any, *args: Any, **kwargs: Any) -> Any:
+                gate = acquisition(event)
+                if gate is None:
+                    return await handler(event, context, *args, **kwargs)
+                try:
+                    async with gate as lease:
+                        with _holding(lease):
+                            return answered(
+                                event, lease, await handler(event, context, *args, **kwargs)
+                            )
+                except (RateLimitExceeded, ResourceDisabled) as exc:
+                    return refusal(event, exc)
+
+            return run_async  # type: ignore[return-value]
+
+        if not isinstance(limiter, SyncRateLimiter):
+            raise TypeError("a plain (sync) handler needs a SyncRateLimiter")
+
+        @functools.wraps(handler)
+        def run(event: Event, context: Any, *args: Any, **kwargs: Any) -> Any:
+            gate = acquisition(event)
+            if gate is None:
+                return handler(event, context, *args, **kwargs)
+            try:
+                with gate as lease, _holding(lease):
+                    return answered(event, lease, handler(event, context, *args, **kwargs))
+            except (RateLimitExceeded, ResourceDisabled) as exc:
+                return refusal(event, exc)
+
+        return run  # type: ignore[return-value]
+
+    return decorate
+
+
+# --- proxy-format responses --------------------------------------------------------------------
+
+
+def _is_alb(event: Event) -> bool:
+    return "elb" in (event.get("requestContext") or {})
+
+
+def _multi_value(event: Event, response: Mapping[str, Any] | None = None) -> bool:
+    """An ALB target group with multi-value headers expects `multiValueHeaders` back."""
+    if response is not None and "multiValueHeaders" in response and "headers" not in response:
+        return True
+    return _is_alb(event) and "multiValueHeaders" in event
+
+
+def error_proxy_response(
+    event: Event,
+    exc: RateLimitExceeded | ResourceDisabled,
+    *,
+    units: Mapping[str, str] | None = None,
+    pk_secret: bytes | None = None,
+) -> dict[str, Any]:
+    """The proxy-format 429/403 for `event`'s integration (API Gateway REST or HTTP API, ALB)."""
+    status, headers, body = error_response(exc, units=units, pk_secret=pk_secret)
+    response: dict[str, Any] = {
+        "statusCode": status,
+        "body": body.decode(),
+        "isBase64Encoded": False,
+    }
+    if _is_alb(event):
+        response["statusDescription"] = f"{status} {_REASONS[status]}"
+    answered: dict[str, Any] = with_headers(event, response, headers)
+    return answered
+
+
+def with_headers(event: Event, response: Any, headers: Mapping[str, str]) -> Any:
+    """`response` with `headers` added, in the shape the integration reads."""
+    if not headers:
+        return response
+    if not (isinstance(response, Mapping) and "statusCode" in response):
+        if event.get("version") != "2.0":
+            return response  # not a proxy response: nothing to attach headers to
+        # HTTP API (payload 2.0) turns any other value into a 200 JSON answer; do it here.
+        response = {
+            "statusCode": 200,
+            "headers": {"Content-Type": "application/json"},
+            "body": response if isinstance(response, str) else json.dumps(response),
+        }
+    out = dict(response)
+    if _multi_value(event, out):
+        multi = {k: list(v) for k, v in (out.get("multiValueHeaders") or {}).items()}
+        for name, value in headers.items():
+            multi[name] = [value]
+        out["multiValueHeaders"] = multi
+    else:
+        out["headers"] = {**(out.get("headers") or {}), **headers}
+    return out

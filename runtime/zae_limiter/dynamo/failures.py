@@ -1,0 +1,197 @@
+"""The one mapping from every failure below the library to what the library does about it.
+
+Every exception a request can end in (botocore's, aiohttp's, ssl's, the socket's) becomes one of:
+
+* certainly not sent, or refused before applying (throttling, connection refused, DNS): retried;
+* sent with an unknown outcome (read timeout, dropped answer, 5xx): a write raises
+  `UnknownOutcome` and its caller retries with a guard; a read is retried;
+* a definite answer the caller handles (`ConditionFailed`, `TransactionCancelled`, `AccessDenied`,
+  `TableMissing`, `Rejected`);
+* `Unavailable` with a message that says what failed and what to do (credentials, TLS, a bad
+  endpoint): not retried, since sending again cannot help.
+
+The public API turns `Unavailable` and `UnknownOutcome` into `RateLimiterUnavailable`
+(docs/on-unavailable.md).
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+from botocore import exceptions as bce
+
+from .. import instrumentation as outcomes
+from . import codec
+
+LOCAL_ENGINE_HINT = 'for the local engine, run `eval "$(zae-limiter local env)"`'
+CREDENTIALS_HINT = (
+    "no AWS credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+    "or AWS_PROFILE, or run with an IAM role; " + LOCAL_ENGINE_HINT
+)
+
+_THROTTLES = {
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "LimitExceededException",
+}
+_ACCESS = {"AccessDeniedException", "UnrecognizedClientException", "AccessDenied"}
+_CREDENTIAL_ERRORS = (
+    bce.NoCredentialsError,
+    bce.PartialCredentialsError,
+    bce.CredentialRetrievalError,
+    bce.NoAuthTokenError,
+)
+
+
+class DynamoError(Exception):
+    """Base of transport errors."""
+
+
+class ConditionFailed(DynamoError):
+    """A conditional write did not apply; `item` is the stored item (plain form) if any."""
+
+    def __init__(self, item: dict[str, Any] | None) -> None:
+        super().__init__("condition failed")
+        self.item = item
+
+
+class TransactionCancelled(DynamoError):
+    def __init__(self, reasons: list[dict[str, Any]]) -> None:
+        super().__init__(f"transaction cancelled: {[r.get('Code') for r in reasons]}")
+        self.reasons = reasons
+
+
+class UnknownOutcome(DynamoError):
+    """A write was sent and may or may not have applied."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"outcome unknown: {cause}")
+        self.cause = cause
+
+
+class Unavailable(DynamoError):
+    """DynamoDB could not be reached or kept failing; nothing was applied.
+
+    The message says what failed and, where the library knows, what to do about it.
+    """
+
+    def __init__(self, cause: BaseException, hint: str = "") -> None:
+        super().__init__(f"{hint}: {cause}" if hint else str(cause))
+        self.cause = cause
+        self.hint = hint
+
+
+class AccessDenied(DynamoError):
+    def __init__(self, operation: str, cause: BaseException) -> None:
+        super().__init__(f"access denied for dynamodb:{operation}: {cause}")
+        self.operation = operation
+        self.cause = cause
+
+
+class TableMissing(DynamoError):
+    pass
+
+
+class Rejected(DynamoError):
+    """DynamoDB refused the request as invalid (a 4xx other than the ones above)."""
+
+    def __init__(self, operation: str, code: str, cause: BaseException) -> None:
+        super().__init__(f"DynamoDB rejected {operation} ({code}): {cause}")
+        self.operation = operation
+        self.code = code
+        self.cause = cause
+
+
+#: Retry-budget costs (botocore's standard retry quota uses the same two).
+RETRY_COST = 5
+TIMEOUT_RETRY_COST = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What one failed attempt means: the event outcome, the error to raise if it is not
+    retried, and what a retry costs from the client's budget (0: never retried)."""
+
+    outcome: str
+    error: DynamoError
+    retry_cost: int = 0
+
+
+def error_code(exc: bce.ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def classify(exc: BaseException, operation: str, *, write: bool) -> Failure:
+    """The meaning of `exc`, raised by sending `operation` (a write if `write`)."""
+    if isinstance(exc, DynamoError):  # raised before sending (a closed client)
+        return Failure(outcomes.NOT_SENT, exc)
+    if isinstance(exc, bce.ClientError):
+        return _answered(exc, operation, write=write)
+    if isinstance(exc, _CREDENTIAL_ERRORS):
+        return Failure(outcomes.NOT_SENT, Unavailable(exc, CREDENTIALS_HINT))
+    if isinstance(exc, (bce.SSLError, ssl.SSLError)):
+        hint = (
+            "the TLS handshake with DynamoDB failed: check the endpoint's scheme (DynamoDB Local "
+            "speaks http://) and the CA bundle (AWS_CA_BUNDLE, or the client_config's verify)"
+        )
+        return Failure(outcomes.NOT_SENT, Unavailable(exc, hint))
+    if isinstance(exc, bce.ProxyConnectionError):
+        hint = "the proxy refused the connection: check HTTPS_PROXY / HTTP_PROXY and NO_PROXY"
+        return Failure(outcomes.NOT_SENT, Unavailable(exc, hint), RETRY_COST)
+    if isinstance(exc, bce.ConnectionError):  # connect refused or timed out, DNS: never sent
+        return Failure(outcomes.NOT_SENT, Unavailable(exc, _unreachable_hint()), RETRY_COST)
+    if isinstance(exc, bce.HTTPClientError):  # read timeout, connection closed mid-answer
+        return _sent(exc, write, TIMEOUT_RETRY_COST)
+    if isinstance(exc, bce.BotoCoreError):  # parameter validation, region, ...: not sent
+        return Failure(outcomes.NOT_SENT, Unavailable(exc, "the request could not be prepared"))
+    if isinstance(exc, (ConnectionRefusedError, socket.gaierror)):
+        return Failure(outcomes.NOT_SENT, Unavailable(exc, _unreachable_hint()), RETRY_COST)
+    return _sent(exc, write, TIMEOUT_RETRY_COST)
+
+
+def _unreachable_hint() -> str:
+    return (
+        "DynamoDB could not be reached: check the endpoint URL, the region and the network; "
+        "for the local engine run `zae-limiter local up` and "
+        '`eval "$(zae-limiter local env)"`'
+    )
+
+
+def _sent(exc: BaseException, write: bool, cost: int) -> Failure:
+    """The request may have reached DynamoDB; its answer is unknown."""
+    if write:
+        return Failure(outcomes.UNKNOWN, UnknownOutcome(exc))
+    return Failure(outcomes.UNKNOWN, Unavailable(exc, "DynamoDB did not answer"), cost)
+
+
+def _answered(exc: bce.ClientError, operation: str, *, write: bool) -> Failure:
+    code = error_code(exc)
+    if code == "ConditionalCheckFailedException":
+        item = codec.decode_item(exc.response.get("Item"))
+        return Failure(outcomes.CONDITION_FAILED, ConditionFailed(item))
+    if code == "TransactionCanceledException":
+        reasons = list(exc.response.get("CancellationReasons", []))
+        codes = {r.get("Code") for r in reasons}
+        cancelled = TransactionCancelled(reasons)
+        if "ConditionalCheckFailed" in codes:
+            return Failure(outcomes.CONDITION_FAILED, cancelled)
+        if codes & {"ThrottlingError", "ProvisionedThroughputExceeded"}:
+            return Failure(outcomes.THROTTLED, cancelled)
+        return Failure(outcomes.ERROR, cancelled)
+    if code in _ACCESS:
+        return Failure(outcomes.ERROR, AccessDenied(operation, exc))
+    if code == "ResourceNotFoundException":
+        return Failure(outcomes.ERROR, TableMissing(str(exc)))
+    if code in _THROTTLES:
+        return Failure(outcomes.THROTTLED, Unavailable(exc, "DynamoDB kept throttling"), RETRY_COST)
+    if code == "TransactionConflictException":
+        hint = "the transaction kept conflicting with another"
+        return Failure(outcomes.ERROR, Unavailable(exc, hint), RETRY_COST)
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    if status >= 500 or code in ("InternalServerError", "ServiceUnavailable"):
+        return _sent(exc, write, RETRY_COST)
+    return Failure(outcomes.ERROR, Rejected(operation, code or str(status), exc))

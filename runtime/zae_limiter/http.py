@@ -1,0 +1,245 @@
+"""HTTP answers for a lease or a rejection: standard RateLimit headers and problem details.
+
+Headers follow the IETF HTTP API WG draft "RateLimit header fields for HTTP"
+(draft-ietf-httpapi-ratelimit-headers-11): `RateLimit-Policy` and `RateLimit` are Structured
+Field lists with one item per limit of the primary resource, named `<resource>.<limit>`.
+Problem bodies follow RFC 9457 (`application/problem+json`), with the draft's
+`quota-exceeded` type for a 429. See docs/integrations.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import RateLimitExceeded, ResourceDisabled, ValidationError
+from .lease_view import LimitView, is_lease, primary_limits
+from .repository import system_clock
+
+PROBLEM_JSON = "application/problem+json"
+QUOTA_EXCEEDED_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+QUOTA_EXCEEDED_TITLE = "Request cannot be satisfied as assigned quota has been exceeded"
+#: Quota units of the draft's registry; "requests" is its default and is not written.
+REGISTERED_UNITS = frozenset({"requests", "content-bytes", "concurrent-requests"})
+#: Limit names that count requests (LimitName's R* helpers and the plain word).
+REQUEST_LIMIT_NAMES = frozenset({"requests", "rps", "rpm", "rph", "rpd"})
+#: Prefixed parameter for a unit outside the registry (the draft: vendor-prefixed parameters).
+UNIT_PARAMETER = "zael-unit"
+PARENT_PREFIX = "parent."
+_SF_INTEGER_MAX = 999_999_999_999_999  # RFC 9651: at most 15 digits
+_PK_BYTES = 16
+
+
+def policy_name(resource: str, limit_name: str, *, parent: bool = False) -> str:
+    """`<resource>.<limit>`; a cascade parent's limit is `parent.<resource>.<limit>`."""
+    return f"{PARENT_PREFIX if parent else ''}{resource}.{limit_name}"
+
+
+def partition_key(entity_id: str, secret: bytes) -> bytes:
+    """The `pk` of an entity: a keyed hash (HMAC-SHA256, 16 bytes), never the raw id."""
+    return hmac.new(secret, entity_id.encode(), hashlib.sha256).digest()[:_PK_BYTES]
+
+
+def ratelimit_headers(
+    source: Any,
+    *,
+    now_ms: int | None = None,
+    units: Mapping[str, str] | None = None,
+    pk_secret: bytes | None = None,
+) -> dict[str, str]:
+    """`RateLimit-Policy` and `RateLimit` for a `Lease`/`SyncLease` (after admission) or a
+    `RateLimitExceeded`, which also gets `Retry-After` (whole seconds).
+
+    `now_ms`: the time `t` is counted from (a lease uses its limiter's clock; a rejection
+    defaults to the system clock). `units`: limit name -> quota unit; a registered unit is
+    written as `qu`, any other as `zael-unit`; by default a request-counting name (`rpm`,
+    `requests`...) is in requests and any other limit's unit is its own name. `pk_secret`:
+    when given, every item carries `pk`, a keyed hash of the entity id. Empty for the degraded
+    lease and for an unmetered resource.
+    """
+    cap: int | None = None
+    headers: dict[str, str] = {}
+    if isinstance(source, RateLimitExceeded):
+        entity_id, views = _primary_of_rejection(source)
+        now = system_clock() if now_ms is None else now_ms
+        headers["Retry-After"] = source.retry_after_header
+        cap = int(source.retry_after_header)
+    elif is_lease(source):
+        entity_id, views, lease_now = primary_limits(source)
+        now = lease_now if now_ms is None else now_ms
+    else:
+        raise TypeError(
+            f"ratelimit_headers takes a Lease, SyncLease or RateLimitExceeded, "
+            f"not {type(source).__name__}"
+        )
+    if views:
+        pk = "" if pk_secret is None else _pk_parameter(partition_key(entity_id, pk_secret))
+        policies, limits = [], []
+        for view in views:
+            unit = _unit_parameter(view.name, units)
+            policies.append(
+                _policy_item(view.resource, view.name, view.capacity, view.window_seconds, unit, pk)
+            )
+            remaining = _effective_seconds(view, now)
+            if remaining is not None and cap is not None:
+                remaining = min(remaining, cap)  # never past Retry-After (draft §6)
+            limits.append(
+                _name_item(view.resource, view.name)
+                + f";r={_sf_int(max(0, view.available))}"
+                + ("" if remaining is None else f";t={_sf_int(remaining)}")
+                + pk
+            )
+        headers["RateLimit-Policy"] = ", ".join(policies)
+        headers["RateLimit"] = ", ".join(limits)
+    return headers
+
+
+def problem_details(exc: RateLimitExceeded | ResourceDisabled) -> dict[str, Any]:
+    """An RFC 9457 body built on `exc.as_dict(public=True)`: 429 `quota-exceeded` with
+    `violated-policies`, or 403 for a disabled resource. Send it as `PROBLEM_JSON`."""
+    public = exc.as_dict(public=True)
+    if isinstance(exc, RateLimitExceeded):
+        violated = [
+            policy_name(v["resource"], v["limit_name"], parent=v["parent"])
+            for v in public["violations"]
+        ]
+        return {
+            "type": QUOTA_EXCEEDED_TYPE,
+            "title": QUOTA_EXCEEDED_TITLE,
+            "status": 429,
+            "detail": public["message"],
+            "violated-policies": violated,
+            **public,
+        }
+    if isinstance(exc, ResourceDisabled):
+        return {
+            "type": "about:blank",
+            "title": "Forbidden",
+            "status": 403,
+            "detail": public["message"],
+            **public,
+        }
+    raise TypeError(f"problem_details takes RateLimitExceeded or ResourceDisabled, not {exc!r}")
+
+
+def status_code(exc: RateLimitExceeded | ResourceDisabled) -> int:
+    """429 for a rejection, 403 for a disabled resource."""
+    return 429 if isinstance(exc, RateLimitExceeded) else 403
+
+
+# --- items -------------------------------------------------------------------------------------
+
+
+def _primary_of_rejection(exc: RateLimitExceeded) -> tuple[str, list[LimitView]]:
+    """The caller and its own limits on the first resource the decision evaluated."""
+    if not exc.statuses:
+        return "", []
+    first = exc.statuses[0]
+    return first.entity_id, [
+        LimitView.of_status(s)
+        for s in exc.statuses
+        if s.resource == first.resource and s.entity_id == first.entity_id
+    ]
+
+
+@functools.lru_cache(maxsize=1024)
+def _name_item(resource: str, limit_name: str) -> str:
+    return _sf_string(policy_name(resource, limit_name))
+
+
+@functools.lru_cache(maxsize=1024)
+def _policy_item(
+    resource: str, limit_name: str, capacity: int, window: int | None, unit: str, pk: str
+) -> str:
+    """One `RateLimit-Policy` item (the same for every response under the same config).
+
+    `w`: a rate limit's time to refill from empty, a session's length; none for a calendar
+    quota (its period varies with months and DST; `t` says when it resets)."""
+    return (
+        _name_item(resource, limit_name)
+        + f";q={_sf_int(capacity)}"
+        + unit
+        + ("" if window is None else f";w={_sf_int(window)}")
+        + pk
+    )
+
+
+def _effective_seconds(view: LimitView, now_ms: int) -> int | None:
+    """`t`: seconds until the limit is whole again (a quota: until it resets)."""
+    if view.is_quota:
+        if view.resets_at_ms is None:
+            return None
+        return max(0, -(-(view.resets_at_ms - now_ms) // 1000))
+    window = view.window_seconds
+    if window is None:
+        return None
+    if view.ceiling <= 0 or view.available >= view.ceiling:
+        return 0
+    return -(-(view.ceiling - view.available) * window // view.ceiling)  # ceil, in integers
+
+
+def _unit_parameter(limit_name: str, units: Mapping[str, str] | None) -> str:
+    unit = (units or {}).get(limit_name)
+    if unit is None:
+        unit = "requests" if limit_name.lower() in REQUEST_LIMIT_NAMES else limit_name
+    if unit == "requests":
+        return ""
+    if not unit or not _printable_ascii(unit):
+        raise ValidationError("units", unit, "a quota unit is a non-empty printable ASCII name")
+    if unit in REGISTERED_UNITS:
+        return f";qu={_sf_string(unit)}"
+    return f";{UNIT_PARAMETER}={_sf_string(unit)}"
+
+
+def _printable_ascii(text: str) -> bool:
+    return text.isascii() and text.isprintable()
+
+
+def _pk_parameter(pk: bytes) -> str:
+    return f";pk=:{base64.b64encode(pk).decode()}:"
+
+
+def _sf_int(value: int) -> str:
+    return str(min(int(value), _SF_INTEGER_MAX))
+
+
+def _sf_string(text: str) -> str:
+    """An RFC 9651 String: printable ASCII, with `\\` and `"` escaped."""
+    if not _printable_ascii(text):
+        raise ValueError(f"{text!r} cannot be a Structured Field String (printable ASCII only)")
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# --- shared by the ASGI middleware and the Lambda decorator ------------------------------------
+
+
+def error_response(
+    exc: RateLimitExceeded | ResourceDisabled,
+    *,
+    now_ms: int | None = None,
+    units: Mapping[str, str] | None = None,
+    pk_secret: bytes | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) answering a rejection (429) or a disabled resource (403)."""
+    headers = (
+        ratelimit_headers(exc, now_ms=now_ms, units=units, pk_secret=pk_secret)
+        if isinstance(exc, RateLimitExceeded)
+        else {}
+    )
+    body = json.dumps(problem_details(exc), separators=(",", ":")).encode()
+    headers["Content-Type"] = PROBLEM_JSON
+    return status_code(exc), headers, body
+
+
+def resolve_request(value: Any, request: Any) -> Any:
+    """`value(request)` when callable (consume/also chosen per request), else a copy of it."""
+    if callable(value):
+        return value(request)
+    if isinstance(value, Mapping):
+        return {k: dict(v) if isinstance(v, Mapping) else v for k, v in value.items()}
+    return value

@@ -1,0 +1,132 @@
+"""What an admitted lease left on its primary resource, as `LimitStatus` values (no I/O).
+
+The integrations (`zae_limiter.http`, `asgi`, `aws_lambda`) build response headers from this.
+It is the one place outside the acquire path that reads a lease's held state; it reads the
+item image the admitting write returned, so it costs no DynamoDB request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .acquire.lease import Lease
+from .caches import ImageCache
+from .core import bucket
+from .core.bucket import MILLI, Kind
+from .models import LimitStatus
+
+
+@dataclass(frozen=True, slots=True)
+class LimitView:
+    """One limit as the RateLimit headers describe it, whole units."""
+
+    resource: str
+    name: str
+    capacity: int  # the entity's whole allowance (undivided)
+    window_seconds: int | None  # a rate limit: from empty to full; a session: its length
+    is_quota: bool
+    available: int  # the balance now (one shard's when sharded; negative in debt)
+    ceiling: int  # the most `available` can be (one shard's when sharded)
+    resets_at_ms: int | None  # a quota's next reset
+
+    @classmethod
+    def of_status(cls, status: LimitStatus) -> LimitView:
+        limit = status.limit
+        if limit.is_quota:
+            window = limit.reset_after_seconds
+        else:
+            window = _refill_window(
+                limit.capacity, limit.refill_amount, limit.refill_period_seconds * 1000
+            )
+        return cls(
+            status.resource,
+            status.limit_name,
+            limit.capacity,
+            window,
+            limit.is_quota,
+            status.available,
+            status.max_request or limit.capacity,
+            status.resets_at_ms,
+        )
+
+
+def _refill_window(capacity: int, refill: int, period_ms: int) -> int | None:
+    """Whole seconds (at least 1) a rate limit takes to refill from empty."""
+    if refill <= 0:
+        return None
+    return max(1, -(-capacity * period_ms // (refill * 1000)))
+
+
+def _async_lease(lease: Any) -> Lease | None:
+    if isinstance(lease, Lease):
+        return lease
+    inner = getattr(lease, "_async", None)  # SyncLease wraps the async lease
+    return inner if isinstance(inner, Lease) else None
+
+
+def is_lease(source: object) -> bool:
+    """True for a `Lease` or a `SyncLease`."""
+    return _async_lease(source) is not None
+
+
+def primary_limits(lease: Any) -> tuple[str, list[LimitView], int]:
+    """(entity id, its limits on the primary resource, now in epoch ms) of an admitted lease.
+
+    `available` is the balance after the entry debit, `consume()` and the deferred `adjust()`
+    amounts so far. Empty for the degraded lease and for an unmetered primary resource.
+    """
+    inner = _async_lease(lease)
+    if inner is None:
+        raise TypeError(f"expected a Lease or SyncLease, got {type(lease).__name__}")
+    if inner.degraded or not inner._holds:
+        return "", [], 0
+    hold = next(iter(inner._holds.values()))
+    acquisition = inner._acq
+    now = acquisition.clock()
+    if hold.child is None:
+        return "", [], now
+    image = hold.child.target.image
+    cached = acquisition.admission.images.get(ImageCache.key_of(image))
+    if cached is not None and cached[0].stamp_seq >= image.stamp_seq:
+        image = cached[0]
+    shards = image.stamp.shards
+    out = []
+    for params in image.stamp.limits:
+        state = image.states.get(params.name) or bucket.full_state(params, shards)
+        view = bucket.view(params, state, now, shards)
+        is_rate = params.kind == Kind.RATE
+        if is_rate:
+            window = _refill_window(params.capacity, params.refill, params.period_ms)
+        else:
+            window = params.reset_after_ms // 1000 if params.kind == Kind.SESSION else None
+        out.append(
+            LimitView(
+                image.resource,
+                params.name,
+                params.capacity // MILLI,
+                window,
+                not is_rate,
+                view.balance // MILLI - hold.pending.get(params.name, 0),
+                view.ceiling // MILLI,
+                None if is_rate else params.next_reset_ms(now, state.w),
+            )
+        )
+    return image.entity_id, out, now
+
+
+def primary_shard(lease: Any) -> int | None:
+    """The shard the acquiring entity's primary item was written on (None: nothing written)."""
+    inner = _async_lease(lease)
+    if inner is None or inner.degraded or not inner._holds:
+        return None
+    child = next(iter(inner._holds.values())).child
+    return None if child is None else child.target.image.shard
+
+
+def unmetered_resources(lease: Any) -> list[str]:
+    """Resources of the lease admitted with no limits for the entity (§4.6)."""
+    inner = _async_lease(lease)
+    if inner is None or inner.degraded:
+        return []
+    return [name for name, hold in inner._holds.items() if hold.plan.child is None]

@@ -1,0 +1,219 @@
+"""`RateLimitMiddleware` over real HTTP: uvicorn on 127.0.0.1, aiohttp as the client, the
+limiter on DynamoDB Local (examples/asgi_service.py and small apps of the tests' own)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+import pytest
+
+from support.asgi_server import load_example, serving
+from support.ratelimit_fields import checked
+from zae_limiter import Limit, OnUnavailable, RateLimiter, Repository
+from zae_limiter.asgi import LEASE_KEY, RateLimitMiddleware
+
+service = load_example("asgi_service")
+KEY = {"X-Api-Key": "key-1"}
+
+
+async def answer(send: Any, status: int = 200, body: bytes = b"ok") -> None:
+    await send({"type": "http.response.start", "status": status, "headers": []})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def plain_app(scope: Any, receive: Any, send: Any) -> None:
+    await answer(send)
+
+
+async def fetch(http: aiohttp.ClientSession, url: str, **kwargs: Any) -> tuple[int, Any, bytes]:
+    async with http.get(url, **kwargs) as response:
+        return response.status, response.headers, await response.read()
+
+
+async def test_sixty_requests_at_ten_a_minute_admit_exactly_ten(limiter: RateLimiter) -> None:
+    await limiter.set_resource_defaults("search", service.LIMITS)
+    statuses: list[int] = []
+    async with serving(service.build_app(limiter)) as url, aiohttp.ClientSession() as http:
+        for _ in range(60):
+            status, headers, body = await fetch(http, url + "/search", headers=KEY)
+            statuses.append(status)
+            policy, limits = checked(headers)
+            assert policy["search.rpm"] == {"q": 10, "w": 60}
+            if status == 200:
+                assert json.loads(body)["results"][0] == "result-0"
+                assert "Retry-After" not in headers
+                continue
+            assert status == 429
+            assert headers["Content-Type"] == "application/problem+json"
+            assert headers["Retry-After"] == "7"  # one rpm drips back every 6 s (+1 ms)
+            assert limits["search.rpm"]["r"] == 0
+            problem = json.loads(body)
+            assert problem["violated-policies"] == ["search.rpm"]
+            assert problem["status"] == 429 and "key-1" not in body.decode()
+    assert (statuses.count(200), statuses.count(429)) == (10, 50)
+    assert statuses[:10] == [200] * 10
+    # The app billed 10 results per admitted request through the lease.
+    assert (await limiter.available("key-1", "search"))["results"] == 1_000 - 10 * 10
+
+
+async def test_the_headers_count_down_and_also_is_debited_per_request(
+    limiter: RateLimiter,
+) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 10)])
+    await limiter.set_resource_defaults("budget", [Limit.per_day("units", 1_000)])
+
+    async def entity(scope: Any) -> str | None:  # an awaitable answer is awaited
+        return service.api_key(scope)
+
+    def budget(scope: Any) -> dict[str, dict[str, int]]:
+        return {"budget": {"units": 5 if scope["path"] == "/big" else 1}}
+
+    app = RateLimitMiddleware(
+        plain_app,
+        limiter=limiter,
+        resource="search",
+        entity=entity,
+        consume={"rpm": 1},
+        also=budget,
+    )
+    async with serving(app) as url, aiohttp.ClientSession() as http:
+        remaining = []
+        for path in ("/", "/big", "/"):
+            _, headers, _ = await fetch(http, url + path, headers=KEY)
+            policy, limits = checked(headers)
+            assert list(policy) == ["search.rpm"]  # the primary resource only
+            remaining.append(limits["search.rpm"]["r"])
+    assert remaining == [9, 8, 7]
+    assert await limiter.available("key-1", "budget") == {"units": 1_000 - 7}
+
+
+async def test_a_warm_acquire_through_the_middleware_is_one_round_trip(
+    limiter: RateLimiter, wire: Any
+) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 100)])
+    app = RateLimitMiddleware(
+        plain_app, limiter=limiter, resource="search", entity=service.api_key, consume={"rpm": 1}
+    )
+    async with serving(app) as url, aiohttp.ClientSession() as http:
+        await fetch(http, url, headers=KEY)  # cold: config and bucket reads
+        with wire.block() as warm:
+            status, _, _ = await fetch(http, url, headers=KEY)
+    assert status == 200
+    assert (warm.round_trips, warm.rcu, warm.wcu) == (1, 0, 1)
+
+
+async def test_a_disabled_resource_is_answered_403(limiter: RateLimiter, repo: Repository) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 10)])
+    await repo.disable_resource("search")
+    app = RateLimitMiddleware(
+        plain_app, limiter=limiter, resource="search", entity=service.api_key, consume={"rpm": 1}
+    )
+    async with serving(app) as url, aiohttp.ClientSession() as http:
+        status, headers, body = await fetch(http, url, headers=KEY)
+    assert status == 403
+    assert headers["Content-Type"] == "application/problem+json"
+    assert json.loads(body)["resource"] == "search"
+    assert "RateLimit" not in headers
+
+
+async def test_an_exception_in_the_app_refunds(limiter: RateLimiter) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("tokens", 1_000)])
+
+    async def failing(scope: Any, receive: Any, send: Any) -> None:
+        await scope["state"][LEASE_KEY].adjust(tokens=200)
+        raise RuntimeError("the work failed")
+
+    app = RateLimitMiddleware(
+        failing,
+        limiter=limiter,
+        resource="search",
+        entity=service.api_key,
+        consume=lambda scope: {"tokens": 50},
+    )
+    async with serving(app) as url, aiohttp.ClientSession() as http:
+        status, _, _ = await fetch(http, url, headers=KEY)
+    assert status == 500  # the server's answer to the app's exception
+    assert await limiter.available("key-1", "search") == {"tokens": 1_000}
+
+
+async def test_no_entity_passes_unlimited(limiter: RateLimiter, wire: Any) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 1)])
+    app = RateLimitMiddleware(
+        plain_app, limiter=limiter, resource="search", entity=service.api_key, consume={"rpm": 1}
+    )
+    async with serving(app) as url, aiohttp.ClientSession() as http:
+        with wire.block() as w:
+            answers = [await fetch(http, url) for _ in range(5)]
+    assert [status for status, _, _ in answers] == [200] * 5
+    assert all("RateLimit" not in headers for _, headers, _ in answers)
+    assert w.requests == []
+
+
+async def test_a_consume_inside_the_app_that_fails_is_a_429(limiter: RateLimiter) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("tokens", 100)])
+
+    async def greedy(scope: Any, receive: Any, send: Any) -> None:
+        await scope["state"][LEASE_KEY].consume(tokens=500)  # more than the bucket holds
+        await answer(send)
+
+    app = RateLimitMiddleware(
+        greedy, limiter=limiter, resource="search", entity=service.api_key, consume={"tokens": 1}
+    )
+    async with serving(app) as url, aiohttp.ClientSession() as http:
+        status, _, body = await fetch(http, url, headers=KEY)
+    assert status == 429
+    assert json.loads(body)["violated-policies"] == ["search.tokens"]
+    assert await limiter.available("key-1", "search") == {"tokens": 100}  # entry debit refunded
+
+
+async def test_non_http_scopes_pass_through_and_a_sync_limiter_is_refused(
+    limiter: RateLimiter,
+) -> None:
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["type"])
+
+    def never(scope: Any) -> str:
+        raise AssertionError("entity() is for http scopes")
+
+    middleware = RateLimitMiddleware(
+        app, limiter=limiter, resource="search", entity=never, consume={"rpm": 1}
+    )
+    await middleware({"type": "lifespan"}, None, None)  # type: ignore[arg-type]
+    assert seen == ["lifespan"]
+    with pytest.raises(TypeError, match="async RateLimiter"):
+        RateLimitMiddleware(app, limiter=object(), resource="s", entity=never, consume={})  # type: ignore[arg-type]
+
+
+async def test_an_outage_under_allow_passes_with_a_degraded_lease(
+    limiter: RateLimiter, repo: Repository
+) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 10)])
+    leases: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        leases.append(scope["state"][LEASE_KEY])
+        await answer(send)
+
+    def middleware(mode: OnUnavailable | None) -> RateLimitMiddleware:
+        return RateLimitMiddleware(
+            app,
+            limiter=limiter,
+            resource="search",
+            entity=service.api_key,
+            consume={"rpm": 1},
+            on_unavailable=mode,
+        )
+
+    await repo.transport.close()  # every DynamoDB call fails from here on
+    async with serving(middleware(OnUnavailable.ALLOW)) as url, aiohttp.ClientSession() as http:
+        status, headers, _ = await fetch(http, url, headers=KEY)
+    assert status == 200 and "RateLimit" not in headers
+    assert [lease.degraded for lease in leases] == [True]
+    async with serving(middleware(None)) as url, aiohttp.ClientSession() as http:
+        status, _, _ = await fetch(http, url, headers=KEY)
+    assert status == 500  # BLOCK: RateLimiterUnavailable reaches the server; the app never ran
+    assert len(leases) == 1

@@ -1,0 +1,203 @@
+"""`rate_limited` with API Gateway REST / HTTP API and ALB events (tests/fixtures/lambda_events),
+through examples/lambda_handler.py (Powertools' event handler) and plain handlers, on DynamoDB
+Local."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.asgi_server import load_example
+from support.clock import FakeClock
+from support.ratelimit_fields import checked
+from support.tables import TableRef
+from zae_limiter import Limit, RateLimiter, Repository, SyncRateLimiter, SyncRepository
+from zae_limiter.aws_lambda import current_lease, rate_limited
+
+EVENTS = Path(__file__).resolve().parents[1] / "fixtures" / "lambda_events"
+INTEGRATIONS = {"rest": "apigw_rest.json", "http": "apigw_http.json", "alb": "alb.json"}
+example = load_example("lambda_handler")
+
+
+def event(integration: str, api_key: str | None = "key-1") -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((EVENTS / INTEGRATIONS[integration]).read_text())
+    for field in ("headers", "multiValueHeaders"):
+        headers = loaded.get(field)
+        if headers is None:
+            continue
+        for name in [n for n in headers if n.lower() == "x-api-key"]:
+            if api_key is None:
+                del headers[name]
+            else:
+                headers[name] = [api_key] if field == "multiValueHeaders" else api_key
+    return loaded
+
+
+def header(response: dict[str, Any], name: str) -> str | None:
+    for key, value in (response.get("headers") or {}).items():
+        if key.lower() == name.lower():
+            return str(value)
+    for key, values in (response.get("multiValueHeaders") or {}).items():
+        if key.lower() == name.lower():
+            return str(values[0])
+    return None
+
+
+def rate_headers(response: dict[str, Any]) -> dict[str, str]:
+    return {
+        name: value
+        for name in ("RateLimit-Policy", "RateLimit")
+        if (value := header(response, name)) is not None
+    }
+
+
+@pytest.fixture
+def sync_limiter(table: TableRef, clock: FakeClock) -> Iterator[SyncRateLimiter]:
+    repo = SyncRepository.open(table=table.name, endpoint_url=table.endpoint_url, clock=clock)
+    limiter = SyncRateLimiter(repo)
+    try:
+        yield limiter
+    finally:
+        limiter.close()
+
+
+@pytest.mark.parametrize("integration", list(INTEGRATIONS))
+def test_sixty_requests_at_ten_a_minute_admit_exactly_ten(
+    sync_limiter: SyncRateLimiter, integration: str
+) -> None:
+    sync_limiter.set_resource_defaults("search", example.LIMITS)
+    handler = example.build_handler(sync_limiter, integration)
+    codes = []
+    for _ in range(60):
+        response = handler(event(integration), None)
+        codes.append(response["statusCode"])
+        policy, limits = checked(rate_headers(response))
+        assert policy["search.rpm"] == {"q": 10, "w": 60}
+        if response["statusCode"] == 200:
+            assert json.loads(response["body"])["results"][0] == "result-0"
+            assert header(response, "Retry-After") is None
+            continue
+        assert response["statusCode"] == 429
+        assert header(response, "Content-Type") == "application/problem+json"
+        assert header(response, "Retry-After") == "7"
+        assert limits["search.rpm"]["r"] == 0
+        problem = json.loads(response["body"])
+        assert problem["violated-policies"] == ["search.rpm"]
+        assert "key-1" not in response["body"]
+        if integration == "alb":
+            assert response["statusDescription"] == "429 Too Many Requests"
+    assert (codes.count(200), codes.count(429)) == (10, 50)
+    assert codes[:10] == [200] * 10
+    # The route billed its 10 results per admitted call through current_lease().
+    assert sync_limiter.available("key-1", "search")["results"] == 1_000 - 10 * 10
+
+
+@pytest.mark.parametrize("integration", list(INTEGRATIONS))
+def test_a_disabled_resource_is_answered_403(
+    sync_limiter: SyncRateLimiter, integration: str
+) -> None:
+    sync_limiter.set_resource_defaults("search", example.LIMITS)
+    sync_limiter.repository.disable_resource("search")
+    response = example.build_handler(sync_limiter, integration)(event(integration), None)
+    assert response["statusCode"] == 403
+    assert json.loads(response["body"])["resource"] == "search"
+    assert header(response, "Content-Type") == "application/problem+json"
+
+
+def test_an_exception_in_the_handler_refunds(sync_limiter: SyncRateLimiter) -> None:
+    sync_limiter.set_resource_defaults("search", [Limit.per_minute("tokens", 1_000)])
+
+    @rate_limited(
+        sync_limiter, resource="search", entity=example.api_key, consume=lambda e: {"tokens": 50}
+    )
+    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        current_lease().adjust(tokens=100)
+        raise RuntimeError("the work failed")
+
+    with pytest.raises(RuntimeError, match="the work failed"):
+        handler(event("rest"), None)
+    assert sync_limiter.available("key-1", "search") == {"tokens": 1_000}
+    assert current_lease() is None
+
+
+def test_no_entity_passes_unlimited(sync_limiter: SyncRateLimiter) -> None:
+    sync_limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 1)])
+    handler = example.build_handler(sync_limiter, "rest")
+    responses = [handler(event("rest", api_key=None), None) for _ in range(5)]
+    assert [r["statusCode"] for r in responses] == [200] * 5
+    assert all(rate_headers(r) == {} for r in responses)
+
+
+def test_alb_with_multi_value_headers_gets_them_back(sync_limiter: SyncRateLimiter) -> None:
+    sync_limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 1)])
+    multi = event("alb")
+    multi["multiValueHeaders"] = {k: [v] for k, v in multi.pop("headers").items()}
+    multi["multiValueQueryStringParameters"] = {"q": ["shoes"]}
+    multi.pop("queryStringParameters")
+
+    @rate_limited(
+        sync_limiter,
+        resource="search",
+        consume={"rpm": 1},
+        entity=lambda e: e["multiValueHeaders"]["x-api-key"][0],
+    )
+    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return {"statusCode": 200, "multiValueHeaders": {"X-Seen": ["yes"]}, "body": "ok"}
+
+    admitted = handler(copy.deepcopy(multi), None)
+    rejected = handler(copy.deepcopy(multi), None)
+    assert "headers" not in admitted and "headers" not in rejected
+    assert admitted["multiValueHeaders"]["X-Seen"] == ["yes"]
+    checked({k: v[0] for k, v in admitted["multiValueHeaders"].items()})
+    assert rejected["statusCode"] == 429
+    assert rejected["multiValueHeaders"]["Retry-After"] == ["61"]  # 60 s for one rpm, +1 ms
+
+
+def test_an_http_api_handler_returning_a_plain_value(sync_limiter: SyncRateLimiter) -> None:
+    sync_limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 5)])
+
+    @rate_limited(sync_limiter, resource="search", entity=example.api_key, consume={"rpm": 1})
+    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return {"results": []}  # payload 2.0 infers a 200 JSON answer from any value
+
+    response = handler(event("http"), None)
+    assert response["statusCode"] == 200
+    assert json.loads(response["body"]) == {"results": []}
+    assert checked(rate_headers(response))[1]["search.rpm"]["r"] == 4
+
+
+async def test_an_async_handler_with_the_async_limiter(limiter: RateLimiter) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 1)])
+
+    @rate_limited(limiter, resource="search", entity=example.api_key, consume={"rpm": 1})
+    async def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        assert current_lease() is not None
+        return {"statusCode": 200, "headers": {"X-Seen": "yes"}, "body": "ok"}
+
+    admitted = await handler(event("rest"), None)
+    rejected = await handler(event("rest"), None)
+    assert admitted["headers"]["X-Seen"] == "yes"
+    assert checked(rate_headers(admitted))[1]["search.rpm"]["r"] == 0
+    assert rejected["statusCode"] == 429 and header(rejected, "Retry-After") == "61"
+
+
+def test_the_limiter_must_match_the_handler(
+    sync_limiter: SyncRateLimiter, repo: Repository
+) -> None:
+    with pytest.raises(TypeError, match="SyncRateLimiter"):
+        rate_limited(RateLimiter(repo), resource="s", entity=example.api_key, consume={})(
+            lambda event, context: None
+        )
+
+    async def coroutine_handler(event: Any, context: Any) -> None:
+        return None
+
+    with pytest.raises(TypeError, match="async RateLimiter"):
+        rate_limited(sync_limiter, resource="s", entity=example.api_key, consume={})(
+            coroutine_handler
+        )
