@@ -26,11 +26,27 @@ BIG = Params("rpm", Kind.RATE, 1_000 * MILLI, 1_000 * MILLI, 60_000)
 
 
 class Yielding(MemoryBucketStore):
-    """Every update lets other tasks run while it is 'in flight'."""
+    """Every update lets other tasks run while it is 'in flight' (and counts how many are)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.updates = 0
+        self.holds: dict[int, asyncio.Event] = {}  # update number (1-based) -> its release
 
     async def update(self, image: Any, writes: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(0)
-        return await super().update(image, writes, **kwargs)
+        self.in_flight += 1
+        self.updates += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            held = self.holds.get(self.updates)
+            if held is not None:
+                await held.wait()
+            await asyncio.sleep(0)
+            return await super().update(image, writes, **kwargs)
+        finally:
+            self.in_flight -= 1
 
 
 def yielding_env(limits: tuple[Params, ...]) -> AcquireEnv:
@@ -199,3 +215,38 @@ async def test_every_resend_lost_is_undecided_counted_and_debits_at_most_once() 
         await env.admission.debit([env.target(image, {"rpm": 2})], local_ok=False)
     assert env.admission.waves.lanes.undecided == 1
     assert env.state().consumed == 2 * MILLI  # the first copy landed; no re-send could
+
+
+async def test_a_cancelled_caller_never_lets_a_second_write_go_out_beside_its_batch() -> None:
+    """A caller whose retry leads a batch with others' calls is cancelled while it is in flight:
+    the batch still ends for the others, and a call arriving meanwhile is sent only after it
+    (never two writes of one writer in flight on one item)."""
+    env = yielding_env((BIG,))
+    store = env.store
+    assert isinstance(store, Yielding)
+    image = env.stored()
+    env.store.inject(Fault.CONDITION_FAILED)  # the first write fails: its retry leads a batch
+
+    def debit() -> asyncio.Future[Any]:
+        target = env.target(image, {"rpm": 1}, read_now=False)
+        return asyncio.ensure_future(env.admission.debit([target], local_ok=False))
+
+    first, retry = asyncio.Event(), asyncio.Event()
+    store.holds = {1: first, 2: retry}
+    leader = debit()
+    while store.updates < 1:
+        await asyncio.sleep(0)  # the leader's first write is in flight (and will fail)
+    others = [debit() for _ in range(3)]
+    for _ in range(10):
+        await asyncio.sleep(0)  # the others queue behind it
+    first.set()
+    while store.updates < 2:
+        await asyncio.sleep(0)  # the leader's retry now carries the others too
+    leader.cancel()
+    late = debit()
+    for _ in range(10):
+        await asyncio.sleep(0)  # the late call would go out now if the lane were free
+    retry.set()
+    await asyncio.wait_for(asyncio.gather(*others, late), 10)  # a stranded call fails, not hangs
+    assert store.most_in_flight == 1
+    assert env.state().consumed >= 4 * MILLI  # the three others and the late call landed

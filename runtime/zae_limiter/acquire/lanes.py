@@ -175,16 +175,18 @@ class _Lane:
         self._inflight: asyncio.Future[None] | None = None  # a batch sent as a task
 
     def release(self) -> None:
-        """Hand the lane to a background drain if calls are still queued, else free it."""
-        if self.queue:
+        """Hand the lane to a background drain if calls are still queued or a batch is still
+        in flight (its caller was cancelled), else free it."""
+        if self.queue or self._inflight is not None:
             self._task = asyncio.ensure_future(self._drain_rest())
         else:
             self.busy = False
-            if not self.queue:
-                self.lanes._lanes.pop(self.key, None)
+            self.lanes._lanes.pop(self.key, None)
 
     async def _drain_rest(self) -> None:
         try:
+            while self._inflight is not None:  # never a second write while one is in flight
+                await asyncio.shield(self._inflight)
             await self.drain(until=None)
         finally:
             self.busy = False
