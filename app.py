@@ -4,26 +4,23 @@
     cdk deploy -c table_name=limits -c alarm_topic_arn=arn:aws:sns:...:ops
     python app.py            # synth to ./cdk.out without the CLI
 
-Context: every `ZaeLimiterProps` field by name (see `infra/context.py`), plus `stack_name`
-(default "ZaeLimiter") and `nag` (default true: run the cdk-nag AwsSolutions checks at synth).
+Context: every `ZaeLimiterProps` field by name (see `zae_limiter.cdk.context` and
+docs/deploying.md), plus `stack_name` (default "ZaeLimiter") and `nag` (default true: run the
+cdk-nag AwsSolutions checks at synth). Needs `pip install 'zae-limiter[cdk]'` (or `make install`).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from zae_limiter.cdk import ZaeLimiterStack
+from zae_limiter.cdk.context import as_bool
+
 ROOT = Path(__file__).resolve().parent
-# The construct reads the schema from the same runtime package it bundles into the Lambdas.
-sys.path.insert(0, str(ROOT / "runtime"))
-sys.path.insert(0, str(ROOT))
-
-import aws_cdk as cdk  # noqa: E402
-from cdk_nag import AwsSolutionsChecks  # noqa: E402
-from infra.context import as_bool  # noqa: E402
-
-from infra import ZaeLimiterStack  # noqa: E402
 
 
 def main() -> None:

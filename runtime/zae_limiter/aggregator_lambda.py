@@ -10,10 +10,11 @@ Environment: `TABLE_NAME` (else taken from the event source ARN), `SNAPSHOT_WIND
 `AggregatorConfig.from_env`), `ARCHIVE_BUCKET` (archive expired audit events to S3 when set),
 `ZAEL_ENDPOINT_URL` (tests only).
 
-Metrics, per batch, never with an entity dimension: `Consumed` and `Overdrawn` by
-namespace/resource/limit, `Admissions` by namespace/resource; by service only: `ProcessingLagMs`
-(age of the oldest change applied), `FailedRecords` (records reported for retry) and
-`FailedBatches` (batches failed as a whole, e.g. a table schema this code cannot read).
+Metrics, per batch, never with an entity dimension, and always with `deployment` (the table name,
+so two deployments in one account and region never add into one series): `Consumed` and
+`Overdrawn` by namespace/resource/limit, `Admissions` by namespace/resource; by service only:
+`ProcessingLagMs` (age of the oldest change applied), `FailedRecords` (records reported for
+retry) and `FailedBatches` (batches failed as a whole, e.g. a table schema this code cannot read).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from zae_limiter.dynamo.threaded import client_config, threaded_transport
 
 SERVICE = "zae-limiter-aggregator"
 METRIC_NAMESPACE = "ZaeLimiter"
+#: The dimension every metric carries: which deployment (table) it comes from.
+DEPLOYMENT_DIMENSION = "deployment"
 
 logger = Logger(service=SERVICE)
 copy_config_to_registered_loggers(source_logger=logger, include={"zae_limiter"})
@@ -101,7 +104,7 @@ async def _process(event: dict[str, Any]) -> Outcome:
     return await aggregator.process(list(event.get("Records") or []))
 
 
-def _publish(outcome: Outcome) -> None:
+def _publish(outcome: Outcome, deployment: str) -> None:
     metrics.add_metric(name="FailedRecords", unit=MetricUnit.Count, value=len(outcome.failures))
     for point in outcome.metrics:
         if not point.dimensions:
@@ -109,7 +112,8 @@ def _publish(outcome: Outcome) -> None:
             continue
         with single_metric(
             name=point.name, unit=MetricUnit(point.unit), value=point.value,
-            namespace=METRIC_NAMESPACE, default_dimensions=dict(point.dimensions),
+            namespace=METRIC_NAMESPACE,
+            default_dimensions={DEPLOYMENT_DIMENSION: deployment, **dict(point.dimensions)},
         ):
             pass
     logger.info(
@@ -130,6 +134,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     Raises (the whole batch is retried) when the table's schema is one this code cannot read.
     """
     try:
+        deployment = _table_name(event)
+        # Before anything is added, so every metric of the batch carries it (default dimensions
+        # outlive each flush; setting an unchanged one again would only warn).
+        if metrics.default_dimensions.get(DEPLOYMENT_DIMENSION) != deployment:
+            metrics.set_default_dimensions(**{DEPLOYMENT_DIMENSION: deployment})
         outcome = _loop.run_until_complete(_process(event))
     except Exception:
         metrics.add_metric(name="FailedBatches", unit=MetricUnit.Count, value=1)
@@ -142,7 +151,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         if failure is not None:
             raise failure
 
-    _publish(outcome)
+    _publish(outcome, deployment)
     response = process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )

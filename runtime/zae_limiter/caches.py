@@ -21,13 +21,19 @@ class _Entry(Generic[T]):
     stored_at: int
 
 
-class ConfigCache:
-    """Resolved config per namespace scope, with a TTL (0 disables)."""
+#: Entries a config cache keeps at most (least recently used evicted): a process that meets
+#: millions of entities keeps bounded memory; an evicted entry costs one read when next needed.
+CONFIG_CACHE_MAX_ENTRIES = 50_000
 
-    def __init__(self, ttl_seconds: float) -> None:
+
+class ConfigCache:
+    """Resolved config per namespace scope, with a TTL (0 disables) and an LRU bound."""
+
+    def __init__(self, ttl_seconds: float, max_entries: int = CONFIG_CACHE_MAX_ENTRIES) -> None:
         self.ttl_ms = int(ttl_seconds * 1000)
         self.ttl_seconds = ttl_seconds
-        self._entries: dict[tuple[Any, ...], _Entry[Any]] = {}
+        self.max_entries = max(max_entries, 1)
+        self._entries: OrderedDict[tuple[Any, ...], _Entry[Any]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
@@ -41,6 +47,7 @@ class ConfigCache:
             self.misses += 1
             return False, entry.value
         self.hits += 1
+        self._entries.move_to_end(key)
         return True, entry.value
 
     def peek(self, key: tuple[Any, ...]) -> Any:
@@ -49,6 +56,9 @@ class ConfigCache:
 
     def put(self, key: tuple[Any, ...], value: Any, now: int) -> None:
         self._entries[key] = _Entry(value, now)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
 
     def evict(self, predicate: Any) -> None:
         for key in [k for k in self._entries if predicate(k)]:

@@ -95,18 +95,28 @@ async def run(endpoint_url: str) -> None:
             names = [f"{s.resource}.{s.limit_name}" for s in exc.violations]
             print(f"   a $2 request: rejected by {names}; nothing was debited ({meter.take()})")
 
-        print("3. An organisation caps its users' shared upstream quota")
+        print("3. An organisation caps its users' shared upstream quota; user-3 has a budget too")
         await limiter.create_entity(entity_id="org-acme")
         await limiter.create_entity(entity_id="user-3", parent_id="org-acme")
         await repo.set_resource_cascade("translate", True)
         await limiter.set_limits("org-acme", [Limit.per_day("units", 250)], resource="translate")
+        meter.take()
         for call in range(1, 4):
             try:
-                async with limiter.acquire("user-3", "translate", consume={"units": 100}):
-                    print(f"   user-3 call {call}: admitted")
+                async with limiter.acquire(
+                    "user-3",
+                    "translate",
+                    consume={"units": 100},
+                    also={"budget": {"weekly": 1_000, "session": 1_000}},
+                ):
+                    pass
+                print(f"   user-3 call {call}: admitted ({meter.take()})")
             except RateLimitExceeded as exc:
                 who = exc.violations[0].entity_id
-                print(f"   user-3 call {call}: rejected by {who} (its daily 250 units)")
+                print(
+                    f"   user-3 call {call}: rejected by {who} (its daily 250 units) "
+                    f"({meter.take()})"
+                )
         org = await limiter.check_availability("org-acme", "translate")
         print(f"   org-acme has {org.available['units']} units left today")
 

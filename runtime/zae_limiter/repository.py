@@ -28,12 +28,20 @@ from .caches import ConfigCache, ImageCache, stats
 from .dynamo import keys, records
 from .dynamo.bucket_store import DynamoBucketStore
 from .dynamo.store import Store
-from .dynamo.transport import AccessDenied, DynamoError, Rejected, TableMissing, Transport
+from .dynamo.transport import (
+    AccessDenied,
+    DynamoError,
+    Rejected,
+    TableMissing,
+    Transport,
+    Unavailable,
+)
 from .errors import (
     IncompatibleSchemaError,
     InfrastructureNotFoundError,
     NamespaceNotFoundError,
     PermissionDenied,
+    RateLimiterUnavailable,
     VersionMismatchError,
 )
 from .instrumentation import RequestListener
@@ -127,9 +135,7 @@ class Repository(
         ns_name = namespace or os.environ.get("ZAEL_NAMESPACE") or "default"
         validation.namespace_name(ns_name)
         endpoint = endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
-        transport = await Transport.connect(
-            region=region, endpoint_url=endpoint, client_config=client_config
-        )
+        transport = await _connect(table_name, region, endpoint, client_config)
         if on_request is not None:
             transport.listeners.add(on_request)
         shared = _Shared(
@@ -147,6 +153,9 @@ class Repository(
                 _check(record, table_name)
             shared.version_record = record
             ns_id = await _namespace_id(shared.store, ns_name)
+        except DynamoError as exc:
+            await transport.close()
+            raise _unavailable(f"Cannot open table {table_name!r}", exc, table_name) from exc
         except BaseException:
             await transport.close()
             raise
@@ -166,53 +175,24 @@ class Repository(
         """Create the table from the schema module (local and test use). False if it existed."""
         table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
         endpoint = endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
-        transport = await Transport.connect(region=region, endpoint_url=endpoint)
+        transport = await _connect(table_name, region, endpoint, None)
         store = Store(transport, table_name)
-        created = True
         try:
-            try:
-                await transport.call("CreateTable", schema.create_table_request(table_name))
-            except Rejected as exc:
-                if exc.code != "ResourceInUseException":
-                    raise
-                created = False
-            if wait:
-                for _ in range(600):
-                    table_info = await store.describe_table()
-                    if table_info.get("TableStatus") == "ACTIVE":
-                        break
-                    await asyncio.sleep(0.1)
-            if created:
-                await transport.call("UpdateTimeToLive", schema.time_to_live_request(table_name))
-            else:
-                _verify_keys(await store.describe_table(), table_name)
-            now = iso(system_clock())
-            record = records.version_record_item(
-                schema_version=schema.SCHEMA_VERSION,
-                aggregator_version=aggregator_version,
-                aggregator_function=None,
-                client_min_version="0.0.0",
-                updated_at=now,
-                updated_by=f"create_table:{versioning.LIBRARY_VERSION}",
-            )
-            try:
-                await store.put(record, condition="attribute_not_exists(PK)")
-            except DynamoError as exc:
-                if not _is_condition_failed(exc):
-                    raise
-            for name in namespaces:
-                await _register_namespace(store, name)
+            return await _create(transport, store, table_name, namespaces, wait, aggregator_version)
+        except DynamoError as exc:
+            raise _unavailable(f"Cannot create table {table_name!r}", exc, table_name) from exc
         finally:
             await transport.close()
-        return created
 
     @classmethod
     async def delete_table(
         cls, *, table: str, region: str | None = None, endpoint_url: str | None = None
     ) -> None:
-        transport = await Transport.connect(region=region, endpoint_url=endpoint_url)
+        transport = await _connect(table, region, endpoint_url, None)
         try:
             await transport.call("DeleteTable", {"TableName": table})
+        except DynamoError as exc:
+            raise _unavailable(f"Cannot delete table {table!r}", exc, table) from exc
         finally:
             await transport.close()
 
@@ -365,6 +345,81 @@ class Repository(
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+
+async def _create(
+    transport: Transport,
+    store: Store,
+    table_name: str,
+    namespaces: tuple[str, ...] | list[str],
+    wait: bool,
+    aggregator_version: str | None,
+) -> bool:
+    """`Repository.create_table`'s requests; True if the table was created, False if it existed."""
+    created = True
+    try:
+        await transport.call("CreateTable", schema.create_table_request(table_name))
+    except Rejected as exc:
+        if exc.code != "ResourceInUseException":
+            raise
+        created = False
+    if wait:
+        for _ in range(600):
+            table_info = await store.describe_table()
+            if table_info.get("TableStatus") == "ACTIVE":
+                break
+            await asyncio.sleep(0.1)
+    if created:
+        await transport.call("UpdateTimeToLive", schema.time_to_live_request(table_name))
+    else:
+        _verify_keys(await store.describe_table(), table_name)
+    now = iso(system_clock())
+    record = records.version_record_item(
+        schema_version=schema.SCHEMA_VERSION,
+        aggregator_version=aggregator_version,
+        aggregator_function=None,
+        client_min_version="0.0.0",
+        updated_at=now,
+        updated_by=f"create_table:{versioning.LIBRARY_VERSION}",
+    )
+    try:
+        await store.put(record, condition="attribute_not_exists(PK)")
+    except DynamoError as exc:
+        if not _is_condition_failed(exc):
+            raise
+    for name in namespaces:
+        await _register_namespace(store, name)
+    return created
+
+
+async def _connect(
+    table: str, region: str | None, endpoint: str | None, client_config: Any
+) -> Transport:
+    """The DynamoDB client, or `RateLimiterUnavailable` saying what to fix."""
+    try:
+        return await Transport.connect(
+            region=region, endpoint_url=endpoint, client_config=client_config
+        )
+    except Exception as exc:
+        raise RateLimiterUnavailable(
+            "Cannot create the DynamoDB client: check endpoint_url, region and client_config",
+            exc,
+            table_name=table,
+        ) from exc
+
+
+def _unavailable(what: str, exc: DynamoError, table: str) -> RateLimiterUnavailable:
+    """A transport failure as the public error; its message says what failed and what to do."""
+    if isinstance(exc, AccessDenied):
+        return PermissionDenied(
+            f"{what}: DynamoDB refused dynamodb:{exc.operation}; attach the zae-limiter 'app' "
+            "(or 'admin') managed policy to this role",
+            exc.cause,
+            table_name=table,
+        )
+    if isinstance(exc, Unavailable) and exc.hint:
+        return RateLimiterUnavailable(f"{what}: {exc.hint}", exc.cause, table_name=table)
+    return RateLimiterUnavailable(what, exc, table_name=table)
 
 
 async def _read_version_record(store: Store) -> dict[str, Any]:

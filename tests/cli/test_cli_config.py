@@ -1,4 +1,4 @@
-"""`system` and `resource` commands, global options, errors and exit codes (reference.md §7)."""
+"""`system` and `resource` commands, global options, errors and exit codes (docs/cli.md)."""
 
 from __future__ import annotations
 

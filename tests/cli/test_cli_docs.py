@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from support.docs import repo_root, seed_yaml_manifest
@@ -36,12 +37,20 @@ def test_every_command_is_documented() -> None:
         assert f"### `{name}`" in page
 
 
-def test_manifest_page_examples(tmp_path: Path) -> None:
-    page = (DOCS / "manifest.md").read_text()
-    blocks = re.findall(r"```yaml\n(.*?)```", page, re.S)
+def manifest_page_blocks() -> list[str]:
+    """The ```yaml blocks of docs/manifest.md (the first is the seed page's example)."""
+    return re.findall(r"```yaml\n(.*?)```", (DOCS / "manifest.md").read_text(), re.S)
+
+
+@pytest.mark.spec
+def test_the_manifest_page_shows_the_seed_pages_manifest() -> None:
     seed = seed_yaml_manifest(MANIFEST_PAGE)
-    if seed is not None:
-        assert loads(blocks[0]) == loads(seed)  # the seed page's example, comment added
+    assert seed is not None, f"the seed page's manifest was not found in {MANIFEST_PAGE}"
+    assert loads(manifest_page_blocks()[0]) == loads(seed)  # comment added, same manifest
+
+
+def test_manifest_page_examples(tmp_path: Path) -> None:
+    blocks = manifest_page_blocks()
     for block in blocks[:2]:
         path = tmp_path / "limits.yaml"
         path.write_text(block)

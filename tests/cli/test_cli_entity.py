@@ -1,4 +1,4 @@
-"""`entity` commands (reference.md §7.1), including the seed page's reference table: plans,
+"""`entity` commands (docs/cli.md), including the seed page's reference table: plans,
 purchases and resets, organisations, moving a user, soft limits and bypass from the shell."""
 
 from __future__ import annotations

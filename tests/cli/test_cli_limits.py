@@ -1,4 +1,4 @@
-"""`limits validate|plan|diff|apply|export` against DynamoDB Local (reference.md §7.2, §8)."""
+"""`limits validate|plan|diff|apply|export` against DynamoDB Local (docs/manifest.md)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_support import ZL
+from test_cli_docs import manifest_page_blocks
 
-from support.docs import seed_yaml_manifest
-from test_spec_examples import MANIFEST_PAGE
 from zae_limiter import Limit, OnUnavailable, RateLimiterUnavailable, Repository
 from zae_limiter.dynamo import keys
 from zae_limiter.manifest import (
@@ -36,9 +35,9 @@ def write(tmp_path: Path, text: str, name: str = "limits.yaml") -> str:
 
 @pytest.fixture
 def seed(tmp_path: Path) -> str:
-    manifest = seed_yaml_manifest(MANIFEST_PAGE)
-    assert manifest is not None, f"the seed page's manifest was not found in {MANIFEST_PAGE}"
-    return write(tmp_path, manifest)
+    """The seed page's manifest, as docs/manifest.md shows it (the two are compared where the
+    spec is: test_cli_docs.py)."""
+    return write(tmp_path, manifest_page_blocks()[0])
 
 
 async def test_the_seed_manifest(zl: ZL, live: Repository, seed: str) -> None:

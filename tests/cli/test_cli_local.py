@@ -1,4 +1,4 @@
-"""`local up|status|env|down` (reference.md §7.5): a second DynamoDB Local started by the CLI."""
+"""`local up|status|env|down` (docs/cli.md): a second DynamoDB Local started by the CLI."""
 
 from __future__ import annotations
 
@@ -48,8 +48,10 @@ def test_up_status_env_down(tmp_path: Path) -> None:
         checked = run(["--table", "local-cli", "--endpoint-url", f"http://127.0.0.1:{port}",
                        "check"], state)
         assert "compatible" in checked.stdout
-        assert "already running on port" in run(["local", "up", "--port", str(free_port())],
-                                                state, code=1).stderr
+        # One engine per port: another engine on this port is refused.
+        assert "already running on port" in run(
+            ["local", "up", "--port", str(port), "--engine", "moto"], state, code=1
+        ).stderr
     finally:
         down = run(["local", "down", "-o", "json"], state)
     assert {p["role"] for p in json.loads(down.stdout)["stopped"]} == {"engine", "aggregator"}

@@ -1,4 +1,4 @@
-"""`usage`, `audit`, `namespace`, `version`, `check` and `status` (reference.md §7.3, §7.4)."""
+"""`usage`, `audit`, `namespace`, `version`, `check`, `status` (docs/cli.md, docs/versions.md)."""
 
 from __future__ import annotations
 

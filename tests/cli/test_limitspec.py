@@ -1,4 +1,4 @@
-"""The command line's limit syntax (reference.md §7): pure parsing and printing."""
+"""The command line's limit syntax (docs/cli.md): pure parsing and printing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reading a manifest (reference.md §8.1, §8.2): pure, no table."""
+"""Reading a manifest (docs/manifest.md): pure, no table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Planning (reference.md §8.3, §8.4): manifest + stored state + ownership in, changes out. Pure."""
+"""Planning (docs/manifest.md): manifest + stored state + ownership in, changes out. Pure."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Single-resource acquire on DynamoDB Local: admission, leases, errors (reference.md §2–§5)."""
+"""Single-resource acquire on DynamoDB Local: admission, leases, errors
+(docs/getting-started.md)."""
 
 from __future__ import annotations
 

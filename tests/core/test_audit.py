@@ -1,4 +1,4 @@
-"""The audit log: one event per administrative call, atomically with it (reference.md §5.14)."""
+"""The audit log: one event per administrative call, atomically with it (docs/audit.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Organisations and cascade (reference.md §5.4, §5.5; seed page "Organisations")."""
+"""Organisations and cascade (docs/organisations.md; seed page "Organisations")."""
 
 from __future__ import annotations
 

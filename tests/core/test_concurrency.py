@@ -1,4 +1,5 @@
-"""Many processes on one bucket with the real clock: no lost update, no over-admission (§12.1-2)."""
+"""Many processes on one bucket with the real clock: no lost update, no over-admission
+(docs/contributing.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The spec's cost tables, counted on the wire against DynamoDB Local (reference.md §6).
+"""The spec's cost tables, counted on the wire against DynamoDB Local (docs/performance.md).
 
 Round trips are waves of requests; capacity is what DynamoDB bills, table and indexes together
 (failed conditional writes at 1 WCU each, transactions at 2 WCU per item, by the AWS rule).

@@ -1,4 +1,4 @@
-"""Several resources in one acquire (spec page several-resources-in-one-acquire.md, §5.2)."""
+"""Several resources in one acquire (docs/several-resources.md)."""
 
 from __future__ import annotations
 

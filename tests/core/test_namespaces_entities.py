@@ -1,4 +1,5 @@
-"""Namespaces, entities and bucket expiry (reference.md §2.2, §2.6, §5.15, §5.17)."""
+"""Namespaces, entities and bucket expiry (docs/getting-started.md,
+docs/reset-and-top-up.md, docs/configuration.md, docs/limits-and-time.md)."""
 
 from __future__ import annotations
 

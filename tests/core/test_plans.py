@@ -1,8 +1,9 @@
-"""Plans and purchases (seed page "Resources and the budget", "Plans"; reference.md §5.8, §5.9).
+"""Plans and purchases (seed page "Resources and the budget", "Plans";
+docs/configuration.md, docs/reset-and-top-up.md).
 
 The seed page's two examples run verbatim (the blocks are read from the page itself) and must
-print what their comments say; the worked check of §5.9 and the plan table are then asserted
-step by step with a moved clock.
+print what their comments say; the worked check of docs/reset-and-top-up.md and the plan table
+are then asserted step by step with a moved clock.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import pytest
 from support.clock import FakeClock
 from support.docs import CodeBlock, run_block_on_fresh_table, seed_python_blocks
 from support.fixtures import REGION
+from support.spec import spec_dir
 from support.tables import unique_table_name
-from test_spec_examples import spec_dir
 from zae_limiter import AuditAction, Limit, RateLimiter, Repository
 
 WEEK_MS = 7 * 24 * 3_600_000
@@ -41,6 +42,7 @@ def seed_block(index: int) -> CodeBlock:
     return seed_python_blocks(path)[index - 1]
 
 
+@pytest.mark.spec
 @pytest.mark.parametrize(
     ("index", "expected"),
     [

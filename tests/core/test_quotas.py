@@ -1,4 +1,4 @@
-"""Calendar and session quotas with a moved clock (reference.md §4.1, §4.3, §4.8)."""
+"""Calendar and session quotas with a moved clock (docs/limits-and-time.md, docs/quotas.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scheduled parameter windows (reference.md §4.1 "Scheduled parameters", §4.4)."""
+"""Scheduled parameter windows (docs/limits-and-time.md)."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ async def test_a_scaled_quota_keeps_its_balance_across_windows(
 
 
 async def test_retry_after_walks_into_the_next_window(limiter: RateLimiter, clock: Any) -> None:
-    """§4.8: each window's rate applies while it is in force."""
+    """docs/limits-and-time.md: each window's rate applies while it is in force."""
     await limiter.set_resource_defaults(
         "api", [Limit.per_hour("units", 60).with_schedule((OFFICE,))]  # 1/min; 2/min from 09:00
     )

@@ -1,4 +1,4 @@
-"""Write sharding for hot buckets (reference.md §5.10)."""
+"""Write sharding for hot buckets (docs/sharding.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Soft limits, bypass, disable and enable (reference.md §5.6, §5.7)."""
+"""Soft limits, bypass, disable and enable (docs/rolling-out.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The sync facade: same names and signatures as the async API, same behaviour (§2.9)."""
+"""The sync facade: same names and signatures as the async API, same behaviour (docs/sync.md)."""
 
 from __future__ import annotations
 

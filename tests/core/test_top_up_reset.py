@@ -1,4 +1,5 @@
-"""`top_up()` and `reset_bucket()` on DynamoDB Local (reference.md §2.6, §5.9, §6, §10.3)."""
+"""`top_up()` and `reset_bucket()` on DynamoDB Local (docs/reset-and-top-up.md, docs/performance.md,
+docs/versions.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Writes whose response is lost after they landed are applied exactly once (§12.3).
+"""Writes whose response is lost after they landed are applied exactly once (docs/contributing.md).
 
 The hook sends the real request to DynamoDB Local itself, then raises a read timeout, so the
 library sees exactly what botocore sees when a response is lost: a write that may have applied.

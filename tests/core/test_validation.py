@@ -1,4 +1,4 @@
-"""Every input rule of reference.md §4.7 raises before any I/O (nothing is read or written)."""
+"""Every input rule of docs/limits-and-time.md raises before any I/O (nothing read or written)."""
 
 from __future__ import annotations
 

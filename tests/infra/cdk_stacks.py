@@ -11,7 +11,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Template
 
-from infra import ZaeLimiter, ZaeLimiterStack
+from zae_limiter.cdk import ZaeLimiter, ZaeLimiterStack
 
 
 class FullStack(cdk.Stack):

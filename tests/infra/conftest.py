@@ -8,27 +8,21 @@ environment when it starts. cdk-nag still runs where a test registers it.
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 os.environ["CDK_VALIDATION"] = "false"
 os.environ["JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"] = "20"
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-import aws_cdk as cdk  # noqa: E402
-import pytest  # noqa: E402
-from aws_cdk.assertions import Template  # noqa: E402
-from cdk_stacks import (  # noqa: E402
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Template
+from cdk_stacks import (
     SUPPLIED_LAYER_ARN,
     SUPPLIED_ROLE_ARN,
     FullStack,
     Synthesized,
 )
 
-from infra import ZaeLimiterProps, ZaeLimiterStack  # noqa: E402
+from zae_limiter.cdk import ZaeLimiterProps, ZaeLimiterStack
 
 
 @pytest.fixture(scope="session")

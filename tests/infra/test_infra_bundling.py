@@ -11,15 +11,6 @@ import pytest
 from aws_cdk import aws_lambda as lambda_
 from cdk_helpers import logical_id, resources
 from cdk_stacks import Synthesized
-from infra.bundling import RUNTIME, bundle_files, copy_bundle, python_lambda_code
-from infra.paths import (
-    AGGREGATOR_DIR,
-    HANDLER,
-    LAMBDA_PACKAGES,
-    LAMBDAS_DIR,
-    RUNTIME_PACKAGE_DIR,
-    VERSION_RECORD_DIR,
-)
 from lambda_sim import (
     LAMBDA_RUNTIME_PACKAGES,
     POWERTOOLS_LAYER_PACKAGES,
@@ -27,10 +18,27 @@ from lambda_sim import (
     run_python,
 )
 
+from zae_limiter.cdk.bundling import (
+    RUNTIME,
+    RUNTIME_EXCLUDED,
+    bundle_files,
+    copy_runtime_bundle,
+    python_lambda_code,
+)
+from zae_limiter.cdk.paths import (
+    AGGREGATOR_DIR,
+    CDK_PACKAGE_DIR,
+    HANDLER,
+    LAMBDA_PACKAGES,
+    LAMBDAS_DIR,
+    RUNTIME_PACKAGE_DIR,
+    VERSION_RECORD_DIR,
+)
+
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
-def asset_hash(handler_dir: Path, packages: list[Path]) -> str:
+def asset_hash(handler_dir: Path, packages: list[Path], exclude: tuple[Path, ...] = ()) -> str:
     """Synthesize a one-function stack with this bundle and return its asset hash."""
     app = cdk.App()
     stack = cdk.Stack(app, "Bundle")
@@ -39,7 +47,7 @@ def asset_hash(handler_dir: Path, packages: list[Path]) -> str:
         "Function",
         runtime=RUNTIME,
         handler=HANDLER,
-        code=python_lambda_code(handler_dir, packages),
+        code=python_lambda_code(handler_dir, packages, exclude=exclude),
     )
     template = app.synth().get_stack_by_name("Bundle").template
     (function,) = [
@@ -58,22 +66,33 @@ def source_files(root: Path) -> set[PurePosixPath]:
 
 
 def test_version_record_bundle_contents(tmp_path: Path) -> None:
-    copy_bundle(VERSION_RECORD_DIR, list(LAMBDA_PACKAGES), tmp_path)
+    copy_runtime_bundle(VERSION_RECORD_DIR, tmp_path)
     shipped = source_files(tmp_path)
     assert PurePosixPath("handler.py") in shipped
-    expected_runtime = {PurePosixPath("zae_limiter") / f for f in source_files(RUNTIME_PACKAGE_DIR)}
+    expected_runtime = {
+        PurePosixPath("zae_limiter") / f
+        for f in source_files(RUNTIME_PACKAGE_DIR)
+        if f.parts[0] != CDK_PACKAGE_DIR.name
+    }
     assert expected_runtime <= shipped
     assert PurePosixPath("zae_limiter/schema.py") in shipped
     assert not list(tmp_path.rglob("__pycache__")) and not list(tmp_path.rglob("*.pyc"))
 
 
 def test_aggregator_bundle_contents(tmp_path: Path) -> None:
-    copy_bundle(AGGREGATOR_DIR, list(LAMBDA_PACKAGES), tmp_path)
+    copy_runtime_bundle(AGGREGATOR_DIR, tmp_path)
     shipped = source_files(tmp_path)
     assert source_files(AGGREGATOR_DIR) <= shipped  # whatever the aggregator folder holds, at root
     assert PurePosixPath("zae_limiter/__init__.py") in shipped
     assert PurePosixPath("zae_limiter/dynamo/keys.py") in shipped
     assert PurePosixPath("packaging/version.py") in shipped  # PEP 440 versions
+
+
+def test_bundles_leave_the_construct_out(tmp_path: Path) -> None:
+    """Lambdas never synthesize: `zae_limiter/cdk` (and its handler folders) stays out."""
+    copy_runtime_bundle(AGGREGATOR_DIR, tmp_path)
+    shipped = source_files(tmp_path)
+    assert not [f for f in shipped if f.parts[:2] == ("zae_limiter", CDK_PACKAGE_DIR.name)]
 
 
 def test_bundle_refuses_two_files_at_one_path(tmp_path: Path) -> None:
@@ -88,8 +107,8 @@ def test_bundle_refuses_two_files_at_one_path(tmp_path: Path) -> None:
 
 
 def test_asset_hash_is_stable_and_is_the_one_the_construct_ships(synthesized: Synthesized) -> None:
-    first = asset_hash(AGGREGATOR_DIR, list(LAMBDA_PACKAGES))
-    assert asset_hash(AGGREGATOR_DIR, list(LAMBDA_PACKAGES)) == first
+    first = asset_hash(AGGREGATOR_DIR, list(LAMBDA_PACKAGES), RUNTIME_EXCLUDED)
+    assert asset_hash(AGGREGATOR_DIR, list(LAMBDA_PACKAGES), RUNTIME_EXCLUDED) == first
     template: Any = synthesized.default
     function_id = logical_id(template, "AWS::Lambda::Function", "AggregatorFunction")
     function = resources(template, "AWS::Lambda::Function")[function_id]
@@ -129,7 +148,7 @@ def test_version_record_handler_exists() -> None:
 def test_bundle_imports_with_only_what_lambda_provides(handler_dir: Path, tmp_path: Path) -> None:
     """The bundle's handler imports with the stdlib, boto3 (and Powertools for the aggregator)."""
     bundle = tmp_path / "bundle"
-    copy_bundle(handler_dir, list(LAMBDA_PACKAGES), bundle)
+    copy_runtime_bundle(handler_dir, bundle)
     layer = POWERTOOLS_LAYER_PACKAGES if handler_dir == AGGREGATOR_DIR else ()
     provided = provided_packages(tmp_path / "runtime", [*LAMBDA_RUNTIME_PACKAGES, *layer])
     module, function = HANDLER.split(".")

@@ -23,13 +23,17 @@ import aws_cdk as cdk
 import boto3
 import moto.settings
 import pytest
-from infra.version_record import RESOURCE_TYPE
+from aws_cdk import aws_lambda as lambda_
 from lambda_sim import LAMBDA_RUNTIME_PACKAGES, provided_packages, run_python
 from moto.awslambda.models import LambdaFunction
+from moto.core.utils import utcnow
 from moto.server import ThreadedMotoServer
+from moto.ssm.models import Parameter, ssm_backends
 
-from infra import ZaeLimiterProps, ZaeLimiterStack
 from zae_limiter import schema, versioning
+from zae_limiter.cdk import ZaeLimiterProps, ZaeLimiterStack
+from zae_limiter.cdk.aggregator import powertools_parameter_name
+from zae_limiter.cdk.version_record import RESOURCE_TYPE
 from zae_limiter.dynamo import codec, keys
 
 REGION = "us-east-1"
@@ -109,9 +113,26 @@ def synthesize(outdir: Path, stack_name: str, table_name: str) -> dict[str, Any]
 
 
 def publish_assets(outdir: Path, stack_name: str, s3: Any, ssm: Any) -> None:
-    """What `cdk bootstrap` + asset publishing would do: the version parameter and the zips."""
+    """What `cdk bootstrap` + asset publishing would do: the version parameter and the zips;
+    and the Powertools layer's public parameter, which AWS provides in every commercial region."""
     ssm.put_parameter(
         Name=f"/cdk-bootstrap/{BOOTSTRAP_QUALIFIER}/version", Value="30", Type="String"
+    )
+    # A reserved (`/aws/...`) name: the API refuses it, so it goes into moto's store directly.
+    name = powertools_parameter_name(lambda_.Architecture.ARM_64)
+    ssm_backends[ACCOUNT][REGION]._parameters[name].append(
+        Parameter(
+            account_id=ACCOUNT,
+            name=name,
+            value=f"arn:aws:lambda:{REGION}:017000801446:layer:Powertools-arm64:1",
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=utcnow(),
+            version=1,
+            data_type="text",
+        )
     )
     bucket = f"cdk-{BOOTSTRAP_QUALIFIER}-assets-{ACCOUNT}-{REGION}"
     s3.create_bucket(Bucket=bucket)

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
-import infra.construct
 import pytest
 from cdk_nag import AwsSolutionsChecks
 from cdk_stacks import FullStack
 
-from infra import ZaeLimiterStack
+import zae_limiter.cdk.construct
+from zae_limiter.cdk import ZaeLimiterStack
 
 ACKNOWLEDGED = "aws:cdk:acknowledged-rules"
 
@@ -74,7 +74,7 @@ def test_every_acknowledgement_covers_a_real_finding(
 ) -> None:
     """Without the acknowledgements the findings are exactly the acknowledged ones."""
     synth_acks = acknowledgements(with_acknowledgements)
-    monkeypatch.setattr(infra.construct, "acknowledge_findings", lambda limiter: None)
+    monkeypatch.setattr(zae_limiter.cdk.construct, "acknowledge_findings", lambda limiter: None)
     with pytest.raises(RuntimeError, match="ValidationFailed"):
         synth_with_nag(tmp_path / "without")
     report = json.loads((tmp_path / "without" / "validation-report.json").read_text())

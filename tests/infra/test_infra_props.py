@@ -7,15 +7,17 @@ import dataclasses
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_dynamodb as dynamodb
-from infra.context import props_from_context
 
-from infra import ZaeLimiter, ZaeLimiterProps
 from zae_limiter import schema
+from zae_limiter.cdk import ZaeLimiter, ZaeLimiterProps
+from zae_limiter.cdk.context import props_from_context
 
 
 def test_defaults_are_the_reference_defaults() -> None:
     props = ZaeLimiterProps()
-    assert {f.name: getattr(props, f.name) for f in dataclasses.fields(props)} == {
+    values = {f.name: getattr(props, f.name) for f in dataclasses.fields(props)}
+    values["architecture"] = props.architecture.name
+    assert values == {
         "table_name": schema.DEFAULT_TABLE_NAME,
         "billing_mode": dynamodb.BillingMode.PAY_PER_REQUEST,
         "read_capacity": 5,
@@ -50,6 +52,7 @@ def test_defaults_are_the_reference_defaults() -> None:
         "enable_audit_archive": False,
         "audit_archive_glacier_days": 90,
         "allow_aggregator_downgrade": False,
+        "architecture": "arm64",
         "powertools_layer_arn": None,
         "tags": {},
     }
@@ -99,6 +102,7 @@ def test_properties_from_context() -> None:
             "tags": '{"team": "payments", "tier": 1}',
             "alarm_topic_arn": "arn:aws:sns:us-east-1:123456789012:ops",
             "aggregator_role_arn": "arn:aws:iam::123456789012:role/agg",
+            "architecture": "x86_64",
         }
     )
     stack = cdk.Stack(app, "S")
@@ -114,10 +118,14 @@ def test_properties_from_context() -> None:
     assert props.alarm_topic is not None
     assert props.alarm_topic.topic_arn == "arn:aws:sns:us-east-1:123456789012:ops"
     assert props.aggregator_role_arn == "arn:aws:iam::123456789012:role/agg"
+    assert props.architecture.name == "x86_64"
     assert props.usage_retention_days == 30  # the base is kept where context says nothing
 
 
 def test_context_values_are_checked() -> None:
     stack = cdk.Stack(cdk.App(context={"enable_alarms": "maybe"}), "S")
     with pytest.raises(ValueError, match="enable_alarms"):
+        props_from_context(stack)
+    stack = cdk.Stack(cdk.App(context={"architecture": "sparc"}), "S2")
+    with pytest.raises(ValueError, match="expected arm64 or x86_64"):
         props_from_context(stack)

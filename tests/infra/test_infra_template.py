@@ -21,17 +21,16 @@ from cdk_helpers import (
     statements,
 )
 from cdk_stacks import SUPPLIED_LAYER_ARN, SUPPLIED_ROLE_ARN, Synthesized
-from infra.access import NAMESPACE_TAG
-from infra.aggregator import (
-    METRIC_NAMESPACE,
-    POWERTOOLS_LAYER_NAME,
-    POWERTOOLS_LAYER_VERSION,
-    SERVICE_NAME,
-)
-from infra.version_record import RESOURCE_TYPE
 
 from zae_limiter import audit, schema, versioning
 from zae_limiter.aggregator import AggregatorConfig
+from zae_limiter.cdk.access import NAMESPACE_TAG
+from zae_limiter.cdk.aggregator import (
+    METRIC_NAMESPACE,
+    POWERTOOLS_RELEASE,
+    SERVICE_NAME,
+)
+from zae_limiter.cdk.version_record import RESOURCE_TYPE
 from zae_limiter.dynamo import keys
 
 TABLE = "AWS::DynamoDB::Table"
@@ -145,13 +144,18 @@ def test_aggregator_function(synthesized: Synthesized) -> None:
     props = aggregator(template)["Properties"]
     assert props["Runtime"] == "python3.12"
     assert props["Handler"] == "handler.handler"
-    assert props["Architectures"] == ["x86_64"]
+    assert props["Architectures"] == ["arm64"]
     assert props["MemorySize"] == 256
     assert props["Timeout"] == 60
     assert "TracingConfig" not in props
-    layer = json.dumps(props["Layers"])
-    assert f"{POWERTOOLS_LAYER_NAME}:{POWERTOOLS_LAYER_VERSION}" in layer
-    assert '"Ref": "AWS::Region"' in layer and '"Ref": "AWS::Partition"' in layer
+    # The tested Powertools release's layer, for this architecture, resolved at deploy time from
+    # Powertools' SSM public parameter in the deployment's region.
+    ((layer,),) = [props["Layers"]]
+    parameter = template.to_json()["Parameters"][layer["Ref"]]
+    assert parameter["Type"] == "AWS::SSM::Parameter::Value<String>"
+    assert parameter["Default"] == (
+        f"/aws/service/powertools/python/arm64/python3.12/{POWERTOOLS_RELEASE}"
+    )
     table_id = logical_id(template, TABLE, "Table")
     assert props["Environment"]["Variables"] == {
         "TABLE_NAME": {"Ref": table_id},
@@ -211,13 +215,24 @@ def test_aggregator_role_is_least_privilege(synthesized: Synthesized) -> None:
     def key(resource: Any) -> str:
         return json.dumps(resource, sort_keys=True)
 
+    on_table = {
+        s["Sid"]: (actions(s), s["Condition"])
+        for s in statements(role_policy(template, "Aggregator"))
+        if s["Resource"] == {"Fn::GetAtt": [table_id, "Arn"]}
+    }
+    assert on_table == {
+        "ReadReservedItems": (
+            ["dynamodb:GetItem"],
+            {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["_#VERSION", "_#NSID"]}},
+        ),
+        "WriteSnapshotsAndMarkers": (
+            ["dynamodb:PutItem", "dynamodb:UpdateItem"],
+            {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#U#*", "_#AGG#*"]}},
+        ),
+    }
+    del found[key({"Fn::GetAtt": [table_id, "Arn"]})]
     assert found == {
         key({"Fn::GetAtt": [log_group_id, "Arn"]}): ["logs:CreateLogStream", "logs:PutLogEvents"],
-        key({"Fn::GetAtt": [table_id, "Arn"]}): [
-            "dynamodb:GetItem",
-            "dynamodb:PutItem",
-            "dynamodb:UpdateItem",
-        ],
         key({"Fn::GetAtt": [table_id, "StreamArn"]}): [
             "dynamodb:DescribeStream",
             "dynamodb:GetRecords",
@@ -235,14 +250,7 @@ def test_aggregator_role_is_least_privilege(synthesized: Synthesized) -> None:
 def test_aggregator_role_options(synthesized: Synthesized) -> None:
     template = synthesized.full
     sids = by_sid_where_present(role_policy(template, "Aggregator"))
-    assert actions(sids["TableKey"]) == [
-        "kms:Decrypt",
-        "kms:DescribeKey",
-        "kms:Encrypt",
-        "kms:GenerateDataKey",
-        "kms:ReEncryptFrom",
-        "kms:ReEncryptTo",
-    ]
+    assert actions(sids["TableKey"]) == ["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey"]
     assert actions(sids["AuditArchive"]) == ["s3:PutObject"]
     bucket_id = logical_id(template, "AWS::S3::Bucket", "AuditArchive")
     assert sids["AuditArchive"]["Resource"] == {
@@ -391,6 +399,7 @@ def test_every_alarm(synthesized: Synthesized) -> None:
             "aggregator-error-rate",
             "aggregator-duration",
             "aggregator-iterator-age",
+            "aggregator-failed-batches",
             "table-read-throttles",
             "table-write-throttles",
         )
@@ -436,6 +445,18 @@ def test_every_alarm(synthesized: Synthesized) -> None:
     )
     assert (age["EvaluationPeriods"], age["DatapointsToAlarm"], age["Period"]) == (5, 3, 60)
 
+    failed = alarms[f"{prefix}-aggregator-failed-batches"]
+    assert (failed["Namespace"], failed["MetricName"], failed["Statistic"]) == (
+        "ZaeLimiter",
+        "FailedBatches",
+        "Sum",
+    )
+    # This deployment's series only: the aggregator puts the table name on every metric.
+    assert sorted(failed["Dimensions"], key=lambda d: d["Name"]) == [
+        {"Name": "deployment", "Value": prefix},
+        {"Name": "service", "Value": SERVICE_NAME},
+    ]
+
     for kind in ("read", "write"):
         throttle = alarms[f"{prefix}-table-{kind}-throttles"]
         assert throttle["Threshold"] == 0
@@ -458,7 +479,7 @@ def test_alarm_options(synthesized: Synthesized) -> None:
     template = synthesized.full
     topic = {"Ref": logical_id(template, "AWS::SNS::Topic", "AlarmTopic")}
     alarms = alarms_by_name(template)
-    assert len(alarms) == 6
+    assert len(alarms) == 7
     for alarm in alarms.values():
         assert alarm["AlarmActions"] == [topic]
         assert alarm["OKActions"] == [topic]
@@ -486,8 +507,13 @@ def test_dashboard(synthesized: Synthesized) -> None:
     ):
         assert title in titles, title
     text = json.dumps(body)
+    deployment = schema.DEFAULT_TABLE_NAME
     for metric in ("Consumed", "Admissions", "Overdrawn", "ProcessingLagMs"):
-        assert f'SEARCH(\'Namespace=\\"ZaeLimiter\\" MetricName=\\"{metric}\\"\'' in text
+        search = (
+            f'SEARCH(\'Namespace=\\"ZaeLimiter\\" MetricName=\\"{metric}\\" '
+            f'deployment=\\"{deployment}\\"\''
+        )
+        assert search in text, metric
     for metric in (
         "Invocations",
         "Errors",
@@ -502,7 +528,7 @@ def test_dashboard(synthesized: Synthesized) -> None:
     ):
         assert f'"{metric}"' in text, metric
     (alarm_widget,) = [w for w in widgets if w["properties"].get("title") == "Alarms"]
-    assert len(alarm_widget["properties"]["alarms"]) == 6
+    assert len(alarm_widget["properties"]["alarms"]) == 7
     dashboard = only(synthesized.default, "AWS::CloudWatch::Dashboard")["Properties"]
     assert dashboard["DashboardName"] == {
         "Fn::Join": ["-", [f"{schema.DEFAULT_TABLE_NAME}-usage", {"Ref": "AWS::Region"}]]
@@ -532,7 +558,7 @@ def test_app_policy_exact_actions(synthesized: Synthesized) -> None:
     assert actions(sids["WriteBuckets"]) == ["dynamodb:PutItem", "dynamodb:UpdateItem"]
     assert sids["WriteBuckets"]["Resource"] == table_ref(template)
     assert sids["WriteBuckets"]["Condition"] == {
-        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["*#B#*", "_#VERSION"]}
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#B#*"]}
     }
 
 
@@ -607,7 +633,7 @@ def test_namespace_scoped_policies(synthesized: Synthesized) -> None:
     assert sorted(app) == ["Read", "Registry", "TableKey", "WriteBuckets"]
     assert app["Read"]["Condition"] == scoped
     assert app["WriteBuckets"]["Condition"] == {
-        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{namespace}#B#*", "_#VERSION"]}
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{namespace}#B#*"]}
     }
     assert app["Registry"]["Condition"] == registry
     assert actions(app["Registry"]) == [

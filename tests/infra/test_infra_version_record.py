@@ -13,10 +13,10 @@ from typing import Any, ClassVar
 
 import boto3
 import pytest
-from infra.paths import VERSION_RECORD_DIR
 from moto import mock_aws
 
 from zae_limiter import schema, versioning
+from zae_limiter.cdk.paths import VERSION_RECORD_DIR
 from zae_limiter.dynamo import codec, keys, records
 
 TABLE = "zl-version-record"

@@ -120,8 +120,10 @@ async def test_recorded_event_applies_and_a_malformed_record_fails_alone(
         for names in d["Dimensions"]
     }
     assert dimension_sets <= {
-        ("limit", "namespace", "resource"), ("namespace", "resource"), ("service",),
+        ("deployment", "limit", "namespace", "resource"), ("deployment", "namespace", "resource"),
+        ("deployment", "service"),
     }
+    assert {b["deployment"] for b in blobs} == {repo.table_name}
     consumed = {
         (b["namespace"], b["resource"], b["limit"]): b["Consumed"] for b in blobs if "Consumed" in b
     }

@@ -11,7 +11,7 @@ While a block is open every DynamoDB request that accepts it is sent with
 `ReturnConsumedCapacity="INDEXES"`, and each API call is recorded with its operation, monotonic
 start/end, item count, the capacity DynamoDB reported (table and per index) and its error code.
 
-Counting rules (AWS billing, reference.md §6) — what `rcu` / `wcu` add up:
+Counting rules (AWS billing, docs/performance.md) — what `rcu` / `wcu` add up:
 
 * successful single-item writes (PutItem, UpdateItem, DeleteItem) and BatchWriteItem: the
   capacity reported, table plus indexes;

@@ -141,7 +141,7 @@ def test_a_guard_refuses_a_debit_the_image_cannot_admit() -> None:
     assert bucket.view(p, soft.result, T0, 1).balance == -5 * MILLI
 
 
-# --- retry_after across schedule windows (reference.md §4.8) ------------------------------------
+# --- retry_after across schedule windows (docs/limits-and-time.md) ----------------------------
 
 HOUR_12 = 1_767_571_200_000 + 12 * 3_600_000  # 2026-01-05 12:00 UTC
 DOUBLE_AT_NOON = schedule.encode([{"cron": "* 12 * * *", "tz": "UTC", "scale": 2}])

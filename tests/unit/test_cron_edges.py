@@ -1,4 +1,4 @@
-"""Property tests of cron edges in IANA time zones, DST included (core/cron.py, §4.3)."""
+"""Property tests of cron edges in IANA time zones, DST included (core/cron.py, docs/quotas.md)."""
 
 from __future__ import annotations
 

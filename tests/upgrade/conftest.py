@@ -2,9 +2,9 @@
 
 library      session: the `zae_limiter` package `upgrade` zips, with its aggregator entry point
              (`zae_limiter.aggregator_lambda`). While that entry point still lives only in the
-             checkout (`lambdas/aggregator/handler.py`), this is a copy of the installed package
-             with that handler placed there, i.e. the library as it must ship; once the runtime
-             package holds the entry point, it is the installed package itself.
+             handler (`zae_limiter/cdk/lambdas/aggregator/handler.py`), this is a copy of the
+             installed package with that handler placed there, i.e. the library as it must ship;
+             once the runtime package holds the entry point, it is the installed package itself.
 use_library  autouse: `upgrade` (function and command) builds its zip from `library`.
 stack        a moto "deployment": a table made by `Repository.create_table`, an aggregator
              function (any zip, handler `handler.handler`) and a version record naming it, at
@@ -27,7 +27,9 @@ from support.tables import TableRef, delete_table_quietly
 from zae_limiter import Repository
 from zae_limiter.upgrade import bundle
 
-CHECKOUT_HANDLER = REPO_ROOT / "lambdas" / "aggregator" / "handler.py"
+CHECKOUT_HANDLER = (
+    REPO_ROOT / "runtime" / "zae_limiter" / "cdk" / "lambdas" / "aggregator" / "handler.py"
+)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Feature gates (reference.md §10.3) on DynamoDB Local: every gated call refuses an older
+"""Feature gates (docs/versions.md) on DynamoDB Local: every gated call refuses an older
 aggregator before writing; success raises `client_min_version`, never above the library's own
 version and never lower than it was; a concurrent ratchet is not an error."""
 

@@ -122,11 +122,17 @@ def local_up(settings: Settings, port: int, data_dir: str | None, in_memory: boo
     ]))
 
 
+PORT_OPTION = click.option(
+    "--port", type=int, help="The engine's port [default: every engine `local up` started]."
+)
+
+
 @local.command("down")
+@PORT_OPTION
 @click.pass_obj
-def local_down(settings: Settings) -> None:
+def local_down(settings: Settings, port: int | None) -> None:
     """Stop what `local up` started (by recorded process ids only)."""
-    stopped = engine.down()
+    stopped = engine.down(port=port)
     emit(settings, {"stopped": [{"role": p.role, "pid": p.pid} for p in stopped]},
          "\n".join(f"stopped {p.role} (pid {p.pid})" for p in stopped) or "nothing was running")
 
@@ -146,10 +152,11 @@ def local_restart(settings: Settings) -> None:
 
 
 @local.command("status")
+@PORT_OPTION
 @click.pass_obj
-def local_status(settings: Settings) -> None:
+def local_status(settings: Settings, port: int | None) -> None:
     """Running or not, port, pids, tables, aggregator lag."""
-    status = engine.status()
+    status = engine.status(port=port)
     data = _status_dict(status)
     lines = status.lines()
     aggregator = data.get("aggregator")

@@ -9,6 +9,7 @@ from .app import CONTEXT_SETTINGS, RootGroup, Settings, add_global_options, glob
 from .config_cmds import resource, system
 from .entity_cmds import entity
 from .limits_cmds import limits
+from .loadtest_cmds import loadtest
 from .local_cmds import local
 from .namespace_cmds import namespace
 from .report_cmds import audit, usage
@@ -33,6 +34,6 @@ def cli(ctx: click.Context, table: str | None, namespace: str | None, region: st
 
 
 for _command in (system, resource, entity, limits, usage, audit, namespace, version, check,
-                 status, upgrade, local):
+                 status, upgrade, local, loadtest):
     cli.add_command(_command)
 add_global_options(cli)

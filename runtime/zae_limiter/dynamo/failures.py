@@ -142,8 +142,11 @@ def classify(exc: BaseException, operation: str, *, write: bool) -> Failure:
     if isinstance(exc, bce.ProxyConnectionError):
         hint = "the proxy refused the connection: check HTTPS_PROXY / HTTP_PROXY and NO_PROXY"
         return Failure(outcomes.NOT_SENT, Unavailable(exc, hint), RETRY_COST)
-    if isinstance(exc, bce.ConnectionError):  # connect refused or timed out, DNS: never sent
+    if isinstance(exc, bce.ConnectionError) and not _lost_after_sending(exc):
+        # connect refused or timed out, DNS, or a connection found closed before writing
         return Failure(outcomes.NOT_SENT, Unavailable(exc, _unreachable_hint()), RETRY_COST)
+    if isinstance(exc, bce.ConnectionError):
+        return _sent(exc, write, TIMEOUT_RETRY_COST)
     if isinstance(exc, bce.HTTPClientError):  # read timeout, connection closed mid-answer
         return _sent(exc, write, TIMEOUT_RETRY_COST)
     if isinstance(exc, bce.BotoCoreError):  # parameter validation, region, ...: not sent
@@ -151,6 +154,40 @@ def classify(exc: BaseException, operation: str, *, write: bool) -> Failure:
     if isinstance(exc, (ConnectionRefusedError, socket.gaierror)):
         return Failure(outcomes.NOT_SENT, Unavailable(exc, _unreachable_hint()), RETRY_COST)
     return _sent(exc, write, TIMEOUT_RETRY_COST)
+
+
+#: aiohttp's words when a request finds its connection already closing and writes nothing of
+#: its body (its head goes out with the body): the server never had a complete request. aiohttp
+#: wraps this in "Can not write request body", which it also says when a connection is lost
+#: *after* the body was handed to the socket, so only these words, anywhere in the chain, count.
+NOT_WRITTEN = "Cannot write to closing transport"
+
+
+def never_written(exc: BaseException | None) -> bool:
+    """True if `exc` (or what caused it) says the request never reached the server whole."""
+    while exc is not None:
+        if isinstance(exc, ConnectionResetError) and NOT_WRITTEN in str(exc):
+            return True
+        exc = exc.__cause__
+    return False
+
+
+def _lost_after_sending(exc: bce.ConnectionError) -> bool:
+    """aiobotocore reports every aiohttp connection error as `EndpointConnectionError`, including
+    a connection lost after the request was written: only connector errors (refused, DNS,
+    timeout, TLS) and a closed connection found before writing are certainly not sent."""
+    if type(exc) is not bce.EndpointConnectionError:
+        return False
+    cause = exc.kwargs.get("error")
+    try:
+        import aiohttp
+    except ImportError:  # boto3's urllib3 path: its connection errors are raised before sending
+        return False
+    return (
+        isinstance(cause, aiohttp.ClientConnectionError)
+        and not isinstance(cause, aiohttp.ClientConnectorError)
+        and not never_written(cause)
+    )
 
 
 def _unreachable_hint() -> str:

@@ -1,44 +1,60 @@
-"""The lean request path: DynamoDB's JSON protocol over keep-alive connections, signed here.
+"""The lean request path: DynamoDB's JSON protocol over one aiohttp session, signed here.
 
 botocore spends about 3 ms of CPU per request on this machine (serialising, validating, signing,
 parsing, user-agent and header bookkeeping); the library's requests are already in DynamoDB's
-wire form, so this path only signs (with a signing key cached per day), posts over its own
-connections (`dynamo.connections`) and decodes. It keeps botocore's pieces that matter: the
-credential chain, the endpoint and TLS settings the SDK resolved, the operation models, and the
-client's event hooks (`before-parameter-build`, `before-send`, `after-call`, `after-call-error`),
-so instrumentation and fault injection written for botocore keep working. Endpoints reached
-through a proxy, or with a path, go through botocore instead (`lean_path`).
+wire form, so this path only signs (with a signing key cached per day), posts the bytes with an
+`aiohttp.ClientSession` (keep-alive connections, framing, TLS) and decodes. It keeps botocore's
+pieces that matter: the credential chain, the endpoint and TLS settings the SDK resolved (through
+public configuration), the operation models, and the client's event hooks
+(`before-parameter-build`, `before-send`, `after-call`, `after-call-error`), so instrumentation
+and fault injection written for botocore keep working. Endpoints reached through a proxy, or with
+a path, go through botocore instead (`lean_path`). Failures come out as botocore's exceptions,
+which `dynamo.failures` maps once for both paths.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import inspect
 import json
+import socket
 import ssl
 import time
 import urllib.request
+import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 from botocore import exceptions as bce
+from botocore.httpsession import get_cert_path
+from yarl import URL
 
 from ..versioning import LIBRARY_VERSION
-from .connections import (
-    Answer,
-    ConnectFailed,
-    ConnectionDropped,
-    ConnectionPool,
-    ConnectTimedOut,
-    ReadTimedOut,
-)
+from .failures import never_written
 
 SERVICE = "dynamodb"
 TARGET_PREFIX = "DynamoDB_20120810."
 CONTENT_TYPE = "application/x-amz-json-1.0"
 USER_AGENT = f"zae-limiter/{LIBRARY_VERSION}"
+#: Turns of the event loop before each request (see `HttpPath._post`).
+STALE_CHECK_TURNS = 2
+#: Idle connections older than this are closed rather than reused (servers drop idle ones).
+IDLE_LIMIT_S = 15.0
+
+
+@dataclass
+class Answer:
+    """One HTTP response, with the attribute names botocore's `after-call` handlers read:
+    status code, headers (names lower-cased) and body."""
+
+    status_code: int
+    headers: dict[str, str]
+    content: bytes
 
 
 @dataclass
@@ -114,7 +130,7 @@ class Signer:
 
 
 class HttpPath:
-    """Sends one operation over its own connections, raising botocore's exceptions like the SDK."""
+    """Sends one operation over an aiohttp session, raising botocore's exceptions like the SDK."""
 
     def __init__(
         self,
@@ -129,20 +145,39 @@ class HttpPath:
     ) -> None:
         self.client = client
         self.url = str(client.meta.endpoint_url)
+        self._target = URL(self.url)  # parsed once, not per request
         self.host = urlsplit(self.url).netloc
         self.signer = Signer(credentials, str(client.meta.region_name))
-        self._pool = ConnectionPool(
-            self.url,
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            size=pool,
-            ssl_context=ssl_context,
-            tcp_keepalive=tcp_keepalive,
+        self.ssl_context = ssl_context
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=connect_timeout, sock_read=read_timeout
         )
+        self._pool = pool
+        self._tcp_keepalive = tcp_keepalive
+        self._session: aiohttp.ClientSession | None = None
         self._models: dict[str, Any] = {}
 
+    def _client_session(self) -> aiohttp.ClientSession:
+        """The session, made on first use (inside the running event loop)."""
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self._pool,
+                ssl=self.ssl_context if self.ssl_context is not None else True,
+                keepalive_timeout=IDLE_LIMIT_S,
+                socket_factory=_keepalive_socket if self._tcp_keepalive else None,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=self._timeout,
+                auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+            )
+        return self._session
+
     async def close(self) -> None:
-        await self._pool.close()
+        if self._session is not None:
+            await self._session.close()
 
     def _model(self, operation: str) -> Any:
         model = self._models.get(operation)
@@ -193,28 +228,64 @@ class HttpPath:
         if injected is not None:  # a test's stand-in answer
             content = await injected.content
             return Answer(injected.status_code, dict(injected.headers), content)
-        head = _request_head(prepared.headers, len(prepared.body))
+        return await self._post(prepared)
+
+    async def _post(self, prepared: PreparedRequest) -> Answer:
+        session = self._client_session()
+        headers = {**prepared.headers, "user-agent": USER_AGENT}
+        url = prepared.url
+        target = self._target if url == self.url else URL(url)
+        # Two turns of the event loop first: a close the server sent after its last answer (a
+        # proxy that closes without `Connection: close`) is then seen before an idle connection
+        # is reused, which is urllib3's dropped-connection check in asyncio terms.
+        for _ in range(STALE_CHECK_TURNS):
+            await asyncio.sleep(0)
         try:
-            return await self._pool.request(head, prepared.body)
-        except ConnectTimedOut as exc:
-            raise bce.ConnectTimeoutError(endpoint_url=prepared.url, error=exc) from exc
-        except ConnectFailed as exc:
-            raise bce.EndpointConnectionError(endpoint_url=prepared.url, error=exc) from exc
-        except ReadTimedOut as exc:
-            raise bce.ReadTimeoutError(endpoint_url=prepared.url, error=exc) from exc
-        except ConnectionDropped as exc:
-            raise bce.ConnectionClosedError(endpoint_url=prepared.url) from exc
+            async with session.post(target, data=prepared.body, headers=headers) as response:
+                content = await response.read()
+                answer = Answer(
+                    response.status,
+                    {name.lower(): value for name, value in response.headers.items()},
+                    content,
+                )
+        except aiohttp.ClientSSLError as exc:
+            raise bce.SSLError(endpoint_url=url, error=exc) from exc
+        except aiohttp.ClientProxyConnectionError as exc:
+            raise bce.ProxyConnectionError(proxy_url=url, error=exc) from exc
+        except aiohttp.ConnectionTimeoutError as exc:
+            raise bce.ConnectTimeoutError(endpoint_url=url, error=exc) from exc
+        except aiohttp.ClientConnectorError as exc:  # refused, unreachable, DNS: not sent
+            raise bce.EndpointConnectionError(endpoint_url=url, error=exc) from exc
+        except (aiohttp.ServerTimeoutError, TimeoutError) as exc:
+            raise bce.ReadTimeoutError(endpoint_url=url, error=exc) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            if never_written(exc):  # a closed connection, found while writing: not applied
+                raise bce.EndpointConnectionError(endpoint_url=url, error=exc) from exc
+            raise bce.ConnectionClosedError(endpoint_url=url, error=exc) from exc  # sent
+        _check_crc32(answer.headers, answer.content, url)
+        return answer
 
 
-def _request_head(headers: dict[str, str], length: int) -> bytes:
-    """The request line and headers of a POST to `/` with a body of `length` bytes."""
-    fields = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-    return (
-        f"POST / HTTP/1.1\r\n{fields}content-length: {length}\r\nuser-agent: {USER_AGENT}\r\n\r\n"
-    ).encode()
+def _keepalive_socket(addr_info: Any) -> socket.socket:
+    """A client socket with TCP keep-alive probes on (`tcp_keepalive` in the client config)."""
+    family, kind, proto, _, _ = addr_info
+    sock = socket.socket(family=family, type=kind, proto=proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    return sock
 
 
-def lean_path(client: Any, credentials: Any, config: Any) -> HttpPath | None:
+def _check_crc32(headers: Mapping[str, str], body: bytes, url: str) -> None:
+    """DynamoDB sends x-amz-crc32 of the body; a mismatch means the answer was damaged."""
+    expected = headers.get("x-amz-crc32")
+    if expected is not None and expected.isdigit() and int(expected) != zlib.crc32(body):
+        raise bce.ConnectionClosedError(
+            endpoint_url=url, error=f"the answer failed its CRC32 check (x-amz-crc32 {expected})"
+        )
+
+
+def lean_path(
+    client: Any, credentials: Any, config: Any, ca_bundle: str | None = None
+) -> HttpPath | None:
     """The lean path for `client`, or None where botocore must carry the requests.
 
     botocore keeps: endpoints reached through a proxy (the environment's or the client
@@ -232,20 +303,25 @@ def lean_path(client: Any, credentials: Any, config: Any) -> HttpPath | None:
         connect_timeout=float(config.connect_timeout),
         read_timeout=float(config.read_timeout),
         pool=int(config.max_pool_connections or 10),
-        ssl_context=_ssl_context(client) if parts.scheme == "https" else None,
+        ssl_context=(
+            ssl_context(ca_bundle, getattr(config, "client_cert", None))
+            if parts.scheme == "https"
+            else None
+        ),
         tcp_keepalive=bool(getattr(config, "tcp_keepalive", False)),
     )
 
 
-def _ssl_context(client: Any) -> ssl.SSLContext:
-    """The TLS settings botocore resolved for the client (verify, CA bundle, client cert)."""
-    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
-    build = getattr(session, "_build_ssl_contexts", None)
-    if build is not None:
-        context = build(None)[0]
-        if isinstance(context, ssl.SSLContext):
-            return context
-    return ssl.create_default_context()
+def ssl_context(ca_bundle: str | None, client_cert: Any) -> ssl.SSLContext:
+    """The TLS settings botocore would use, from its public configuration: the CA bundle
+    (`AWS_CA_BUNDLE` / `ca_bundle`, else botocore's default bundle) and the client certificate
+    (`client_cert` in the client config: a path, or a (certificate, key) pair)."""
+    context = ssl.create_default_context(cafile=ca_bundle or get_cert_path(True))
+    if isinstance(client_cert, str):
+        context.load_cert_chain(client_cert)
+    elif isinstance(client_cert, tuple | list):
+        context.load_cert_chain(client_cert[0], client_cert[1])
+    return context
 
 
 def _proxy_for(url: str) -> str | None:
@@ -274,7 +350,7 @@ def _parse(response: Answer) -> dict[str, Any]:
         "Error": {"Code": kind, "Message": message},
         "ResponseMetadata": metadata,
     }
-    for extra in ("Item", "CancellationReasons", "ThrottlingReasons"):
+    for extra in ("Item", "CancellationReasons", "ThrottlingReasons", "ConsumedCapacity"):
         if extra in body:
             parsed[extra] = body[extra]
     return parsed

@@ -6,10 +6,10 @@ when the request certainly did not apply (throttling, connection refused); when 
 unknown (timeout after sending, 5xx) a write raises `UnknownOutcome` and its caller retries with a
 guard that refuses a second application.
 
-Requests go out through `dynamo.http` (DynamoDB's JSON protocol over the library's own
-keep-alive connections, signed here), which costs under half the CPU of botocore's pipeline; the
-aiobotocore client still provides the credential chain, the resolved endpoint and TLS settings,
-the operation models and the event hooks. Setting `ZAEL_TRANSPORT=botocore` sends every request
+Requests go out through `dynamo.http` (DynamoDB's JSON protocol posted with an aiohttp session,
+signed here), which costs a fraction of the CPU of botocore's pipeline; the aiobotocore client
+still provides the credential chain, the resolved endpoint and TLS settings, the operation
+models and the event hooks. Setting `ZAEL_TRANSPORT=botocore` sends every request
 through aiobotocore instead (so do proxied endpoints).
 
 aiobotocore is imported only when a client is created, so that code without it (the aggregator
@@ -114,7 +114,8 @@ class Transport:
         if os.environ.get("ZAEL_TRANSPORT", "http") != "botocore":
             from .http import lean_path
 
-            http = lean_path(client, await session.get_credentials(), config)
+            credentials = await session.get_credentials()
+            http = lean_path(client, credentials, config, session.get_config_variable("ca_bundle"))
         return cls(client, creator, http)
 
     @property

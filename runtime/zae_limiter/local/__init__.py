@@ -3,7 +3,7 @@
 `start_engine()` starts one engine process bound to 127.0.0.1 and returns a `RunningEngine`
 (`.endpoint_url`, `.stop()`); the test fixtures use it. `up`, `down`, `status` and `env` are the
 functions behind `zae-limiter local up|down|status|env`; they record what they start in
-`.zae-local/` (or `$ZAEL_LOCAL_STATE`) and stop processes by recorded pid only.
+a per-user, per-port state directory (`local.state`) and stop processes by recorded pid only.
 """
 
 from zae_limiter.local.commands import (

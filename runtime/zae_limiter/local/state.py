@@ -1,8 +1,10 @@
-"""The state directory of `zae-limiter local`: which processes `local up` started.
+"""The state directories of `zae-limiter local`: which processes `local up` started.
 
-`.zae-local/` in the current directory, or `$ZAEL_LOCAL_STATE`. `state.json` records the engine,
-its endpoint and every process `up` started (the engine, and later the aggregator), each with a
-marker from its command line so that `down` never signals a process that merely reused a pid.
+One directory per user and port, so every `local` command agrees whatever directory it runs in:
+`<root>/<port>/`, where the root is `$ZAEL_LOCAL_STATE`, else `$XDG_STATE_HOME/zae-limiter/local`,
+else `~/.local/state/zae-limiter/local`. `state.json` records the engine, its endpoint and every
+process `up` started (the engine, and later the aggregator), each with a marker from its command
+line so that `down` never signals a process that merely reused a pid.
 """
 
 from __future__ import annotations
@@ -15,18 +17,35 @@ from pathlib import Path
 from typing import Any
 
 STATE_ENV = "ZAEL_LOCAL_STATE"
-STATE_DIR_NAME = ".zae-local"
 STATE_FILE = "state.json"
 STATE_VERSION = 1
+#: The port `state_dir` uses when none is given (the engine's default port).
+DEFAULT_PORT = 8000
 
 
-def state_dir(path: str | os.PathLike[str] | None = None) -> Path:
-    """The state directory: explicit, `$ZAEL_LOCAL_STATE`, or `./.zae-local`."""
-    if path is not None:
-        return Path(path).expanduser().resolve()
+def state_root() -> Path:
+    """The user's root of per-port state directories."""
     if os.environ.get(STATE_ENV):
         return Path(os.environ[STATE_ENV]).expanduser().resolve()
-    return (Path.cwd() / STATE_DIR_NAME).resolve()
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return (Path(base) / "zae-limiter" / "local").resolve()
+
+
+def state_dir(path: str | os.PathLike[str] | None = None, *, port: int | None = None) -> Path:
+    """The state directory: `path` if given, else the user's directory for `port`."""
+    if path is not None:
+        return Path(path).expanduser().resolve()
+    return state_root() / str(port or DEFAULT_PORT)
+
+
+def recorded_dirs() -> list[Path]:
+    """Every per-port state directory of this user that holds a record, by port."""
+    root = state_root()
+    try:
+        found = [d for d in root.iterdir() if d.name.isdigit() and (d / STATE_FILE).is_file()]
+    except OSError:
+        return []
+    return sorted(found, key=lambda d: int(d.name))
 
 
 @dataclass

@@ -8,20 +8,38 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 
 from zae_limiter import schema
-from zae_limiter.dynamo import keys
+from zae_limiter.dynamo import keys, records
 
 #: Partition keys of the reserved items: version record, namespace registry (by name, by id).
 VERSION_RECORD_PARTITION = keys.version_record()[schema.PARTITION_KEY]
 RESERVED_PARTITIONS = (VERSION_RECORD_PARTITION, keys.NAMESPACE_NAMES_PK, keys.NAMESPACE_IDS_PK)
+#: Partition keys the aggregator reads: the version record, and namespace names by id.
+AGGREGATOR_READ_PARTITIONS = (VERSION_RECORD_PARTITION, keys.NAMESPACE_IDS_PK)
 
+#: `dynamodb:LeadingKeys` patterns (`StringLike`: `*` any run, `?` one character). Namespace ids
+#: have a fixed length and never contain `#`, so "any namespace" is that many `?`: a pattern can
+#: then never match a key of another kind whose later fields happen to contain `#B#` or `#U#`.
+ANY_NAMESPACE = "?" * len(records.new_namespace_id())
+ANY = "*"
+
+
+def bucket_partitions(namespace: str) -> str:
+    """Every bucket item's partition key in `namespace` (an id, a pattern or a policy variable)."""
+    return keys.bucket_partition(namespace, ANY, ANY, 0).split(ANY, 1)[0] + ANY
+
+
+def usage_partitions(namespace: str) -> str:
+    """Every usage snapshot's partition key in `namespace`."""
+    return keys.usage_partition(namespace, ANY)
+
+
+#: Aggregation markers, one per stream record applied (`_#AGG#<eventID>`).
+MARKER_PARTITIONS = keys.aggregation_marker(ANY)[schema.PARTITION_KEY]
+
+#: What DynamoDB needs of a caller for a table encrypted with a customer-managed key: decrypt to
+#: read, and data keys to write. Never Encrypt or ReEncrypt* (DynamoDB does not call them).
 KMS_DECRYPT_ACTIONS = ("kms:Decrypt", "kms:DescribeKey")
-KMS_ENCRYPT_ACTIONS = (
-    *KMS_DECRYPT_ACTIONS,
-    "kms:Encrypt",
-    "kms:GenerateDataKey",
-    "kms:ReEncryptFrom",
-    "kms:ReEncryptTo",
-)
+KMS_ENCRYPT_ACTIONS = (*KMS_DECRYPT_ACTIONS, "kms:GenerateDataKey")
 
 
 def dynamodb_actions(*names: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Where the code the construct deploys lives in the repository."""
+"""Where the code the construct deploys lives: inside the installed `zae_limiter` package."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from pathlib import Path
 
 import packaging
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RUNTIME_PACKAGE_DIR = REPO_ROOT / "runtime" / "zae_limiter"
-LAMBDAS_DIR = REPO_ROOT / "lambdas"
+CDK_PACKAGE_DIR = Path(__file__).resolve().parent
+#: The runtime package every Lambda bundles (without `CDK_PACKAGE_DIR`: Lambdas never synth).
+RUNTIME_PACKAGE_DIR = CDK_PACKAGE_DIR.parent
+LAMBDAS_DIR = CDK_PACKAGE_DIR / "lambdas"
 AGGREGATOR_DIR = LAMBDAS_DIR / "aggregator"
 VERSION_RECORD_DIR = LAMBDAS_DIR / "version_record"
 #: The runtime package's pure-Python dependency the Lambda runtime lacks (PEP 440 versions).

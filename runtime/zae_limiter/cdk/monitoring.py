@@ -13,7 +13,7 @@ from constructs import Construct
 
 from zae_limiter import schema
 
-from .aggregator import METRIC_NAMESPACE, Aggregator
+from .aggregator import METRIC_NAMESPACE, SERVICE_NAME, Aggregator
 from .props import ZaeLimiterProps
 
 FIVE_MINUTES = Duration.minutes(5)
@@ -22,9 +22,12 @@ ONE_MINUTE = Duration.minutes(1)
 ERROR_RATE_THRESHOLD_PCT = 1
 #: Alarm threshold of the stream iterator age, in milliseconds.
 ITERATOR_AGE_THRESHOLD_MS = 60_000
-#: The aggregator's EMF metrics (namespace `ZaeLimiter`, dimensions namespace/resource/limit).
+#: The aggregator's EMF metrics (namespace `ZaeLimiter`; dimensions namespace/resource/limit, and
+#: on every one `deployment`, the table name, so deployments sharing a region stay apart).
 USAGE_METRICS = ("Consumed", "Admissions", "Overdrawn")
 LAG_METRIC = "ProcessingLagMs"
+FAILED_BATCHES_METRIC = "FailedBatches"
+DEPLOYMENT_DIMENSION = "deployment"
 #: Table operations whose latency the dashboard shows.
 LATENCY_OPERATIONS = ("GetItem", "UpdateItem", "TransactWriteItems", "Query")
 
@@ -68,12 +71,13 @@ def throttle_events(table: dynamodb.ITable, kind: str) -> cw.MathExpression:
     )
 
 
-def usage_search(metric_name: str, statistic: str) -> cw.MathExpression:
-    """Every series of one aggregator metric, whatever its dimension values."""
+def usage_search(deployment: str, metric_name: str, statistic: str) -> cw.MathExpression:
+    """Every series of one aggregator metric of this deployment, whatever its other dimensions."""
     seconds = int(FIVE_MINUTES.to_seconds())
     return cw.MathExpression(
         expression=(
-            f'SEARCH(\'Namespace="{METRIC_NAMESPACE}" MetricName="{metric_name}"\', '
+            f'SEARCH(\'Namespace="{METRIC_NAMESPACE}" MetricName="{metric_name}" '
+            f'{DEPLOYMENT_DIMENSION}="{deployment}"\', '
             f"'{statistic}', {seconds})"
         ),
         using_metrics={},
@@ -157,6 +161,28 @@ def build_alarms(
             treat_missing_data=not_breaching,
         ),
     ]
+    alarms.append(
+        cw.Alarm(
+            scope,
+            "FailedBatchesAlarm",
+            alarm_name=f"{prefix}-aggregator-failed-batches",
+            alarm_description=(
+                "The aggregator failed whole batches (for example a table schema it cannot "
+                "read); they are retried until they reach the DLQ. Check the aggregator's logs."
+            ),
+            metric=cw.Metric(
+                namespace=METRIC_NAMESPACE,
+                metric_name=FAILED_BATCHES_METRIC,
+                dimensions_map={DEPLOYMENT_DIMENSION: props.table_name, "service": SERVICE_NAME},
+                period=FIVE_MINUTES,
+                statistic="Sum",
+            ),
+            threshold=0,
+            comparison_operator=greater,
+            evaluation_periods=1,
+            treat_missing_data=not_breaching,
+        )
+    )
     for kind in ("Read", "Write"):
         alarms.append(
             cw.Alarm(
@@ -198,6 +224,7 @@ def build_dashboard(
     """Usage (from the aggregator's metrics), aggregator health, table capacity and throttles."""
     function = aggregator.function
     timeout_ms = props.aggregator_timeout_seconds * 1000
+    deployment = props.table_name
 
     def graph(title: str, left: list[cw.IMetric], **extra: Any) -> cw.GraphWidget:
         return cw.GraphWidget(title=title, left=left, width=8, height=6, **extra)
@@ -213,16 +240,19 @@ def build_dashboard(
             markdown=(
                 f"# zae-limiter: {props.table_name}\n"
                 f"Usage comes from the aggregator's metrics (namespace `{METRIC_NAMESPACE}`, "
-                "one series per namespace, resource and limit); it lags the stream by seconds."
+                f"`{DEPLOYMENT_DIMENSION}={props.table_name}`, one series per namespace, "
+                "resource and limit); it lags the stream by seconds."
             ),
             width=24,
             height=2,
         )
     )
     dashboard.add_widgets(
-        graph("Consumption per resource and limit", [usage_search("Consumed", "Sum")]),
-        graph("Admissions", [usage_search("Admissions", "Sum")]),
-        graph("Overdrawn writes (soft limits)", [usage_search("Overdrawn", "Sum")]),
+        graph("Consumption per resource and limit", [usage_search(deployment, "Consumed", "Sum")]),
+        graph("Admissions", [usage_search(deployment, "Admissions", "Sum")]),
+        graph(
+            "Overdrawn writes (soft limits)", [usage_search(deployment, "Overdrawn", "Sum")]
+        ),
     )
     dashboard.add_widgets(
         graph(
@@ -247,7 +277,7 @@ def build_dashboard(
             "Stream lag and DLQ depth",
             [
                 function.metric("IteratorAge", period=ONE_MINUTE, statistic="Maximum"),
-                usage_search(LAG_METRIC, "Maximum"),
+                usage_search(deployment, LAG_METRIC, "Maximum"),
             ],
             right=[
                 aggregator.dead_letter_queue.metric_approximate_number_of_messages_visible(

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import Aws, Duration, RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -14,21 +14,34 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from zae_limiter import schema
 from zae_limiter.aggregation import ARCHIVE_PREFIX
 from zae_limiter.dynamo import keys
 
-from .bundling import RUNTIME, python_lambda_code
-from .paths import AGGREGATOR_DIR, HANDLER, LAMBDA_PACKAGES
-from .permissions import dynamodb_actions, kms_statement, statement
+from .bundling import RUNTIME, runtime_lambda_code
+from .paths import AGGREGATOR_DIR, HANDLER
+from .permissions import (
+    AGGREGATOR_READ_PARTITIONS,
+    ANY_NAMESPACE,
+    MARKER_PARTITIONS,
+    dynamodb_actions,
+    kms_statement,
+    leading_keys,
+    statement,
+    usage_partitions,
+)
 from .props import LOG_RETENTION, ZaeLimiterProps
 
-#: The public Powertools for AWS Lambda (Python) v3 layer, pinned so deploys are reproducible.
-POWERTOOLS_LAYER_ACCOUNT = "017000801446"
-POWERTOOLS_LAYER_NAME = "AWSLambdaPowertoolsPythonV3-python312-x86_64"
-POWERTOOLS_LAYER_VERSION = 27
+#: The Powertools for AWS Lambda (Python) release the aggregator is tested with (the lock pins
+#: the same release; a test checks both). Its public layer is found at deploy time through the
+#: SSM public parameter Powertools publishes per architecture, Python version and release, whose
+#: value is that release's layer version ARN in the deployment's region.
+POWERTOOLS_RELEASE = "3.37.0"
+POWERTOOLS_PYTHON = "python3.12"
+POWERTOOLS_PARAMETER = "/aws/service/powertools/python/{architecture}/{python}/{release}"
 
 #: CloudWatch namespace and service name of the aggregator's EMF metrics and logs.
 METRIC_NAMESPACE = "ZaeLimiter"
@@ -42,7 +55,8 @@ ENV_ARCHIVE_BUCKET = "ARCHIVE_BUCKET"
 
 #: Table operations of the aggregator: version record and namespace reads; snapshots and
 #: idempotency markers written in transactions (TransactWriteItems needs Put/UpdateItem).
-AGGREGATOR_TABLE_ACTIONS = dynamodb_actions("GetItem", "PutItem", "UpdateItem")
+AGGREGATOR_READ_ACTIONS = dynamodb_actions("GetItem")
+AGGREGATOR_WRITE_ACTIONS = dynamodb_actions("PutItem", "UpdateItem")
 
 #: An attribute only audit event items carry (`zae_limiter.audit.event_item`).
 AUDIT_EVENT_ATTRIBUTE = "event_id"
@@ -83,12 +97,41 @@ def stream_filters(*, archive: bool) -> list[Mapping[str, Any]]:
     return filters
 
 
-def powertools_layer_arn() -> str:
-    """The pinned public Powertools layer in the deployment's partition and region."""
-    return (
-        f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_LAYER_ACCOUNT}:layer:"
-        f"{POWERTOOLS_LAYER_NAME}:{POWERTOOLS_LAYER_VERSION}"
+def powertools_parameter_name(architecture: lambda_.Architecture) -> str:
+    """The SSM public parameter holding the tested Powertools release's layer ARN."""
+    return POWERTOOLS_PARAMETER.format(
+        architecture=architecture.name, python=POWERTOOLS_PYTHON, release=POWERTOOLS_RELEASE
     )
+
+
+def powertools_layer_arn(scope: Construct, architecture: lambda_.Architecture) -> str:
+    """The tested release's public Powertools layer in the deployment's region, for
+    `architecture` (resolved by CloudFormation from the SSM public parameter at deploy)."""
+    return ssm.StringParameter.value_for_string_parameter(
+        scope, powertools_parameter_name(architecture)
+    )
+
+
+def aggregator_statements(table_arn: str, props: ZaeLimiterProps) -> list[iam.PolicyStatement]:
+    """Reads of the version record and namespace registry; writes of usage snapshots and
+    aggregation markers only (never buckets, config, entities or the version record)."""
+    return [
+        statement(
+            AGGREGATOR_READ_ACTIONS,
+            [table_arn],
+            sid="ReadReservedItems",
+            conditions=leading_keys("StringEquals", AGGREGATOR_READ_PARTITIONS),
+        ),
+        statement(
+            AGGREGATOR_WRITE_ACTIONS,
+            [table_arn],
+            sid="WriteSnapshotsAndMarkers",
+            conditions=leading_keys(
+                "StringLike", [usage_partitions(ANY_NAMESPACE), MARKER_PARTITIONS]
+            ),
+        ),
+        *kms_statement(props.encryption_key, write=True),
+    ]
 
 
 def function_log_group(scope: Construct, props: ZaeLimiterProps) -> logs.LogGroup:
@@ -115,6 +158,7 @@ def lambda_role(scope: Construct, props: ZaeLimiterProps, name: str, description
 def python_function(
     scope: Construct,
     *,
+    props: ZaeLimiterProps,
     description: str,
     code_dir: Path,
     memory_mb: int,
@@ -129,9 +173,9 @@ def python_function(
         "Function",
         description=description,
         runtime=RUNTIME,
-        architecture=lambda_.Architecture.X86_64,
+        architecture=props.architecture,
         handler=HANDLER,
-        code=python_lambda_code(code_dir, list(LAMBDA_PACKAGES)),
+        code=runtime_lambda_code(code_dir),
         memory_size=memory_mb,
         timeout=Duration.seconds(timeout_seconds),
         role=role,
@@ -208,6 +252,7 @@ class Aggregator(Construct):
 
         self.function = python_function(
             self,
+            props=props,
             description="zae-limiter usage aggregator (table stream -> usage snapshots)",
             code_dir=AGGREGATOR_DIR,
             memory_mb=props.aggregator_memory_mb,
@@ -216,17 +261,16 @@ class Aggregator(Construct):
             log_group=self.log_group,
             layers=[
                 lambda_.LayerVersion.from_layer_version_arn(
-                    self, "Powertools", props.powertools_layer_arn or powertools_layer_arn()
+                    self,
+                    "Powertools",
+                    props.powertools_layer_arn or powertools_layer_arn(self, props.architecture),
                 )
             ],
             tracing=lambda_.Tracing.ACTIVE if props.enable_tracing else None,
             environment=environment,
         )
         self.log_group.grant_write(self.role)
-        for policy_statement in [
-            statement(AGGREGATOR_TABLE_ACTIONS, [table.table_arn], sid="TableItems"),
-            *kms_statement(props.encryption_key, write=True),
-        ]:
+        for policy_statement in aggregator_statements(table.table_arn, props):
             self.function.add_to_role_policy(policy_statement)
         if archive_bucket is not None:
             self.function.add_to_role_policy(

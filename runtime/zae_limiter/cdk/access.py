@@ -1,8 +1,10 @@
 """IAM managed policies (app, admin, read-only; optionally namespace-scoped) and optional roles.
 
-Index ARNs are listed one by one, never `/index/*`. Namespace-scoped variants restrict every item
-to partition keys starting with the caller's namespace id, taken from the principal tag
-`zael-namespace-id`, plus read access to the reserved registry and version record.
+Index ARNs are listed one by one, never `/index/*`. `app` writes bucket items only: never the
+version record, config, entity, namespace or audit items. Namespace-scoped variants restrict
+every item to partition keys starting with the caller's namespace id, taken from the principal
+tag `zael-namespace-id`, plus read access to the reserved registry and version record. Every
+partition-key pattern comes from the key layout (`zae_limiter.dynamo.keys`); see docs/deploying.md.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from .permissions import (
+    ANY_NAMESPACE,
     RESERVED_PARTITIONS,
     VERSION_RECORD_PARTITION,
+    bucket_partitions,
     dynamodb_actions,
     kms_statement,
     leading_keys,
@@ -26,8 +30,8 @@ from .props import ZaeLimiterProps
 NAMESPACE_TAG = "zael-namespace-id"
 PRINCIPAL_NAMESPACE = "${aws:PrincipalTag/" + NAMESPACE_TAG + "}"
 
-#: The acquire path: read config, entity, namespace and version items; write bucket items (and
-#: raise `client_min_version` in the version record when a gated feature is first used).
+#: The acquire path: read config, entity, namespace and version items; write bucket items only.
+#: (Raising `client_min_version` for a gated feature is an admin's write.)
 APP_READ_ACTIONS = dynamodb_actions(
     "BatchGetItem", "ConditionCheckItem", "DescribeTable", "GetItem", "Query"
 )
@@ -105,14 +109,14 @@ def _reserved(
 
 def app_statements(targets: AccessTargets, namespace: str | None) -> list[iam.PolicyStatement]:
     """The acquire path; bucket writes only (partition keys `<ns>#B#...`)."""
-    bucket_keys = f"{namespace or '*'}#B#*"
+    bucket_keys = bucket_partitions(namespace or ANY_NAMESPACE)
     found = [
         _items(APP_READ_ACTIONS, targets, namespace, "Read"),
         statement(
             APP_WRITE_ACTIONS,
             [targets.table_arn],
             sid="WriteBuckets",
-            conditions=leading_keys("StringLike", [bucket_keys, VERSION_RECORD_PARTITION]),
+            conditions=leading_keys("StringLike", [bucket_keys]),
         ),
     ]
     if namespace is not None:

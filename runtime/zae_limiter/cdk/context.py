@@ -20,7 +20,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from .props import ZaeLimiterProps
+from .props import ARCHITECTURES, ZaeLimiterProps
 
 ENUMS: dict[str, type[Enum]] = {
     "billing_mode": dynamodb.BillingMode,
@@ -46,6 +46,12 @@ def as_bool(name: str, raw: Any) -> bool:
 
 
 def _convert(name: str, default: Any, raw: Any) -> Any:
+    if name == "architecture":
+        text = str(raw).strip().lower()
+        if text not in ARCHITECTURES:
+            expected = " or ".join(sorted(ARCHITECTURES))
+            raise ValueError(f"context architecture={raw!r}: expected {expected}")
+        return ARCHITECTURES[text]
     if name in ENUMS:
         return ENUMS[name][str(raw).upper()]
     if name == "tags":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 from aws_cdk import CfnOutput, Tags
@@ -12,38 +11,21 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-import zae_limiter
-
-from .access import AccessPolicies, AccessTargets
+from .access import POLICY_KINDS, PRINCIPAL_NAMESPACE, AccessPolicies, AccessTargets
 from .aggregator import Aggregator, build_archive_bucket
 from .monitoring import build_alarms, build_dashboard
 from .nag import acknowledge_findings
-from .paths import RUNTIME_PACKAGE_DIR
 from .props import ZaeLimiterProps
 from .table import build_table, index_arns
 from .version_record import VersionRecord
 
 
-def check_runtime_source() -> None:
-    """Refuse to synth when the imported `zae_limiter` is not the one that gets bundled.
-
-    The table schema and the recorded versions come from the imported package; the Lambdas get
-    `runtime/zae_limiter` from this checkout. They must be the same files.
-    """
-    imported = Path(zae_limiter.__file__).resolve().parent
-    if imported != RUNTIME_PACKAGE_DIR.resolve():
-        raise RuntimeError(
-            f"zae_limiter is imported from {imported}, but the Lambdas bundle "
-            f"{RUNTIME_PACKAGE_DIR}; install this checkout (pip install -e .) or put "
-            f"{RUNTIME_PACKAGE_DIR.parent} first on sys.path"
-        )
-
-
 class ZaeLimiter(Construct):
-    """Table, aggregator, version record, alarms, dashboard, IAM policies (reference.md §11).
+    """Table, aggregator, version record, alarms, dashboard, IAM policies (docs/deploying.md).
 
     Pass a `ZaeLimiterProps`, keyword overrides of its fields, or both:
     `ZaeLimiter(self, "RateLimiter", table_name="limits", enable_audit_archive=True)`.
+    Give your own roles access with `grant_acquire`, `grant_admin` and `grant_read`.
     """
 
     def __init__(
@@ -54,7 +36,6 @@ class ZaeLimiter(Construct):
         **overrides: Any,
     ) -> None:
         super().__init__(scope, construct_id)
-        check_runtime_source()
         self.props = props = dataclasses.replace(props or ZaeLimiterProps(), **overrides)
         if props.permission_boundary is not None:
             iam.PermissionsBoundary.of(self).apply(props.permission_boundary)
@@ -96,25 +77,60 @@ class ZaeLimiter(Construct):
             if props.enable_dashboard
             else None
         )
+        self.access_targets = AccessTargets(
+            table_arn=self.table.table_arn,
+            index_arns=tuple(index_arns(self.table)),
+            stream_arn=self.stream_arn,
+            dead_letter_queue_arn=self.aggregator.dead_letter_queue.queue_arn,
+            aggregator_function_arn=self.aggregator.function.function_arn,
+            encryption_key=props.encryption_key,
+        )
         self.access: AccessPolicies | None = None
         if props.create_policies:
-            self.access = AccessPolicies(
-                self,
-                "Access",
-                targets=AccessTargets(
-                    table_arn=self.table.table_arn,
-                    index_arns=tuple(index_arns(self.table)),
-                    stream_arn=self.stream_arn,
-                    dead_letter_queue_arn=self.aggregator.dead_letter_queue.queue_arn,
-                    aggregator_function_arn=self.aggregator.function.function_arn,
-                    encryption_key=props.encryption_key,
-                ),
-                props=props,
-            )
+            self.access = AccessPolicies(self, "Access", targets=self.access_targets, props=props)
         for key, value in props.tags.items():
             Tags.of(self).add(key, value)
         self._add_outputs()
         acknowledge_findings(self)
+
+    def grant_acquire(
+        self, grantee: iam.IGrantable, *, namespace_scoped: bool = False
+    ) -> iam.Grant:
+        """Let `grantee` run the acquire path (the `app` policy): read config, write buckets.
+
+        With `namespace_scoped`, only in the namespace whose id is the principal's
+        `zael-namespace-id` tag.
+        """
+        return self._grant(grantee, "app", namespace_scoped)
+
+    def grant_admin(
+        self, grantee: iam.IGrantable, *, namespace_scoped: bool = False
+    ) -> iam.Grant:
+        """Let `grantee` administer the deployment (the `admin` policy): every item operation;
+        unscoped, also `usage redrive` (stream and DLQ) and `upgrade` (the aggregator's code)."""
+        return self._grant(grantee, "admin", namespace_scoped)
+
+    def grant_read(
+        self, grantee: iam.IGrantable, *, namespace_scoped: bool = False
+    ) -> iam.Grant:
+        """Let `grantee` read and query every item (the `readonly` policy)."""
+        return self._grant(grantee, "readonly", namespace_scoped)
+
+    def _grant(self, grantee: iam.IGrantable, kind: str, namespace_scoped: bool) -> iam.Grant:
+        """Add the statements of policy `kind` to `grantee`'s own policy."""
+        build = POLICY_KINDS[kind][0]
+        statements = build(self.access_targets, PRINCIPAL_NAMESPACE if namespace_scoped else None)
+        grant: iam.Grant | None = None
+        for policy_statement in statements:
+            added = iam.Grant.add_to_principal(
+                grantee=grantee,
+                actions=policy_statement.actions,
+                resource_arns=policy_statement.resources,
+                conditions=policy_statement.conditions or None,
+            )
+            grant = added if grant is None else grant.combine(added)
+        assert grant is not None  # every policy has statements
+        return grant
 
     def _add_outputs(self) -> None:
         outputs: dict[str, tuple[str, str]] = {

@@ -29,7 +29,7 @@ class ZaeLimiterStack(Stack):
         **stack_kwargs: Any,
     ) -> None:
         stack_kwargs.setdefault(
-            "description", "zae-limiter: distributed rate limiter on DynamoDB (reference.md §11)"
+            "description", "zae-limiter: distributed rate limiter on DynamoDB (docs/deploying.md)"
         )
         super().__init__(scope, construct_id, **stack_kwargs)
         if from_context:

@@ -50,6 +50,7 @@ class VersionRecord(Construct):
         )
         self.function = python_function(
             self,
+            props=props,
             description="zae-limiter deploy step: writes the version record, registers default",
             code_dir=VERSION_RECORD_DIR,
             memory_mb=128,

@@ -9,14 +9,21 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 
 from zae_limiter import schema
 from zae_limiter.windows import DEFAULT_WINDOWS, WINDOW_TYPES
 
-#: Snapshot windows: the defaults are always written (reference.md §5.13), others on request.
+#: Snapshot windows: the defaults are always written (docs/usage.md), others on request.
 REQUIRED_SNAPSHOT_WINDOWS: tuple[str, ...] = DEFAULT_WINDOWS
+
+#: The Lambda architectures, by the name CDK context uses (`-c architecture=x86_64`).
+ARCHITECTURES = {
+    "arm64": lambda_.Architecture.ARM_64,
+    "x86_64": lambda_.Architecture.X86_64,
+}
 
 #: The retention periods CloudWatch Logs accepts, in days.
 LOG_RETENTION = {
@@ -47,7 +54,7 @@ LOG_RETENTION = {
 
 @dataclass(frozen=True, kw_only=True)
 class ZaeLimiterProps:
-    """Properties of `ZaeLimiter` (reference.md §11). Extras beyond §11 are marked."""
+    """Properties of `ZaeLimiter` (docs/deploying.md). Extras are marked."""
 
     table_name: str = schema.DEFAULT_TABLE_NAME
     billing_mode: dynamodb.BillingMode = dynamodb.BillingMode.PAY_PER_REQUEST
@@ -88,7 +95,11 @@ class ZaeLimiterProps:
     enable_audit_archive: bool = False
     audit_archive_glacier_days: int = 90
     allow_aggregator_downgrade: bool = False
-    #: Extra: the Powertools layer to attach instead of the pinned public one (e.g. in aws-cn).
+    #: Extra: the Lambdas' architecture (the bundle is pure Python; Powertools publishes its
+    #: layer for both). `lambda_.Architecture.X86_64` where arm64 is not offered.
+    architecture: lambda_.Architecture = lambda_.Architecture.ARM_64
+    #: Extra: the Powertools layer to attach instead of the tested release's public one, for
+    #: partitions or regions without Powertools' SSM public parameters (e.g. aws-cn).
     powertools_layer_arn: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
 

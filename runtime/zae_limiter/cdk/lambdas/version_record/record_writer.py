@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)
 
 DEFAULT_NAMESPACE = "default"
-#: `client_min_version` of a new record: no minimum yet (feature gates raise it, reference §10.3).
+#: `client_min_version` of a new record: no minimum yet (feature gates raise it, docs/versions.md).
 INITIAL_CLIENT_MIN_VERSION = "0.0.0"
 MAX_ATTEMPTS = 5
 

@@ -1,0 +1,164 @@
+"""What `pip install zae-limiter` ships: metadata, one version, and the construct from the wheel.
+
+`test_the_wheel_synthesizes_the_documented_app` builds the wheel, unpacks it, and runs the CDK
+example of docs/deploying.md (a user's own stack with `ZaeLimiter` and `grant_acquire`) with
+cdk-nag, importing `zae_limiter` from the unpacked wheel only (never this checkout): the
+construct must bundle its Lambdas from the installed package, offline, without Docker.
+"""
+
+from __future__ import annotations
+
+import email
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.docs import markdown_python_blocks, repo_root
+from zae_limiter import __version__, versioning
+
+ROOT = repo_root()
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_the_version_has_one_source() -> None:
+    project = PYPROJECT["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    attr = PYPROJECT["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    assert attr == "zae_limiter.versioning.LIBRARY_VERSION"
+    assert importlib.metadata.version("zae-limiter") == versioning.LIBRARY_VERSION == __version__
+
+
+def test_license_and_classifiers() -> None:
+    project = PYPROJECT["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")
+    assert "Typing :: Typed" in project["classifiers"]
+    assert not [c for c in project["classifiers"] if c.startswith("License ::")]  # SPDX instead
+    assert {"cdk", "local", "lambda", "dev"} <= set(project["optional-dependencies"])
+
+
+def test_the_powertools_layer_is_the_tested_release() -> None:
+    from zae_limiter.cdk.aggregator import POWERTOOLS_RELEASE
+
+    assert importlib.metadata.version("aws-lambda-powertools") == POWERTOOLS_RELEASE
+    pins = dict(
+        line.split("==", 1)
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    assert pins["aws_lambda_powertools"] == POWERTOOLS_RELEASE
+
+
+def _documented_app() -> str:
+    page = ROOT / "docs" / "deploying.md"
+    [block] = [b for b in markdown_python_blocks(page) if "grant_acquire(" in b.source]
+    assert "app.synth()" in block.source
+    # As written, plus the cdk-nag AwsSolutions checks (which fail the synth on any finding).
+    return block.source.replace(
+        "app.synth()",
+        "from cdk_nag import AwsSolutionsChecks\n"
+        "cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))\n"
+        "import zae_limiter; print('zae_limiter from', zae_limiter.__file__)\n"
+        "app.synth()",
+    )
+
+
+@pytest.fixture(scope="module")
+def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the wheel, the folder it is unpacked in), built from this checkout."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    [wheel] = out.glob("zae_limiter-*.whl")
+    site = out / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    return wheel, site
+
+
+def test_the_wheel_holds_the_construct_and_both_lambdas(unpacked_wheel: tuple[Path, Path]) -> None:
+    wheel, _ = unpacked_wheel
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/", 1)[0] for name in names}
+    assert top == {"zae_limiter", f"zae_limiter-{versioning.LIBRARY_VERSION}.dist-info"}
+    for path in (
+        "zae_limiter/py.typed",
+        "zae_limiter/cdk/__init__.py",
+        "zae_limiter/cdk/construct.py",
+        "zae_limiter/cdk/lambdas/aggregator/handler.py",
+        "zae_limiter/cdk/lambdas/version_record/handler.py",
+        "zae_limiter/cdk/lambdas/version_record/record_writer.py",
+    ):
+        assert path in names, path
+    info = f"zae_limiter-{versioning.LIBRARY_VERSION}.dist-info"
+    metadata = email.message_from_bytes(zipfile.ZipFile(wheel).read(f"{info}/METADATA"))
+    assert metadata["Version"] == versioning.LIBRARY_VERSION
+    assert metadata["License-Expression"] == "MIT"
+    assert {"cdk", "local"} <= set(metadata.get_all("Provides-Extra"))
+    assert f"{info}/licenses/LICENSE" in names
+
+
+@pytest.mark.slow
+def test_the_wheel_synthesizes_the_documented_app(
+    unpacked_wheel: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _, site = unpacked_wheel
+    app_dir = tmp_path / "my-cdk-app"
+    app_dir.mkdir()
+    (app_dir / "app.py").write_text(_documented_app())
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(site),  # ahead of this checkout's editable install
+        "CDK_OUTDIR": str(app_dir / "cdk.out"),
+        "CDK_VALIDATION": "false",
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+    }
+    result = subprocess.run(
+        [sys.executable, "app.py"],
+        cwd=app_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert f"zae_limiter from {site / 'zae_limiter' / '__init__.py'}" in result.stdout
+    out = app_dir / "cdk.out"
+    template: dict[str, Any] = json.loads((out / "Platform.template.json").read_text())
+    types = [r["Type"] for r in template["Resources"].values()]
+    for kind, count in (
+        ("AWS::DynamoDB::Table", 1),
+        ("AWS::Lambda::Function", 2),  # the aggregator and the version record step
+        ("AWS::Lambda::EventSourceMapping", 1),
+        ("AWS::SQS::Queue", 1),
+        ("AWS::CloudWatch::Alarm", 7),
+        ("AWS::CloudWatch::Dashboard", 1),
+        ("AWS::IAM::ManagedPolicy", 3),
+    ):
+        assert types.count(kind) == count, kind
+    api_policy = next(
+        r
+        for lid, r in template["Resources"].items()
+        if r["Type"] == "AWS::IAM::Policy" and lid.startswith("ApiDefaultPolicy")
+    )
+    granted = json.dumps(api_policy["Properties"]["PolicyDocument"])
+    assert "dynamodb:PutItem" in granted and "??????????#B#*" in granted
+    # The Lambdas were bundled from the unpacked wheel: the runtime without the construct.
+    assets = [d for d in out.iterdir() if d.name.startswith("asset.")]
+    assert assets
+    for asset in assets:
+        assert (asset / "handler.py").is_file()
+        assert (asset / "zae_limiter" / "schema.py").is_file()
+        assert not (asset / "zae_limiter" / "cdk").exists()

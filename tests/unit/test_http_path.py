@@ -1,0 +1,211 @@
+"""The lean path (`dynamo.http` over aiohttp) through `Transport`, against scripted servers on
+127.0.0.1: keep-alive, closes the server does not announce, timeouts, damaged answers, TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import zlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiobotocore.config import AioConfig
+from botocore import exceptions as bce
+
+from support.loopback import ok, scripted, self_signed, server_tls
+from zae_limiter.dynamo import transport as transport_module
+from zae_limiter.dynamo.transport import Transport, Unavailable, UnknownOutcome
+
+REQUEST = {"TableName": "t", "Key": {"pk": {"S": "a"}}}
+
+
+@pytest.fixture(autouse=True)
+def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("ZAEL_TRANSPORT", "http")
+    monkeypatch.setattr(transport_module, "backoff_scale", 0.0)
+    # a session of its own: the shared one caches the credentials it first resolves
+    monkeypatch.setattr(transport_module, "_shared_session", None)
+
+
+async def connect(url: str, **config: Any) -> Transport:
+    transport = await Transport.connect(
+        region="us-east-1", endpoint_url=url, client_config=AioConfig(**config) if config else None
+    )
+    assert transport.http is not None
+    return transport
+
+
+@pytest.fixture
+async def opened() -> AsyncIterator[list[Transport]]:
+    transports: list[Transport] = []
+    yield transports
+    for transport in transports:
+        await transport.close()
+
+
+def answer(body: bytes) -> bytes:
+    """A JSON answer echoing the request body under "Echo", with DynamoDB's CRC32 header."""
+    payload = json.dumps({"Echo": body.decode()}).encode()
+    return ok(payload, f"x-amz-crc32: {zlib.crc32(payload)}")
+
+
+async def echo(body: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(answer(body))
+    await writer.drain()
+
+
+async def test_one_connection_carries_many_requests(opened: list[Transport]) -> None:
+    async with scripted(echo) as server:
+        transport = await connect(server.url)
+        opened.append(transport)
+        answers = [await transport.call("GetItem", {**REQUEST, "n": i}) for i in range(5)]
+    assert [json.loads(a["Echo"])["n"] for a in answers] == list(range(5))
+    assert server.connections == 1
+
+
+async def test_a_close_the_server_does_not_announce_is_seen_before_reuse(
+    opened: list[Transport],
+) -> None:
+    """Back-to-back writes to a server that closes after each answer without saying so."""
+
+    async def answer_then_close(body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(answer(body))
+        await writer.drain()
+        writer.close()
+
+    async with scripted(answer_then_close) as server:
+        transport = await connect(server.url)
+        opened.append(transport)
+        for i in range(20):
+            await transport.call("UpdateItem", {**REQUEST, "n": i}, write=True)
+    assert len(server.requests) == server.connections == 20
+
+
+async def test_no_answer_within_the_read_timeout_is_an_unknown_outcome(
+    opened: list[Transport],
+) -> None:
+    async def hang(body: bytes, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(5)
+
+    async with scripted(hang) as server:
+        transport = await connect(server.url, read_timeout=0.2)
+        opened.append(transport)
+        with pytest.raises(UnknownOutcome) as caught:
+            await transport.call("UpdateItem", REQUEST, write=True)
+        assert isinstance(caught.value.__cause__, bce.ReadTimeoutError)
+        assert len(server.requests) == 1  # an unknown outcome is never re-sent blindly
+        with pytest.raises(Unavailable, match="did not answer"):
+            await transport.call("GetItem", REQUEST)  # a read is retried, then gives up
+        assert len(server.requests) == 1 + transport_module.MAX_ATTEMPTS
+
+
+async def drop_mid_answer(body: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(answer(body)[:-4])  # head and part of the body
+    await writer.drain()
+    writer.close()
+
+
+async def damaged(body: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(ok(b'{"a":1}', f"x-amz-crc32: {zlib.crc32(b'{}')}"))
+
+
+@pytest.mark.parametrize("reply", [drop_mid_answer, damaged])
+async def test_a_broken_answer_is_an_unknown_outcome(opened: list[Transport], reply: Any) -> None:
+    async with scripted(reply) as server:
+        transport = await connect(server.url)
+        opened.append(transport)
+        with pytest.raises(UnknownOutcome) as caught:
+            await transport.call("UpdateItem", REQUEST, write=True)
+    assert isinstance(caught.value.__cause__, bce.ConnectionClosedError)
+    assert len(server.requests) == 1
+
+
+async def test_the_pool_bounds_requests_in_flight(opened: list[Transport]) -> None:
+    async def slow(body: bytes, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(0.05)
+        writer.write(answer(body))
+
+    async with scripted(slow) as server:
+        transport = await connect(server.url, max_pool_connections=2)
+        opened.append(transport)
+        await asyncio.gather(*(transport.call("GetItem", REQUEST) for _ in range(6)))
+    assert server.most_in_flight == 2
+    assert server.connections == 2
+
+
+async def test_an_error_status_is_an_answer_and_keeps_the_connection(
+    opened: list[Transport],
+) -> None:
+    async def throttled(body: bytes, writer: asyncio.StreamWriter) -> None:
+        payload = b'{"__type":"x#ThrottlingException","message":"slow down"}'
+        writer.write(ok(payload, status="400 Bad Request"))
+
+    async with scripted(throttled) as server:
+        transport = await connect(server.url)
+        opened.append(transport)
+        with pytest.raises(Unavailable, match="kept throttling"):
+            await transport.call("UpdateItem", REQUEST, write=True)
+    assert len(server.requests) == transport_module.MAX_ATTEMPTS
+    assert server.connections == 1
+
+
+async def test_the_retry_budget_stops_retries_in_a_brown_out(opened: list[Transport]) -> None:
+    async def throttled(body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(ok(b'{"__type":"x#ThrottlingException"}', status="400 Bad Request"))
+
+    async with scripted(throttled) as server:
+        transport = await connect(server.url)
+        opened.append(transport)
+        transport.budget.available = 10  # two retries' worth left
+        for _ in range(3):
+            with pytest.raises(Unavailable):
+                await transport.call("GetItem", REQUEST)
+    assert len(server.requests) == 3 + 2  # three first sends, two retries
+    assert transport.budget.available == 0
+
+
+async def test_https_speaks_tls_with_the_configured_ca_bundle(
+    opened: list[Transport], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = self_signed(tmp_path)
+    async with scripted(echo, tls=server_tls(cert, key)) as server:
+        url = f"https://localhost:{server.port}"
+        untrusting = await connect(url)
+        opened.append(untrusting)
+        with pytest.raises(Unavailable, match="TLS handshake") as caught:
+            await untrusting.call("GetItem", REQUEST)
+        assert isinstance(caught.value.cause, bce.SSLError)
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(cert))
+        monkeypatch.setattr(transport_module, "_shared_session", None)
+        trusting = await connect(url)
+        opened.append(trusting)
+        for _ in range(3):
+            await trusting.call("GetItem", REQUEST)
+    assert server.connections == 1  # one kept-alive connection (the refused one never got here)
+    assert len(server.requests) == 3
+
+
+async def test_https_clients_verify_certificates_by_default(opened: list[Transport]) -> None:
+    transport = await connect("https://dynamodb.eu-west-1.amazonaws.com")
+    opened.append(transport)
+    assert transport.http is not None and transport.http.ssl_context is not None
+    context = transport.http.ssl_context
+    assert (context.verify_mode, context.check_hostname) == (ssl.CERT_REQUIRED, True)
+
+
+async def test_proxied_endpoints_go_through_botocore(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    transport = await Transport.connect(
+        region="us-east-1", endpoint_url="http://dynamodb.example.invalid:8000"
+    )
+    try:
+        assert transport.http is None
+    finally:
+        await transport.close()
