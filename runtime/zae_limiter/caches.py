@@ -134,11 +134,12 @@ class ImageCache:
         self._newest.clear()
 
 
-def stats(config: ConfigCache, images: ImageCache) -> CacheStats:
+def stats(config: ConfigCache, images: ImageCache, undecided_writes: int = 0) -> CacheStats:
     return CacheStats(
         hits=config.hits,
         misses=config.misses,
         size=len(config),
         ttl_seconds=config.ttl_seconds,
         local_rejections=images.local_rejections,
+        undecided_writes=undecided_writes,
     )

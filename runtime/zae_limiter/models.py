@@ -284,6 +284,7 @@ class CacheStats:
     local_rejections: int = 0
     #: calls admitted on an unmetered resource, per resource (docs/configuration.md)
     unmetered_admissions: dict[str, int] = field(default_factory=dict)
+    undecided_writes: int = 0  # writes given up with their outcome unknown (on-unavailable.md)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -293,4 +294,5 @@ class CacheStats:
             "ttl_seconds": self.ttl_seconds,
             "local_rejections": self.local_rejections,
             "unmetered_admissions": dict(self.unmetered_admissions),
+            "undecided_writes": self.undecided_writes,
         }

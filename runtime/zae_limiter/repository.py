@@ -297,7 +297,7 @@ class Repository(
 
     def get_cache_stats(self) -> CacheStats:
         return replace(
-            stats(self._config_cache, self._shared.images),
+            stats(self._config_cache, self._shared.images, self._admission.waves.lanes.undecided),
             unmetered_admissions=dict(self._unmetered.admissions),
         )
 

@@ -513,7 +513,6 @@ async def split_into_shards(repo: Repository, entity: str, resource: str, count:
             generation="split",
             now=repo._clock(),
             ttl=None,
-            op_id=None,
         )
         await repo._store.put(item)
     repo._forget(entity)

@@ -50,8 +50,9 @@ class AcquireEnv:
         """Store an item (full balances unless `states`), as another process wrote it."""
         stamp = stamp or self.stamp()
         image = blank_image(NS, entity, resource, stamp, 1, shard)
+        seed = {"seed0000": self.clock()}  # another writer's evidence entry
         item = self.admission.maker.item_for(
-            image, stamp, 1, states or image.states, self.clock(), op_id="seed"
+            image, stamp, 1, states or image.states, self.clock(), evidence=seed
         )
         return self.store.put(item)
 

@@ -267,7 +267,7 @@ class ItemMaker:
         shard: int | None = None,
         admissions: int = 0,
         generation: str | None = None,
-        op_id: str | None = None,
+        evidence: dict[str, int] | None = None,
     ) -> dict[str, Any]:
         """Every attribute of one of `image`'s bucket's items, its expiry from `states`."""
         return items.full_item(
@@ -282,5 +282,5 @@ class ItemMaker:
             generation=generation or items.new_op_id(),
             now=now,
             ttl=self.ttl(stamp, states, now),
-            op_id=op_id,
+            evidence=evidence,
         )

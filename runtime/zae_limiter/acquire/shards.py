@@ -18,7 +18,6 @@ from ..caches import ImageCache
 from ..core import bucket
 from ..core.bucket import LimitWrite, Slot, State
 from ..core.split import split_limit
-from ..dynamo import bucket_items as items
 from ..dynamo.bucket_items import BucketImage, Stamp
 from ..dynamo.bucket_store import ShardSplit
 from . import planning
@@ -43,7 +42,7 @@ class ShardChooser:
         hit = self.images.get((self.ns, like.entity_id, like.resource, shard))
         if hit is not None and hit[0].stamp_seq >= like.stamp_seq:
             return hit
-        return replace(like, shard=shard, op_ids=("",) * items.OP_SLOTS), 0
+        return replace(like, shard=shard, evidence={}, writes=0), 0
 
     def _known_short(self, target: Target, shard: int, now: int) -> bool:
         """The rejection cache knows this shard cannot admit the target's amounts."""

@@ -329,15 +329,14 @@ class BalancesMixin(AdminBase):
                 if write is not None:
                     writes[i][name] = write
                 gained[name] += gain
-        op_id = items.new_op_id()
         requests = [
-            self._shard_request(shard, shard_writes, now, op_id)
+            self._shard_request(shard, shard_writes, now)
             for shard, shard_writes in zip(shards, writes, strict=True)
         ]
         return requests, gained
 
     def _shard_request(
-        self, shard: _Shard, writes: dict[str, LimitWrite], now: int, op_id: str
+        self, shard: _Shard, writes: dict[str, LimitWrite], now: int
     ) -> dict[str, Any]:
         """One shard's transaction operation: a guarded update, or the creation of the item."""
         image = shard.image
@@ -345,12 +344,10 @@ class BalancesMixin(AdminBase):
         ttl = self._admission.maker.ttl(image.stamp, states, now)
         if shard.exists:
             request = items.update_request(
-                self._store.table, image, writes, now=now, ttl=ttl, admissions=0, op_id=op_id
+                self._store.table, image, writes, now=now, ttl=ttl, admissions=0
             )
         else:
-            item = self._admission.maker.item_for(
-                image, image.stamp, image.stamp_seq, states, now, op_id=op_id
-            )
+            item = self._admission.maker.item_for(image, image.stamp, image.stamp_seq, states, now)
             request = items.put_request(
                 self._store.table, item, replaces=None, expired_before_s=now // 1000
             )

@@ -54,11 +54,10 @@ class DynamoBucketStore:
         now: int,
         ttl: int | None,
         admissions: int,
-        op_id: str,
-        guard_op: bool,
+        evidence: items.Evidence | None,
     ) -> BucketImage:
         """Apply `writes` to the stored item if it still carries `image`'s stamp sequence and
-        every write's guards hold (and, with `guard_op`, `op_id` has not landed)."""
+        every write's guards hold (and, with `evidence`, its writer's entry is below it)."""
         request = items.update_request(
             self.store.table,
             image,
@@ -66,9 +65,15 @@ class DynamoBucketStore:
             now=now,
             ttl=ttl,
             admissions=admissions,
-            op_id=op_id,
-            guard_op=guard_op,
+            evidence=evidence,
         )
+        return items.parse(await self.store.send_update(request))
+
+    async def fence(
+        self, image: BucketImage, evidence: items.Evidence, blocked: int
+    ) -> BucketImage:
+        """Move the writer's entry past `blocked` unless that write landed (one small write)."""
+        request = items.fence_request(self.store.table, image.key, evidence, blocked)
         return items.parse(await self.store.send_update(request))
 
     async def create(self, item: dict[str, Any], *, expired_before_s: int) -> BucketImage:
@@ -113,7 +118,6 @@ class DynamoBucketStore:
             now=part.now,
             ttl=None,
             admissions=0,
-            op_id=items.new_op_id(),
             new_shards=part.old.stamp.shards * 2,
         )
         update = {
