@@ -83,14 +83,18 @@ def test_a_batch_of_debits_keeps_one_pair_of_bounds(amounts: list[int], debt: in
     state = State(v=now * params.refill + debt * params.period_ms)
     joined: LimitWrite | None = None
     projected = state
+    stored: Stored | None = {"v": state.v, "w": None, "tu": None}
     for amount in amounts:
         write = bucket.plan_debit(
-            params, projected, now, 1, amount * MILLI, enforce=True, check=False
+            params, projected, now, bucket.WHOLE, amount * MILLI, enforce=True, check=False
         )
         assert write is not None
+        stored = None if stored is None else apply(write, stored)
         joined = write if joined is None else compose.then(joined, write)
-        assert joined is not None
+        if joined is None:  # refused exactly when the debits one by one would be
+            assert stored is None
+            return
         projected = write.result
-    assert joined is not None
+    assert joined is not None and stored is not None  # the sequence lands, and so does the batch
     assert len(joined.guards) <= 2
     assert joined.result == projected

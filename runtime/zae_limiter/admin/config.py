@@ -21,7 +21,9 @@ from .base import AdminBase
 KEEP: Any = object()  # "leave the stored flag as it is"
 #: Writes of one level that collide with a concurrent change of it (TransactionConflict) are
 #: sent again this many times in all; nothing of a cancelled transaction was written.
-WRITE_ATTEMPTS = 8
+WRITE_ATTEMPTS = 16
+#: The longest wait between two of those attempts (full jitter below it).
+WRITE_BACKOFF_CAP_S = 1.0
 
 
 def _limit_gates(limits: list[Limit]) -> list[str]:
@@ -154,7 +156,8 @@ class ConfigMixin(AdminBase):
                         "the change could not be written", cancelled, table_name=self._store.table
                     ) from cancelled
             # another change of the same level was in flight: nothing was written, so try again
-            await asyncio.sleep(transport.backoff_scale * 0.02 * 2**attempt * random.random())
+            delay = min(WRITE_BACKOFF_CAP_S, 0.02 * 2**attempt)
+            await asyncio.sleep(transport.backoff_scale * delay * random.random())
 
     async def _change_entity_level(
         self, entity_id: str, resource: str, principal: str | None, **changes: Any
