@@ -1,4 +1,4 @@
-"""Configuration levels and their resolution (reference.md §4.5). Pure, no I/O.
+"""Configuration levels and their resolution (docs/configuration.md). Pure, no I/O.
 
 Limits: entity+resource, entity `_default_`, resource defaults, system defaults; the first level
 with limits supplies the whole list. `disabled`: entity(resource) -> entity(_default_) ->

@@ -1,4 +1,4 @@
-"""The exception hierarchy (reference.md §3). Every message says what to fix."""
+"""The exception hierarchy (docs/errors.md). Every message says what to fix."""
 
 from __future__ import annotations
 

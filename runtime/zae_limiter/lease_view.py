@@ -125,7 +125,7 @@ def primary_shard(lease: Any) -> int | None:
 
 
 def unmetered_resources(lease: Any) -> list[str]:
-    """Resources of the lease admitted with no limits for the entity (§4.6)."""
+    """Resources of the lease admitted with no limits for the entity (docs/configuration.md)."""
     inner = _async_lease(lease)
     if inner is None or inner.degraded:
         return []

@@ -1,4 +1,4 @@
-"""`RateLimiter`: acquire, availability, and the entity/config API (reference.md §2.3, §5.1–5.3)."""
+"""`RateLimiter`: acquire, availability, and the entity/config API (docs/getting-started.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`Limit` and `ScheduleEntry`: what a resource's limits are (reference.md §2.7, §4.1, §4.7)."""
+"""`Limit` and `ScheduleEntry`: what a resource's limits are (docs/limits-and-time.md)."""
 
 from __future__ import annotations
 

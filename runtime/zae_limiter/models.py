@@ -1,4 +1,4 @@
-"""Result and record types (reference.md §2.8)."""
+"""Result and record types (docs/getting-started.md)."""
 
 from __future__ import annotations
 

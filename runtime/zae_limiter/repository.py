@@ -1,4 +1,5 @@
-"""`Repository`: the connection to one table, scoped to a namespace (reference.md §2.2, §2.5, §2.6).
+"""`Repository`: the connection to one table, scoped to a namespace (docs/getting-started.md,
+docs/configuration.md, docs/reset-and-top-up.md).
 
 The entity, config, flag and balance operations live in the mixins of `zae_limiter.admin`; this
 module holds the connection, the shared caches and the version check.

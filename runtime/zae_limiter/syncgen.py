@@ -1,4 +1,4 @@
-"""One mechanism that makes the sync facade from the async classes (reference.md §2.9).
+"""One mechanism that makes the sync facade from the async classes (docs/sync.md).
 
 Every coroutine runs on one background event-loop thread, shared by all caller threads, so
 requests the async code sends together are still sent together. A sync class is generated from

@@ -1,4 +1,4 @@
-"""Input rules (reference.md §4.7), checked before any read or write."""
+"""Input rules (docs/limits-and-time.md), checked before any read or write."""
 
 from __future__ import annotations
 

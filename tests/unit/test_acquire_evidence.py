@@ -157,7 +157,9 @@ async def test_a_late_copy_of_a_fenced_write_never_lands() -> None:
     from zae_limiter.core import bucket
     from zae_limiter.dynamo.transport import ConditionFailed
 
-    write = bucket.plan_debit(BIG, image.states["rpm"], env.clock(), image.slot, 5 * MILLI, enforce=True)
+    write = bucket.plan_debit(
+        BIG, image.states["rpm"], env.clock(), image.slot, 5 * MILLI, enforce=True
+    )
     assert write is not None
     stored = env.store.image(image.key)
     assert stored is not None

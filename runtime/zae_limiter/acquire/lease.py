@@ -1,4 +1,5 @@
-"""`Lease` and `LeaseResource`: what an acquire holds until its block exits (reference.md §2.4)."""
+"""`Lease` and `LeaseResource`: what an acquire holds until its block exits
+(docs/getting-started.md)."""
 
 from __future__ import annotations
 

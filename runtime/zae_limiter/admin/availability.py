@@ -1,4 +1,5 @@
-"""`check_availability`: balances and waits, read at one instant, writing nothing (§5.16)."""
+"""`check_availability`: balances and waits, read at one instant, writing nothing
+(docs/limits-and-time.md)."""
 
 from __future__ import annotations
 

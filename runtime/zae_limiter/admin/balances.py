@@ -1,4 +1,4 @@
-"""Balance operations: `top_up` and `reset_bucket` (reference.md §2.6, §5.9).
+"""Balance operations: `top_up` and `reset_bucket` (docs/reset-and-top-up.md).
 
 A call validates its arguments before any I/O, passes its feature gate, then reads in one wave
 the resolved config with shard 0 of the bucket (restamping it when its stamp is older than the
@@ -106,7 +106,8 @@ class BalancesMixin(AdminBase):
         principal: str | None = None,
         idempotency_key: str | None = None,
     ) -> BucketOperationResult:
-        """Add whole tokens now, on every shard, in one transaction, audited (§5.9).
+        """Add whole tokens now, on every shard, in one transaction, audited
+        (docs/reset-and-top-up.md).
 
         A quota gains exactly the amount above its plan until its next reset (a session quota:
         until the live window ends, opening one if none is live). A dripping limit gains at
@@ -140,7 +141,8 @@ class BalancesMixin(AdminBase):
         principal: str | None = None,
         idempotency_key: str | None = None,
     ) -> BucketOperationResult:
-        """Restore the named limits (default all) to their full allowance now (§5.9).
+        """Restore the named limits (default all) to their full allowance now
+        (docs/reset-and-top-up.md).
 
         Dripping: to the ceiling. Calendar quota: the full allowance plus this period's
         top-ups, this period's spend forgotten, the next edge unchanged. Session quota: the

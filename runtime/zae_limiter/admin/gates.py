@@ -1,4 +1,4 @@
-"""Feature gates (reference.md §10.3): refuse what an older aggregator would misread."""
+"""Feature gates (docs/versions.md): refuse what an older aggregator would misread."""
 
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ async def check_gate(repo: Any, feature: str, *, ratchet: bool = True) -> None:
 
 
 async def check_limit_gates(repo: Any, limits: Sequence[Limit]) -> None:
-    """`acquire(limits=[...])`: soft limits are checked without raising the minimum (§10.3)."""
+    """`acquire(limits=[...])`: soft limits are checked without raising the minimum
+    (docs/versions.md)."""
     for feature in _limit_gates(list(limits)):
         await check_gate(repo, feature, ratchet=feature != "soft_limits")
 

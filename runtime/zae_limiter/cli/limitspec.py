@@ -1,4 +1,4 @@
-"""The command line's limit syntax (reference.md §7), parsed and printed. Pure, no I/O.
+"""The command line's limit syntax (docs/cli.md), parsed and printed. Pure, no I/O.
 
     NAME:RATE[/[N]UNIT][:BURST]     rpm:100, units:1000000/day, tok:500/10sec:2000
     NAME:AMOUNT@cron(EXPR[, TZ])    weekly:5000000@cron(0 0 * * 1),

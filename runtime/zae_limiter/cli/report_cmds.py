@@ -1,4 +1,4 @@
-"""`usage` (snapshots and summaries) and `audit` (administrative changes), reference.md §7.3."""
+"""`usage` (snapshots and summaries) and `audit` (administrative changes), docs/cli.md."""
 
 from __future__ import annotations
 

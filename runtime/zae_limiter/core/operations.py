@@ -1,4 +1,5 @@
-"""Write plans of the operator's balance operations: `top_up` and `reset_bucket` (§5.9). Pure.
+"""Write plans of the operator's balance operations: `top_up` and `reset_bucket`
+(docs/reset-and-top-up.md). Pure.
 
 Each plan is one `LimitWrite` on one shard, guarded so that it commutes with concurrent hot-path
 writes (debits and credits planned by `bucket.plan_debit` / `bucket.plan_credit`):

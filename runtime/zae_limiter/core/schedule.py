@@ -1,4 +1,4 @@
-"""Scheduled parameter windows (reference.md §4.1, §4.4). Pure.
+"""Scheduled parameter windows (docs/limits-and-time.md). Pure.
 
 A limit's schedule is a list of entries, each a cron window; while an entry's cron matches the
 current minute (in its time zone) its parameters apply, first match wins, otherwise the base

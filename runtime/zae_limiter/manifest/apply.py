@@ -1,4 +1,4 @@
-"""Planning against the table and applying a plan through the public API (reference.md §8.3).
+"""Planning against the table and applying a plan through the public API (docs/manifest.md).
 
 Every change is made by the same Repository calls an operator would make (`set_resource_defaults`,
 `set_limits`, `disable_entity`, `set_parent`...), so audit events and live-bucket propagation

@@ -1,4 +1,4 @@
-"""What a limits manifest declares (reference.md §8), as plain frozen data. Pure."""
+"""What a limits manifest declares (docs/manifest.md), as plain frozen data. Pure."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reading a limits manifest (reference.md §8.1, §8.2): YAML, parsed safely, checked entirely.
+"""Reading a limits manifest (docs/manifest.md): YAML, parsed safely, checked entirely.
 
 Top-level keys: `namespace` (required), `system`, `resources`, `entities`; any top-level `x-...` key
 is ignored (a place for YAML anchors). Every other unknown key, at any depth, is an error naming
@@ -253,7 +253,7 @@ def _edges(raw: Any, path: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
 
 
 def parse_limit(name: Any, raw: Any, path: str) -> Limit:
-    """One entry of a `limits:` mapping (§8.2)."""
+    """One entry of a `limits:` mapping (docs/manifest.md)."""
     _checked(path, lambda: validation.limit_name(name))
     fields = _mapping(raw, path, LIMIT_KEYS)
     if "capacity" not in fields:

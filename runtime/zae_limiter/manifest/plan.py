@@ -1,4 +1,4 @@
-"""Planning: compare a manifest with what is stored and list the changes (reference.md §8.3, §8.4).
+"""Planning: compare a manifest with what is stored and list the changes (docs/manifest.md).
 
 Pure: `Stored` (what the table holds, read by `state.read_stored`) and `Ownership` (what the
 manifest managed before, read by `state.read_ownership`) go in, a `Plan` comes out. The same plan
@@ -328,7 +328,7 @@ def make_plan(
     )
 
 
-# --- warnings (§8.4) ------------------------------------------------------------------------------
+# --- warnings (docs/manifest.md) ------------------------------------------------------------
 
 
 def _cascading(manifest: Manifest, stored: Stored, resource: str) -> bool:

@@ -1,4 +1,4 @@
-"""`zae-limiter upgrade` (reference.md §10.4): bring a stack forward to the installed library.
+"""`zae-limiter upgrade` (docs/versions.md): bring a stack forward to the installed library.
 
 1. Read the version record (without the check on open this exists to fix) and plan: refuse if
    the library is older than anything recorded (schema, aggregator, minimum client version),
