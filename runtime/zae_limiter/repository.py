@@ -26,7 +26,7 @@ from .admin.reports import ReportsMixin
 from .admin.shards import ShardsMixin
 from .admin.usage import UsageMixin
 from .audit import iso
-from .caches import ConfigCache, ImageCache, stats
+from .caches import ConfigCache, ImageCache, Turns, stats
 from .dynamo import keys, records
 from .dynamo.bucket_store import DynamoBucketStore
 from .dynamo.store import Store
@@ -76,6 +76,7 @@ class _Shared:
     gates_passed: set[str] = field(default_factory=set)
     principal: str | None = None
     principal_resolved: bool = False
+    partition_turns: Turns = field(default_factory=Turns)  # admin writes, one at a time
 
 
 class Repository(

@@ -141,23 +141,28 @@ class ConfigMixin(AdminBase):
         ]
         if entity_id is not None:
             operations.append(self._version_bump(entity_id))
-        for attempt in range(WRITE_ATTEMPTS):
-            try:
-                await self._transact(operations)
-                return
-            except TransactionCancelled as cancelled:
-                codes = [reason.get("Code") for reason in cancelled.reasons]
-                if codes[:1] == ["ConditionalCheckFailed"]:
-                    # The level already holds exactly this: nothing changed, nothing to audit.
-                    # (A re-run after FanoutIncomplete lands here and goes on to the fan-out.)
+        # This process's changes of one partition go one at a time: concurrent ones would only
+        # collide (TransactionConflict) and retry; other processes' are retried below.
+        async with self._shared.partition_turns.turn(key["PK"]):
+            for attempt in range(WRITE_ATTEMPTS):
+                try:
+                    await self._transact(operations)
                     return
-                if "TransactionConflict" not in codes or attempt + 1 == WRITE_ATTEMPTS:
-                    raise RateLimiterUnavailable(
-                        "the change could not be written", cancelled, table_name=self._store.table
-                    ) from cancelled
-            # another change of the same level was in flight: nothing was written, so try again
-            delay = min(WRITE_BACKOFF_CAP_S, 0.02 * 2**attempt)
-            await asyncio.sleep(transport.backoff_scale * delay * random.random())
+                except TransactionCancelled as cancelled:
+                    codes = [reason.get("Code") for reason in cancelled.reasons]
+                    if codes[:1] == ["ConditionalCheckFailed"]:
+                        # The level already holds exactly this: nothing changed, nothing to
+                        # audit. (A re-run after FanoutIncomplete lands here, then fans out.)
+                        return
+                    if "TransactionConflict" not in codes or attempt + 1 == WRITE_ATTEMPTS:
+                        raise RateLimiterUnavailable(
+                            "the change could not be written",
+                            cancelled,
+                            table_name=self._store.table,
+                        ) from cancelled
+                # another process changed the level meanwhile: nothing was written, try again
+                delay = min(WRITE_BACKOFF_CAP_S, 0.02 * 2**attempt)
+                await asyncio.sleep(transport.backoff_scale * delay * random.random())
 
     async def _change_entity_level(
         self, entity_id: str, resource: str, principal: str | None, **changes: Any
