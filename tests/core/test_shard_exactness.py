@@ -133,6 +133,54 @@ async def test_availability_says_allowed_exactly_when_a_fresh_process_is_admitte
     assert info.value.statuses[0].max_request == 100
 
 
+@pytest.mark.parametrize(
+    ("limit", "edge"),
+    [
+        (Limit.per_second("rps", 4), False),  # the clock stands still: no refill
+        (Limit.quota("rps", 4, cron="0 0 * * *"), False),
+        (Limit.quota("rps", 4, cron="0 0 * * *"), True),  # the split reads yesterday's period
+    ],
+    ids=["dripping", "quota", "quota-at-its-edge"],
+)
+async def test_debits_landing_between_a_splits_read_and_its_write_are_not_admitted_twice(
+    open_repo: Any, clock: Any, limit: Limit, edge: bool
+) -> None:
+    """A split moves part of the balance it read to the new sibling. Debits of another process
+    that land on the old shard after that read and before the split's transaction spend the
+    same units: the split must not hand them to the sibling as well (nor, when they open a new
+    quota period, leave the old shard the whole period's allowance)."""
+    first = await open_repo()
+    a = RateLimiter(first)
+    await a.set_resource_defaults("api", [limit])
+    assert await admit(a, "org", "api", {"rps": 1})  # 3 left: the split would give the sibling 1
+    admitted = 0 if edge else 1
+    if edge:
+        clock.advance(seconds=86_400)  # the next day: the stored period is over, 4 to spend
+    b = RateLimiter(await open_repo())  # another process, on the one-shard layout
+    store = first._admission.waves.store
+    real_split = store.split
+    raced = False
+
+    async def split_after_b_spent_it(*args: Any, **kwargs: Any) -> None:
+        nonlocal admitted, raced
+        if not raced:  # once, between the split's read and its transaction
+            raced = True
+            for _ in range(3):
+                admitted += await admit(b, "org", "api", {"rps": 1})
+        await real_split(*args, **kwargs)
+
+    store.split = split_after_b_spent_it
+    assert await first.set_shards("org", "api", 2) == 2
+    assert admitted == 3 + (not edge)
+    fresh = RateLimiter(await open_repo())  # knows nothing: it surveys every shard
+    for limiter in (fresh, a, b):
+        for _ in range(4):
+            admitted += await admit(limiter, "org", "api", {"rps": 1})
+    assert admitted == 4  # before: 5 (the kept shard at -1, the sibling at 1); at the edge 6
+    availability = await fresh.check_availability("org", "api")
+    assert availability.available == {"rps": 0}
+
+
 async def test_two_processes_of_24_tasks_across_forced_splits_stay_within_every_window(
     open_repo: Any, clock: Any, wire: Any
 ) -> None:
@@ -167,10 +215,8 @@ async def test_two_processes_of_24_tasks_across_forced_splits_stay_within_every_
         await repo._admission.settle_splits()
     buckets = await repos[0].get_buckets("org", "api")
     assert ledger["jobs"] <= 60
-    # KNOWN_RACE_SLACK: about 1 in 3 runs admits one unit above the bound in a window that ends
-    # just after the first split, on main's code too (same test): reported, not yet explained.
-    assert_every_window(spans, capacity=20 + KNOWN_RACE_SLACK, per_second=20)
-    assert_every_window(small_spans, capacity=2 + KNOWN_RACE_SLACK, per_second=2)
+    assert_every_window(spans, capacity=20, per_second=20)
+    assert_every_window(small_spans, capacity=2, per_second=2)
     assert max(b.shard_count for b in buckets) > 1  # the knob forced splits
     for name in ledger:  # per-shard consumption is exactly what was admitted
         assert sum(b.total_consumed for b in buckets if b.limit_name == name) == ledger[name]
@@ -182,9 +228,6 @@ async def test_two_processes_of_24_tasks_across_forced_splits_stay_within_every_
     with wire.block() as w:
         assert await admit(limiters[0], "org", "api", {"rps": 1})
     assert (w.round_trips, w.rcu, w.wcu) == (1, 0, 1)
-
-
-KNOWN_RACE_SLACK = 1
 
 
 def assert_every_window(spans: list[tuple[int, int]], *, capacity: int, per_second: int) -> None:

@@ -2,7 +2,8 @@
 
 The property at the end drives one bucket of three limits (a large dripping limit, a dripping
 limit smaller than the shard count, a daily quota) through random debits, top-ups, resets,
-splits, clock moves and expiries, on the pure core, and checks after every step that the
+splits (some raced by debits that land between the split's read and its transaction), clock
+moves and expiries, on the pure core, and checks after every step that the
 entity-wide total admitted never exceeds what the limits allow and that the balance reported
 (summed exactly over shards, rounded once) is the exact balance.
 """
@@ -10,6 +11,7 @@ entity-wide total admitted never exceeds what the limits allow and that the bala
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -31,7 +33,7 @@ def holds(guard: Guard, state: State) -> bool:
         return guard.or_absent
     ops = {"=": value == guard.value, "<>": value != guard.value, "<": value < guard.value}
     ops.update({"<=": value <= guard.value, ">": value > guard.value, ">=": value >= guard.value})
-    return ops[guard.op]
+    return bool(ops[guard.op])
 
 
 def land(write: LimitWrite | None, state: State) -> State:
@@ -246,18 +248,31 @@ class Bucket:
                 self.states[slot.index][p.name] = land(write, self.states[slot.index][p.name])
                 self.granted[p.name] += gained
 
-    def split(self) -> None:
+    def split(self, racing: Sequence[tuple[dict[str, int], list[int]]] = ()) -> None:
+        """Double the shards, planned on the states now; `racing` debits land on the old
+        layout between that read and the split's transaction, which then lands only if every
+        guard still holds (all or nothing), as on DynamoDB."""
         if len(self.states) == 32:
             return
-        kept, given_ = [], []
+        planned = []
         for slot, shard in zip(self.slots, self.states, strict=True):
-            old, new = {}, {}
-            for p in LIMITS:
-                write, sibling = split_limit(p, shard[p.name], self.now, slot)
-                old[p.name], new[p.name] = land(write, shard[p.name]), sibling
-            kept.append(old)
-            given_.append(new)
-        self.states = kept + given_
+            planned.append({p.name: split_limit(p, shard[p.name], self.now, slot) for p in LIMITS})
+        for amounts, order in racing:
+            self.debit(amounts, [*order, *range(32)])
+        if not all(
+            holds(guard, shard[name])
+            for shard, writes in zip(self.states, planned, strict=True)
+            for name, (write, _) in writes.items()
+            for guard in write.guards
+        ):
+            return  # the transaction is cancelled: the bucket keeps its layout
+        kept = [
+            {name: land(write, shard[name]) for name, (write, _) in writes.items()}
+            for shard, writes in zip(self.states, planned, strict=True)
+        ]
+        self.states = kept + [
+            {name: sibling for name, (_, sibling) in writes.items()} for writes in planned
+        ]
 
     def expire(self) -> None:
         """An unsplit item past its TTL (every limit full, no period left open) reads as absent
@@ -284,15 +299,14 @@ class Bucket:
         return math.floor(exact / MILLI)
 
 
+amounts = st.dictionaries(st.sampled_from(["rps", "small", "jobs"]), st.integers(1, 3), min_size=1)
+orders = st.lists(st.integers(0, 31), min_size=32, max_size=32)  # the shards a debit tries first
 steps = st.one_of(
-    st.tuples(
-        st.just("debit"),
-        st.dictionaries(st.sampled_from(["rps", "small", "jobs"]), st.integers(1, 3), min_size=1),
-        st.lists(st.integers(0, 31), min_size=32, max_size=32),
-    ),
+    st.tuples(st.just("debit"), amounts, orders),
     st.tuples(st.just("top_up"), st.integers(1, 5)),
     st.tuples(st.just("reset")),
     st.tuples(st.just("split")),
+    st.tuples(st.just("split"), st.lists(st.tuples(amounts, orders), min_size=1, max_size=6)),
     st.tuples(st.just("clock"), st.integers(0, 3_000)),
     st.tuples(st.just("expire")),
 )
@@ -312,6 +326,8 @@ def test_random_sequences_never_admit_more_than_allowed_and_report_exactly(
             b.top_up(step[1])  # type: ignore[arg-type]
         elif kind == "clock":
             b.now += step[1]  # type: ignore[operator]
+        elif kind == "split" and len(step) > 1:  # debits land between its read and its write
+            b.split(step[1])  # type: ignore[arg-type]
         else:
             getattr(b, str(kind))()
         elapsed = b.now - T0  # the run stays inside one daily quota period

@@ -323,15 +323,19 @@ def plan_debit(
         write = LimitWrite(tuple(guards), add_v=-amount)
         return _with_overdraw(params, write, result, now, slot, amount)
     # a new period opens with this write
-    if params.kind == Kind.CALENDAR:
-        period = current.period if current.period is not None else 0
-        guard = Guard("w", "<", period, or_absent=True)
-    else:
-        period = now
-        guard = Guard("w", "<=", now - params.reset_after_ms, or_absent=True)
+    period = (current.period or 0) if params.kind == Kind.CALENDAR else now
+    guard = period_not_opened(params, current, now)
     result = State(cap - amount, period, 0, state.consumed + amount, state.overdrawn)
     write = LimitWrite((guard,), set_v=cap - amount, set_w=period, set_tu=0)
     return _with_overdraw(params, write, result, now, slot, amount)
+
+
+def period_not_opened(params: Params, current: View, now: int) -> Guard:
+    """A quota whose stored period has ended (`current.fresh_period`) has not had the period in
+    force at `now` opened since: the guard of a write that opens it (or splits around it)."""
+    if params.kind == Kind.CALENDAR:
+        return Guard("w", "<", current.period or 0, or_absent=True)
+    return Guard("w", "<=", now - params.reset_after_ms, or_absent=True)
 
 
 def _with_overdraw(

@@ -5,14 +5,16 @@ Their ceilings and refill are the halves of the old shard's (`core.shares`), and
 balance is divided between them exactly (`shares.split_balance`): the entity-wide total neither
 grows nor shrinks, to the milli-unit, and a quota's halves are whole units. The old shard's
 change is relative to its stored value, so writes that land between reading it and splitting it
-are kept.
+are kept; it is guarded so that they can only spend the part the old shard keeps (never the
+part handed to the sibling, which the sibling would spend again), and so that a quota period
+they open is not left whole on the old shard while the sibling opens it too.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from .bucket import Guard, Kind, LimitWrite, Params, State, view
+from .bucket import Guard, Kind, LimitWrite, Params, State, period_not_opened, view
 from .shares import Slot, halves, split_balance
 
 
@@ -29,8 +31,11 @@ def split_limit(params: Params, state: State, now: int, slot: Slot) -> tuple[Lim
     current = view(params, state, now, slot)
     kept, sibling = siblings(slot)
     if current.fresh_period:
-        # the stored period is over: both halves start the next period at their new share
-        return LimitWrite(), replace(state, consumed=0, overdrawn=0, tu=0)
+        # The stored period is over: both halves start the next period at their new share,
+        # provided no write opened it on the old shard (at the old share) since it was read.
+        return LimitWrite((period_not_opened(params, current, now),)), replace(
+            state, consumed=0, overdrawn=0, tu=0
+        )
     tu_kept, tu_given = halves(state.tu)
     stay, given = split_balance(
         current.balance,
@@ -38,7 +43,9 @@ def split_limit(params: Params, state: State, now: int, slot: Slot) -> tuple[Lim
         params.shard_capacity(sibling) + tu_given,
     )
     assert current.period is not None
-    guards = (Guard("w", "=", current.period),)
+    guards: tuple[Guard, ...] = (Guard("w", "=", current.period),)
+    if given > 0:  # writes since the read spend only what the old shard keeps: v stays >= 0
+        guards += (Guard("v", ">=", state.v - stay),)
     old = LimitWrite(
         guards,
         add_v=stay - state.v,
@@ -60,7 +67,10 @@ def _split_rate(params: Params, state: State, now: int, slot: Slot) -> tuple[Lim
     target_v = now * params.shard_refill(kept) + cap_kept - stay
     sibling_v = now * params.shard_refill(sibling) + cap_given - given
     if state.v >= t_old:
-        write = LimitWrite((Guard("v", ">=", t_old),), add_v=target_v - state.v)
+        guards = [Guard("v", ">=", t_old)]
+        if given > 0:  # writes since the read spend only what the old shard keeps (stay)
+            guards.append(Guard("v", "<=", state.v + stay))
+        write = LimitWrite(tuple(guards), add_v=target_v - state.v)
     else:
         write = LimitWrite((Guard("v", "<", t_old),), set_v=target_v)
     return replace(write, result=replace(state, v=target_v)), State(v=sibling_v)
