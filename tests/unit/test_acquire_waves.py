@@ -7,6 +7,9 @@ tests/core (test_acquire.py, test_unknown_outcomes.py, test_concurrency.py).
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
 from support.acquire_env import AcquireEnv
@@ -14,6 +17,7 @@ from support.memory_store import Fault
 from zae_limiter.acquire import RulesChanged, Unavailable
 from zae_limiter.acquire.waves import MAX_ROUNDS
 from zae_limiter.core.bucket import MILLI
+from zae_limiter.dynamo.bucket_items import BucketImage
 from zae_limiter.errors import RateLimitExceeded
 
 
@@ -130,6 +134,34 @@ async def test_one_condition_failure_is_retried_and_lands() -> None:
     await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
     assert len(ops(env)) == 2
     assert env.state().consumed == 1 * MILLI
+
+
+async def test_a_call_arriving_during_a_retry_is_planned_at_its_own_time() -> None:
+    """A write that met another writer's is planned again at its first time (so a debit of a
+    full bucket becomes the commuting form). A call that queued behind it later must not be
+    folded in at that earlier time: on a full bucket, the refill between the two times would
+    pay its debit back (10 left after two debits of a full 10)."""
+    env = AcquireEnv()
+    image = env.stored()  # full: 10, refilling 1 every 6 s
+    env.store.inject(Fault.CONDITION_FAILED)  # the first call meets another writer's write
+    real_update = env.store.update
+    later: list[asyncio.Task[object]] = []
+
+    async def update_while_a_call_arrives(*args: Any, **kwargs: Any) -> BucketImage:
+        if not later:  # while the first write is out, 12 s pass and a second call queues
+            env.clock.advance(12_000)
+            target = env.target(image, {"rpm": 1})
+            later.append(asyncio.ensure_future(env.admission.debit([target], local_ok=False)))
+            for _ in range(3):
+                await asyncio.sleep(0)
+        image_after: BucketImage = await real_update(*args, **kwargs)
+        return image_after
+
+    env.store.update = update_while_a_call_arrives
+    await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
+    await later[0]
+    assert env.state().consumed == 2 * MILLI
+    assert env.balance() == 9  # the first debit refilled in the 12 s, the second just now
 
 
 async def test_an_outage_raises_unavailable_and_debits_nothing() -> None:

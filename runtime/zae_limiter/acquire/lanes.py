@@ -244,8 +244,8 @@ class _Lane:
         admissions = 0
         while self.queue and len(calls) < MAX_BATCH:
             call = self.queue[0]
-            if call.now is not None and call.now != now:
-                break
+            if call.now != first.now:
+                break  # a retry plans at its first time, a new call at the clock: never older
             if calls and (call.target.image.stamp_seq, call.target.image.writes) > (
                 base.stamp_seq,
                 base.writes,
