@@ -133,29 +133,43 @@ async def test_availability_says_allowed_exactly_when_a_fresh_process_is_admitte
     assert info.value.statuses[0].max_request == 100
 
 
+DAILY = Limit.quota("rps", 4, cron="0 0 * * *")
+
+
 @pytest.mark.parametrize(
-    ("limit", "edge"),
+    ("limit", "spent_before", "then_ms", "wait_ms", "allowed"),
     [
-        (Limit.per_second("rps", 4), False),  # the clock stands still: no refill
-        (Limit.quota("rps", 4, cron="0 0 * * *"), False),
-        (Limit.quota("rps", 4, cron="0 0 * * *"), True),  # the split reads yesterday's period
+        (Limit.per_second("rps", 4), 1, 0, 0, 4),  # the clock stands still: no refill
+        (DAILY, 1, 0, 0, 4),
+        # the next day: the split reads yesterday's period (over), the debits open today's
+        (DAILY, 1, 86_400_000, 0, 1 + 4),
+        # Drained: the sibling gets nothing, but the debits are dated 1 s after the split's
+        # time: they spend the old shard's refill of that second, which the sibling also earns.
+        (Limit.per_second("rps", 4), 4, 0, 1_000, 8),
     ],
-    ids=["dripping", "quota", "quota-at-its-edge"],
+    ids=["dripping", "quota", "quota-at-its-edge", "dripping-dated-after-the-split"],
 )
 async def test_debits_landing_between_a_splits_read_and_its_write_are_not_admitted_twice(
-    open_repo: Any, clock: Any, limit: Limit, edge: bool
+    open_repo: Any,
+    clock: Any,
+    limit: Limit,
+    spent_before: int,
+    then_ms: int,
+    wait_ms: int,
+    allowed: int,
 ) -> None:
-    """A split moves part of the balance it read to the new sibling. Debits of another process
-    that land on the old shard after that read and before the split's transaction spend the
-    same units: the split must not hand them to the sibling as well (nor, when they open a new
-    quota period, leave the old shard the whole period's allowance)."""
+    """A split divides the balance it read (at its time) between the old shard and the new
+    sibling. Debits of another process that land on the old shard after that read and before
+    the split's transaction must spend only what the old shard keeps: neither the part handed
+    to the sibling (spent again there), nor refill earned after the split's time (which the
+    sibling earns too), nor a new quota period opened at the old, whole share."""
     first = await open_repo()
     a = RateLimiter(first)
     await a.set_resource_defaults("api", [limit])
-    assert await admit(a, "org", "api", {"rps": 1})  # 3 left: the split would give the sibling 1
-    admitted = 0 if edge else 1
-    if edge:
-        clock.advance(seconds=86_400)  # the next day: the stored period is over, 4 to spend
+    admitted = 0
+    for _ in range(spent_before):
+        admitted += await admit(a, "org", "api", {"rps": 1})
+    clock.advance(then_ms)
     b = RateLimiter(await open_repo())  # another process, on the one-shard layout
     store = first._admission.waves.store
     real_split = store.split
@@ -165,18 +179,19 @@ async def test_debits_landing_between_a_splits_read_and_its_write_are_not_admitt
         nonlocal admitted, raced
         if not raced:  # once, between the split's read and its transaction
             raced = True
-            for _ in range(3):
+            clock.advance(wait_ms)
+            for _ in range(4):
                 admitted += await admit(b, "org", "api", {"rps": 1})
         await real_split(*args, **kwargs)
 
     store.split = split_after_b_spent_it
     assert await first.set_shards("org", "api", 2) == 2
-    assert admitted == 3 + (not edge)
     fresh = RateLimiter(await open_repo())  # knows nothing: it surveys every shard
     for limiter in (fresh, a, b):
         for _ in range(4):
             admitted += await admit(limiter, "org", "api", {"rps": 1})
-    assert admitted == 4  # before: 5 (the kept shard at -1, the sibling at 1); at the edge 6
+    # before: 5 (the old shard left at -1, the sibling at 1), 5, 7 and 10 (old shard at -2)
+    assert admitted == allowed
     availability = await fresh.check_availability("org", "api")
     assert availability.available == {"rps": 0}
 

@@ -248,15 +248,18 @@ class Bucket:
                 self.states[slot.index][p.name] = land(write, self.states[slot.index][p.name])
                 self.granted[p.name] += gained
 
-    def split(self, racing: Sequence[tuple[dict[str, int], list[int]]] = ()) -> None:
-        """Double the shards, planned on the states now; `racing` debits land on the old
-        layout between that read and the split's transaction, which then lands only if every
-        guard still holds (all or nothing), as on DynamoDB."""
+    def split(
+        self, racing: Sequence[tuple[dict[str, int], list[int]]] = (), later: int = 0
+    ) -> None:
+        """Double the shards, planned on the states now; `racing` debits, dated `later` ms
+        after, land on the old layout between that read and the split's transaction, which then
+        lands only if every guard still holds (all or nothing), as on DynamoDB."""
         if len(self.states) == 32:
             return
         planned = []
         for slot, shard in zip(self.slots, self.states, strict=True):
             planned.append({p.name: split_limit(p, shard[p.name], self.now, slot) for p in LIMITS})
+        self.now += later
         for amounts, order in racing:
             self.debit(amounts, [*order, *range(32)])
         if not all(
@@ -306,7 +309,11 @@ steps = st.one_of(
     st.tuples(st.just("top_up"), st.integers(1, 5)),
     st.tuples(st.just("reset")),
     st.tuples(st.just("split")),
-    st.tuples(st.just("split"), st.lists(st.tuples(amounts, orders), min_size=1, max_size=6)),
+    st.tuples(
+        st.just("split"),
+        st.lists(st.tuples(amounts, orders), min_size=1, max_size=6),
+        st.integers(0, 1_500),
+    ),
     st.tuples(st.just("clock"), st.integers(0, 3_000)),
     st.tuples(st.just("expire")),
 )
@@ -327,7 +334,7 @@ def test_random_sequences_never_admit_more_than_allowed_and_report_exactly(
         elif kind == "clock":
             b.now += step[1]  # type: ignore[operator]
         elif kind == "split" and len(step) > 1:  # debits land between its read and its write
-            b.split(step[1])  # type: ignore[arg-type]
+            b.split(step[1], step[2])  # type: ignore[arg-type]
         else:
             getattr(b, str(kind))()
         elapsed = b.now - T0  # the run stays inside one daily quota period

@@ -5,9 +5,10 @@ Their ceilings and refill are the halves of the old shard's (`core.shares`), and
 balance is divided between them exactly (`shares.split_balance`): the entity-wide total neither
 grows nor shrinks, to the milli-unit, and a quota's halves are whole units. The old shard's
 change is relative to its stored value, so writes that land between reading it and splitting it
-are kept; it is guarded so that they can only spend the part the old shard keeps (never the
-part handed to the sibling, which the sibling would spend again), and so that a quota period
-they open is not left whole on the old shard while the sibling opens it too.
+are kept; it is guarded so that they can only spend the part the old shard keeps at the
+split's time (never the part handed to the sibling, nor refill since that time, which the
+sibling earns too), and so that a quota period they open is not left whole on the old shard
+while the sibling opens it too (docs/sharding.md, "A split racing the old layout's writes").
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def split_limit(params: Params, state: State, now: int, slot: Slot) -> tuple[Lim
     )
     assert current.period is not None
     guards: tuple[Guard, ...] = (Guard("w", "=", current.period),)
-    if given > 0:  # writes since the read spend only what the old shard keeps: v stays >= 0
-        guards += (Guard("v", ">=", state.v - stay),)
+    if not params.soft:  # writes since the read spend only what the old shard keeps (>= 0)
+        guards += (Guard("v", ">=", state.v - max(0, stay)),)
     old = LimitWrite(
         guards,
         add_v=stay - state.v,
@@ -68,8 +69,10 @@ def _split_rate(params: Params, state: State, now: int, slot: Slot) -> tuple[Lim
     sibling_v = now * params.shard_refill(sibling) + cap_given - given
     if state.v >= t_old:
         guards = [Guard("v", ">=", t_old)]
-        if given > 0:  # writes since the read spend only what the old shard keeps (stay)
-            guards.append(Guard("v", "<=", state.v + stay))
+        if not params.soft:
+            # Writes since the read spend only what the old shard keeps (`stay`, at `now`): a
+            # debit dated after `now` spends refill the sibling also earns from `now`.
+            guards.append(Guard("v", "<=", state.v + max(0, stay)))
         write = LimitWrite(tuple(guards), add_v=target_v - state.v)
     else:
         write = LimitWrite((Guard("v", "<", t_old),), set_v=target_v)
