@@ -1,5 +1,6 @@
-"""The lean path (`dynamo.http` over aiohttp) through `Transport`, against scripted servers on
-127.0.0.1: keep-alive, closes the server does not announce, timeouts, damaged answers, TLS."""
+"""The lean path (`dynamo.http` over the library's connections, `dynamo.connections`) through
+`Transport`, against scripted servers on 127.0.0.1: keep-alive, closes the server does not
+announce, timeouts, damaged answers, framing, TLS; and the same path carried by aiohttp."""
 
 from __future__ import annotations
 
@@ -209,3 +210,70 @@ async def test_proxied_endpoints_go_through_botocore(monkeypatch: pytest.MonkeyP
         assert transport.http is None
     finally:
         await transport.close()
+
+
+def echoed(answer: dict[str, Any]) -> int:
+    return int(json.loads(answer["Echo"])["n"])
+
+
+async def test_a_chunked_answer_is_read_whole_and_keeps_the_connection(
+    opened: list[Transport],
+) -> None:
+    async def chunked(body: bytes, writer: asyncio.StreamWriter) -> None:
+        payload = json.dumps({"Echo": body.decode()}).encode()
+        half = len(payload) // 2
+        chunks = b"".join(
+            b"%x\r\n%s\r\n" % (len(part), part) for part in (payload[:half], payload[half:])
+        )
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # an interim answer first
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        writer.write(chunks + b"0\r\n\r\n")
+
+    async with scripted(chunked) as server:
+        transport = await connect(server.url)
+        opened.append(transport)
+        answers = [await transport.call("GetItem", {**REQUEST, "n": i}) for i in range(3)]
+    assert [echoed(a) for a in answers] == [0, 1, 2]
+    assert server.connections == 1
+
+
+async def test_an_answer_saying_connection_close_is_not_reused(opened: list[Transport]) -> None:
+    async def closing(body: bytes, writer: asyncio.StreamWriter) -> None:
+        payload = json.dumps({"Echo": body.decode()}).encode()
+        writer.write(ok(payload, "Connection: close"))  # and keeps the socket open
+
+    async with scripted(closing) as server:
+        transport = await connect(server.url)
+        opened.append(transport)
+        answers = [await transport.call("GetItem", {**REQUEST, "n": i}) for i in range(3)]
+    assert [echoed(a) for a in answers] == [0, 1, 2]
+    assert server.connections == 3
+
+
+async def test_an_answer_framed_by_the_close_is_read_to_the_end(opened: list[Transport]) -> None:
+    async def unframed(body: bytes, writer: asyncio.StreamWriter) -> None:
+        payload = json.dumps({"Echo": body.decode()}).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\n\r\n" + payload)
+        await writer.drain()
+        writer.close()
+
+    async with scripted(unframed) as server:
+        transport = await connect(server.url)
+        opened.append(transport)
+        answers = [await transport.call("GetItem", {**REQUEST, "n": i}) for i in range(2)]
+    assert [echoed(a) for a in answers] == [0, 1]
+    assert server.connections == 2
+
+
+async def test_aiohttp_can_carry_the_lean_path(
+    opened: list[Transport], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ZAEL_TRANSPORT", "aiohttp")
+    async with scripted(echo) as server:
+        transport = await connect(server.url)
+        opened.append(transport)
+        assert transport.http is not None and transport.http.connections is None
+        answers = [await transport.call("GetItem", {**REQUEST, "n": i}) for i in range(3)]
+    assert [echoed(a) for a in answers] == [0, 1, 2]
+    assert server.connections == 1
