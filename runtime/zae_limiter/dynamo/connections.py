@@ -360,4 +360,3 @@ def request_bytes(path: str, headers: Mapping[str, str], body: bytes) -> bytes:
     """One POST's bytes: request line, headers (with Content-Length) and body."""
     head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
     return f"POST {path} HTTP/1.1\r\n{head}content-length: {len(body)}\r\n\r\n".encode() + body
-
