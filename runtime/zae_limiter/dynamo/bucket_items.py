@@ -208,10 +208,23 @@ def parse(item: dict[str, Any]) -> BucketImage:
     )
 
 
+#: The attributes `parse` reads (besides writers' evidence entries).
+IMAGE_ATTRIBUTES = frozenset(
+    {"PK", "L", "lo", "par", "cas", "dis", "sc", "ev", "rv", "sv", "ov", "cv", "n", "g", "ts"}
+    | {"ttl", "k"}
+)
+
+
 def parse_wire(wire: dict[str, Any]) -> BucketImage:
-    item = codec.decode_item(wire)
-    assert item is not None
-    return parse(item)
+    """A bucket item in DynamoDB's wire form -> BucketImage: `parse` of it, decoding only the
+    attributes an image holds (not the index keys)."""
+    return parse(
+        {
+            name: codec.decode(value)
+            for name, value in wire.items()
+            if name in IMAGE_ATTRIBUTES or name.startswith(EVIDENCE_PREFIX)
+        }
+    )
 
 
 # --- requests ----------------------------------------------------------------------------------
