@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,7 +63,15 @@ def test_parse_wire_is_parse_of_the_decoded_item(
         writes=writes,
     )
     wire = codec.encode_item(item)
-    assert items.parse_wire(wire) == items.parse(item)
+    image = items.parse(item)
+    assert items.parse_wire(wire) == image
+    # what an update returns, read with the image it was planned on (before the write)
+    planned = replace(image, states={p.name: State() for p in limits}, evidence={}, writes=0)
+    assert items.parse_updated(wire, planned) == image
+    assert items.parse_updated(wire, planned).stamp is planned.stamp
+    # planned on another stamp sequence: read whole
+    other = replace(planned, stamp_seq=8, stamp=replace(stamp, shards=shards * 2))
+    assert items.parse_updated(wire, other) == image
 
 
 def test_numbers_decode_as_ints_and_anything_else_as_floats() -> None:

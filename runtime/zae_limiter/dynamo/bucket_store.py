@@ -67,7 +67,7 @@ class DynamoBucketStore:
             admissions=admissions,
             evidence=evidence,
         )
-        return items.parse_wire(await self.store.send_update(request))
+        return items.parse_updated(await self.store.send_update(request), image)
 
     async def fence(
         self, image: BucketImage, evidence: items.Evidence, blocked: int
