@@ -311,19 +311,20 @@ class _Expr:
         self._name_ids: dict[str, str] = {}
 
     def name(self, text: str) -> str:
-        if text not in self._name_ids:
-            alias = f"#n{len(self._name_ids)}"
-            self._name_ids[text] = alias
+        alias = self._name_ids.get(text)
+        if alias is None:
+            alias = self._name_ids[text] = f"#n{len(self._name_ids)}"
             self.names[alias] = text
-        return self._name_ids[text]
+        return alias
 
     def value(self, value: Any) -> str:
         alias = f":v{len(self.values)}"
-        self.values[alias] = codec.encode(value)
+        # integers (nearly every value here) without codec.encode's type dispatch
+        self.values[alias] = {"N": str(value)} if type(value) is int else codec.encode(value)
         return alias
 
     def path(self, *parts: str) -> str:
-        return ".".join(self.name(p) for p in parts)
+        return ".".join([self.name(p) for p in parts])
 
 
 _OPS = {"=", "<>", "<", "<=", ">", ">="}
