@@ -159,3 +159,7 @@ def main() -> None:
     print(f"client CPU per {what} (us), {args.runs} runs of {args.calls}, options alternating:")
     for option, figures in results.items():
         print(f"  {option:9s} {', '.join(f'{r:.0f}' for r in figures)}")
+
+
+if __name__ == "__main__":
+    main()

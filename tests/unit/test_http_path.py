@@ -216,6 +216,15 @@ def echoed(answer: dict[str, Any]) -> int:
     return int(json.loads(answer["Echo"])["n"])
 
 
+async def echoes_over(reply: Any, opened: list[Transport], n: int = 3) -> tuple[list[int], int]:
+    """`n` GetItems to a server answering with `reply`: what each echoed, and connections."""
+    async with scripted(reply) as server:
+        transport = await connect(server.url)
+        opened.append(transport)
+        answers = [await transport.call("GetItem", {**REQUEST, "n": i}) for i in range(n)]
+    return [echoed(a) for a in answers], server.connections
+
+
 async def test_a_chunked_answer_is_read_whole_and_keeps_the_connection(
     opened: list[Transport],
 ) -> None:
@@ -230,12 +239,7 @@ async def test_a_chunked_answer_is_read_whole_and_keeps_the_connection(
         await writer.drain()
         writer.write(chunks + b"0\r\n\r\n")
 
-    async with scripted(chunked) as server:
-        transport = await connect(server.url)
-        opened.append(transport)
-        answers = [await transport.call("GetItem", {**REQUEST, "n": i}) for i in range(3)]
-    assert [echoed(a) for a in answers] == [0, 1, 2]
-    assert server.connections == 1
+    assert await echoes_over(chunked, opened, 3) == ([0, 1, 2], 1)
 
 
 async def test_an_answer_saying_connection_close_is_not_reused(opened: list[Transport]) -> None:
@@ -243,12 +247,7 @@ async def test_an_answer_saying_connection_close_is_not_reused(opened: list[Tran
         payload = json.dumps({"Echo": body.decode()}).encode()
         writer.write(ok(payload, "Connection: close"))  # and keeps the socket open
 
-    async with scripted(closing) as server:
-        transport = await connect(server.url)
-        opened.append(transport)
-        answers = [await transport.call("GetItem", {**REQUEST, "n": i}) for i in range(3)]
-    assert [echoed(a) for a in answers] == [0, 1, 2]
-    assert server.connections == 3
+    assert await echoes_over(closing, opened, 3) == ([0, 1, 2], 3)
 
 
 async def test_an_answer_framed_by_the_close_is_read_to_the_end(opened: list[Transport]) -> None:
@@ -258,22 +257,13 @@ async def test_an_answer_framed_by_the_close_is_read_to_the_end(opened: list[Tra
         await writer.drain()
         writer.close()
 
-    async with scripted(unframed) as server:
-        transport = await connect(server.url)
-        opened.append(transport)
-        answers = [await transport.call("GetItem", {**REQUEST, "n": i}) for i in range(2)]
-    assert [echoed(a) for a in answers] == [0, 1]
-    assert server.connections == 2
+    assert await echoes_over(unframed, opened, 2) == ([0, 1], 2)
 
 
 async def test_aiohttp_can_carry_the_lean_path(
     opened: list[Transport], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ZAEL_TRANSPORT", "aiohttp")
-    async with scripted(echo) as server:
-        transport = await connect(server.url)
-        opened.append(transport)
-        assert transport.http is not None and transport.http.connections is None
-        answers = [await transport.call("GetItem", {**REQUEST, "n": i}) for i in range(3)]
-    assert [echoed(a) for a in answers] == [0, 1, 2]
-    assert server.connections == 1
+    assert await echoes_over(echo, opened) == ([0, 1, 2], 1)
+    http = opened[-1].http
+    assert http is not None and http.connections is None

@@ -188,20 +188,20 @@ def parse(item: dict[str, Any]) -> BucketImage:
         override=bool(item.get("ov", 0)),
     )
     states = {name: state_from_item(raw_limits[name]) for name in order}
-    return _image(ns, entity_id, resource, shard, stamp, int(item.get("cv", 0)), states, item)
+    key = (ns, entity_id, resource, shard)
+    return _image(key, stamp, int(item.get("cv", 0)), states, item)
 
 
 def _image(
-    ns: str,
-    entity_id: str,
-    resource: str,
-    shard: int,
+    key: tuple[str, str, str, int],
     stamp: Stamp,
     stamp_seq: int,
     states: dict[str, State],
     item: dict[str, Any],
 ) -> BucketImage:
-    """The image of an item (plain form) whose key, stamp and states are known."""
+    """The image of an item (plain form) whose key (namespace id, entity, resource, shard),
+    stamp and states are known."""
+    ns, entity_id, resource, shard = key
     return BucketImage(
         ns=ns,
         entity_id=entity_id,
@@ -260,17 +260,8 @@ def parse_updated(wire: dict[str, Any], planned: BucketImage) -> BucketImage:
         for name, value in wire.items()
         if name in _COUNTERS or name.startswith(EVIDENCE_PREFIX)
     }
-    image = planned
-    return _image(
-        image.ns,
-        image.entity_id,
-        image.resource,
-        image.shard,
-        image.stamp,
-        image.stamp_seq,
-        states,
-        item,
-    )
+    key = (planned.ns, planned.entity_id, planned.resource, planned.shard)
+    return _image(key, planned.stamp, planned.stamp_seq, states, item)
 
 
 def parse_wire(wire: dict[str, Any]) -> BucketImage:
