@@ -267,3 +267,22 @@ async def test_aiohttp_can_carry_the_lean_path(
     assert await echoes_over(echo, opened) == ([0, 1, 2], 1)
     http = opened[-1].http
     assert http is not None and http.connections is None
+
+
+async def test_bytes_after_an_answer_retire_its_connection(opened: list[Transport]) -> None:
+    async def chatty(body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(answer(body) + b"HTTP/1.1 200 OK\r\n")  # more than was asked for
+
+    assert await echoes_over(chatty, opened) == ([0, 1, 2], 3)
+
+
+async def test_a_204_answer_has_no_body_and_keeps_its_connection(opened: list[Transport]) -> None:
+    async def no_content(body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+
+    async with scripted(no_content) as server:
+        transport = await connect(server.url, read_timeout=1)
+        opened.append(transport)
+        for _ in range(2):
+            assert "Echo" not in await transport.call("GetItem", REQUEST)
+    assert server.connections == 1

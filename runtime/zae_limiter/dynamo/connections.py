@@ -10,7 +10,7 @@ none of which DynamoDB's small JSON POSTs need. This module does only what they 
   idle longer than `idle_limit_s`, is never reused; one that was handed a request it did not
   answer completely (timeout, cancellation, a damaged answer) is closed;
 * answers framed by `Content-Length` or chunked encoding, or (without either) by the close;
-  `Connection: close` is honoured; 1xx interim answers are skipped;
+  `Connection: close` is honoured; 1xx interim answers are skipped; 204 and 304 carry no body;
 * connect and read timeouts (the read timeout restarts with every chunk of the answer);
 * TLS through asyncio with the caller's `ssl.SSLContext`, and TCP keep-alive probes on request.
 
@@ -188,6 +188,9 @@ class _Connection(asyncio.Protocol):
             self._body_at = end + 4
         status, headers = self._head
         start = self._body_at
+        if status in (204, 304):  # never a body
+            del buffer[:start]
+            return Answer(status, headers, b"")
         length = headers.get("content-length")
         if length is not None:
             if not length.isdigit():
@@ -308,6 +311,7 @@ class Connections:
             connection = idle.pop()
             if (
                 connection.closed
+                or not connection.reusable
                 or connection.transport is None
                 or connection.transport.is_closing()
                 or time.monotonic() - connection.idle_since > self.idle_limit_s
