@@ -1,5 +1,6 @@
-"""The lean path (`dynamo.http` over aiohttp) through `Transport`, against scripted servers on
-127.0.0.1: keep-alive, closes the server does not announce, timeouts, damaged answers, TLS."""
+"""The lean path (`dynamo.http` over the library's connections, `dynamo.connections`) through
+`Transport`, against scripted servers on 127.0.0.1: keep-alive, closes the server does not
+announce, timeouts, damaged answers, framing, TLS; and the same path carried by aiohttp."""
 
 from __future__ import annotations
 
@@ -209,3 +210,79 @@ async def test_proxied_endpoints_go_through_botocore(monkeypatch: pytest.MonkeyP
         assert transport.http is None
     finally:
         await transport.close()
+
+
+def echoed(answer: dict[str, Any]) -> int:
+    return int(json.loads(answer["Echo"])["n"])
+
+
+async def echoes_over(reply: Any, opened: list[Transport], n: int = 3) -> tuple[list[int], int]:
+    """`n` GetItems to a server answering with `reply`: what each echoed, and connections."""
+    async with scripted(reply) as server:
+        transport = await connect(server.url)
+        opened.append(transport)
+        answers = [await transport.call("GetItem", {**REQUEST, "n": i}) for i in range(n)]
+    return [echoed(a) for a in answers], server.connections
+
+
+async def test_a_chunked_answer_is_read_whole_and_keeps_the_connection(
+    opened: list[Transport],
+) -> None:
+    async def chunked(body: bytes, writer: asyncio.StreamWriter) -> None:
+        payload = json.dumps({"Echo": body.decode()}).encode()
+        half = len(payload) // 2
+        chunks = b"".join(
+            b"%x\r\n%s\r\n" % (len(part), part) for part in (payload[:half], payload[half:])
+        )
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # an interim answer first
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        writer.write(chunks + b"0\r\n\r\n")
+
+    assert await echoes_over(chunked, opened, 3) == ([0, 1, 2], 1)
+
+
+async def test_an_answer_saying_connection_close_is_not_reused(opened: list[Transport]) -> None:
+    async def closing(body: bytes, writer: asyncio.StreamWriter) -> None:
+        payload = json.dumps({"Echo": body.decode()}).encode()
+        writer.write(ok(payload, "Connection: close"))  # and keeps the socket open
+
+    assert await echoes_over(closing, opened, 3) == ([0, 1, 2], 3)
+
+
+async def test_an_answer_framed_by_the_close_is_read_to_the_end(opened: list[Transport]) -> None:
+    async def unframed(body: bytes, writer: asyncio.StreamWriter) -> None:
+        payload = json.dumps({"Echo": body.decode()}).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\n\r\n" + payload)
+        await writer.drain()
+        writer.close()
+
+    assert await echoes_over(unframed, opened, 2) == ([0, 1], 2)
+
+
+async def test_aiohttp_can_carry_the_lean_path(
+    opened: list[Transport], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ZAEL_TRANSPORT", "aiohttp")
+    assert await echoes_over(echo, opened) == ([0, 1, 2], 1)
+    http = opened[-1].http
+    assert http is not None and http.connections is None
+
+
+async def test_bytes_after_an_answer_retire_its_connection(opened: list[Transport]) -> None:
+    async def chatty(body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(answer(body) + b"HTTP/1.1 200 OK\r\n")  # more than was asked for
+
+    assert await echoes_over(chatty, opened) == ([0, 1, 2], 3)
+
+
+async def test_a_204_answer_has_no_body_and_keeps_its_connection(opened: list[Transport]) -> None:
+    async def no_content(body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+
+    async with scripted(no_content) as server:
+        transport = await connect(server.url, read_timeout=1)
+        opened.append(transport)
+        for _ in range(2):
+            assert "Echo" not in await transport.call("GetItem", REQUEST)
+    assert server.connections == 1

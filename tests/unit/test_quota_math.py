@@ -409,3 +409,34 @@ def test_a_quota_with_several_schedules_resets_at_the_latest_edge_of_any(at: int
         3 * 86_400_000 + 11 * HOUR,  # Monday 00:00 UTC to Thursday 11:00 UTC (12:00 CET)
         4 * 86_400_000 - 11 * HOUR,
     )
+
+
+# --- the rejection cache's question --------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kind=st.sampled_from(["rate", "weekly", "session"]),
+    capacity=amounts,
+    v=st.integers(-2_000 * MILLI, 2_000 * MILLI),
+    w=st.one_of(st.none(), st.integers(MONDAY - 2 * WEEK, MONDAY + WEEK)),
+    tu=st.integers(0, 500 * MILLI),
+    at=offsets,
+    amount=st.integers(1, 1_500 * MILLI),
+    shards=st.sampled_from([1, 2, 4]),
+)
+def test_refuses_is_exactly_when_an_enforced_checked_debit_is_planned_as_none(
+    kind: str, capacity: int, v: int, w: int | None, tu: int, at: int, amount: int, shards: int
+) -> None:
+    params = {"rate": rate(capacity, capacity, 60), "weekly": weekly(capacity)}.get(
+        kind, session(capacity)
+    )
+    now = MONDAY + at
+    if kind == "rate":  # a debt clock around now
+        state = State(v=now * params.refill + v * params.period_ms // MILLI)
+    else:
+        state = State(v=v, w=w, tu=tu)
+    for shard in range(shards):
+        slot = Slot(shard, shards)
+        planned = bucket.plan_debit(params, state, now, slot, amount, enforce=True, check=True)
+        assert bucket.refuses(params, state, now, slot, amount) is (planned is None)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..caches import ImageCache
+from ..core.evolve import evolve
 from ..dynamo.bucket_items import BucketImage, Stamp
 from ..errors import RateLimitExceeded
 from ..limits import Limit
@@ -205,7 +206,7 @@ class Admission:
 def _landed(written: Written, admissions: int) -> Landed:
     target = written.target
     return Landed(
-        target=replace(target, image=written.image, exists=True),
+        target=evolve(target, image=written.image, exists=True),
         debited={name: target.amounts[name] for name in written.writes},
         periods={name: w.result.w for name, w in written.writes.items()},
         admissions=admissions,

@@ -21,11 +21,12 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..core.bucket import LimitWrite
 from ..core.compose import then_all
+from ..core.evolve import evolve
 from ..dynamo import transport
 from ..dynamo.bucket_items import BucketImage, Evidence, new_writer_id, parse
 from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
@@ -253,7 +254,7 @@ class _Lane:
                 break  # it knows a newer image: plan it in the next batch on that
             target = call.target
             if target.image is not projected or target.exists is not exists:
-                target = replace(target, image=projected, exists=exists)
+                target = evolve(target, image=projected, exists=exists)
             result = call.planner(target, now)
             if result is None:
                 if calls:
@@ -273,7 +274,7 @@ class _Lane:
             states = dict(projected.states)
             for name, write in writes.items():
                 states[name] = write.result
-            projected = replace(projected, states=states)
+            projected = evolve(projected, states=states)
         evidence = Evidence(self.lanes.writer, self.lanes.next_seq(now), self._prunable(base, now))
         return _Batch(calls, plans, base, exists, combined, admissions, evidence, now)
 
@@ -329,7 +330,7 @@ class _Lane:
         self.image, self.exists = image, True
         self.lanes.on_image(image, True)
         for call, writes in zip(batch.calls, batch.plans, strict=True):
-            target = replace(call.target, image=image, exists=True)
+            target = evolve(call.target, image=image, exists=True)
             call.future.set_result(Outcome(target, image=image, writes=writes))
 
     async def _condition_failed(self, batch: _Batch, failed: ConditionFailed) -> None:
@@ -395,7 +396,7 @@ class _Lane:
                 call.future.set_result(Outcome(call.target, error=Contended()))
                 continue
             call.now = batch.now
-            call.target = replace(
+            call.target = evolve(
                 call.target,
                 image=image,
                 exists=self.exists,

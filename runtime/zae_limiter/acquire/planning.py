@@ -6,7 +6,6 @@ admissions delta of one write, or None when the image shows the request cannot b
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from .. import config as cfg
@@ -103,8 +102,20 @@ def _force(params: Params, state: State, now: int, slot: Slot, amount: int) -> L
 
 
 def refused_on_image(target: Target, now: int) -> bool:
-    """Whether the target's image, taken as just read, cannot admit its amounts."""
-    return bool(target.amounts) and plan_admit(replace(target, read_now=True), now) is None
+    """Whether the target's image, taken as just read, cannot admit its amounts (where
+    `plan_admit` of it as just read would refuse)."""
+    image = target.image
+    if image.stamp.is_bypass:
+        return False
+    for name, amount in target.amounts.items():
+        params = image.stamp.params(name)
+        assert params is not None
+        if params.soft:
+            continue
+        state = image.states.get(name) or bucket.full_state(params, image.slot)
+        if bucket.refuses(params, state, now, image.slot, amount):
+            return True
+    return False
 
 
 # --- statuses ------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from .. import config as cfg
 from ..caches import ImageCache
 from ..core.bucket import MILLI
+from ..core.evolve import evolve
 from ..dynamo import keys
 from ..dynamo.bucket_items import BucketImage, Stamp
 from ..errors import ResourceDisabled, ValidationError
@@ -313,11 +314,11 @@ def _with_amounts(entity_id: str, ordered: list[ResourcePlan]) -> list[ResourceP
                     f"resource {plan.resource!r} declares {list(child.stamp.names)} "
                     f"for {entity_id!r}; consume only those",
                 )
-            child = replace(child, amounts={n: a * MILLI for n, a in plan.amounts.items()})
+            child = evolve(child, amounts={n: a * MILLI for n, a in plan.amounts.items()})
         if parent is not None:
             mine = {
                 n: a * MILLI for n, a in plan.amounts.items() if parent.stamp.params(n) is not None
             }
-            parent = replace(parent, amounts=mine) if mine else None
-        out.append(replace(plan, child=child, parent=parent))
+            parent = evolve(parent, amounts=mine) if mine else None
+        out.append(evolve(plan, child=child, parent=parent))
     return out

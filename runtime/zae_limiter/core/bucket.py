@@ -17,12 +17,13 @@ edge or session window) and the top-ups `tu` bought this period.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import IntEnum
 from fractions import Fraction
 
 from . import cron, schedule
 from .cron import Cron
+from .evolve import evolve
 from .shares import MILLI, WHOLE, Slot, refill_share, share
 
 __all__ = ["MILLI", "WHOLE", "Slot"]
@@ -67,7 +68,7 @@ class Params:
         capacity, refill, period = schedule.effective(
             base, self.schedule, window, quota=self.kind != Kind.RATE
         )
-        return replace(self, capacity=capacity, refill=refill, period_ms=period, window=window)
+        return evolve(self, capacity=capacity, refill=refill, period_ms=period, window=window)
 
     def shard_capacity(self, slot: Slot) -> int:
         """The capacity (a quota: the allowance) one shard holds (core.shares)."""
@@ -278,6 +279,16 @@ class LimitWrite:
         return self.add_v != 0 or self.set_v is not None or self.set_w is not None
 
 
+def refuses(params: Params, state: State, now: int, slot: Slot, amount: int) -> bool:
+    """Whether an enforced debit of `amount`, judged on this state as just read, is refused:
+    exactly when `plan_debit(..., enforce=True, check=True)` returns None, without planning
+    the write (the rejection cache asks this on every warm call)."""
+    if view(params, state, now, slot).balance < amount:
+        return True
+    cap = params.shard_capacity(slot)
+    return amount > (cap + state.tu if params.kind != Kind.RATE else cap)
+
+
 def plan_debit(
     params: Params,
     state: State,
@@ -312,14 +323,14 @@ def plan_debit(
         else:
             new_v = t_a + step
             write = LimitWrite((Guard("v", "<", t_a),), set_v=new_v)
-        result = replace(state, v=new_v, consumed=state.consumed + amount)
+        result = evolve(state, v=new_v, consumed=state.consumed + amount)
         return _with_overdraw(params, write, result, now, slot, amount)
     if not current.fresh_period:
         assert current.period is not None
         guards = [Guard("w", "=", current.period)]
         if enforce:
             guards.append(Guard("v", ">=", amount))
-        result = replace(state, v=state.v - amount, consumed=state.consumed + amount)
+        result = evolve(state, v=state.v - amount, consumed=state.consumed + amount)
         write = LimitWrite(tuple(guards), add_v=-amount)
         return _with_overdraw(params, write, result, now, slot, amount)
     # a new period opens with this write
@@ -344,8 +355,8 @@ def _with_overdraw(
     overdrawn = 0
     if params.soft and view(params, result, now, slot).balance < 0:
         overdrawn = 1
-    result = replace(result, overdrawn=result.overdrawn + overdrawn)
-    return replace(write, consumed=amount, overdrawn=overdrawn, result=result)
+    result = evolve(result, overdrawn=result.overdrawn + overdrawn)
+    return evolve(write, consumed=amount, overdrawn=overdrawn, result=result)
 
 
 def plan_credit(
@@ -357,7 +368,7 @@ def plan_credit(
     goes down), so it never adds to the new period.
     """
     cap = params.shard_capacity(slot)
-    counted = replace(state, consumed=state.consumed - amount)
+    counted = evolve(state, consumed=state.consumed - amount)
     if params.kind == Kind.RATE:
         refill = params.shard_refill(slot)
         t_a = now * refill
@@ -367,13 +378,13 @@ def plan_credit(
                 (Guard("v", ">=", t_a + step),),
                 add_v=-step,
                 consumed=-amount,
-                result=replace(counted, v=state.v - step),
+                result=evolve(counted, v=state.v - step),
             )
         return LimitWrite(
             (Guard("v", "<", t_a + step),),
             set_v=t_a,
             consumed=-amount,
-            result=replace(counted, v=t_a),
+            result=evolve(counted, v=t_a),
         )
     current = view(params, state, now, slot)
     if current.fresh_period or period is None or current.period != period:
@@ -385,19 +396,19 @@ def plan_credit(
             (*base, Guard("v", "<=", top - amount)),
             add_v=amount,
             consumed=-amount,
-            result=replace(counted, v=state.v + amount),
+            result=evolve(counted, v=state.v + amount),
         )
     return LimitWrite(
         (*base, Guard("v", ">", top - amount)),
         set_v=top,
         consumed=-amount,
-        result=replace(counted, v=top),
+        result=evolve(counted, v=top),
     )
 
 
 def plan_count_only(state: State, amount: int) -> LimitWrite:
     """Bypass: count consumption, leave the balance alone."""
-    return LimitWrite(consumed=amount, result=replace(state, consumed=state.consumed + amount))
+    return LimitWrite(consumed=amount, result=evolve(state, consumed=state.consumed + amount))
 
 
 def convert(
@@ -428,7 +439,7 @@ def convert(
             )
             ceiling = new.shard_capacity(slot)
             owed = math.ceil((ceiling - min(walked, Fraction(ceiling))) * new.period_ms)
-            return replace(state, v=now * new.shard_refill(slot) + owed, w=None, tu=0)
+            return evolve(state, v=now * new.shard_refill(slot) + owed, w=None, tu=0)
     current = view(old, state, now, slot)
     cap = new.shard_capacity(slot)
     if new.kind == Kind.RATE:
@@ -437,18 +448,18 @@ def convert(
         # balance b at now  <=>  v = now*A + (C - b)*P   (v = now*A when full)
         v = now * refill + max(0, cap - balance) * new.period_ms
         v = max(v, now * refill)
-        return replace(state, v=v, w=None, tu=0)
+        return evolve(state, v=v, w=None, tu=0)
     if old.kind == Kind.RATE:
-        return replace(state, v=cap, w=None, tu=0)  # a quota where there was none: full
+        return evolve(state, v=cap, w=None, tu=0)  # a quota where there was none: full
     # when the old rules stopped being in force: the change, or a later write under them
     changed = min(now, max(changed_at, since or 0)) if changed_at else now
     current = view(old, state, changed, slot)
     if current.fresh_period:
-        return replace(state, v=cap, w=None, tu=0)  # the period had ended before the change
+        return evolve(state, v=cap, w=None, tu=0)  # the period had ended before the change
     # The same quota (identified by its name) with other parameters or another schedule: this
     # period's balance, top-ups and session window are kept; the new schedule only decides the
     # next edge (its edges between the period's start and the change are not replayed).
-    return replace(
+    return evolve(
         state,
         v=min(current.balance, cap + state.tu),
         w=_kept_period_start(old, new, state, current, changed),

@@ -187,14 +187,29 @@ def parse(item: dict[str, Any]) -> BucketImage:
         system_version=int(item.get("sv", 0)),
         override=bool(item.get("ov", 0)),
     )
+    states = {name: state_from_item(raw_limits[name]) for name in order}
+    key = (ns, entity_id, resource, shard)
+    return _image(key, stamp, int(item.get("cv", 0)), states, item)
+
+
+def _image(
+    key: tuple[str, str, str, int],
+    stamp: Stamp,
+    stamp_seq: int,
+    states: dict[str, State],
+    item: dict[str, Any],
+) -> BucketImage:
+    """The image of an item (plain form) whose key (namespace id, entity, resource, shard),
+    stamp and states are known."""
+    ns, entity_id, resource, shard = key
     return BucketImage(
         ns=ns,
         entity_id=entity_id,
         resource=resource,
         shard=shard,
         stamp=stamp,
-        stamp_seq=int(item.get("cv", 0)),
-        states={name: state_from_item(raw_limits[name]) for name in order},
+        stamp_seq=stamp_seq,
+        states=states,
         admissions=int(item.get("n", 0)),
         generation=str(item.get("g", "")),
         written_at=int(item.get("ts", 0)),
@@ -208,10 +223,57 @@ def parse(item: dict[str, Any]) -> BucketImage:
     )
 
 
+#: The attributes `parse` reads (besides writers' evidence entries).
+IMAGE_ATTRIBUTES = frozenset(
+    {"PK", "L", "lo", "par", "cas", "dis", "sc", "ev", "rv", "sv", "ov", "cv", "n", "g", "ts"}
+    | {"ttl", "k"}
+)
+
+
+#: What an update can change besides the states: counters, time, expiry (and evidence).
+_COUNTERS = frozenset({"n", "g", "ts", "ttl", "k"})
+_STATE_ATTRIBUTES = frozenset({"v", "w", "tu", "t", "o"})
+
+
+def parse_updated(wire: dict[str, Any], planned: BucketImage) -> BucketImage:
+    """The item an update of `planned` returned (wire form), as `parse_wire` reads it.
+
+    An update guarded by the stamp sequence leaves the stamp as it was (only a restamp or a
+    split changes one, and both bump the sequence), so while the sequence still matches, the
+    stamp and key are `planned`'s and only states, counters and evidence are decoded.
+    """
+    seq = wire.get("cv")
+    raw_limits = wire.get("L")
+    if seq is None or raw_limits is None or codec.decode(seq) != planned.stamp_seq:
+        return parse_wire(wire)
+    entries = raw_limits.get("M", {})
+    states = {}
+    for name in planned.stamp.names:
+        entry = entries.get(name)
+        if entry is None or "M" not in entry:
+            return parse_wire(wire)
+        states[name] = state_from_item(
+            {k: codec.decode(v) for k, v in entry["M"].items() if k in _STATE_ATTRIBUTES}
+        )
+    item = {
+        name: codec.decode(value)
+        for name, value in wire.items()
+        if name in _COUNTERS or name.startswith(EVIDENCE_PREFIX)
+    }
+    key = (planned.ns, planned.entity_id, planned.resource, planned.shard)
+    return _image(key, planned.stamp, planned.stamp_seq, states, item)
+
+
 def parse_wire(wire: dict[str, Any]) -> BucketImage:
-    item = codec.decode_item(wire)
-    assert item is not None
-    return parse(item)
+    """A bucket item in DynamoDB's wire form -> BucketImage: `parse` of it, decoding only the
+    attributes an image holds (not the index keys)."""
+    return parse(
+        {
+            name: codec.decode(value)
+            for name, value in wire.items()
+            if name in IMAGE_ATTRIBUTES or name.startswith(EVIDENCE_PREFIX)
+        }
+    )
 
 
 # --- requests ----------------------------------------------------------------------------------
@@ -240,19 +302,20 @@ class _Expr:
         self._name_ids: dict[str, str] = {}
 
     def name(self, text: str) -> str:
-        if text not in self._name_ids:
-            alias = f"#n{len(self._name_ids)}"
-            self._name_ids[text] = alias
+        alias = self._name_ids.get(text)
+        if alias is None:
+            alias = self._name_ids[text] = f"#n{len(self._name_ids)}"
             self.names[alias] = text
-        return self._name_ids[text]
+        return alias
 
     def value(self, value: Any) -> str:
         alias = f":v{len(self.values)}"
-        self.values[alias] = codec.encode(value)
+        # integers (nearly every value here) without codec.encode's type dispatch
+        self.values[alias] = {"N": str(value)} if type(value) is int else codec.encode(value)
         return alias
 
     def path(self, *parts: str) -> str:
-        return ".".join(self.name(p) for p in parts)
+        return ".".join([self.name(p) for p in parts])
 
 
 _OPS = {"=", "<>", "<", "<=", ">", ">="}

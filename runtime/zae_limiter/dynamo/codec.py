@@ -25,16 +25,19 @@ def encode(value: Any) -> dict[str, Any]:
 
 def decode(wire: dict[str, Any]) -> Any:
     ((kind, value),) = wire.items()
+    if kind == "N":  # integers first: the library stores no others
+        try:
+            return int(value)
+        except ValueError:
+            return float(value)
     if kind == "S":
         return value
-    if kind == "N":
-        return int(value) if "." not in value and "e" not in value.lower() else float(value)
+    if kind == "M":
+        return {k: decode(v) for k, v in value.items()}
     if kind == "BOOL":
         return value
     if kind == "NULL":
         return None
-    if kind == "M":
-        return {k: decode(v) for k, v in value.items()}
     if kind == "L":
         return [decode(v) for v in value]
     if kind == "SS":

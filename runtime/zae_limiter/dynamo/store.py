@@ -70,9 +70,9 @@ class Store:
         )
 
     async def send_update(self, request: dict[str, Any]) -> dict[str, Any]:
-        """A prepared UpdateItem (bucket writes); returns the new item (plain)."""
+        """A prepared UpdateItem (bucket writes); returns the new item in wire form."""
         response = await self.transport.call("UpdateItem", request, write=True)
-        item = codec.decode_item(response.get("Attributes"))
+        item: dict[str, Any] | None = response.get("Attributes")
         assert item is not None
         return item
 

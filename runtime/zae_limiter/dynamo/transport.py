@@ -6,11 +6,12 @@ when the request certainly did not apply (throttling, connection refused); when 
 unknown (timeout after sending, 5xx) a write raises `UnknownOutcome` and its caller retries with a
 guard that refuses a second application.
 
-Requests go out through `dynamo.http` (DynamoDB's JSON protocol posted with an aiohttp session,
-signed here), which costs a fraction of the CPU of botocore's pipeline; the aiobotocore client
-still provides the credential chain, the resolved endpoint and TLS settings, the operation
-models and the event hooks. Setting `ZAEL_TRANSPORT=botocore` sends every request
-through aiobotocore instead (so do proxied endpoints).
+Requests go out through `dynamo.http` (DynamoDB's JSON protocol, signed here, over the library's
+own keep-alive connections), which costs a fraction of the CPU of botocore's pipeline; the
+aiobotocore client still provides the credential chain, the resolved endpoint and TLS settings,
+the operation models and the event hooks. `ZAEL_TRANSPORT=aiohttp` carries the lean path's bytes
+with one `aiohttp.ClientSession` instead; `ZAEL_TRANSPORT=botocore` sends every request through
+aiobotocore (so do proxied endpoints).
 
 aiobotocore is imported only when a client is created, so that code without it (the aggregator
 Lambda, which wraps a boto3 client: `dynamo.threaded`) can import the package.
@@ -111,11 +112,18 @@ class Transport:
         )
         client = await creator.__aenter__()
         http = None
-        if os.environ.get("ZAEL_TRANSPORT", "http") != "botocore":
+        choice = os.environ.get("ZAEL_TRANSPORT", "http")
+        if choice != "botocore":
             from .http import lean_path
 
             credentials = await session.get_credentials()
-            http = lean_path(client, credentials, config, session.get_config_variable("ca_bundle"))
+            http = lean_path(
+                client,
+                credentials,
+                config,
+                session.get_config_variable("ca_bundle"),
+                carrier="aiohttp" if choice == "aiohttp" else "own",
+            )
         return cls(client, creator, http)
 
     @property
