@@ -23,8 +23,8 @@ from ..resolution import stamp_for
 
 if TYPE_CHECKING:
     from ..acquire import Admission
-    from ..repository import _Shared
     from ..resolution import Resolver
+    from ..scope import Scope, Shared
 
 
 class AdminBase:
@@ -34,7 +34,8 @@ class AdminBase:
     _clock: Callable[[], int]
     _admission: Admission
     _resolver: Resolver
-    _shared: _Shared
+    _shared: Shared
+    _scope: Scope
 
     # provided by Repository
     _forget: Callable[..., None]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import validation
+from .. import audit, validation
 from ..dynamo import keys, records
+from ..dynamo.namespaces import register_namespace
 from ..errors import NamespaceNotFoundError, NamespaceStateError
 from .base import AdminBase
 
@@ -13,10 +14,8 @@ from .base import AdminBase
 class NamespacesMixin(AdminBase):
     async def register_namespace(self, name: str) -> str:
         """Idempotent; returns the namespace id."""
-        from ..repository import _register_namespace
-
         validation.namespace_name(name)
-        return await _register_namespace(self._store, name)
+        return await register_namespace(self._store, name, now_iso=audit.iso(self._clock()))
 
     async def register_namespaces(self, names: list[str]) -> dict[str, str]:
         return {name: await self.register_namespace(name) for name in names}

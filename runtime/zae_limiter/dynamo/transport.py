@@ -92,6 +92,15 @@ class TableMissing(DynamoError):
     pass
 
 
+def is_condition_failed(exc: BaseException) -> bool:
+    """A conditional write, or a transaction's condition, did not hold."""
+    if isinstance(exc, ConditionFailed):
+        return True
+    return isinstance(exc, TransactionCancelled) and any(
+        r.get("Code") == "ConditionalCheckFailed" for r in exc.reasons
+    )
+
+
 def _code(exc: bce.ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
@@ -177,27 +186,15 @@ class Transport:
                 response: dict[str, Any] = await method(**request)
                 return response
             except bce.ClientError as exc:
-                code = _code(exc)
-                if code == "ConditionalCheckFailedException":
-                    raise ConditionFailed(codec.decode_item(exc.response.get("Item"))) from None
-                if code == "TransactionCanceledException":
-                    raise TransactionCancelled(
-                        list(exc.response.get("CancellationReasons", []))
-                    ) from None
-                if code in _ACCESS:
-                    raise AccessDenied(operation, exc) from exc
-                if code == "ResourceNotFoundException":
-                    raise TableMissing(str(exc)) from exc
-                if code in _THROTTLES or code == "TransactionConflictException":
+                error = _client_error(exc, operation, write=write)
+                if error is None:
                     last = exc
                     continue
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-                if status >= 500 or code in ("InternalServerError", "ServiceUnavailable"):
-                    if write:
-                        raise UnknownOutcome(exc) from exc
-                    last = exc
-                    continue
-                raise
+                if error is exc:
+                    raise
+                # a condition's answer is the whole story; other errors keep their cause
+                answered = isinstance(error, (ConditionFailed, TransactionCancelled))
+                raise error from (None if answered else exc)
             except (bce.ConnectTimeoutError, bce.EndpointConnectionError) as exc:
                 last = exc  # never reached the server
                 continue
@@ -208,6 +205,29 @@ class Transport:
                 continue
         assert last is not None
         raise Unavailable(last)
+
+
+def _client_error(
+    exc: bce.ClientError, operation: str, *, write: bool
+) -> BaseException | None:
+    """What a ClientError means: the error to raise (`exc` itself when it is not ours), or None
+    when the request certainly did not apply and may be sent again."""
+    code = _code(exc)
+    if code == "ConditionalCheckFailedException":
+        return ConditionFailed(codec.decode_item(exc.response.get("Item")))
+    if code == "TransactionCanceledException":
+        return TransactionCancelled(list(exc.response.get("CancellationReasons", [])))
+    if code in _ACCESS:
+        return AccessDenied(operation, exc)
+    if code == "ResourceNotFoundException":
+        return TableMissing(str(exc))
+    if code in _THROTTLES or code == "TransactionConflictException":
+        return None
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    if status >= 500 or code in ("InternalServerError", "ServiceUnavailable"):
+        return UnknownOutcome(exc) if write else None
+    not_ours: BaseException = exc
+    return not_ours
 
 
 _shared_session: Any = None
