@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from ..caches import ImageCache
 from ..core import bucket
 from ..core.bucket import LimitWrite, State
-from ..core.split import split_limit
+from ..core.shard_split import split_limit
 from ..dynamo import bucket_items as items
 from ..dynamo.bucket_items import BucketImage, Stamp
 from ..dynamo.bucket_store import ShardSplit
