@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from .. import local as engine
-from ..local.engine import is_our_process
+from ..local.processes import is_our_process
 from .app import Settings
 from .output import emit, fields, note
 
