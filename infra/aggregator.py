@@ -17,8 +17,8 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from zae_limiter import schema
-from zae_limiter.aggregation import ARCHIVE_PREFIX
 from zae_limiter.dynamo import keys
+from zae_limiter.stream_records import ARCHIVE_PREFIX
 
 from .bundling import RUNTIME, python_lambda_code
 from .paths import AGGREGATOR_DIR, HANDLER, RUNTIME_PACKAGE_DIR

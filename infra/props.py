@@ -13,7 +13,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 
 from zae_limiter import schema
-from zae_limiter.windows import DEFAULT_WINDOWS, WINDOW_TYPES
+from zae_limiter.usage_windows import DEFAULT_WINDOWS, WINDOW_TYPES
 
 #: Snapshot windows: the defaults are always written (reference.md §5.13), others on request.
 REQUIRED_SNAPSHOT_WINDOWS: tuple[str, ...] = DEFAULT_WINDOWS
