@@ -229,7 +229,7 @@ class _StubWriter:
             home = where["__name__"]
         self.imports.setdefault(home, set()).add(name)
 
-    def signature(self, fn: Callable[..., Any], first: str, rename_params: bool) -> str:
+    def signature(self, fn: Callable[..., Any], first: str, *, rename_params: bool) -> str:
         sig = inspect.signature(fn)
         where = getattr(inspect.unwrap(fn), "__globals__", {})
         params: list[str] = []
@@ -261,13 +261,13 @@ class _StubWriter:
         own, whose parameters already name sync types or the async ones they wrap."""
         if isinstance(raw, property):
             assert raw.fget is not None
-            text = self.signature(raw.fget, "self", rename_params)
+            text = self.signature(raw.fget, "self", rename_params=rename_params)
             self.lines += ["    @property", f"    def {name}{text}: ..."]
         elif isinstance(raw, classmethod):
-            text = self.signature(raw.__func__, "cls", rename_params)
+            text = self.signature(raw.__func__, "cls", rename_params=rename_params)
             self.lines += ["    @classmethod", f"    def {name}{text}: ..."]
         elif inspect.isfunction(raw):
-            text = self.signature(getattr(owner, name), "self", rename_params)
+            text = self.signature(getattr(owner, name), "self", rename_params=rename_params)
             self.lines.append(f"    def {name}{text}: ...")
 
     def sync_class(self, async_cls: type | None, sync_cls: type) -> None:

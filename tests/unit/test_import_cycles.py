@@ -39,8 +39,8 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
+            for branch in node.orelse:
+                visit(branch)
             return
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)

@@ -146,12 +146,12 @@ def split_parts(
                 shard_zero.stamp_seq,
                 shard,
             )
-        parts.append(_split_part(image, exists, now, maker))
+        parts.append(_split_part(image, now, maker, exists=exists))
     return parts
 
 
 def _split_part(
-    image: BucketImage, exists: bool, now: int, maker: planning.ItemMaker
+    image: BucketImage, now: int, maker: planning.ItemMaker, *, exists: bool
 ) -> ShardSplit:
     shards = image.stamp.shards
     doubled = shards * 2
@@ -169,4 +169,6 @@ def _split_part(
     if not exists:
         states = {p.name: bucket.full_state(p, doubled) for p in stamp.limits}
         old_item = maker.item_for(image, stamp, seq, states, now)
-    return ShardSplit(image, exists, old_writes, old_item, sibling, now)
+    return ShardSplit(
+        image, exists=exists, old_writes=old_writes, old_item=old_item, sibling=sibling, now=now
+    )
