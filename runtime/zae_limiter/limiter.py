@@ -138,7 +138,7 @@ class _Acquisition:
             log.warning("acquire admitted without metering under on_unavailable=ALLOW: %s", error)
             self.lease = degraded_lease(self.ledger)
             return self.lease
-        self.ledger = Ledger(holds)
+        self.ledger.holds = holds
         self.lease = Lease(self, self.ledger)
         return self.lease
 

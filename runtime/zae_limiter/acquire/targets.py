@@ -334,5 +334,5 @@ def _with_amounts(entity_id: str, ordered: list[ResourcePlan]) -> list[ResourceP
                 n: a * MILLI for n, a in plan.amounts.items() if parent.stamp.params(n) is not None
             }
             parent = replace(parent, amounts=mine) if mine else None
-        out.append(replace(plan, child=child, parent=parent))
+        out.append(ResourcePlan(plan.resource, plan.amounts, child, parent))
     return out
