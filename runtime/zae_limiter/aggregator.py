@@ -35,8 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import aggregation, versioning
-from .aggregation import BucketChange, MalformedRecord, StreamRecord
+from . import stream_records, versioning
 from .dynamo import keys, snapshot_items, transport
 from .dynamo.snapshot_items import Counts, SnapshotKey
 from .dynamo.store import Store
@@ -50,7 +49,8 @@ from .dynamo.transport import (
 )
 from .errors import IncompatibleSchemaError, InfrastructureNotFoundError
 from .schema import SCHEMA_VERSION
-from .windows import DEFAULT_WINDOWS, WINDOW_TYPES, bounds
+from .stream_records import BucketChange, MalformedRecord, StreamRecord
+from .usage_windows import DEFAULT_WINDOWS, WINDOW_TYPES, bounds
 
 log = logging.getLogger("zae_limiter.aggregator")
 
@@ -266,17 +266,17 @@ class Aggregator:
         for position, raw in enumerate(records):
             outcome.sequence_numbers[position] = _sequence_of(raw)
             try:
-                record = aggregation.parse_record(raw)
+                record = stream_records.parse_record(raw)
                 if record.event_id in first_of:
                     repeats[position] = first_of[record.event_id]
                     continue
                 first_of[record.event_id] = position
-                change = aggregation.bucket_change(record)
+                change = stream_records.bucket_change(record)
                 if change is not None:
-                    counts = aggregation.snapshot_counts(change, self.config.windows)
+                    counts = stream_records.snapshot_counts(change, self.config.windows)
                     pending.append(_Pending(position, record, change, counts))
-                elif self._archive is not None and aggregation.is_audit_expiry(record):
-                    expired_audit.append((position, record, aggregation.audit_line(record)))
+                elif self._archive is not None and stream_records.is_audit_expiry(record):
+                    expired_audit.append((position, record, stream_records.audit_line(record)))
                 else:
                     outcome.ignored += 1
             except MalformedRecord as exc:
@@ -430,7 +430,7 @@ class Aggregator:
     ) -> None:
         if not expired or self._archive is None:
             return
-        key, body = aggregation.archive_object(
+        key, body = stream_records.archive_object(
             [record for _, record, _ in expired], [line for _, _, line in expired], self._clock()
         )
         try:

@@ -13,18 +13,24 @@ from . import validation
 from .acquire import Admission, Landed, ResourcePlan, RulesChanged, Unavailable
 from .acquire.lease import (
     Lease,
+    Ledger,
     ResourceHold,
     apply_to_debited,
+    degraded_lease,
     landed_items,
+    overdrawn_names,
     pending_changes,
     target_for_more,
 )
 from .admin.gates import check_limit_gates
+from .caches import ImageCache
+from .dynamo.bucket_items import BucketImage
 from .dynamo.transport import AccessDenied, DynamoError
 from .errors import PermissionDenied, RateLimiterUnavailable, ValidationError
 from .limits import Limit, check_limit_list
 from .models import OnUnavailable
 from .repository import Repository
+from .scope import Scope
 
 log = logging.getLogger("zae_limiter")
 
@@ -94,13 +100,15 @@ class _Acquisition:
     ) -> None:
         self.limiter = limiter
         self.repository = limiter.repository
-        self.admission: Admission = limiter.repository._admission
-        self.clock: Callable[[], int] = limiter.repository._clock
+        self.scope: Scope = limiter.repository.scope
+        self.admission: Admission = self.scope.admission
+        self.clock: Callable[[], int] = self.scope.clock
         self.entity_id = entity_id
         self.requests = requests
         self.limits = limits
         self.on_unavailable = on_unavailable
         self.lease: Lease | None = None
+        self.ledger = Ledger({})
         self.mode = OnUnavailable.BLOCK
 
     def _describe(self, message: str, cause: BaseException) -> RateLimiterUnavailable:
@@ -126,18 +134,19 @@ class _Acquisition:
             holds = await self._admit()
         except (DynamoError, Unavailable) as exc:
             error = self._describe("DynamoDB is unavailable; nothing was debited", exc)
-            self.mode = self.repository._unavailable_mode(self.on_unavailable)
+            self.mode = self.scope.unavailable_mode(self.on_unavailable)
             if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
                 raise error from exc
             log.warning("acquire admitted without metering under on_unavailable=ALLOW: %s", error)
-            self.lease = Lease._degraded_lease()
+            self.lease = degraded_lease(self.ledger)
             return self.lease
-        self.lease = Lease(self, holds)
+        self.ledger.holds = holds
+        self.lease = Lease(self, self.ledger)
         return self.lease
 
     async def _admit(self) -> dict[str, ResourceHold]:
         if self.limits:
-            await check_limit_gates(self.repository, self.limits)
+            await check_limit_gates(self.scope, self.limits)
         for attempt in range(_RESTARTS):
             plans = await self.admission.targets(self.entity_id, self.requests, self.limits)
             targets = [t for p in plans for t in (p.child, p.parent) if t is not None]
@@ -176,6 +185,23 @@ class _Acquisition:
         for name, amount in amounts.items():
             hold.consumed[name] = hold.consumed.get(name, 0) + amount
 
+    def now(self) -> int:
+        return self.clock()
+
+    def newest_image(self, image: BucketImage) -> BucketImage:
+        """The newest image of `image`'s item this client has seen."""
+        cached = self.admission.images.get(ImageCache.key_of(image))
+        return cached[0] if cached is not None and cached[0].stamp_seq >= image.stamp_seq else image
+
+    def overdrawn(self, hold: ResourceHold) -> list[str]:
+        """Soft limits of the hold's item below zero now, on the newest image seen."""
+        if hold.child is None:
+            return []
+        target = hold.child.target
+        cached = self.admission.images.get((target.image.ns, target.entity_id, target.resource, 0))
+        current = cached[0] if cached else target.image
+        return overdrawn_names(current, hold.pending, self.clock())
+
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
@@ -183,12 +209,10 @@ class _Acquisition:
         tb: TracebackType | None,
     ) -> None:
         lease = self.lease
+        self.ledger.open = False
         if lease is None or lease.degraded:
-            if lease is not None:
-                lease._open = False
             return
-        lease._open = False
-        holds = lease._holds
+        holds = self.ledger.holds
         try:
             if exc_type is not None:
                 await self.admission.refund(landed_items(holds))
@@ -201,7 +225,7 @@ class _Acquisition:
                 log.error("refund could not land for %s: %s", self.entity_id, failure)
                 return  # the original exception propagates
             error = self._describe("the exit write could not land", failure)
-            self.mode = self.repository._unavailable_mode(self.on_unavailable)
+            self.mode = self.scope.unavailable_mode(self.on_unavailable)
             if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
                 raise error from failure
             log.error(

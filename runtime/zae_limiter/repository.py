@@ -10,8 +10,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from . import schema, versioning
@@ -27,6 +26,7 @@ from .audit import iso
 from .caches import ConfigCache, ImageCache, stats
 from .dynamo import keys, records
 from .dynamo.bucket_store import DynamoBucketStore
+from .dynamo.namespaces import active_namespace_id, register_namespace
 from .dynamo.store import Store
 from .dynamo.transport import (
     AccessDenied,
@@ -35,6 +35,7 @@ from .dynamo.transport import (
     TableMissing,
     Transport,
     Unavailable,
+    is_condition_failed,
 )
 from .errors import (
     IncompatibleSchemaError,
@@ -47,6 +48,7 @@ from .errors import (
 from .instrumentation import RequestListener
 from .models import CacheStats, OnUnavailable
 from .resolution import Resolver
+from .scope import Scope, Shared
 
 log = logging.getLogger("zae_limiter")
 
@@ -54,23 +56,6 @@ log = logging.getLogger("zae_limiter")
 def system_clock() -> int:
     """Epoch milliseconds."""
     return time.time_ns() // 1_000_000
-
-
-@dataclass
-class _Shared:
-    """What every namespace scope of one opened repository shares."""
-
-    transport: Transport
-    store: Store
-    clock: Callable[[], int]
-    images: ImageCache
-    config_cache_ttl: float
-    bucket_ttl_multiplier: int
-    endpoint_url: str | None
-    version_record: dict[str, Any] = field(default_factory=dict)
-    gates_passed: set[str] = field(default_factory=set)
-    principal: str | None = None
-    principal_resolved: bool = False
 
 
 class Repository(
@@ -85,7 +70,7 @@ class Repository(
     """One table, one namespace. Open with `await Repository.open(...)`."""
 
     def __init__(
-        self, shared: _Shared, namespace_name: str, namespace_id: str, *, owner: bool
+        self, shared: Shared, namespace_name: str, namespace_id: str, *, owner: bool
     ) -> None:
         self._shared = shared
         self._store = shared.store
@@ -102,6 +87,9 @@ class Repository(
             shared.images,
             shared.clock,
             shared.bucket_ttl_multiplier,
+        )
+        self._scope = Scope(
+            namespace_id, self._store, shared.clock, self._resolver, self._admission, shared
         )
         self._scopes: dict[str, Repository] = {}
 
@@ -138,7 +126,7 @@ class Repository(
         transport = await _connect(table_name, region, endpoint, client_config)
         if on_request is not None:
             transport.listeners.add(on_request)
-        shared = _Shared(
+        shared = Shared(
             transport=transport,
             store=Store(transport, table_name),
             clock=clock or system_clock,
@@ -262,6 +250,12 @@ class Repository(
         """The DynamoDB transport (its `.client` is the aiobotocore client)."""
         return self._shared.transport
 
+    @property
+    def scope(self) -> Scope:
+        """This namespace's services (store, clock, config resolver, bucket writes), for the
+        library's own layers: the limiter, manifests, upgrades, the CLI."""
+        return self._scope
+
     # --- caches ------------------------------------------------------------------------------
 
     def invalidate_config_cache(self) -> None:
@@ -325,11 +319,7 @@ class Repository(
 
     def _unavailable_mode(self, explicit: OnUnavailable | None) -> OnUnavailable:
         """The call's mode, else the stored one (last good value, no I/O), else BLOCK."""
-        if explicit is not None:
-            return explicit
-        system = self._config_cache.peek(("system",))
-        mode = system.on_unavailable if system is not None else None
-        return mode or self._resolver.last_on_unavailable or OnUnavailable.BLOCK
+        return self._scope.unavailable_mode(explicit)
 
     # --- principal ---------------------------------------------------------------------------
 
@@ -385,10 +375,10 @@ async def _create(
     try:
         await store.put(record, condition="attribute_not_exists(PK)")
     except DynamoError as exc:
-        if not _is_condition_failed(exc):
+        if not is_condition_failed(exc):
             raise
     for name in namespaces:
-        await _register_namespace(store, name)
+        await register_namespace(store, name, now_iso=iso(system_clock()))
     return created
 
 
@@ -462,50 +452,10 @@ def _check(record: dict[str, Any], table: str) -> None:
 
 
 async def _namespace_id(store: Store, name: str) -> str:
-    item = await store.get(keys.namespace_by_name(name))
-    if item is None or item.get("status") != records.NAMESPACE_ACTIVE:
+    ns_id = await active_namespace_id(store, name)
+    if ns_id is None:
         raise NamespaceNotFoundError(name)
-    return str(item["id"])
-
-
-async def _register_namespace(
-    store: Store,
-    name: str,
-    audit_event: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
-) -> str:
-    """Idempotent: the id of the active namespace `name`, registering it if needed.
-
-    `audit_event(namespace_id)` makes the audit item written with the registration (only when
-    this call registers it).
-    """
-    existing = await store.get(keys.namespace_by_name(name))
-    if existing is not None and existing.get("status") == records.NAMESPACE_ACTIVE:
-        return str(existing["id"])
-    ns_id = records.new_namespace_id()
-    by_name, by_id = records.namespace_items(name, ns_id, iso(system_clock()))
-    operations: list[dict[str, Any]] = [
-        {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
-        {"Put": {"Item": by_id, "ConditionExpression": "attribute_not_exists(PK)"}},
-    ]
-    if audit_event is not None:
-        operations.append({"Put": {"Item": await audit_event(ns_id)}})
-    try:
-        await store.transact(operations)
-    except DynamoError as exc:
-        if not _is_condition_failed(exc):
-            raise
-        return await _register_namespace(store, name, audit_event)
     return ns_id
-
-
-def _is_condition_failed(exc: BaseException) -> bool:
-    from .dynamo.transport import ConditionFailed, TransactionCancelled
-
-    if isinstance(exc, ConditionFailed):
-        return True
-    return isinstance(exc, TransactionCancelled) and any(
-        r.get("Code") == "ConditionalCheckFailed" for r in exc.reasons
-    )
 
 
 def _verify_keys(table: dict[str, Any], name: str) -> None:

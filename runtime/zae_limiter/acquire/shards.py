@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from ..caches import ImageCache
 from ..core import bucket
 from ..core.bucket import LimitWrite, State
-from ..core.split import split_limit
+from ..core.shard_split import split_limit
 from ..dynamo import bucket_items as items
 from ..dynamo.bucket_items import BucketImage, Stamp
 from ..dynamo.bucket_store import ShardSplit
@@ -146,12 +146,12 @@ def split_parts(
                 shard_zero.stamp_seq,
                 shard,
             )
-        parts.append(_split_part(image, exists, now, maker))
+        parts.append(_split_part(image, now, maker, exists=exists))
     return parts
 
 
 def _split_part(
-    image: BucketImage, exists: bool, now: int, maker: planning.ItemMaker
+    image: BucketImage, now: int, maker: planning.ItemMaker, *, exists: bool
 ) -> ShardSplit:
     shards = image.stamp.shards
     doubled = shards * 2
@@ -169,4 +169,6 @@ def _split_part(
     if not exists:
         states = {p.name: bucket.full_state(p, doubled) for p in stamp.limits}
         old_item = maker.item_for(image, stamp, seq, states, now)
-    return ShardSplit(image, exists, old_writes, old_item, sibling, now)
+    return ShardSplit(
+        image, exists=exists, old_writes=old_writes, old_item=old_item, sibling=sibling, now=now
+    )

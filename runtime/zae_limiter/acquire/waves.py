@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from ..caches import ImageCache
@@ -59,6 +59,7 @@ class _Job:
     target: Target
     planner: Planner
     op_id: str
+    _: KW_ONLY
     guarded: bool  # refuse to apply if op_id already landed (a resend after a lost response)
 
 
@@ -105,7 +106,7 @@ class Waves:
         """
         written: list[Written] = []
         latest = [target for target, _ in jobs]
-        pending = [_Job(i, t, p, items.new_op_id(), False) for i, (t, p) in enumerate(jobs)]
+        pending = [_Job(i, t, p, items.new_op_id(), guarded=False) for i, (t, p) in enumerate(jobs)]
         rounds = SETTLE_ROUNDS if settle else MAX_ROUNDS
         outcome = _Round()
         for attempt in range(rounds):
@@ -116,7 +117,9 @@ class Waves:
             if refused:
                 return WaveResult(written, refused, outcome.error, latest)
             retry_errors = settle and attempt + 1 < rounds
-            outcome = await self._wave(planned, now, written, latest, attempt, retry_errors)
+            outcome = await self._wave(
+                planned, now, written, latest, attempt, retry_errors=retry_errors
+            )
             pending = outcome.retry
             if pending and outcome.unknown is not None:
                 await asyncio.sleep(0.02 * (attempt + 1) * transport.backoff_scale)
@@ -144,7 +147,9 @@ class Waves:
             if result is None:
                 refused.append(target)
             else:
-                planned.append((replace(job, target=target), *result))
+                planned.append(
+                    (job if target is job.target else replace(job, target=target), *result)
+                )
         return planned, refused
 
     async def _wave(
@@ -154,6 +159,7 @@ class Waves:
         written: list[Written],
         latest: list[Target],
         attempt: int,
+        *,
         retry_errors: bool,
     ) -> _Round:
         """Send one wave and sort its outcomes."""

@@ -119,7 +119,7 @@ class BalancesMixin(AdminBase):
         if not checked:
             raise ValidationError("amounts", amounts, "name at least one limit, e.g. {'weekly': 1}")
         key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
-        await check_gate(self, "top_up")
+        await check_gate(self._scope, "top_up")
         call = _Call(
             AuditAction.BUCKET_TOPPED_UP,
             entity_id,
@@ -156,7 +156,7 @@ class BalancesMixin(AdminBase):
                 )
             names = tuple(dict.fromkeys(validation.limit_name(n, "limits") for n in limits))
         key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
-        await check_gate(self, "reset_bucket")
+        await check_gate(self._scope, "reset_bucket")
         call = _Call(AuditAction.BUCKET_RESET, entity_id, resource, names, {}, key, principal)
         return await self._balance_operation(call)
 

@@ -24,8 +24,8 @@ from ..resolution import stamp_for
 
 if TYPE_CHECKING:
     from ..acquire import Admission
-    from ..repository import _Shared
     from ..resolution import Resolver
+    from ..scope import Scope, Shared
 
 
 class AdminBase:
@@ -35,7 +35,8 @@ class AdminBase:
     _clock: Callable[[], int]
     _admission: Admission
     _resolver: Resolver
-    _shared: _Shared
+    _shared: Shared
+    _scope: Scope
 
     # provided by Repository
     _forget: Callable[..., None]

@@ -63,7 +63,7 @@ def entity_show(settings: Settings, entity_id: str) -> None:
     async def read(repo: Repository) -> tuple[Any, ...]:
         record = await repo.get_entity(entity_id)
         children = await repo.get_children(entity_id)
-        config = await repo._resolver.entity_config(entity_id)
+        config = await repo.scope.resolver.entity_config(entity_id)
         return record, children, config
 
     record, children, config = with_repo(settings, read)

@@ -36,6 +36,7 @@ from .failures import (
     Unavailable,
     UnknownOutcome,
     classify,
+    is_condition_failed,
 )
 from .retries import RetryBudget
 
@@ -59,6 +60,7 @@ __all__ = [
     "Transport",
     "Unavailable",
     "UnknownOutcome",
+    "is_condition_failed",
 ]
 
 

@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiobotocore.session import get_session
 
-from zae_limiter.aggregation import lambda_record
 from zae_limiter.aggregator import Aggregator, AggregatorConfig, ArchiveSink
 from zae_limiter.dynamo import transport
 from zae_limiter.local.engine import LOCAL_ACCESS_KEY_ID, LOCAL_REGION, LOCAL_SECRET_ACCESS_KEY
+from zae_limiter.stream_records import lambda_record
 
 if TYPE_CHECKING:
     from zae_limiter.repository import Repository

@@ -174,7 +174,7 @@ async def _connect(repo: Repository | None, table: str | None, region: str | Non
                    endpoint_url: str | None) -> AsyncIterator[_Target]:
     """The repository's table, or a connection of our own (no namespace needed)."""
     if repo is not None:
-        yield _Target(repo._store, repo.region, repo._clock)
+        yield _Target(repo.scope.store, repo.region, repo.scope.clock)
         return
     transport = await Transport.connect(
         region=region, endpoint_url=endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
@@ -252,7 +252,7 @@ async def upgrade(
         say(f"table {plan.table} upgraded: schema {record.get('schema_version')}, aggregator "
             f"{record.get('aggregator_version')}")
         if repo is not None:
-            repo._shared.version_record = dict(record)
+            repo.scope.shared.version_record = dict(record)
         return UpgradeResult(plan, True, tuple(m.id for m in plan.migrations), pushed, sha,
                              record)
 

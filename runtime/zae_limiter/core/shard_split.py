@@ -1,4 +1,4 @@
-"""Splitting a bucket shard in two (write sharding, reference.md §5.10). Pure.
+"""Splitting a bucket shard in two (write sharding, docs/sharding.md). Pure.
 
 A shard `s` of a bucket with `n` shards becomes shards `s` and `s + n` of a bucket with `2n`.
 Each limit's balance is divided between them, so the entity-wide total neither grows nor shrinks
