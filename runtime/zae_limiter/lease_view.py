@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .acquire.lease import Lease
+from .acquire.lease import Lease, holds_of, writer_of
 from .core import bucket
 from .core.bucket import MILLI, Kind
 from .models import LimitStatus
@@ -79,10 +79,10 @@ def primary_limits(lease: Any) -> tuple[str, list[LimitView], int]:
     inner = _async_lease(lease)
     if inner is None:
         raise TypeError(f"expected a Lease or SyncLease, got {type(lease).__name__}")
-    writer = inner.writer
-    if writer is None or not inner.holds:
+    writer = writer_of(inner)
+    if writer is None or not holds_of(inner):
         return "", [], 0
-    hold = next(iter(inner.holds.values()))
+    hold = next(iter(holds_of(inner).values()))
     now = writer.now()
     if hold.child is None:
         return "", [], now
@@ -115,9 +115,9 @@ def primary_limits(lease: Any) -> tuple[str, list[LimitView], int]:
 def primary_shard(lease: Any) -> int | None:
     """The shard the acquiring entity's primary item was written on (None: nothing written)."""
     inner = _async_lease(lease)
-    if inner is None or inner.degraded or not inner.holds:
+    if inner is None or inner.degraded or not holds_of(inner):
         return None
-    child = next(iter(inner.holds.values())).child
+    child = next(iter(holds_of(inner).values())).child
     return None if child is None else child.target.image.shard
 
 
@@ -126,4 +126,4 @@ def unmetered_resources(lease: Any) -> list[str]:
     inner = _async_lease(lease)
     if inner is None or inner.degraded:
         return []
-    return [name for name, hold in inner.holds.items() if hold.plan.child is None]
+    return [name for name, hold in holds_of(inner).items() if hold.plan.child is None]

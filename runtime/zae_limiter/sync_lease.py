@@ -21,5 +21,5 @@ class SyncLease:
 
 
 syncgen.twin(LeaseResource, SyncLeaseResource)
-syncgen.twin(Lease, SyncLease, skip=("writer", "holds"))  # for the library (lease_view)
+syncgen.twin(Lease, SyncLease)
 syncgen.register_twin(NoopResource, SyncLeaseResource)

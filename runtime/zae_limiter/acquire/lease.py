@@ -151,16 +151,6 @@ class Lease:
         """True only for the no-op lease yielded under on_unavailable=ALLOW during an outage."""
         return self._writer is None
 
-    @property
-    def writer(self) -> LeaseWriter | None:
-        """The acquisition that made the lease (None for the degraded lease)."""
-        return self._writer
-
-    @property
-    def holds(self) -> dict[str, ResourceHold]:
-        """Each covered resource's hold, primary first (read them, do not change them)."""
-        return self._ledger.holds
-
     def _check_open(self) -> None:
         self._ledger.check_open()
 
@@ -206,6 +196,16 @@ class Lease:
 
     async def release(self, **amounts: int) -> None:
         await self._primary().release(**amounts)
+
+
+def writer_of(lease: Lease) -> LeaseWriter | None:
+    """The acquisition that made `lease` (None for the degraded lease)."""
+    return lease._writer
+
+
+def holds_of(lease: Lease) -> dict[str, ResourceHold]:
+    """Each resource `lease` covers and its hold, primary first (read them, do not change them)."""
+    return lease._ledger.holds
 
 
 def degraded_lease(ledger: Ledger) -> Lease:
