@@ -12,6 +12,7 @@ cdk-nag AwsSolutions checks at synth). Needs `pip install 'zae-limiter[cdk]'` (o
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -28,15 +29,18 @@ def main() -> None:
     app = cdk.App(outdir=None if os.environ.get("CDK_OUTDIR") else str(ROOT / "cdk.out"))
     if as_bool("nag", app.node.try_get_context("nag") or "true"):
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    ZaeLimiterStack(
-        app,
-        str(app.node.try_get_context("stack_name") or "ZaeLimiter"),
-        from_context=True,
-        env=cdk.Environment(
-            account=os.environ.get("CDK_DEFAULT_ACCOUNT"),
-            region=os.environ.get("CDK_DEFAULT_REGION"),
-        ),
-    )
+    try:
+        ZaeLimiterStack(
+            app,
+            str(app.node.try_get_context("stack_name") or "ZaeLimiter"),
+            from_context=True,
+            env=cdk.Environment(
+                account=os.environ.get("CDK_DEFAULT_ACCOUNT"),
+                region=os.environ.get("CDK_DEFAULT_REGION"),
+            ),
+        )
+    except ValueError as exc:  # bad context or properties: one clear line, no traceback
+        sys.exit(f"zae-limiter: {exc}")
     app.synth()
 
 

@@ -300,7 +300,20 @@ def markdown(results: dict[str, Any], plot_name: str | None) -> str:
     if "contention" in results:
         parts += ["## Throughput and correctness under contention",
                   contention_section(results["contention"])]
+    if "hot" in results:
+        parts += ["## One hot item far below its limit (real clock)", hot_section(results["hot"])]
     return "\n\n".join(parts) + "\n"
+
+
+def hot_section(hot: dict[str, Any]) -> str:
+    rows = []
+    for tasks, row in hot.items():
+        for impl in ("ours", "theirs"):
+            r = row[impl]
+            rows.append([tasks if impl == "ours" else "", impl, num(r["admitted_per_s"]),
+                         num(r["rejected"]), num(sum(r["errors"].values()))])
+        rows.append(["", "ours/0.17.0", times(row["ratio"]), "", ""])
+    return table(["Tasks", "who", "admitted/s", "rejected", "errors"], rows)
 
 
 # --- plot ----------------------------------------------------------------------------------------

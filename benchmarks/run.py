@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from benchmarks import report, stats
-from benchmarks.scenarios import CONTENTION_KINDS, TIMING_CASES
+from benchmarks.scenarios import CONTENTION_KINDS, HOT_TASKS, TIMING_CASES
 from benchmarks.targets import COST_ROWS, check
 from zae_limiter.local.engine import AMBIENT_AWS_VARIABLES, ISOLATED_AWS_ENV
 
@@ -270,6 +270,26 @@ def run_contention(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, A
     return out
 
 
+HOT_SECONDS = 6.0
+
+
+def run_hot(workers: dict[str, WorkerProcess]) -> dict[str, Any]:
+    """One hot bucket far below its limit: admitted/s at 1, 8, 32 and 64 tasks, both sides."""
+    out: dict[str, Any] = {}
+    turns = itertools.count()
+    for tasks in HOT_TASKS:
+        row: dict[str, Any] = {}
+        for impl in alternate(next(turns)):
+            result = workers[impl].call("hot_item", tasks=tasks, seconds=HOT_SECONDS)
+            row[impl] = result
+            log(f"hot item {tasks} tasks {impl}: {result['admitted_per_s']:.0f} admitted/s, "
+                f"{result['rejected']} rejected, errors {result['errors']}, "
+                f"load {os.getloadavg()[0]:.1f}")
+        row["ratio"] = row["ours"]["admitted_per_s"] / max(row["theirs"]["admitted_per_s"], 1e-9)
+        out[str(tasks)] = row
+    return out
+
+
 # --- main --------------------------------------------------------------------------------------
 
 
@@ -281,8 +301,8 @@ def machine() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="ours vs zae-limiter 0.17.0 on DynamoDB Local")
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
-    parser.add_argument("--phases", default="costs,timing,contention",
-                        help="comma-separated subset of costs,timing,contention")
+    parser.add_argument("--phases", default="costs,timing,contention,hot",
+                        help="comma-separated subset of costs,timing,contention,hot")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
     parser.add_argument("--calls", type=int,
                         help="timing calls per case per implementation (both cases)")
@@ -306,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         "costs": run_costs,
         "timing": lambda workers: run_timing(workers, plan),
         "contention": lambda workers: run_contention(workers, plan),
+        "hot": run_hot,
     }
     results["meta"]["load_before"] = {}
     for phase, run in runs.items():

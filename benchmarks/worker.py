@@ -5,7 +5,7 @@
 run from the repository root by the interpreter of the implementation's venv. Each request is one
 line `{"op": NAME, ...arguments}`; each answer one line `{"ok": true, "result": ...}` or
 `{"ok": false, "error": "..."}`. Anything the libraries print goes to stderr. Ops: info, costs,
-timing_setup, timing_block, floor_setup, floor_block, contention, quit.
+timing_setup, timing_block, floor_setup, floor_block, contention, hot_item, quit.
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ class Worker:
             return await scenarios.contention(
                 self.impl, self.recorder, args["kind"], tasks=int(args["tasks"]),
                 attempts=int(args["attempts"]), capacity=int(args["capacity"]))
+        if op == "hot_item":
+            return await scenarios.hot_item(
+                self.impl, self.recorder, tasks=int(args["tasks"]), seconds=float(args["seconds"]))
         raise ValueError(f"unknown op {op!r}")
 
     def _timing(self) -> scenarios.TimingBench:

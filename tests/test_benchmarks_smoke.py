@@ -53,3 +53,12 @@ async def test_contention_never_over_admits(ddb_endpoint: str, wire: Any, kind: 
     assert result["errors"] == {}
     assert result["over_admitted"] == 0
     assert result["admitted"] == result["allowed"]
+
+
+def test_the_cron_edge_benchmark_measures_every_shape() -> None:
+    from benchmarks import cron_edges
+
+    results = cron_edges.measure(n=5)
+    assert set(results) == {label for label, _, _ in cron_edges.SHAPES}
+    for row in results.values():
+        assert {"next_edge", "last_edge", "cached", "window_change"} <= set(row)

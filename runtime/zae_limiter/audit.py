@@ -1,4 +1,4 @@
-"""Audit events: ULID ids and the stored item (reference.md §5.14). Pure."""
+"""Audit events: ULID ids and the stored item (docs/audit.md). Pure."""
 
 from __future__ import annotations
 

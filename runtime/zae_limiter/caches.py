@@ -5,7 +5,10 @@ Both are timed by the repository's injectable clock.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -141,11 +144,34 @@ class ImageCache:
         self._newest.clear()
 
 
-def stats(config: ConfigCache, images: ImageCache) -> CacheStats:
+def stats(config: ConfigCache, images: ImageCache, undecided_writes: int = 0) -> CacheStats:
     return CacheStats(
         hits=config.hits,
         misses=config.misses,
         size=len(config),
         ttl_seconds=config.ttl_seconds,
         local_rejections=images.local_rejections,
+        undecided_writes=undecided_writes,
     )
+
+
+class Turns:
+    """One at a time per key, within this process (a lock per key, dropped when unused)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    @asynccontextmanager
+    async def turn(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._locks[key]
+
+    def __len__(self) -> int:
+        return len(self._locks)

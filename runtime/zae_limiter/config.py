@@ -1,4 +1,4 @@
-"""Configuration levels and their resolution (reference.md §4.5). Pure, no I/O.
+"""Configuration levels and their resolution (docs/configuration.md). Pure, no I/O.
 
 Limits: entity+resource, entity `_default_`, resource defaults, system defaults; the first level
 with limits supplies the whole list. `disabled`: entity(resource) -> entity(_default_) ->
@@ -29,6 +29,7 @@ class Level:
     disabled: Disabled = None
     cascade: bool | None = None
     version: int = 0
+    changed_at: int = 0  # epoch ms of the level's last write (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class SystemLevel:
     limits: tuple[Limit, ...] | None = None
     on_unavailable: OnUnavailable | None = None
     version: int = 0
+    changed_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class Resolved:
     entity_version: int
     resource_version: int
     system_version: int
+    changed_at: int = 0  # the latest write among the levels consulted (0: unknown)
 
 
 def resolve(
@@ -116,6 +119,8 @@ def resolve(
         entity_version=entity.version,
         resource_version=resource_level.version,
         system_version=system.version,
+        changed_at=max(own.changed_at, default.changed_at, resource_level.changed_at,
+                       system.changed_at),
     )
 
 
@@ -145,6 +150,7 @@ def level_from_item(item: dict[str, Any] | None) -> Level:
         disabled=item.get("disabled"),
         cascade=None if cascade is None else bool(cascade),
         version=int(item.get("ver", 0)),
+        changed_at=int(item.get("at", 0)),
     )
 
 

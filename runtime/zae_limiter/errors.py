@@ -1,4 +1,4 @@
-"""The exception hierarchy (reference.md §3). Every message says what to fix."""
+"""The exception hierarchy (docs/errors.md). Every message says what to fix."""
 
 from __future__ import annotations
 
@@ -50,9 +50,13 @@ class RateLimitExceeded(RateLimitError):
     def _message(self) -> str:
         if self.contended and not self.violations:
             return "Rate limit contended: concurrent writers kept colliding; retry shortly"
+        caller = self.statuses[0].entity_id if self.statuses else None
         by_resource: dict[str, list[str]] = {}
         for status in self.violations:
-            by_resource.setdefault(status.resource, []).append(status.limit_name)
+            where = status.resource
+            if status.entity_id != caller:  # a cascade parent refused: say which one
+                where += f" (parent {status.entity_id})"
+            by_resource.setdefault(where, []).append(status.limit_name)
         parts = [f"{resource}: {', '.join(names)}" for resource, names in by_resource.items()]
         return "Rate limit exceeded for " + "; ".join(parts)
 

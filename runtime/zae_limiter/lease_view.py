@@ -87,11 +87,11 @@ def primary_limits(lease: Any) -> tuple[str, list[LimitView], int]:
     if hold.child is None:
         return "", [], now
     image = writer.newest_image(hold.child.target.image)
-    shards = image.stamp.shards
+    slot = image.slot
     out = []
     for params in image.stamp.limits:
-        state = image.states.get(params.name) or bucket.full_state(params, shards)
-        view = bucket.view(params, state, now, shards)
+        state = image.states.get(params.name) or bucket.full_state(params, slot)
+        view = bucket.view(params, state, now, slot)
         is_rate = params.kind == Kind.RATE
         if is_rate:
             window = _refill_window(params.capacity, params.refill, params.period_ms)
@@ -122,7 +122,7 @@ def primary_shard(lease: Any) -> int | None:
 
 
 def unmetered_resources(lease: Any) -> list[str]:
-    """Resources of the lease admitted with no limits for the entity (§4.6)."""
+    """Resources of the lease admitted with no limits for the entity (docs/configuration.md)."""
     inner = _async_lease(lease)
     if inner is None or inner.degraded:
         return []

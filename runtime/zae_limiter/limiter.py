@@ -1,4 +1,4 @@
-"""`RateLimiter`: acquire, availability, and the entity/config API (reference.md §2.3, §5.1–5.3)."""
+"""`RateLimiter`: acquire, availability, and the entity/config API (docs/getting-started.md)."""
 
 from __future__ import annotations
 
@@ -67,8 +67,9 @@ def _validate_acquire(
         if len(also) + 1 > MAX_ACQUIRE_RESOURCES:
             raise ValidationError(
                 "also",
-                f"{len(also)} resources",
-                f"at most {MAX_ACQUIRE_RESOURCES} resources per acquire, the primary included",
+                f"{len(also)} extra resources ({len(also) + 1} with the primary)",
+                f"at most {MAX_ACQUIRE_RESOURCES - 1} extra resources "
+                f"({MAX_ACQUIRE_RESOURCES} with the primary) per acquire; split the call",
             )
         for extra, amounts in also.items():
             validation.resource_name(extra, field="also resource")
@@ -87,7 +88,7 @@ def _amounts_for(resource: str, amounts: Any) -> dict[str, int]:
     return checked
 
 
-class _Acquisition:
+class Acquisition:
     """The async context manager behind `acquire()`; also serves the lease's writes."""
 
     def __init__(
@@ -209,7 +210,7 @@ class _Acquisition:
         tb: TracebackType | None,
     ) -> None:
         lease = self.lease
-        self.ledger.open = False
+        self.ledger.close(None if lease is None or lease.degraded else self)
         if lease is None or lease.degraded:
             return
         holds = self.ledger.holds
@@ -290,10 +291,10 @@ class RateLimiter:
         on_unavailable: OnUnavailable | None = None,
         *,
         also: dict[str, dict[str, int]] | None = None,
-    ) -> _Acquisition:
+    ) -> Acquisition:
         """Admit and debit `consume` on `resource` (and every resource in `also`), all or none."""
         requests = _validate_acquire(entity_id, resource, consume, limits, on_unavailable, also)
-        return _Acquisition(self, entity_id, requests, limits, on_unavailable)
+        return Acquisition(self, entity_id, requests, limits, on_unavailable)
 
     async def available(
         self, entity_id: str, resource: str, limits: list[Limit] | None = None

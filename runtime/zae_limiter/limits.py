@@ -1,4 +1,4 @@
-"""`Limit` and `ScheduleEntry`: what a resource's limits are (reference.md §2.7, §4.1, §4.7)."""
+"""`Limit` and `ScheduleEntry`: what a resource's limits are (docs/limits-and-time.md)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,10 @@ class ScheduleEntry:
     refill_period_seconds: int | None = None
 
     def __post_init__(self) -> None:
+        try:
+            cron.zone(self.tz)
+        except cron.CronError as exc:
+            raise ValidationError("schedule tz", self.tz, str(exc)) from exc
         try:
             cron.parse(self.cron, self.tz)
         except cron.CronError as exc:
@@ -281,6 +285,34 @@ class Limit:
             reset_after=timedelta(seconds=after) if after is not None else None,
             soft=data.get("soft", False),
         )
+
+
+def identity(limit: Limit) -> tuple[Any, ...]:
+    """What makes two limits the same configuration: every field, with each schedule compared as
+    the schedule it is, not as spelled (`0 0 * * 1` and `0 0 * * MON` are one schedule)."""
+
+    def entries(schedule: tuple[ScheduleEntry, ...]) -> tuple[Any, ...]:
+        return tuple(
+            (
+                cron.parse(e.cron, e.tz),
+                e.scale,
+                e.capacity,
+                e.refill_amount,
+                e.refill_period_seconds,
+            )
+            for e in schedule
+        )
+
+    return (
+        limit.name,
+        limit.capacity,
+        limit.refill_amount,
+        limit.refill_period_seconds,
+        limit.reset_after,
+        limit.soft,
+        entries(limit.schedule),
+        entries(limit.reset_schedule),
+    )
 
 
 def check_limit_list(limits: Any, field: str = "limits") -> list[Limit]:

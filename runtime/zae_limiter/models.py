@@ -1,8 +1,9 @@
-"""Result and record types (reference.md §2.8)."""
+"""Result and record types (docs/getting-started.md)."""
 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -80,7 +81,10 @@ class LimitStatus:
                 "available": self.available,
                 "requested": self.requested,
                 "exceeded": self.exceeded,
-                "retry_after_seconds": self.retry_after_seconds,
+                # None: never fits (above max_request; check_availability only)
+                "retry_after_seconds": (
+                    None if math.isinf(self.retry_after_seconds) else self.retry_after_seconds
+                ),
                 "soft": self.limit.soft,
                 "max_request": self.max_request,
             }
@@ -97,36 +101,50 @@ class Availability:
     bypassed: bool = False
 
     @property
+    def _own(self) -> list[LimitStatus]:
+        """The entity's own statuses (the rest are its cascade parent's)."""
+        return [s for s in self.statuses if s.entity_id == self.entity_id]
+
+    def _judged(self) -> list[LimitStatus]:
+        """Statuses that can refuse the call: a bypass covers the entity's own limits only."""
+        return [s for s in self.statuses if not (self.bypassed and s.entity_id == self.entity_id)]
+
+    @property
     def allowed(self) -> bool:
-        return self.bypassed or not any(s.exceeded for s in self.statuses)
+        return not any(s.exceeded for s in self._judged())
 
     @property
     def available(self) -> dict[str, int]:
-        return {s.limit_name: s.available for s in self.statuses}
+        return {s.limit_name: s.available for s in self._own}
 
     @property
     def needed(self) -> dict[str, int]:
-        return {s.limit_name: s.requested for s in self.statuses if s.requested}
+        return {s.limit_name: s.requested for s in self._own if s.requested}
 
     @property
     def exceeded(self) -> list[str]:
-        return [s.limit_name for s in self.statuses if s.exceeded]
+        return list(dict.fromkeys(s.limit_name for s in self._judged() if s.exceeded))
 
     @property
     def deficit(self) -> dict[str, int]:
-        return {s.limit_name: s.deficit for s in self.statuses if s.exceeded}
+        out: dict[str, int] = {}
+        for s in self._judged():
+            if s.exceeded:
+                out[s.limit_name] = max(out.get(s.limit_name, 0), s.deficit)
+        return out
 
     @property
     def retry_after_seconds(self) -> float:
-        waits = [s.retry_after_seconds for s in self.statuses if s.exceeded]
-        return max(waits) if waits and not self.bypassed else 0.0
+        """0.0 when it fits; `math.inf` when a need is above `max_request` (never fits)."""
+        waits = [s.retry_after_seconds for s in self._judged() if s.exceeded]
+        return max(waits) if waits else 0.0
 
     @property
     def limits(self) -> list[Limit]:
-        return [s.limit for s in self.statuses]
+        return [s.limit for s in self._own]
 
     def status(self, name: str) -> LimitStatus:
-        for s in self.statuses:
+        for s in self._own:
             if s.limit_name == name:
                 return s
         raise KeyError(name)
@@ -216,6 +234,7 @@ class AuditAction:
     LIMITS_DELETED = "limits_deleted"
     BUCKET_RESET = "bucket_reset"
     BUCKET_TOPPED_UP = "bucket_topped_up"
+    BUCKET_SHARDED = "bucket_sharded"
     NAMESPACE_REGISTERED = "namespace_registered"
     NAMESPACE_DELETED = "namespace_deleted"
     NAMESPACE_RECOVERED = "namespace_recovered"
@@ -263,6 +282,9 @@ class CacheStats:
     size: int = 0
     ttl_seconds: float = 0
     local_rejections: int = 0
+    #: calls admitted on an unmetered resource, per resource (docs/configuration.md)
+    unmetered_admissions: dict[str, int] = field(default_factory=dict)
+    undecided_writes: int = 0  # writes given up with their outcome unknown (on-unavailable.md)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -271,4 +293,6 @@ class CacheStats:
             "size": self.size,
             "ttl_seconds": self.ttl_seconds,
             "local_rejections": self.local_rejections,
+            "unmetered_admissions": dict(self.unmetered_admissions),
+            "undecided_writes": self.undecided_writes,
         }

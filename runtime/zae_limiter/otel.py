@@ -36,7 +36,7 @@ from .http import policy_name
 from .instrumentation import RequestEvent
 from .lease_view import primary_shard, unmetered_resources
 from .limiter import RateLimiter
-from .sync import SyncRateLimiter, _SyncAcquisition
+from .sync import SyncAcquisition, SyncRateLimiter
 from .syncgen import async_of
 
 try:
@@ -244,8 +244,8 @@ class TracedSyncRateLimiter(SyncRateLimiter):
     def __init__(self, limiter: SyncRateLimiter, telemetry: _Telemetry) -> None:
         self._async = TracedRateLimiter(async_of(limiter), telemetry)
 
-    def acquire(self, *args: Any, **kwargs: Any) -> _SyncAcquisition:
-        return _SyncAcquisition(self._async.acquire(*args, **kwargs))
+    def acquire(self, *args: Any, **kwargs: Any) -> SyncAcquisition:
+        return SyncAcquisition(self._async.acquire(*args, **kwargs))
 
 
 def enabled_by_environment() -> bool:

@@ -1,4 +1,5 @@
-"""`Repository`: the connection to one table, scoped to a namespace (reference.md §2.2, §2.5, §2.6).
+"""`Repository`: the connection to one table, scoped to a namespace (docs/getting-started.md,
+docs/configuration.md, docs/reset-and-top-up.md).
 
 The entity, config, flag and balance operations live in the mixins of `zae_limiter.admin`; this
 module holds the connection, the shared caches and the version check.
@@ -11,6 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from . import schema, versioning
@@ -21,6 +23,7 @@ from .admin.entities import EntitiesMixin
 from .admin.flags import FlagsMixin
 from .admin.namespaces import NamespacesMixin
 from .admin.reports import ReportsMixin
+from .admin.shards import ShardsMixin
 from .admin.usage import UsageMixin
 from .audit import iso
 from .caches import ConfigCache, ImageCache, stats
@@ -49,6 +52,7 @@ from .instrumentation import RequestListener
 from .models import CacheStats, OnUnavailable
 from .resolution import Resolver
 from .scope import Scope, Shared
+from .unmetered import Unmetered
 
 log = logging.getLogger("zae_limiter")
 
@@ -65,6 +69,7 @@ class Repository(
     ReportsMixin,
     AvailabilityMixin,
     BalancesMixin,
+    ShardsMixin,
     UsageMixin,
 ):
     """One table, one namespace. Open with `await Repository.open(...)`."""
@@ -87,7 +92,10 @@ class Repository(
             shared.images,
             shared.clock,
             shared.bucket_ttl_multiplier,
+            shared.split_writes_per_second,
         )
+        self._unmetered = Unmetered(shared.unmetered, namespace_name, self._configured_resources)
+        self._admission.finder.unmetered = self._unmetered
         self._scope = Scope(
             namespace_id, self._store, shared.clock, self._resolver, self._admission, shared
         )
@@ -107,18 +115,30 @@ class Repository(
         rejection_cache_ttl: float = 1.0,
         rejection_cache_size: int = 10_000,
         bucket_ttl_multiplier: int = 7,
+        split_writes_per_second: float = 1000.0,
         client_config: Any = None,
         clock: Callable[[], int] | None = None,
+        unmetered: str | None = None,
         on_request: RequestListener | None = None,
         _check_version: bool = True,
     ) -> Repository:
         """Connect to an existing table and namespace, and check versions. Creates nothing.
 
+        `split_writes_per_second`: a bucket item this process sees written faster than this is
+        split into twice the shards (docs/sharding.md); lower it to exercise sharding in tests.
         `on_request` is called with a `RequestEvent` for every DynamoDB request, from the
         first one `open` sends (docs/request-hook.md).
+
+        `unmetered` ("allow", "warn" or "reject"; default `$ZAEL_UNMETERED`, else "allow") says
+        what an acquire on a resource without limits at any level does
+        (docs/configuration.md).
         """
         from . import validation
+        from .unmetered import policy_from
 
+        unmetered_policy = policy_from(unmetered)
+
+        validation.positive_number(split_writes_per_second, "split_writes_per_second")
         table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
         ns_name = namespace or os.environ.get("ZAEL_NAMESPACE") or "default"
         validation.namespace_name(ns_name)
@@ -133,10 +153,12 @@ class Repository(
             images=ImageCache(rejection_cache_ttl, rejection_cache_size),
             config_cache_ttl=config_cache_ttl,
             bucket_ttl_multiplier=bucket_ttl_multiplier,
+            split_writes_per_second=float(split_writes_per_second),
             endpoint_url=endpoint,
+            unmetered=unmetered_policy,
         )
         try:
-            record = await _read_version_record(shared.store)
+            record = await read_version_record(shared.store)
             if _check_version:
                 _check(record, table_name)
             shared.version_record = record
@@ -258,11 +280,22 @@ class Repository(
 
     # --- caches ------------------------------------------------------------------------------
 
-    def invalidate_config_cache(self) -> None:
+    async def invalidate_config_cache(self) -> None:
+        """Drop this process's config cache (docs/configuration.md)."""
         self._config_cache.clear()
 
     def get_cache_stats(self) -> CacheStats:
-        return stats(self._config_cache, self._shared.images)
+        return replace(
+            stats(self._config_cache, self._shared.images, self._admission.waves.lanes.undecided),
+            unmetered_admissions=dict(self._unmetered.admissions),
+        )
+
+    async def _configured_resources(self) -> list[str]:
+        """Resource names some level has limits for (the unmetered policy's suggestions)."""
+        defaults, entity_levels = await asyncio.gather(
+            self.list_resources_with_defaults(), self.list_resources_with_entity_configs()
+        )
+        return sorted({*defaults, *entity_levels} - {keys.DEFAULT_RESOURCE})
 
     def _forget(self, entity_id: str | None = None, resource: str | None = None) -> None:
         """Administrative writes from this process clear the affected cached state."""
@@ -412,7 +445,7 @@ def _unavailable(what: str, exc: DynamoError, table: str) -> RateLimiterUnavaila
     return RateLimiterUnavailable(what, exc, table_name=table)
 
 
-async def _read_version_record(store: Store) -> dict[str, Any]:
+async def read_version_record(store: Store) -> dict[str, Any]:
     try:
         item = await store.get(keys.version_record())
     except TableMissing:

@@ -45,6 +45,7 @@ def system_level_from_item(item: dict[str, Any] | None) -> cfg.SystemLevel:
         limits=cfg.limits_from_json(item.get("limits")),
         on_unavailable=OnUnavailable(mode) if mode else None,
         version=int(item.get("ver", 0)),
+        changed_at=int(item.get("at", 0)),
     )
 
 
@@ -67,6 +68,7 @@ def stamp_for(
         resource_version=resolved.resource_version,
         system_version=resolved.system_version,
         override=override,
+        changed_at=resolved.changed_at,
     )
 
 

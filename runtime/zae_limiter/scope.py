@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .acquire import Admission
-from .caches import ImageCache
+from .caches import ImageCache, Turns
 from .dynamo.store import Store
 from .dynamo.transport import Transport
 from .models import OnUnavailable
@@ -29,11 +29,14 @@ class Shared:
     images: ImageCache
     config_cache_ttl: float
     bucket_ttl_multiplier: int
+    split_writes_per_second: float
     endpoint_url: str | None
+    unmetered: str = "allow"  # the unmetered policy (unmetered.py)
     version_record: dict[str, Any] = field(default_factory=dict)
     gates_passed: set[str] = field(default_factory=set)
     principal: str | None = None
     principal_resolved: bool = False
+    partition_turns: Turns = field(default_factory=Turns)  # admin writes, one at a time
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from zae_limiter import (
     UsageSummary,
 )
 from zae_limiter.dynamo.transport import Transport
-from zae_limiter.limiter import _Acquisition
+from zae_limiter.limiter import Acquisition
 from zae_limiter.scope import Scope
 from zae_limiter.sync_lease import SyncLease as SyncLease
 from zae_limiter.sync_lease import SyncLeaseResource as SyncLeaseResource
@@ -160,8 +160,10 @@ class SyncRepository:
         rejection_cache_ttl: float = ...,
         rejection_cache_size: int = ...,
         bucket_ttl_multiplier: int = ...,
+        split_writes_per_second: float = ...,
         client_config: Any = ...,
         clock: Callable[[], int] | None = ...,
+        unmetered: str | None = ...,
         on_request: RequestListener | None = ...,
         _check_version: bool = ...,
     ) -> SyncRepository: ...
@@ -215,6 +217,9 @@ class SyncRepository:
         disabled: Any = ...,
         cascade: Any = ...,
     ) -> None: ...
+    def set_shards(
+        self, entity_id: str, resource: str, count: int, principal: str | None = ...
+    ) -> int: ...
     def set_system_defaults(
         self,
         limits: list[Limit],
@@ -242,8 +247,8 @@ class SyncRepository:
     @property
     def transport(self) -> Transport: ...
 
-class _SyncAcquisition:
-    def __init__(self, acquisition: _Acquisition) -> None: ...
+class SyncAcquisition:
+    def __init__(self, acquisition: Acquisition) -> None: ...
     def __enter__(self) -> SyncLease: ...
     def __exit__(
         self,
@@ -268,7 +273,7 @@ class SyncRateLimiter:
         on_unavailable: OnUnavailable | None = ...,
         *,
         also: dict[str, dict[str, int]] | None = ...,
-    ) -> _SyncAcquisition: ...
+    ) -> SyncAcquisition: ...
     def available(
         self, entity_id: str, resource: str, limits: list[Limit] | None = ...
     ) -> dict[str, int]: ...

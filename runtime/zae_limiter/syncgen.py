@@ -1,4 +1,4 @@
-"""One mechanism that makes the sync facade from the async classes (reference.md §2.9).
+"""One mechanism that makes the sync facade from the async classes (docs/sync.md).
 
 Every coroutine runs on one background event-loop thread, shared by all caller threads, so
 requests the async code sends together are still sent together. A sync class is generated from
@@ -152,7 +152,7 @@ def public_signatures(cls: type) -> dict[str, str]:
 STUBS: dict[str, tuple[tuple[str, str], ...]] = {
     "sync.pyi": (
         ("zae_limiter.repository:Repository", "zae_limiter.sync:SyncRepository"),
-        ("", "zae_limiter.sync:_SyncAcquisition"),
+        ("", "zae_limiter.sync:SyncAcquisition"),
         ("zae_limiter.limiter:RateLimiter", "zae_limiter.sync:SyncRateLimiter"),
     ),
     "sync_lease.pyi": (
@@ -176,7 +176,7 @@ def _load(path: str) -> type:
 
 def _twin_names() -> dict[str, str]:
     """Async class name -> sync class name, for every twin (the acquisition context too)."""
-    out = {"_Acquisition": "_SyncAcquisition"}
+    out = {"Acquisition": "SyncAcquisition"}
     for pairs in STUBS.values():
         for async_path, sync_path in pairs:
             if async_path:

@@ -1,7 +1,8 @@
-"""Input rules (reference.md §4.7), checked before any read or write."""
+"""Input rules (docs/limits-and-time.md), checked before any read or write."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -73,6 +74,15 @@ def whole_number(value: Any, field: str, low: int, high: int) -> int:
     if not low <= value <= high:
         raise ValidationError(field, value, f"must be between {low} and {high}")
     return value
+
+
+def positive_number(value: Any, field: str) -> float:
+    """A finite number above zero (int or float, not bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationError(field, value, "must be a number, e.g. 1000.0")
+    if not math.isfinite(value) or value <= 0:
+        raise ValidationError(field, value, "must be a finite number above 0")
+    return float(value)
 
 
 def amounts(

@@ -76,6 +76,7 @@ async def test_limits_at_levels_and_listing(zl: ZL, live: Repository) -> None:
 
 
 async def test_flags_and_cascade(zl: ZL, live: Repository) -> None:
+    zl("entity", "create", "user-7")
     for command, stored in (("disable", True), ("enable", False), ("bypass", "bypass"),
                             ("clear-disabled", None)):
         data = zl.json("entity", command, "user-7", "-r", "budget")
@@ -175,3 +176,39 @@ async def test_soft_limit_and_bypass(zl: ZL, live: Repository) -> None:
     session = Limit.quota("session", 1, reset_after=timedelta(hours=5))
     await live.set_resource_defaults("other", [session])
     assert "session:1@after(5h)" in zl("resource", "get-defaults", "other").stdout
+
+
+async def test_a_mistyped_entity_id_buys_nothing_and_disables_nothing(zl: ZL) -> None:
+    """§5.9: top-up, reset, bypass and disable refuse an unknown entity, exit 1, write nothing."""
+    zl("resource", "set-defaults", "budget", *limit_args(WEEKLY_FREE))
+    for args in (
+        ("entity", "top-up", "ghost-user", "-r", "budget", "-a", "weekly:5"),
+        ("entity", "reset", "ghost-user", "-r", "budget"),
+        ("entity", "bypass", "nobody-x"),
+        ("entity", "disable", "nobody-x", "-r", "budget"),
+    ):
+        assert "does not exist" in zl.error(*args), args
+    assert zl.json("audit", "list", "-e", "ghost-user")["events"] == []
+    zl("entity", "create", "user-3")
+    zl("entity", "delete", "user-3", "-y")
+    again = zl.error("entity", "delete", "user-3", "-y")
+    assert "no entity 'user-3'" in again and "nothing to delete" in again
+    warned = zl("entity", "set-limits", "api-key-9", "-r", "budget", *limit_args(WEEKLY_FREE))
+    assert "no record and no buckets" in warned.stderr
+
+
+async def test_available_judges_the_cascade_parent_and_a_need_that_never_fits(zl: ZL) -> None:
+    """§5.16: the answer is the acquire's: the org's rejection, and no wait for the impossible."""
+    zl("resource", "set-defaults", "search", *limit_args("requests:100/min"))
+    zl("entity", "create", "org-z")
+    zl("entity", "set-limits", "org-z", "-r", "search", *limit_args("requests:1/min"))
+    zl("entity", "create", "user-c1", "--parent", "org-z", "--cascade")
+    text = zl("entity", "available", "user-c1", "-r", "search", "--need", "requests:2").stdout
+    assert "org-z" in text.splitlines()[3]  # the parent's row in the table
+    assert "allowed: no (never fits: 2 requests is above the most one call can take " in text
+    assert "(1 for org-z)" in text
+    zl("resource", "set-defaults", "budget", *limit_args(WEEKLY_FREE))
+    data = zl.json("entity", "available", "user-c1", "-r", "budget", "--need", "weekly:6000000")
+    assert (data["allowed"], data["retry_after_seconds"]) == (False, None)
+    text = zl("entity", "available", "user-c1", "-r", "budget", "--need", "weekly:6000000").stdout
+    assert "never fits: 6000000 weekly is above the most one call can take (5000000)" in text

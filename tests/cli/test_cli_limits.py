@@ -15,6 +15,7 @@ from zae_limiter import Limit, OnUnavailable, RateLimiterUnavailable, Repository
 from zae_limiter.dynamo import keys
 from zae_limiter.manifest import (
     ConcurrentApplyError,
+    ManifestError,
     apply_manifest,
     apply_plan,
     loads,
@@ -227,9 +228,10 @@ async def test_bad_manifests(zl: ZL, tmp_path: Path) -> None:
     path = write(tmp_path, "namespace: default\nresources: {r: {limits: {rpm: {capacity: 1}, "
                            "tpm: {capacity: 1, burst: 2}}}}\n")
     stderr = zl.error("limits", "validate", "-f", path, connect=False)
-    assert stderr.strip() == ("Error: resources.r.limits.tpm.burst: unknown key; expected one of: "
-                              "capacity, refill_amount, refill_period, refill_period_seconds, "
-                              "reset_schedule, reset_after_seconds, schedule, soft")
+    assert stderr.strip() == (f"Error: {path}:2: resources.r.limits.tpm.burst: unknown key; "
+                              "expected one of: capacity, refill_amount, refill_period, "
+                              "refill_period_seconds, reset_schedule, reset_after_seconds, "
+                              "schedule, soft")
     assert "Missing option '-f'" in zl("limits", "plan", code=2).stderr
     assert "cannot read" in zl.error("limits", "diff", "-f", str(tmp_path / "nope.yaml"))
 
@@ -352,3 +354,92 @@ async def test_a_cancelled_apply_records_its_progress_and_releases_the_lock(
     assert len(result.resumed) == 5 and result.applied == ()
     assert await live.get_resource_defaults("summarize") == [
         Limit.per_minute("requests", 60), Limit.per_minute("units", 2000)]
+
+
+async def test_a_manifest_pre_splits_an_entity_bucket_and_never_lowers_it(
+    zl: ZL, live: Repository, tmp_path: Path
+) -> None:
+    path = write(tmp_path, """
+namespace: default
+resources: {search: {limits: {units: {capacity: 1000}}}}
+entities:
+  org-acme:
+    resources:
+      search: {shards: 8}
+""")
+    assert zl("limits", "plan", "-f", path).stdout.splitlines()[-2:] == [
+        "~ update shards of org-acme / search: no bucket -> 8",
+        "plan: 2 to create, 1 to update, 0 to delete; 1 unchanged",
+    ]
+    zl("limits", "apply", "-f", path, "-y")
+    assert {b.shard_count for b in await live.get_buckets("org-acme", "search")} == {8}
+    assert zl("limits", "plan", "-f", path).stdout.strip() == "no changes: 3 unchanged"
+    split = zl("entity", "set-shards", "org-acme", "-r", "search", "--count", "16")
+    assert "org-acme / search: 16 shard(s)" in split.stdout
+    assert zl("limits", "plan", "-f", path).stdout.strip() == "no changes: 3 unchanged"
+    events = [e for e in await live.get_audit_events("org-acme") if e.action == "bucket_sharded"]
+    assert sorted(e.details["shards"] for e in events) == [8, 16]
+    bad = write(tmp_path, "namespace: default\nentities: {o: {resources: {s: {shards: 3}}}}\n")
+    error = zl.error("limits", "validate", "-f", bad, connect=False)
+    assert "entities.o.resources.s.shards: must be one of 1, 2, 4, 8, 16, 32" in error
+
+
+WEEKLY_MANIFEST = """namespace: default
+resources:
+  budget:
+    limits:
+      weekly:
+        capacity: 5000000
+        reset_schedule: [{{cron: "{cron}", tz: {tz}}}]
+"""
+
+
+async def test_a_respelled_schedule_is_no_change_and_an_edit_keeps_the_spend(
+    zl: ZL, live: Repository, tmp_path: Path
+) -> None:
+    """§5.8: `0 0 * * MON` is `0 0 * * 1`; a zone edit changes the limit, never its balance."""
+    from zae_limiter import RateLimiter, RateLimitExceeded
+
+    first = write(tmp_path, WEEKLY_MANIFEST.format(cron="0 0 * * 1", tz="Europe/Paris"))
+    zl("limits", "apply", "-f", first, "-y")
+    limiter = RateLimiter(live)
+    async with limiter.acquire("user-1", "budget", {"weekly": 4_900_000}):
+        pass
+    respelled = write(tmp_path, WEEKLY_MANIFEST.format(cron="0 0 * * MON", tz="Europe/Paris"))
+    plan = zl("limits", "plan", "-f", respelled).stdout.splitlines()
+    assert plan == ["no changes: 1 unchanged"]
+    moved = write(tmp_path, WEEKLY_MANIFEST.format(cron="0 0 * * MON", tz="Europe/Berlin"))
+    assert "~ update resource budget" in zl("limits", "apply", "-f", moved, "-y").stdout
+    assert (await limiter.available("user-1", "budget"))["weekly"] == 100_000
+    with pytest.raises(RateLimitExceeded):
+        async with limiter.acquire("user-1", "budget", {"weekly": 4_900_000}):
+            pass
+
+
+TWO_MISTAKES_AND_AN_ANCHOR = """namespace: default
+x-free: &free
+  requests: {capacity: 60}
+  units: {capacity: -5}
+resources:
+  search:
+    limits: *free
+  translate:
+    limits: {requests: {capacity: 60, burst: 2}}
+  budget:
+    disabled: maybe
+"""
+
+
+async def test_every_manifest_mistake_is_reported_with_its_file_and_line(
+    zl: ZL, tmp_path: Path
+) -> None:
+    """§8: all mistakes at once, each at file:line; one inside an anchor at the anchor's line."""
+    path = write(tmp_path, TWO_MISTAKES_AND_AN_ANCHOR)
+    stderr = zl.error("limits", "validate", "-f", path, connect=False)
+    assert stderr.splitlines()[0] == "Error: 3 problems in the manifest:"
+    assert f"  {path}:4: resources.search.limits.units: Invalid capacity -5" in stderr
+    assert f"  {path}:9: resources.translate.limits.requests.burst: unknown key" in stderr
+    assert f"  {path}:11: resources.budget.disabled: must be true, false or bypass" in stderr
+    with pytest.raises(ManifestError) as info:
+        loads(TWO_MISTAKES_AND_AN_ANCHOR)
+    assert [e.line for e in info.value.errors] == [4, 9, 11]

@@ -152,6 +152,7 @@ async def test_a_replayed_or_refused_call_leaves_no_event(
     repo: Repository, clock: FakeClock
 ) -> None:
     await repo.set_resource_defaults("budget", [WEEKLY])
+    await repo.create_entity("u1")
     await repo.top_up("u1", "budget", {"weekly": 5}, idempotency_key="order-1")
     clock.advance(1_000)
     assert (await repo.top_up("u1", "budget", {"weekly": 5}, idempotency_key="order-1")).replayed
@@ -159,15 +160,18 @@ async def test_a_replayed_or_refused_call_leaves_no_event(
         await repo.top_up("u1", "budget", {"monthly": 5})
     with pytest.raises(ValueError):
         await repo.top_up("u1", "budget", {"weekly": 6}, idempotency_key="order-1")
-    assert len(await repo.get_audit_events("u1")) == 1
+    actions = sorted(e.action for e in await repo.get_audit_events("u1"))
+    assert actions == [AuditAction.BUCKET_TOPPED_UP, AuditAction.ENTITY_CREATED]
 
 
 async def test_a_supplied_principal_is_recorded(repo: Repository) -> None:
     await repo.set_resource_defaults("budget", [WEEKLY])
+    for entity in ("u1", "u2"):
+        await repo.create_entity(entity)
     await repo.top_up("u1", "budget", {"weekly": 5}, principal="support:alice")
     await repo.reset_bucket("u2", "budget", principal="support:bob")
-    [topped] = await repo.get_audit_events("u1")
-    [reset] = await repo.get_audit_events("u2")
+    [topped] = [e for e in await repo.get_audit_events("u1") if e.action != "entity_created"]
+    [reset] = [e for e in await repo.get_audit_events("u2") if e.action != "entity_created"]
     assert (topped.principal, reset.principal) == ("support:alice", "support:bob")
     assert (topped.resource, reset.details["shards"]) == ("budget", 0)
 
@@ -176,12 +180,13 @@ async def test_events_are_newest_first_with_an_exclusive_cursor_and_a_retention_
     repo: Repository, clock: FakeClock
 ) -> None:
     await repo.set_resource_defaults("api", [Limit.per_day("units", 100)])
+    await repo.create_entity("u1")
     for _ in range(5):
         clock.advance(1_000)
         await repo.reset_bucket("u1", "api")
     events = await repo.get_audit_events("u1")
     ids = [e.event_id for e in events]
-    assert ids == sorted(ids, reverse=True) and len(ids) == 5
+    assert ids == sorted(ids, reverse=True) and len(ids) == 6  # five resets, one creation
     assert [e.timestamp for e in events] == sorted((e.timestamp for e in events), reverse=True)
     page = await repo.get_audit_events("u1", limit=2, start_event_id=ids[1])
     assert [e.event_id for e in page] == ids[2:4]
@@ -194,8 +199,12 @@ async def test_a_refused_top_up_leaves_neither_a_change_nor_an_event(repo: Repos
     await repo.set_resource_defaults(
         "budget", [Limit.quota("session", 10, reset_after=timedelta(hours=5))]
     )
+    await repo.create_entity("u1")
     await repo.disable_entity("u1", resource="budget")
     with pytest.raises(ResourceDisabled):
         await repo.top_up("u1", "budget", {"session": 1})
-    assert [e.action for e in await repo.get_audit_events("u1")] == [AuditAction.LIMITS_SET]
+    assert sorted(e.action for e in await repo.get_audit_events("u1")) == [
+        AuditAction.ENTITY_CREATED,
+        AuditAction.LIMITS_SET,
+    ]
     assert await repo.get_buckets("u1") == []

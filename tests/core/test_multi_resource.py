@@ -28,7 +28,7 @@ async def balances(limiter: RateLimiter, entity: str, *resources: str) -> dict[s
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"also": {f"r{i}": {"x": 1} for i in range(MAX_ACQUIRE_RESOURCES)}}, "at most 16"),
+        ({"also": {f"r{i}": {"x": 1} for i in range(MAX_ACQUIRE_RESOURCES)}}, "at most 15 extra"),
         ({"also": {"search": {"rpm": 1}}}, "primary"),
         ({"also": {"budget": {"units": 1}}, "limits": [Limit.per_minute("rpm", 1)]}, "limits="),
         ({"also": {"budget": {"units": -1}}}, "between"),

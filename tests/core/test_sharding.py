@@ -22,9 +22,9 @@ async def split_to(repo: Repository, entity: str, resource: str, count: int) -> 
 async def test_a_hot_organisation_bucket_splits_and_every_process_converges(
     open_repo: Any, clock: Any
 ) -> None:
-    repos = [await open_repo() for _ in range(3)]
-    for repo in repos:  # instead of ~1,000 writes a second per shard, measured over 1 s:
-        repo._admission.split_threshold = 12
+    # instead of ~1,000 writes a second per shard, measured over 1 s:
+    repos = [await open_repo(split_writes_per_second=12) for _ in range(3)]
+    for repo in repos:
         repo._admission.rate_window_ms = 3_000
     admin = RateLimiter(repos[0])
     await admin.set_resource_defaults("api", [Limit.per_minute("rpm", 1_000_000)])

@@ -50,6 +50,7 @@ async def test_bypass_keeps_counting_but_debits_no_balance(
 ) -> None:
     await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 1)])
     await limiter.set_resource_defaults("budget", [Limit.per_day("units", 10)])
+    await repo.create_entity("user-7")
     assert await repo.bypass_entity("user-7", resource="budget") == 0
     async with limiter.acquire(
         "user-7", "search", {"rpm": 1}, also={"budget": {"units": 500}}
@@ -105,6 +106,7 @@ async def test_disable_enable_and_clear(
         async with limiter.acquire("v", "api", {"rpm": 1}):
             pass
     await repo.clear_resource_disabled("api")
+    await repo.create_entity("v")
     await repo.disable_entity("v")  # _default_ level: every resource
     other = RateLimiter(await open_repo())
     with pytest.raises(ResourceDisabled) as info:

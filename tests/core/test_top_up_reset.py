@@ -26,7 +26,7 @@ from zae_limiter import (
     VersionMismatchError,
 )
 from zae_limiter.core import bucket
-from zae_limiter.core.bucket import MILLI, State
+from zae_limiter.core.bucket import MILLI, Slot, State
 from zae_limiter.dynamo import bucket_items as items
 from zae_limiter.dynamo import keys, transport
 
@@ -34,6 +34,13 @@ HOUR_MS = 3_600_000
 WEEK_MS = 7 * 24 * HOUR_MS
 WEEKLY = Limit.quota("weekly", 1_000, cron="0 0 * * 1")
 SESSION = Limit.quota("session", 100, reset_after=timedelta(hours=5))
+
+
+@pytest.fixture(autouse=True)
+async def known_entities(repo: Repository) -> None:
+    """Balance operations refuse an entity that has neither a record nor a bucket (§5.9)."""
+    for entity in ("u1", "u2"):
+        await repo.create_entity(entity)
 
 
 async def spend(limiter: RateLimiter, entity: str, resource: str, **amounts: int) -> None:
@@ -46,7 +53,9 @@ async def available(limiter: RateLimiter, entity: str, resource: str) -> dict[st
 
 
 async def events(repo: Repository, entity: str) -> list[Any]:
-    return await repo.get_audit_events(entity)
+    """The entity's audit events after its creation."""
+    found = await repo.get_audit_events(entity)
+    return [e for e in found if e.action != AuditAction.ENTITY_CREATED]
 
 
 # --- calendar quotas -----------------------------------------------------------------------------
@@ -504,7 +513,6 @@ async def split_into_shards(repo: Repository, entity: str, resource: str, count:
             generation="split",
             now=repo._clock(),
             ttl=None,
-            op_id=None,
         )
         await repo._store.put(item)
     repo._forget(entity)
@@ -522,7 +530,8 @@ async def totals(repo: Repository, entity: str, resource: str) -> dict[str, int]
         assert found is not None
         image = items.parse(found)
         for params in image.stamp.limits:
-            balance = bucket.view(params, image.states[params.name], now, count).balance
+            slot = Slot(shard, count)
+            balance = bucket.view(params, image.states[params.name], now, slot).balance
             out[params.name] = out.get(params.name, 0) + balance
     return {name: total // MILLI for name, total in out.items()}
 
@@ -543,7 +552,7 @@ async def test_top_up_and_reset_cover_every_shard_in_one_transaction(
     assert w.round_trips == 3  # config and shard 0; shards 1-3; the transaction
     assert w.wcu - w.index_wcu == 2 * (4 + 1)  # every shard and the audit event, 2 WCU each
     states = [s for s in await repo.get_buckets("u1", "budget") if s.limit_name == "weekly"]
-    assert [s.topped_up for s in states] == [250] * 4  # 250.25 each, shown floored
+    assert [s.topped_up for s in states] == [251, 250, 250, 250]  # whole units, exactly 1,001
     assert await totals(repo, "u1", "budget") == {"weekly": 1_601, "units": 240}
     result = await repo.reset_bucket("u1", "budget", idempotency_key="r-1")
     assert (result.shards, result.amounts) == (4, {"weekly": 400, "units": 60})

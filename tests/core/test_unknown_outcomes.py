@@ -6,6 +6,7 @@ library sees exactly what botocore sees when a response is lost: a write that ma
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -23,11 +24,18 @@ def _text_headers(headers: Any) -> dict[str, str]:
 
 
 class LoseResponses:
-    """Let the next `count` matching UpdateItems land, then pretend their responses were lost."""
+    """Let the next `count` matching UpdateItems land, then pretend their responses were lost
+    (after awaiting `between()`, if given: other writers acting before the re-send)."""
 
-    def __init__(self, repo: Repository, count: int = 1) -> None:
+    def __init__(
+        self,
+        repo: Repository,
+        count: int = 1,
+        between: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.client = repo.transport.client
         self.count = count
+        self.between = between
         self.lost = 0
 
     async def hook(self, request: Any, **_: Any) -> Any:
@@ -41,6 +49,8 @@ class LoseResponses:
             ) as response,
         ):
             await response.read()  # applied (or refused by its guard); the answer is lost
+        if self.between is not None:
+            await self.between()
         raise ReadTimeoutError(endpoint_url=request.url)
 
     def __enter__(self) -> LoseResponses:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
@@ -129,3 +132,42 @@ def test_context_values_are_checked() -> None:
     stack = cdk.Stack(cdk.App(context={"architecture": "sparc"}), "S2")
     with pytest.raises(ValueError, match="expected arm64 or x86_64"):
         props_from_context(stack)
+
+
+def test_context_mistakes_are_all_reported_with_what_to_write() -> None:
+    """`-c billing_mode=provisoned -c usage_retention_days=abc -c table_nmae=limits`: one
+    ValueError naming all three, with the accepted values and the closest key."""
+    app = cdk.App(
+        context={
+            "billing_mode": "provisoned",
+            "usage_retention_days": "abc",
+            "table_nmae": "limits",
+            "@aws-cdk/core:newStyleStackSynthesis": True,  # the CDK's own keys are left alone
+        }
+    )
+    with pytest.raises(ValueError) as info:
+        props_from_context(cdk.Stack(app, "S"))
+    message = str(info.value)
+    assert "billing_mode='provisoned': expected one of pay_per_request, provisioned" in message
+    assert "(did you mean provisioned?)" in message
+    assert "usage_retention_days='abc': expected a whole number, e.g. 90" in message
+    assert "unknown context key 'table_nmae': did you mean table_name?" in message
+    assert "KeyError" not in message and "invalid literal" not in message
+
+
+def test_app_py_turns_a_context_mistake_into_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, str(root / "app.py")],
+        env={**os.environ, "CDK_CONTEXT_JSON": json.dumps({"billing_mode": "provisoned"}),
+             "CDK_OUTDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1
+    assert "zae-limiter: invalid CDK context: context billing_mode='provisoned'" in result.stderr
+    assert "Traceback" not in result.stderr

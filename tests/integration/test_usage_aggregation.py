@@ -162,6 +162,7 @@ async def test_bypass_and_soft_overdraw_are_counted(
     await limiter.set_resource_defaults(
         "budget", [Limit.quota("weekly", 5_000_000, cron="0 0 * * 1", soft=True)]
     )
+    await repo.create_entity("user-7")  # a bypass refuses an unknown entity (§5.9)
     await repo.bypass_entity("user-7", resource="search")
     async with limiter.acquire(
         "user-7", "search", consume={"rpm": 500}, also={"budget": {"weekly": 9_000_000}}

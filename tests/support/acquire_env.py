@@ -50,8 +50,9 @@ class AcquireEnv:
         """Store an item (full balances unless `states`), as another process wrote it."""
         stamp = stamp or self.stamp()
         image = blank_image(NS, entity, resource, stamp, 1, shard)
+        seed = {"seed0000": self.clock()}  # another writer's evidence entry
         item = self.admission.maker.item_for(
-            image, stamp, 1, states or image.states, self.clock(), op_id="seed"
+            image, stamp, 1, states or image.states, self.clock(), evidence=seed
         )
         return self.store.put(item)
 
@@ -92,15 +93,17 @@ class AcquireEnv:
         assert image is not None
         params = image.stamp.params(name)
         assert params is not None
-        view = bucket.view(params, image.states[name], self.clock(), image.stamp.shards)
+        view = bucket.view(params, image.states[name], self.clock(), image.slot)
         return view.balance // MILLI
 
     def drained(self) -> dict[str, State]:
         """States with every limit's balance used up now."""
         out = {}
         for params in self.limits:
-            full = bucket.full_state(params, 1)
-            write = bucket.plan_debit(params, full, self.clock(), 1, params.capacity, enforce=True)
+            full = bucket.full_state(params, bucket.WHOLE)
+            write = bucket.plan_debit(
+                params, full, self.clock(), bucket.WHOLE, params.capacity, enforce=True
+            )
             assert write is not None
             out[params.name] = write.result
         return out

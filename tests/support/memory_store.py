@@ -4,13 +4,16 @@ It is not a fake DynamoDB: it implements our five bucket operations directly, ap
 conditions and changes our layer asks DynamoDB for (see `zae_limiter.dynamo.bucket_items`):
 
 - update: applies only if the stored item's stamp sequence (`cv`) equals the image's and every
-  limit guard holds (a guard on an absent attribute holds only if `or_absent`); with `guard_op`,
-  only if the operation id is not in its slot. Adds/sets v, w, tu, counts t, o, n, k, records
-  the op id, `ts`, `ttl` (and a split's shard count and next stamp sequence).
+  limit guard holds (a guard on an absent attribute holds only if `or_absent`); with evidence,
+  only if the writer's entry is absent or below its sequence, and every entry it prunes still
+  holds the value given. Adds/sets v, w, tu, counts t, o, n, k, sets the writer's entry (removes
+  the pruned ones), `ts`, `ttl` (and a split's shard count and next stamp sequence).
+- fence: applies only if the item exists and the writer's entry is absent or below `blocked`;
+  sets the entry.
 - create: applies only if nothing is stored or the stored item expired before the given second;
   the new attributes are set over whatever is stored (UpdateItem SET semantics).
-- replace: applies only if the stored item is still exactly the image (cv, ts, op-id slots);
-  removes slots and `par` the new item does not carry.
+- replace: applies only if the stored item is still exactly the image (cv, ts, write count k);
+  removes evidence entries, legacy op-id slots and `par` the new item does not carry.
 - split: every part or none (a transaction), idempotent per token.
 
 A failed condition raises `ConditionFailed` with the stored item (None if absent). Faults can be
@@ -61,9 +64,9 @@ class Fault(enum.Enum):
 
 @dataclass(frozen=True)
 class Call:
-    operation: str  # read, update, create, replace, split
+    operation: str  # read, update, create, replace, split, fence
     key: Key | None
-    guard_op: bool = False
+    evidence: items.Evidence | None = None
 
 
 @dataclass
@@ -76,7 +79,7 @@ class _Injected:
 class MemoryBucketStore:
     """Bucket items in a dict, keyed by (PK, SK), in plain form (`bucket_items.full_item`)."""
 
-    WRITES = ("update", "create", "replace", "split")
+    WRITES = ("update", "create", "replace", "split", "fence")
 
     def __init__(self) -> None:
         self.items: dict[Key, dict[str, Any]] = {}
@@ -117,24 +120,43 @@ class MemoryBucketStore:
         now: int,
         ttl: int | None,
         admissions: int,
-        op_id: str,
-        guard_op: bool,
+        evidence: items.Evidence | None,
     ) -> BucketImage:
         key = _key(image.key)
-        self.calls.append(Call("update", key, guard_op))
+        self.calls.append(Call("update", key, evidence))
 
         def apply() -> None:
             stored = self.items.get(key)
-            if stored is None or not _update_holds(stored, image, writes, op_id, guard_op):
+            if stored is None or not _update_holds(stored, image, writes, evidence):
                 raise ConditionFailed(copy.deepcopy(stored))
-            _apply_update(stored, writes, now=now, ttl=ttl, admissions=admissions, op_id=op_id)
+            _apply_update(
+                stored, writes, now=now, ttl=ttl, admissions=admissions, evidence=evidence
+            )
 
         self._write("update", key, apply)
         return self._parsed(key)
 
+    async def fence(
+        self, image: BucketImage, evidence: items.Evidence, blocked: int
+    ) -> BucketImage:
+        key = _key(image.key)
+        self.calls.append(Call("fence", key, evidence))
+
+        def apply() -> None:
+            stored = self.items.get(key)
+            if stored is None or not _below(stored, evidence.writer, blocked):
+                raise ConditionFailed(copy.deepcopy(stored))
+            stored[items.evidence_name(evidence.writer)] = evidence.seq
+
+        self._write("fence", key, apply)
+        return self._parsed(key)
+
     async def create(self, item: dict[str, Any], *, expired_before_s: int) -> BucketImage:
         key = (item["PK"], item["SK"])
-        self.calls.append(Call("create", key))
+        entries = items.parse(item).evidence
+        writer = next(iter(entries), None)
+        evidence = None if writer is None else items.Evidence(writer, entries[writer])
+        self.calls.append(Call("create", key, evidence))
 
         def apply() -> None:
             stored = self.items.get(key)
@@ -154,9 +176,10 @@ class MemoryBucketStore:
             if stored is None or not _is_exactly(stored, replaces):
                 raise ConditionFailed(copy.deepcopy(stored))
             new = {**stored, **copy.deepcopy(item)}
-            for slot in (f"q{i}" for i in range(items.OP_SLOTS)):
-                if slot not in item:
-                    new.pop(slot, None)
+            stale = [items.evidence_name(w) for w in replaces.evidence]
+            for name in (*stale, *items.LEGACY_OP_SLOTS):
+                if name not in item:
+                    new.pop(name, None)
             if "par" not in item:
                 new.pop("par", None)
             self.items[key] = new
@@ -164,7 +187,9 @@ class MemoryBucketStore:
         self._write("replace", key, apply)
         return self._parsed(key)
 
-    async def split(self, parts: Sequence[ShardSplit], *, token: str) -> None:
+    async def split(
+        self, parts: Sequence[ShardSplit], *, token: str, extra: Sequence[dict[str, Any]] = ()
+    ) -> None:
         self.calls.append(Call("split", None))
 
         def apply() -> None:
@@ -211,7 +236,7 @@ class MemoryBucketStore:
         old_key = _key(part.old.key)
         stored = staged.get(old_key)
         if part.exists:
-            if stored is None or not _update_holds(stored, part.old, part.old_writes, "", False):
+            if stored is None or not _update_holds(stored, part.old, part.old_writes, None):
                 raise TransactionCancelled([{"Code": "ConditionalCheckFailed"}])
             new = copy.deepcopy(stored)
             _apply_update(
@@ -220,7 +245,7 @@ class MemoryBucketStore:
                 now=part.now,
                 ttl=None,
                 admissions=0,
-                op_id=items.new_op_id(),
+                evidence=None,
                 new_shards=part.old.stamp.shards * 2,
                 seq=part.old.stamp_seq + 1,
             )
@@ -248,7 +273,12 @@ def _expired_before(stored: dict[str, Any], second: int) -> bool:
 def _is_exactly(stored: dict[str, Any], image: BucketImage) -> bool:
     if stored.get("cv") != image.stamp_seq or stored.get("ts") != image.written_at:
         return False
-    return all(stored.get(f"q{i}") == (op or None) for i, op in enumerate(image.op_ids))
+    return int(stored.get("k", 0)) == image.writes
+
+
+def _below(stored: dict[str, Any], writer: str, seq: int) -> bool:
+    entry = stored.get(items.evidence_name(writer))
+    return entry is None or int(entry) < seq
 
 
 def _guard_holds(limit: dict[str, Any] | None, guard: Guard) -> bool:
@@ -262,8 +292,7 @@ def _update_holds(
     stored: dict[str, Any],
     image: BucketImage,
     writes: Mapping[str, LimitWrite],
-    op_id: str,
-    guard_op: bool,
+    evidence: items.Evidence | None,
 ) -> bool:
     if stored.get("cv") != image.stamp_seq:
         return False
@@ -271,7 +300,12 @@ def _update_holds(
     for name, write in writes.items():
         if not all(_guard_holds(limits.get(name), g) for g in write.guards):
             return False
-    return not (guard_op and stored.get(f"q{items.op_slot(op_id)}") == op_id)
+    if evidence is None:
+        return True
+    pruned_still = all(
+        stored.get(items.evidence_name(w)) == value for w, value in evidence.prune
+    )
+    return pruned_still and _below(stored, evidence.writer, evidence.seq)
 
 
 def _apply_update(
@@ -281,7 +315,7 @@ def _apply_update(
     now: int,
     ttl: int | None,
     admissions: int,
-    op_id: str,
+    evidence: items.Evidence | None,
     new_shards: int | None = None,
     seq: int | None = None,
 ) -> None:
@@ -306,7 +340,10 @@ def _apply_update(
     if admissions:
         stored["n"] = stored["n"] + admissions
     stored["k"] = stored.get("k", 0) + 1
-    stored[f"q{items.op_slot(op_id)}"] = op_id
+    if evidence is not None:
+        stored[items.evidence_name(evidence.writer)] = evidence.seq
+        for writer, _ in evidence.prune:
+            stored.pop(items.evidence_name(writer), None)
     stored["ts"] = now
     if ttl is not None:
         stored["ttl"] = ttl

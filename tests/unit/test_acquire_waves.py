@@ -18,7 +18,14 @@ from zae_limiter.errors import RateLimitExceeded
 
 
 def ops(env: AcquireEnv) -> list[tuple[str, bool]]:
-    return [(c.operation, c.guard_op) for c in env.store.writes()]
+    """Each write, and whether it re-sends the one before (the same writer sequence)."""
+    out = []
+    previous = None
+    for call in env.store.writes():
+        seq = call.evidence.seq if call.evidence else None
+        out.append((call.operation, seq is not None and seq == previous))
+        previous = seq
+    return out
 
 
 async def test_a_first_debit_creates_the_item_in_one_write() -> None:
@@ -65,12 +72,12 @@ async def test_a_stale_image_never_admits_past_the_limit() -> None:
     assert env.state().consumed == 10 * MILLI  # only the other process's debit
 
 
-async def test_a_lost_response_is_resolved_by_the_operation_id_and_debits_once() -> None:
+async def test_a_lost_response_is_resolved_by_the_writers_evidence_and_debits_once() -> None:
     env = AcquireEnv()
     image = env.stored()
     env.store.inject(Fault.LOST_RESPONSE)
     landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
-    # the resend refuses to apply a second time; the item it returns carries our op id
+    # the resend refuses to apply a second time; the item it returns holds its sequence
     assert ops(env) == [("update", False), ("update", True)]
     assert env.state().consumed == 4 * MILLI
     assert env.balance() == 6
@@ -90,8 +97,8 @@ async def test_a_lost_response_on_a_first_write_is_resolved_too() -> None:
     env = AcquireEnv()
     env.store.inject(Fault.LOST_RESPONSE)
     await env.admission.debit([env.new_target({"rpm": 2})], local_ok=True)
-    # the resend is a create again: it fails (the item is there), and the item carries our op id
-    assert ops(env) == [("create", False), ("create", False)]
+    # the resend is the same create: it fails (the item is there) and holds its sequence
+    assert ops(env) == [("create", False), ("create", True)]
     assert env.state().consumed == 2 * MILLI
 
 

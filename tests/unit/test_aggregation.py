@@ -59,7 +59,7 @@ def bucket(
     }
     return bucket_items.full_item(
         NS, entity, resource, 0, stamp, 1, states, admissions=admissions,
-        generation=generation, now=ts, ttl=None, op_id="op",
+        generation=generation, now=ts, ttl=None, evidence={"writer01": 1},
     )
 
 

@@ -6,7 +6,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from zae_limiter.core import bucket, schedule
-from zae_limiter.core.bucket import MILLI, Kind, Params, State
+from zae_limiter.core.bucket import MILLI, WHOLE, Kind, Params, State
 
 T0 = 1_767_571_200_000
 
@@ -16,7 +16,7 @@ def rate(capacity: int, refill: int, period_s: int) -> Params:
 
 
 def debit(p: Params, s: State, now: int, amount: int, enforce: bool = True) -> State | None:
-    write = bucket.plan_debit(p, s, now, 1, amount, enforce=enforce)
+    write = bucket.plan_debit(p, s, now, WHOLE, amount, enforce=enforce)
     return None if write is None else write.result
 
 
@@ -41,8 +41,8 @@ def test_refill_never_drifts_over_many_small_steps(
         touched = debit(p, often, now, 0, enforce=False)
         assert touched is not None
         often = touched
-    once = bucket.view(p, drained, now, 1).balance
-    assert bucket.view(p, often, now, 1).balance == once
+    once = bucket.view(p, drained, now, WHOLE).balance
+    assert bucket.view(p, often, now, WHOLE).balance == once
     exact = min(capacity * MILLI, (now - T0) * refill * MILLI // (period * 1000))
     assert abs(once - exact) <= 1
 
@@ -58,8 +58,8 @@ def test_refill_is_never_negative_and_never_above_the_ceiling(
     p = rate(capacity, capacity, 60)
     s = debit(p, State(), T0, min(spent, capacity) * MILLI)
     assert s is not None
-    before = bucket.view(p, s, T0, 1).balance
-    after = bucket.view(p, s, T0 + elapsed, 1).balance
+    before = bucket.view(p, s, T0, WHOLE).balance
+    after = bucket.view(p, s, T0 + elapsed, WHOLE).balance
     assert before <= after <= capacity * MILLI
 
 
@@ -74,9 +74,9 @@ def test_a_lowered_ceiling_cuts_the_balance_and_a_raised_one_keeps_it(
     old, new = rate(old_cap, old_cap, 60), rate(new_cap, new_cap, 60)
     s = debit(old, State(), T0, min(spent, old_cap) * MILLI)
     assert s is not None
-    balance = bucket.view(old, s, T0, 1).balance
-    converted = bucket.convert(old, new, s, T0, 1, 1)
-    assert bucket.view(new, converted, T0, 1).balance == min(balance, new_cap * MILLI)
+    balance = bucket.view(old, s, T0, WHOLE).balance
+    converted = bucket.convert(old, new, s, T0, WHOLE)
+    assert bucket.view(new, converted, T0, WHOLE).balance == min(balance, new_cap * MILLI)
 
 
 @settings(max_examples=200, deadline=None)
@@ -94,18 +94,18 @@ def test_retry_after_is_the_smallest_wait_that_admits(
     s = debit(p, State(), T0, min(spent, capacity) * MILLI)
     assert s is not None
     amount = min(wanted, capacity) * MILLI
-    wait = bucket.retry_after_ms(p, s, T0, 1, amount)
-    if bucket.view(p, s, T0, 1).balance >= amount:
+    wait = bucket.retry_after_ms(p, s, T0, WHOLE, amount)
+    if bucket.view(p, s, T0, WHOLE).balance >= amount:
         assert wait == 0
         return
-    assert bucket.view(p, s, T0 + wait, 1).balance >= amount
-    assert bucket.view(p, s, T0 + wait - 2, 1).balance < amount
+    assert bucket.view(p, s, T0 + wait, WHOLE).balance >= amount
+    assert bucket.view(p, s, T0 + wait - 2, WHOLE).balance < amount
 
 
 def test_a_request_above_the_ceiling_still_gets_a_finite_wait() -> None:
     """Spec example: 500 units against 100/day waits 4 days and 1 ms."""
     p = rate(100, 100, 86_400)
-    assert bucket.retry_after_ms(p, State(), T0, 1, 500 * MILLI) == 345_600_001
+    assert bucket.retry_after_ms(p, State(), T0, WHOLE, 500 * MILLI) == 345_600_001
 
 
 @given(amounts=st.lists(st.integers(1, 50), min_size=1, max_size=40))
@@ -117,7 +117,7 @@ def test_debits_commute_while_the_bucket_is_not_full(amounts: list[int]) -> None
         forward = debit(p, forward, T0, a * MILLI) or forward
     for a in reversed(amounts):
         backward = debit(p, backward, T0, a * MILLI) or backward
-    assert bucket.view(p, forward, T0, 1).balance == bucket.view(p, backward, T0, 1).balance
+    assert bucket.view(p, forward, T0, WHOLE).balance == bucket.view(p, backward, T0, WHOLE).balance
 
 
 @given(spent=st.integers(1, 100), credit=st.integers(1, 200))
@@ -125,20 +125,20 @@ def test_credits_never_raise_a_balance_above_its_ceiling(spent: int, credit: int
     p = rate(100, 1, 3_600)
     s = debit(p, State(), T0, spent * MILLI)
     assert s is not None
-    back = bucket.plan_credit(p, s, T0 + 1, 1, credit * MILLI, None).result
-    assert bucket.view(p, back, T0 + 1, 1).balance <= 100 * MILLI
+    back = bucket.plan_credit(p, s, T0 + 1, WHOLE, credit * MILLI, None).result
+    assert bucket.view(p, back, T0 + 1, WHOLE).balance <= 100 * MILLI
 
 
 def test_a_guard_refuses_a_debit_the_image_cannot_admit() -> None:
     p = rate(10, 10, 60)
-    assert bucket.plan_debit(p, State(), T0, 1, 11 * MILLI, enforce=True) is None
+    assert bucket.plan_debit(p, State(), T0, WHOLE, 11 * MILLI, enforce=True) is None
     s = debit(p, State(), T0, 10 * MILLI)
     assert s is not None
-    assert bucket.plan_debit(p, s, T0, 1, 1, enforce=True) is None
+    assert bucket.plan_debit(p, s, T0, WHOLE, 1, enforce=True) is None
     # soft (not enforced) may go into debt
-    soft = bucket.plan_debit(p, s, T0, 1, 5 * MILLI, enforce=False)
+    soft = bucket.plan_debit(p, s, T0, WHOLE, 5 * MILLI, enforce=False)
     assert soft is not None
-    assert bucket.view(p, soft.result, T0, 1).balance == -5 * MILLI
+    assert bucket.view(p, soft.result, T0, WHOLE).balance == -5 * MILLI
 
 
 # --- retry_after across schedule windows (docs/limits-and-time.md) ----------------------------
@@ -154,39 +154,39 @@ def scheduled(capacity: int, refill: int, period_s: int, entries: str, now: int)
 
 def holding(p: Params, now: int, balance: int) -> State:
     """The state of `p` holding `balance` (milli) at `now`."""
-    return State(v=now * p.shard_refill(1) + (p.shard_capacity(1) - balance) * p.period_ms)
+    return State(v=now * p.shard_refill(WHOLE) + (p.shard_capacity(WHOLE) - balance) * p.period_ms)
 
 
 def test_a_window_that_begins_speeds_the_wait_up() -> None:
     now = HOUR_12 - 30_000  # 11:59:30: 1/s now, 2/s from noon
     p = scheduled(60, 60, 60, DOUBLE_AT_NOON, now)
     # 30 s at 1/s, then the other 30 units at 2/s: 15 s
-    assert bucket.retry_after_ms(p, holding(p, now, 0), now, 1, 60 * MILLI) == 45_001
+    assert bucket.retry_after_ms(p, holding(p, now, 0), now, WHOLE, 60 * MILLI) == 45_001
     plain = rate(60, 60, 60)
-    assert bucket.retry_after_ms(plain, holding(plain, now, 0), now, 1, 60 * MILLI) == 60_001
+    assert bucket.retry_after_ms(plain, holding(plain, now, 0), now, WHOLE, 60 * MILLI) == 60_001
 
 
 def test_a_window_that_ends_slows_the_wait_down() -> None:
     now = HOUR_12 + 59 * 60_000 + 30_000  # 12:59:30: 2/s until 13:00, then 1/s
     p = scheduled(60, 60, 60, DOUBLE_AT_NOON, now)
-    assert p.shard_capacity(1) == 120 * MILLI
+    assert p.shard_capacity(WHOLE) == 120 * MILLI
     # from 12:59:50: 20 units by 13:00, then the other 20 at 1/s
     later = now + 20_000
-    assert bucket.retry_after_ms(p, holding(p, later, 0), later, 1, 40 * MILLI) == 30_001
+    assert bucket.retry_after_ms(p, holding(p, later, 0), later, WHOLE, 40 * MILLI) == 30_001
     # 100 is above the base ceiling (60): it fits only in tomorrow's noon window, from 60 at 2/s
     tomorrow_noon = HOUR_12 + 86_400_000
-    assert bucket.retry_after_ms(p, holding(p, now, 0), now, 1, 100 * MILLI) == (
+    assert bucket.retry_after_ms(p, holding(p, now, 0), now, WHOLE, 100 * MILLI) == (
         tomorrow_noon + 20_000 - now + 1
     )
     # fits before the window ends: the window's own rate only
-    assert bucket.retry_after_ms(p, holding(p, now, 100 * MILLI), now, 1, 110 * MILLI) == 5_001
+    assert bucket.retry_after_ms(p, holding(p, now, 100 * MILLI), now, WHOLE, 110 * MILLI) == 5_001
 
 
 def test_a_lower_window_in_between_cuts_the_balance_and_the_wait_resumes_after_it() -> None:
     entries = schedule.encode([{"cron": "* 12 * * *", "tz": "UTC", "capacity": 10}])
     now = HOUR_12 - 10_000  # 11:59:50: 40 of 60, wants 55; at noon cut to 10 until 13:00
     p = scheduled(60, 60, 60, entries, now)
-    wait = bucket.retry_after_ms(p, holding(p, now, 40 * MILLI), now, 1, 55 * MILLI)
+    wait = bucket.retry_after_ms(p, holding(p, now, 40 * MILLI), now, WHOLE, 55 * MILLI)
     assert wait == (3_600_000 + 10_000) + 45_000 + 1  # 13:00:45, from 10 at 1/s
 
 
@@ -196,17 +196,17 @@ def restamped_every_minute(p: Params, s: State, start: int, at: int) -> int:
     while minute * 60_000 <= at:
         moved = p.in_window(minute * 60_000)
         if moved is not p:
-            s = bucket.convert(p, moved, s, minute * 60_000, 1, 1)
+            s = bucket.convert(p, moved, s, minute * 60_000, WHOLE)
             p = moved
         minute += 1
-    return bucket.view(p, s, at, 1).balance
+    return bucket.view(p, s, at, WHOLE).balance
 
 
 def restamped_once(p: Params, s: State, last_write: int, at: int) -> int:
     """The balance at `at` as the limiter finds it: restamped on its first write after an edge
     (even when the window in force is the stamped one again)."""
-    moved, converted = bucket.in_force(p, s, at, 1, since=last_write)
-    return bucket.view(moved, converted, at, 1).balance
+    moved, converted = bucket.in_force(p, s, at, WHOLE, since=last_write)
+    return bucket.view(moved, converted, at, WHOLE).balance
 
 
 @settings(max_examples=150, deadline=None)
@@ -233,8 +233,8 @@ def test_the_wait_across_windows_admits_then_and_not_before(
     p = scheduled(capacity, refill, period, entries, now)
     state = holding(p, now, min(held, capacity // 2) * MILLI)
     amount = min(wanted, capacity // 2) * MILLI
-    wait = bucket.retry_after_ms(p, state, now, 1, amount)
-    if bucket.view(p, state, now, 1).balance >= amount:
+    wait = bucket.retry_after_ms(p, state, now, WHOLE, amount)
+    if bucket.view(p, state, now, WHOLE).balance >= amount:
         assert wait == 0
         return
     # the limiter, restamping on its next write (last written at `now`): exact

@@ -26,3 +26,26 @@ def test_config_cache_evicts_the_least_recently_used() -> None:
 
 def test_default_bound() -> None:
     assert ConfigCache(ttl_seconds=60).max_entries == CONFIG_CACHE_MAX_ENTRIES
+
+
+async def test_turns_serialise_one_key_and_forget_it_when_unused() -> None:
+    import asyncio
+
+    from zae_limiter.caches import Turns
+
+    turns = Turns()
+    inside: list[int] = []
+    most = 0
+
+    async def one(i: int, key: str) -> None:
+        nonlocal most
+        async with turns.turn(key):
+            inside.append(i)
+            most = max(most, len(inside))
+            await asyncio.sleep(0)
+            inside.remove(i)
+
+    await asyncio.gather(*(one(i, "entity-1") for i in range(20)))
+    assert most == 1 and len(turns) == 0  # one at a time, and no lock left behind
+    await asyncio.gather(one(1, "a"), one(2, "b"))
+    assert len(turns) == 0

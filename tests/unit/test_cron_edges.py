@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from support import cron_reference
 from zae_limiter.core import cron
 
 ZONES = ["UTC", "America/New_York", "Europe/Paris", "Australia/Sydney", "Asia/Kolkata"]
@@ -121,3 +122,74 @@ def test_sunday_is_zero_or_seven_and_names_are_accepted() -> None:
         assert cron.parse(expr, "UTC").next_edge_ms(at) == expected
     assert cron.parse("0 0 * * 1", "UTC").next_edge_ms(at - 1) == at
     assert timedelta(milliseconds=expected - at) == timedelta(days=6)
+
+
+# --- cronsim under our rules (item 2 of issue 21) -------------------------------------------------
+
+FIXED_HOUR = ["0 0 * * 1", "30 2 * * *", "15 1 1 * *", "0 9 * * MON-FRI", "0 0 13 * 5", "0 3 * * 0"]
+HOUR_WILDCARD = ["30 * * * *", "*/5 * * * *", "0 */6 * * *", "* 9-17 * * 1-5", "0,30 * * * *"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(at=instants, tz=st.sampled_from(ZONES), expr=st.sampled_from(FIXED_HOUR))
+def test_fixed_hour_edges_agree_with_the_day_scanning_search(at: int, tz: str, expr: str) -> None:
+    schedule = cron.parse(expr, tz)
+    assert schedule.next_edge_ms(at) == cron_reference.next_edge_ms(schedule, at)
+    assert schedule.last_edge_ms(at) == cron_reference.last_edge_ms(schedule, at)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    at=instants, tz=st.sampled_from(["UTC", "Asia/Kolkata"]), expr=st.sampled_from(HOUR_WILDCARD)
+)
+def test_hour_wildcard_edges_agree_where_there_is_no_dst(at: int, tz: str, expr: str) -> None:
+    schedule = cron.parse(expr, tz)
+    assert schedule.next_edge_ms(at) == cron_reference.next_edge_ms(schedule, at)
+    assert schedule.last_edge_ms(at) == cron_reference.last_edge_ms(schedule, at)
+
+
+def edges_between(expr: str, tz: str, start: str, end: str) -> list[str]:
+    schedule, at, out = cron.parse(expr, tz), utc_ms(start), []
+    while (at := schedule.next_edge_ms(at)) is not None and at < utc_ms(end):  # type: ignore[assignment]
+        out.append(datetime.fromtimestamp(at / 1000, UTC).strftime("%H:%MZ"))
+    return out
+
+
+def test_an_hourly_schedule_fires_at_both_real_hours_of_the_autumn_repeat() -> None:
+    # Paris, 25 October 2026: 03:00 CEST becomes 02:00 CET at 01:00Z, so 02:30 local is 00:30Z
+    # and again 01:30Z; neither is dropped (the old search left a two-hour gap here)
+    fired = edges_between("30 * * * *", "Europe/Paris", "2026-10-24T23:00:00+00:00",
+                          "2026-10-25T04:00:00+00:00")
+    assert fired == ["23:30Z", "00:30Z", "01:30Z", "02:30Z", "03:30Z"]
+
+
+def test_a_fixed_hour_fires_a_repeated_time_once_and_skips_a_missing_one() -> None:
+    assert edges_between("30 2 * * *", "Europe/Paris", "2026-10-24T12:00:00+00:00",
+                         "2026-10-26T12:00:00+00:00") == ["00:30Z", "01:30Z"]  # 25th, 26th
+    # 29 March 2026 has no 02:30 in Paris: not moved to 03:00, skipped to the 30th
+    spring = cron.parse("30 2 * * *", "Europe/Paris")
+    assert spring.next_edge_ms(utc_ms("2026-03-28T12:00:00+00:00")) == utc_ms(
+        "2026-03-30T00:30:00+00:00"
+    )
+    assert spring.last_edge_ms(utc_ms("2026-03-30T00:00:00+00:00")) == utc_ms(
+        "2026-03-28T01:30:00+00:00"
+    )
+
+
+def test_an_hour_wildcard_skips_only_the_missing_hour_in_spring() -> None:
+    fired = edges_between("30 * * * *", "Europe/Paris", "2026-03-28T23:00:00+00:00",
+                          "2026-03-29T03:00:00+00:00")
+    assert fired == ["23:30Z", "00:30Z", "01:30Z", "02:30Z"]  # 00:30, 01:30, 03:30, 04:30 local
+
+
+def test_respelled_schedules_are_the_same_schedule() -> None:
+    assert cron.parse("0 0 * * MON", "UTC") == cron.parse("0 0 * * 1", "UTC")
+    assert cron.parse("0 0 * * sun", "UTC") == cron.parse("0 0 * * 7", "UTC")
+    assert cron.same_schedule("0 0 * * 1|Europe/Paris", "0 0 * * mon|Europe/Paris")
+    assert not cron.same_schedule("0 0 * * 1|Europe/Paris", "0 0 * * 1|Europe/Berlin")
+    assert cron.parse("0 0 1-31 * 1", "UTC") != cron.parse("0 0 * * 1", "UTC")  # OR, not AND
+
+
+def test_a_schedule_that_never_fires_is_rejected() -> None:
+    with pytest.raises(cron.CronError, match="never fires"):
+        cron.parse("0 0 30 2 *", "UTC")

@@ -16,7 +16,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from zae_limiter.core import bucket, operations
-from zae_limiter.core.bucket import MILLI, Guard, Kind, LimitWrite, Params, State
+from zae_limiter.core.bucket import MILLI, WHOLE, Guard, Kind, LimitWrite, Params, Slot, State
 
 MONDAY = 1_767_571_200_000  # 2026-01-05 00:00 UTC
 WEEK = 7 * 86_400_000
@@ -69,12 +69,12 @@ def rate(capacity: int, refill: int, period_s: int) -> Params:
 
 
 def debit(p: Params, s: State, now: int, amount: int, *, enforce: bool = True) -> State | None:
-    write = bucket.plan_debit(p, s, now, 1, amount, enforce=enforce)
+    write = bucket.plan_debit(p, s, now, WHOLE, amount, enforce=enforce)
     return None if write is None else land(write, s)
 
 
-def balance(p: Params, s: State, now: int, shards: int = 1) -> int:
-    return bucket.view(p, s, now, shards).balance
+def balance(p: Params, s: State, now: int, slot: Slot = WHOLE) -> int:
+    return bucket.view(p, s, now, slot).balance
 
 
 offsets = st.integers(0, WEEK - 1)
@@ -101,7 +101,7 @@ def test_a_calendar_edge_sets_the_full_allowance_however_many_were_missed(
         assert landed is not None
         s = landed
     now = MONDAY + weeks * WEEK + later
-    current = bucket.view(p, s, now, 1)
+    current = bucket.view(p, s, now, WHOLE)
     assert (current.balance, current.ceiling) == (capacity * MILLI, capacity * MILLI)
     assert current.period == MONDAY + weeks * WEEK  # the last edge, applied once
     opened = debit(p, s, now, 1, enforce=True)
@@ -125,13 +125,13 @@ def test_a_calendar_top_up_adds_exactly_n_until_the_next_edge(
     now = MONDAY + at
     before = balance(p, s, now)
     for n in top_ups:
-        write, gained = operations.plan_top_up(p, s, now, 1, n * MILLI)
+        write, gained = operations.plan_top_up(p, s, now, WHOLE, n * MILLI)
         assert gained == n * MILLI
         landed = land(write, s)
         assert landed is not None
         s = landed
     total = sum(top_ups) * MILLI
-    current = bucket.view(p, s, now, 1)
+    current = bucket.view(p, s, now, WHOLE)
     assert (current.balance, current.ceiling) == (before + total, capacity * MILLI + total)
     assert balance(p, s, MONDAY + WEEK) == capacity * MILLI  # gone at the next edge
     drained = debit(p, s, now, before + total)  # all of it is usable in this period
@@ -148,9 +148,9 @@ def test_a_quota_top_up_commutes_with_a_concurrent_debit(
         s = debit(p, State(), MONDAY, min(spent, capacity) * MILLI)
         assert s is not None
         now = MONDAY + at
-        other = bucket.plan_debit(p, s, now, 1, first * MILLI, enforce=True)
+        other = bucket.plan_debit(p, s, now, WHOLE, first * MILLI, enforce=True)
         assume(other is not None)
-        top_up, _ = operations.plan_top_up(p, s, now, 1, n * MILLI)
+        top_up, _ = operations.plan_top_up(p, s, now, WHOLE, n * MILLI)
         debit_first = land(top_up, land(other, s) or s)
         top_up_first = land(other, land(top_up, s) or s)
         assert debit_first is not None and top_up_first is not None
@@ -170,17 +170,17 @@ def test_a_calendar_reset_restores_the_allowance_plus_this_periods_top_ups(
     p = weekly(capacity, soft=True)
     s = State()
     if bought:
-        write, _ = operations.plan_top_up(p, s, MONDAY, 1, bought * MILLI)
+        write, _ = operations.plan_top_up(p, s, MONDAY, WHOLE, bought * MILLI)
         s = land(write, s) or s
     s = debit(p, s, MONDAY, spent * MILLI, enforce=False) or s
     now = MONDAY + at
     before = balance(p, s, now)
-    write, gained = operations.plan_reset(p, s, now, 1)
+    write, gained = operations.plan_reset(p, s, now, WHOLE)
     after = land(write, s)
     assert after is not None
     ceiling = (capacity + bought) * MILLI
     assert balance(p, after, now) == ceiling == before + gained
-    assert bucket.view(p, after, now, 1).period == MONDAY  # the next edge is unchanged
+    assert bucket.view(p, after, now, WHOLE).period == MONDAY  # the next edge is unchanged
 
 
 # --- session quotas ------------------------------------------------------------------------------
@@ -202,9 +202,9 @@ def test_a_session_window_is_start_to_start_plus_reset_after(
     s = debit(p, State(), opened_at, min(spent, capacity) * MILLI)
     assert s is not None and s.w == opened_at  # opens at the first admitted use
     end = opened_at + hours * HOUR
-    assert bucket.view(p, s, end - 1, 1).period == opened_at
+    assert bucket.view(p, s, end - 1, WHOLE).period == opened_at
     assert p.next_reset_ms(end - 1, s.w) == end
-    ended = bucket.view(p, s, end, 1)
+    ended = bucket.view(p, s, end, WHOLE)
     assert ended.fresh_period and ended.balance == capacity * MILLI
     now = end + into
     reopened = debit(p, s, now, 1)
@@ -220,12 +220,12 @@ def test_a_session_reset_ends_the_window_and_its_top_ups(
     p = session(capacity)
     s = debit(p, State(), MONDAY, min(spent, capacity) * MILLI)
     assert s is not None
-    write, _ = operations.plan_top_up(p, s, MONDAY + at, 1, bought * MILLI)
+    write, _ = operations.plan_top_up(p, s, MONDAY + at, WHOLE, bought * MILLI)
     s = land(write, s) or s
-    write, gained = operations.plan_reset(p, s, MONDAY + at, 1)
+    write, gained = operations.plan_reset(p, s, MONDAY + at, WHOLE)
     after = land(write, s)
     assert after is not None
-    current = bucket.view(p, after, MONDAY + at, 1)
+    current = bucket.view(p, after, MONDAY + at, WHOLE)
     assert current.fresh_period and current.balance == capacity * MILLI
     assert gained == max(0, capacity * MILLI - (capacity - min(spent, capacity) + bought) * MILLI)
     fresh = debit(p, after, MONDAY + at, capacity * MILLI)
@@ -235,7 +235,7 @@ def test_a_session_reset_ends_the_window_and_its_top_ups(
 @given(capacity=amounts, n=amounts, at=st.integers(0, 10**9))
 def test_a_session_top_up_with_no_live_window_opens_one(capacity: int, n: int, at: int) -> None:
     p = session(capacity)
-    write, gained = operations.plan_top_up(p, State(), MONDAY + at, 1, n * MILLI)
+    write, gained = operations.plan_top_up(p, State(), MONDAY + at, WHOLE, n * MILLI)
     s = land(write, State())
     assert s is not None and gained == n * MILLI
     assert (s.w, balance(p, s, MONDAY + at)) == (MONDAY + at, (capacity + n) * MILLI)
@@ -252,10 +252,10 @@ def test_a_credit_for_an_ended_period_is_dropped(
     s = debit(p, State(), MONDAY, min(spent, capacity) * MILLI)
     assert s is not None
     late = MONDAY + WEEK + at
-    credit = bucket.plan_credit(p, s, late, 1, back * MILLI, MONDAY)
+    credit = bucket.plan_credit(p, s, late, WHOLE, back * MILLI, MONDAY)
     after = land(credit, s)
     assert after is not None and balance(p, after, late) == capacity * MILLI
-    same = bucket.plan_credit(p, s, MONDAY + at, 1, back * MILLI, MONDAY)
+    same = bucket.plan_credit(p, s, MONDAY + at, WHOLE, back * MILLI, MONDAY)
     after = land(same, s)
     assert after is not None
     assert balance(p, after, MONDAY + at) == min(
@@ -270,10 +270,12 @@ def test_a_plan_change_keeps_this_periods_remaining_cut_to_the_new_ceiling_plus_
     before, after = weekly(old), weekly(new)
     s = debit(before, State(), MONDAY, min(spent, old) * MILLI)
     assert s is not None
-    write, _ = operations.plan_top_up(before, s, MONDAY, 1, bought * MILLI) if bought else (None, 0)
+    write, _ = (
+        operations.plan_top_up(before, s, MONDAY, WHOLE, bought * MILLI) if bought else (None, 0)
+    )
     s = land(write, s) or s
     remaining = balance(before, s, MONDAY)
-    converted = bucket.convert(before, after, s, MONDAY + 1, 1, 1)
+    converted = bucket.convert(before, after, s, MONDAY + 1, WHOLE)
     assert balance(after, converted, MONDAY + 1) == min(remaining, (new + bought) * MILLI)
     assert balance(after, converted, MONDAY + WEEK) == new * MILLI
 
@@ -298,8 +300,8 @@ def test_a_dripping_top_up_gains_min_n_and_the_room_below_the_ceiling(
     assert s is not None
     now = MONDAY + elapsed
     before = balance(p, s, now)
-    room = operations.room(p, s, now, 1)
-    write, gained = operations.plan_top_up(p, s, now, 1, n * MILLI)
+    room = operations.room(p, s, now, WHOLE)
+    write, gained = operations.plan_top_up(p, s, now, WHOLE, n * MILLI)
     assert gained == min(n * MILLI, room) == min(n * MILLI, capacity * MILLI - before)
     after = land(write, s)
     assert after is not None
@@ -322,7 +324,7 @@ def test_a_dripping_top_up_grants_what_it_planned_even_after_a_concurrent_debit(
     p = rate(capacity, refill, period)
     s = debit(p, State(), MONDAY, min(spent, capacity) * MILLI)
     assert s is not None
-    write, gained = operations.plan_top_up(p, s, MONDAY, 1, n * MILLI)
+    write, gained = operations.plan_top_up(p, s, MONDAY, WHOLE, n * MILLI)
     raced = debit(p, s, MONDAY, other * MILLI, enforce=False)
     assert raced is not None
     after = land(write, raced)
@@ -338,7 +340,7 @@ def test_a_dripping_reset_fills_to_the_ceiling_and_forgives_debt(
     s = debit(p, State(), MONDAY, spent * MILLI, enforce=False)
     assert s is not None
     now = MONDAY + elapsed
-    write, gained = operations.plan_reset(p, s, now, 1)
+    write, gained = operations.plan_reset(p, s, now, WHOLE)
     after = land(write, s)
     assert after is not None
     assert balance(p, after, now) == capacity * MILLI == balance(p, s, now) + gained
@@ -347,11 +349,13 @@ def test_a_dripping_reset_fills_to_the_ceiling_and_forgives_debt(
 # --- shards --------------------------------------------------------------------------------------
 
 
-@given(amount=st.integers(0, 10**18), shards=st.sampled_from([1, 2, 4, 8, 16, 32]))
-def test_a_split_is_exact_and_even(amount: int, shards: int) -> None:
-    parts = operations.split(amount, shards)
-    assert sum(parts) == amount and len(parts) == shards
-    assert max(parts) - min(parts) <= 1
+@given(amount=st.integers(0, 10**9), shards=st.sampled_from([1, 2, 4, 8, 16, 32]))
+def test_a_top_up_is_spread_exactly_in_whole_units(amount: int, shards: int) -> None:
+    milli = amount * MILLI
+    parts = operations.split(milli, Slot(0, shards).all())
+    assert sum(parts) == milli and len(parts) == shards
+    assert all(part % MILLI == 0 for part in parts)
+    assert max(parts) - min(parts) <= MILLI
 
 
 @given(rooms=st.lists(st.integers(0, 10**6), min_size=1, max_size=32), amount=st.integers(0, 10**7))
@@ -361,26 +365,28 @@ def test_allocation_gives_min_of_amount_and_total_room(rooms: list[int], amount:
     assert all(0 <= g <= r for g, r in zip(given_, rooms, strict=True))
 
 
-@given(capacity=st.integers(32, 10**6), bought=st.integers(1, 10**6), spent=st.integers(0, 100))
+@given(capacity=st.integers(1, 10**6), bought=st.integers(1, 10**6), spent=st.integers(0, 100))
 def test_a_sharded_top_up_adds_the_exact_total_over_shards(
     capacity: int, bought: int, spent: int
 ) -> None:
-    p, shards = weekly(capacity), 4
-    states = [State() for _ in range(shards)]
-    states[0] = debit_sharded(p, states[0], shards, spent)
-    shares = operations.split(bought * MILLI, shards)
+    p, slots = weekly(capacity), Slot(0, 4).all()
+    states = [bucket.full_state(p, slot) for slot in slots]
+    states[0] = debit_sharded(p, states[0], slots[0], spent)
+    shares = operations.split(bought * MILLI, slots)
     total = 0
     for i, share in enumerate(shares):
-        write, gained = operations.plan_top_up(p, states[i], MONDAY, shards, share)
+        write, gained = operations.plan_top_up(p, states[i], MONDAY, slots[i], share)
         states[i] = land(write, states[i]) or states[i]
         total += gained
     assert total == bought * MILLI
-    ceilings = sum(bucket.view(p, s, MONDAY, shards).ceiling for s in states)
-    assert ceilings == p.shard_capacity(shards) * shards + bought * MILLI
+    ceilings = sum(
+        bucket.view(p, s, MONDAY, slot).ceiling for s, slot in zip(states, slots, strict=True)
+    )
+    assert ceilings == capacity * MILLI + bought * MILLI
 
 
-def debit_sharded(p: Params, s: State, shards: int, amount: int) -> State:
-    write = bucket.plan_debit(p, s, MONDAY, shards, amount, enforce=False)
+def debit_sharded(p: Params, s: State, slot: Slot, amount: int) -> State:
+    write = bucket.plan_debit(p, s, MONDAY, slot, amount, enforce=False)
     return land(write, s) or s
 
 

@@ -31,6 +31,7 @@ async def test_a_gated_call_is_refused_until_upgrade_then_succeeds(stack: Stack)
     repo = await stack.open()
     try:
         await RateLimiter(repo).set_resource_defaults("budget", [WEEKLY])
+        await repo.create_entity("u1")  # balance operations refuse an unknown entity (§5.9)
         with pytest.raises(VersionMismatchError) as refused:
             await repo.top_up("u1", "budget", {"weekly": 5})
         error = refused.value

@@ -20,11 +20,11 @@ from ..limits import Limit
 from ..models import LimitStatus
 from ..resolution import Resolver
 from . import planning
-from .shards import ShardChooser, SplitDetector
+from .shards import SPLIT_WRITES_PER_SECOND, ShardChooser, SplitDetector
 from .store import BucketStore
 from .targets import Loaded, TargetFinder
 from .values import Contended, Landed, Planner, ResourcePlan, Target
-from .waves import Waves, Written
+from .waves import MoreOperations, Waves, Written
 
 log = logging.getLogger("zae_limiter")
 
@@ -40,13 +40,14 @@ class Admission:
         images: ImageCache,
         clock: Callable[[], int],
         ttl_multiplier: int,
+        split_writes_per_second: float = SPLIT_WRITES_PER_SECOND,
     ) -> None:
         self.ns = ns
         self.images = images
         self.clock = clock
         self.maker = planning.ItemMaker(ns, ttl_multiplier)
         self.shards = ShardChooser(ns, images, clock)
-        self.detector = SplitDetector()
+        self.detector = SplitDetector(split_writes_per_second)
         self.waves = Waves(store, images, clock, self.maker, self.shards, on_written=self._observe)
         self.finder = TargetFinder(
             store, ns, resolver, images, clock, self.shards, self.waves.restamp
@@ -154,15 +155,6 @@ class Admission:
     # --- splitting hot buckets -------------------------------------------------------------------
 
     @property
-    def split_threshold(self) -> float:
-        """Writes per second on one shard above which its bucket is split."""
-        return self.detector.threshold
-
-    @split_threshold.setter
-    def split_threshold(self, value: float) -> None:
-        self.detector.threshold = value
-
-    @property
     def rate_window_ms(self) -> int:
         """The span over which a shard's write rate is measured."""
         return self.detector.window_ms
@@ -191,9 +183,18 @@ class Admission:
         finally:
             self._splitting.discard((image.ns, image.entity_id, image.resource))
 
-    async def split(self, entity_id: str, resource: str, shards: int) -> int:
-        """Double a bucket's shards from `shards`, in one transaction. Returns the new count."""
-        return await self.waves.split(entity_id, resource, shards)
+    async def split(
+        self, entity_id: str, resource: str, shards: int, extra: MoreOperations | None = None
+    ) -> int:
+        """Double a bucket's shards from `shards`, in one transaction. Returns the new count
+        (the current one when the bucket is absent or no longer has `shards`). `extra(doubled)`:
+        more operations for the same transaction (an audit event)."""
+        return await self.waves.split(entity_id, resource, shards, extra)
+
+    async def create(self, target: Target) -> BucketImage:
+        """Write a bucket item that does not exist yet, at its full allowance (pre-splitting).
+        Raises ConditionFailed if one exists."""
+        return await self.waves.create(target)
 
     async def settle_splits(self) -> None:
         """Wait for splits started in the background (tests, shutdown)."""

@@ -27,6 +27,7 @@ class ResourceHold:
     parent: Landed | None
     consumed: dict[str, int]  # whole units, net
     pending: dict[str, int] = field(default_factory=dict)  # whole units, deferred adjustments
+    final_overdrawn: list[str] | None = None  # frozen when the block exits
 
     @property
     def declared(self) -> tuple[str, ...] | None:
@@ -57,6 +58,13 @@ class Ledger:
         if not self.open:
             raise LeaseExpiredError()
 
+    def close(self, writer: LeaseWriter | None) -> None:
+        """End the block: read-only members keep their final values (soft balances frozen)."""
+        if self.open and writer is not None:
+            for hold in self.holds.values():
+                hold.final_overdrawn = writer.overdrawn(hold)
+        self.open = False
+
 
 class LeaseWriter(Protocol):
     """What a lease asks of the acquisition that made it."""
@@ -80,8 +88,12 @@ class LeaseResource:
 
     @property
     def _hold(self) -> ResourceHold:
-        self._ledger.check_open()
         return self._ledger.holds[self.name]
+
+    def _open_hold(self) -> ResourceHold:
+        """The hold, for the members that change it: LeaseExpiredError after the block."""
+        self._ledger.check_open()
+        return self._hold
 
     @property
     def consumed(self) -> dict[str, int]:
@@ -94,19 +106,22 @@ class LeaseResource:
 
     @property
     def overdrawn(self) -> list[str]:
-        return self._writer.overdrawn(self._hold)
+        hold = self._hold
+        if hold.final_overdrawn is not None:
+            return list(hold.final_overdrawn)
+        return self._writer.overdrawn(hold)
 
     async def consume(self, **amounts: int) -> None:
         """Take more now, all or none, judged against the live balance."""
         checked = validation.amounts(amounts, "consume")
-        hold = self._hold
+        hold = self._open_hold()
         hold.check_names(checked)
         await self._writer.consume_more(hold, checked)
 
     async def adjust(self, **amounts: int) -> None:
         """Record a change (signed) to write on exit. Never rejects; net is clamped at 0."""
         checked = validation.amounts(amounts, "adjust", signed=True)
-        hold = self._hold
+        hold = self._open_hold()
         hold.check_names(checked)
         for name, amount in checked.items():
             net = hold.consumed.get(name, 0)
@@ -116,6 +131,7 @@ class LeaseResource:
 
     async def release(self, **amounts: int) -> None:
         """`adjust` with the amounts negated."""
+        self._ledger.check_open()
         checked = validation.amounts(amounts, "release")
         await self.adjust(**{name: -amount for name, amount in checked.items()})
 
@@ -160,7 +176,6 @@ class Lease:
 
     def resource(self, name: str) -> LeaseResource:
         """The handle of one covered resource; ValidationError for any other name."""
-        self._check_open()
         if self._writer is None:
             return NoopResource(name)  # type: ignore[return-value]
         holds = self._ledger.holds
@@ -171,7 +186,6 @@ class Lease:
         return LeaseResource(self._writer, self._ledger, name)
 
     def _primary(self) -> LeaseResource:
-        self._check_open()
         if self._writer is None:
             return NoopResource("")  # type: ignore[return-value]
         return LeaseResource(self._writer, self._ledger, next(iter(self._ledger.holds)))
@@ -222,7 +236,7 @@ def overdrawn_names(image: BucketImage, pending: dict[str, int], now: int) -> li
         state = image.states.get(params.name)
         if state is None:
             continue
-        balance = bucket.view(params, state, now, image.stamp.shards).balance
+        balance = bucket.view(params, state, now, image.slot).balance
         balance -= pending.get(params.name, 0) * MILLI
         if balance < 0:
             out.append(params.name)

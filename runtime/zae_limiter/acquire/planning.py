@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import config as cfg
 from ..core import bucket
-from ..core.bucket import MILLI, LimitWrite, Params, State
+from ..core.bucket import MILLI, LimitWrite, Params, Slot, State
 from ..dynamo import bucket_items as items
 from ..dynamo.bucket_items import BucketImage, Stamp
 from ..models import LimitStatus
@@ -27,7 +27,7 @@ def plan_admit(target: Target, now: int, admissions: int = 1) -> PlanResult | No
     for name, amount in target.amounts.items():
         params = image.stamp.params(name)
         assert params is not None
-        state = image.states.get(name, bucket.full_state(params, image.stamp.shards))
+        state = image.states.get(name, bucket.full_state(params, image.slot))
         if image.stamp.is_bypass:
             writes[name] = bucket.plan_count_only(state, amount)
             continue
@@ -35,7 +35,7 @@ def plan_admit(target: Target, now: int, admissions: int = 1) -> PlanResult | No
             params,
             state,
             now,
-            image.stamp.shards,
+            image.slot,
             amount,
             enforce=not params.soft,
             check=target.read_now,
@@ -88,16 +88,16 @@ def _net_writes(
         if entry.bypass:
             writes[name] = bucket.plan_count_only(state, amount)
         elif amount > 0:
-            writes[name] = _force(params, state, now, image.stamp.shards, amount)
+            writes[name] = _force(params, state, now, image.slot, amount)
         else:
             writes[name] = bucket.plan_credit(
-                params, state, now, image.stamp.shards, -amount, entry.periods.get(name)
+                params, state, now, image.slot, -amount, entry.periods.get(name)
             )
     return writes
 
 
-def _force(params: Params, state: State, now: int, shards: int, amount: int) -> LimitWrite:
-    write = bucket.plan_debit(params, state, now, shards, amount, enforce=False)
+def _force(params: Params, state: State, now: int, slot: Slot, amount: int) -> LimitWrite:
+    write = bucket.plan_debit(params, state, now, slot, amount, enforce=False)
     assert write is not None
     return write
 
@@ -115,15 +115,15 @@ def limit_statuses(
 ) -> list[LimitStatus]:
     """A status for every declared limit of an item, judged on its balance at `now`."""
     out = []
-    shards = image.stamp.shards
+    slot = image.slot
     for params in image.stamp.limits:
-        state = image.states.get(params.name, bucket.full_state(params, shards))
-        view = bucket.view(params, state, now, shards)
+        state = image.states.get(params.name, bucket.full_state(params, slot))
+        view = bucket.view(params, state, now, slot)
         requested = amounts.get(params.name, 0)
         exceeded = (
             not bypass and not params.soft and params.name in amounts and view.balance < requested
         )
-        wait = bucket.retry_after_ms(params, state, now, shards, requested) if exceeded else 0
+        wait = bucket.retry_after_ms(params, state, now, slot, requested) if exceeded else 0
         out.append(
             LimitStatus(
                 entity_id=image.entity_id,
@@ -162,20 +162,23 @@ def blank_image(
         shard=shard,
         stamp=stamp,
         stamp_seq=seq,
-        states={p.name: bucket.full_state(p, stamp.shards) for p in stamp.limits},
+        states={p.name: bucket.full_state(p, Slot(shard, stamp.shards)) for p in stamp.limits},
     )
 
 
 def ttl_for(stamp: Stamp, states: dict[str, State], now: int, multiplier: int) -> int | None:
-    """The item's expiry (epoch seconds): `multiplier` times the time it takes to refill."""
-    if multiplier <= 0 or not stamp.limits:
+    """The item's expiry (epoch seconds): `multiplier` times the time it takes to refill.
+
+    A split bucket's items never expire: its shard count must outlive every shard of its layout
+    (docs/sharding.md)."""
+    if multiplier <= 0 or not stamp.limits or stamp.shards > 1:
         return None
     horizon = 0
     for params in stamp.limits:  # inline: this runs on every write
         state = states.get(params.name) or State()
         if params.kind == bucket.Kind.RATE:
-            refill = max(1, params.shard_refill(stamp.shards))
-            span = params.shard_capacity(stamp.shards) * params.period_ms // refill
+            refill = max(1, params.shard_refill(bucket.WHOLE))
+            span = params.shard_capacity(bucket.WHOLE) * params.period_ms // refill
             span += max(0, state.v - now * refill) // refill
         else:
             nxt = params.next_reset_ms(now, state.w)
@@ -193,16 +196,16 @@ def restamped_states(image: BucketImage, stamp: Stamp, now: int) -> dict[str, St
         old_params = image.stamp.params(params.name)
         old_state = image.states.get(params.name)
         if old_params is None or old_state is None:
-            states[params.name] = bucket.full_state(params, stamp.shards)
+            states[params.name] = bucket.full_state(params, image.slot)
         else:
             states[params.name] = bucket.convert(
                 old_params,
                 params,
                 old_state,
                 now,
-                image.stamp.shards,
-                stamp.shards,
+                image.slot,
                 since=image.written_at,
+                changed_at=stamp.changed_at,
             )
     return states
 
@@ -262,7 +265,7 @@ class ItemMaker:
         shard: int | None = None,
         admissions: int = 0,
         generation: str | None = None,
-        op_id: str | None = None,
+        evidence: dict[str, int] | None = None,
     ) -> dict[str, Any]:
         """Every attribute of one of `image`'s bucket's items, its expiry from `states`."""
         return items.full_item(
@@ -277,5 +280,5 @@ class ItemMaker:
             generation=generation or items.new_op_id(),
             now=now,
             ttl=self.ttl(stamp, states, now),
-            op_id=op_id,
+            evidence=evidence,
         )

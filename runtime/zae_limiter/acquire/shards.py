@@ -1,8 +1,11 @@
 """Write sharding on the acquire path: which shard a call writes, when a bucket is too hot, and
-the parts of a split (sent by `waves.Waves.split`). No I/O.
+the parts of a split (sent by `waves.Waves.split`). No I/O (docs/sharding.md).
 
-A sharded bucket is written on a random shard, steered away from shards the rejection cache
-knows are short; a shard that refuses makes the call try another, up to `MIN_SHARDS_TRIED`.
+A sharded bucket is written on a random shard. Once the call's amounts are known, a shard that
+cannot hold them (a small limit lives on fewer shards than the bucket has) or that this process's
+last image of it shows short is avoided; a shard that refuses makes the call try another, up to
+`MIN_SHARDS_TRIED`; then the waves read every shard once (`Waves.write_all`), so a call is
+refused only when no shard can admit it.
 """
 
 from __future__ import annotations
@@ -13,9 +16,8 @@ from dataclasses import dataclass, replace
 
 from ..caches import ImageCache
 from ..core import bucket
-from ..core.bucket import LimitWrite, State
+from ..core.bucket import LimitWrite, Slot, State
 from ..core.shard_split import split_limit
-from ..dynamo import bucket_items as items
 from ..dynamo.bucket_items import BucketImage, Stamp
 from ..dynamo.bucket_store import ShardSplit
 from . import planning
@@ -23,7 +25,7 @@ from .values import Target
 
 MAX_SHARDS = 32
 MIN_SHARDS_TRIED = 3  # a sharded bucket is not rejected after one short shard
-SPLIT_WRITES_PER_SECOND = 1_000  # about DynamoDB's per-partition write limit
+SPLIT_WRITES_PER_SECOND = 1_000.0  # about DynamoDB's per-partition write limit
 RATE_WINDOW_MS = 1_000
 
 
@@ -40,7 +42,7 @@ class ShardChooser:
         hit = self.images.get((self.ns, like.entity_id, like.resource, shard))
         if hit is not None and hit[0].stamp_seq >= like.stamp_seq:
             return hit
-        return replace(like, shard=shard, op_ids=("",) * items.OP_SLOTS), 0
+        return replace(like, shard=shard, evidence={}, writes=0), 0
 
     def _known_short(self, target: Target, shard: int, now: int) -> bool:
         """The rejection cache knows this shard cannot admit the target's amounts."""
@@ -49,7 +51,48 @@ class ShardChooser:
             return False
         return planning.refused_on_image(replace(target, image=hit[0]), now)
 
+    def _seems_short(self, target: Target, shard: int, now: int) -> bool:
+        """This process's last image of the shard, however old, brought to now, refuses the
+        target's amounts (a hint only: another process may have freed some since)."""
+        hit = self.images.get((self.ns, target.entity_id, target.resource, shard))
+        if hit is None or hit[0].stamp_seq < target.image.stamp_seq:
+            return False
+        return planning.refused_on_image(replace(target, image=hit[0]), now)
+
+    def _can_hold(self, target: Target, shard: int) -> bool:
+        """Every amount is within this shard's share of its limit (plus top-ups it is known to
+        hold): a request above that can never be admitted there."""
+        slot = Slot(shard, target.stamp.shards)
+        hit = self.images.get((self.ns, target.entity_id, target.resource, shard))
+        for name, amount in target.amounts.items():
+            params = target.stamp.params(name)
+            if params is None or params.soft or target.stamp.is_bypass:
+                continue
+            state = hit[0].states.get(name) if hit is not None else None
+            topped = state.tu if state is not None and params.kind != bucket.Kind.RATE else 0
+            if amount > params.shard_capacity(slot) + topped:
+                return False
+        return True
+
+    def _choose(self, target: Target, skip: frozenset[int], now: int) -> int | None:
+        """A random shard that can hold the amounts and does not seem short; else one not known
+        to be short (rejection cache); None when none is left."""
+        shards = target.stamp.shards
+        guess = random.randrange(shards)  # the warm case: any shard will do
+        if (
+            guess not in skip
+            and self._can_hold(target, guess)
+            and not self._seems_short(target, guess, now)
+        ):
+            return guess
+        holding = [s for s in range(shards) if s not in skip and self._can_hold(target, s)]
+        likely = [s for s in holding if not self._seems_short(target, s, now)]
+        pool = likely or [s for s in holding if not self._known_short(target, s, now)]
+        return random.choice(pool) if pool else None
+
     def _moved(self, target: Target, shard: int, tried: frozenset[int]) -> Target:
+        if shard == target.image.shard:
+            return replace(target, tried=tried)
         image, seen_at = self._shard_image(target.image, shard)
         return replace(
             target, image=image, seen_at=seen_at, read_now=False, exists=True, tried=tried
@@ -63,35 +106,45 @@ class ShardChooser:
         now = self.clock()
         candidates = [s for s in range(shards) if not self._known_short(target, s, now)]
         shard = random.choice(candidates or list(range(shards)))
-        if shard != target.image.shard:
-            return self._moved(target, shard, frozenset({shard}))
-        return replace(target, tried=frozenset({shard}))
+        return self._moved(target, shard, frozenset({shard}))
 
     def another(self, target: Target, now: int) -> Target | None:
         """After a shard refused: the target on another shard, or None when up to 3 (or all, if
-        fewer) were tried, or every other is known to be short."""
+        fewer) were tried, or no other can hold the amounts and is not known to be short."""
         shards = target.stamp.shards
         tried = target.tried | {target.image.shard}
         if shards <= 1 or len(tried) >= min(MIN_SHARDS_TRIED, shards):
             return None
-        untried = [
-            s for s in range(shards) if s not in tried and not self._known_short(target, s, now)
-        ]
-        if not untried:
-            return None
-        return self._moved(target, random.choice(untried), tried)
+        shard = self._choose(target, tried, now)
+        return None if shard is None else self._moved(target, shard, tried)
 
     def short_everywhere(self, target: Target, now: int) -> tuple[bool, Target]:
-        """Whether what this process knows (within the rejection window) refuses the target,
-        after moving a sharded target off shards known to be short; and the target as moved."""
-        while True:
+        """Whether what this process knows refuses the target on every shard (within the
+        rejection window; a sharded bucket: every shard that could hold it is known short);
+        and the target, moved to a shard it may be admitted on."""
+        if target.stamp.shards <= 1:
             fresh = target.read_now or self.images.fresh_for_rejection(target.seen_at, now)
-            if not fresh or not planning.refused_on_image(target, now):
-                return False, target
-            moved = self.another(target, now)
-            if moved is None:
-                return True, target
-            target = moved
+            return fresh and planning.refused_on_image(target, now), target
+        here = target.image.shard
+        if self._can_hold(target, here) and not self._seems_short(target, here, now):
+            return False, target
+        shard = self._choose(target, frozenset(), now)
+        if shard is None:  # judged on shard 0, which holds the largest shares
+            return True, self._moved(target, 0, frozenset({0}))
+        return False, self._moved(target, shard, frozenset({shard}))
+
+    def fitting(self, target: Target, found: list[BucketImage], now: int) -> Target | None:
+        """From every shard just read: the target on a random one that admits it, or None."""
+        admitting = [
+            image
+            for image in found
+            if image.stamp.same_rules(target.stamp)
+            and not planning.refused_on_image(replace(target, image=image), now)
+        ]
+        if not admitting:
+            return None
+        image = random.choice(admitting)
+        return replace(target, image=image, exists=True, read_now=True, seen_at=now, surveyed=True)
 
 
 @dataclass
@@ -104,8 +157,8 @@ class _Rate:
 class SplitDetector:
     """Estimates each shard's write rate from the images writes return."""
 
-    def __init__(self) -> None:
-        self.threshold: float = SPLIT_WRITES_PER_SECOND
+    def __init__(self, threshold: float = SPLIT_WRITES_PER_SECOND) -> None:
+        self.threshold = threshold
         self.window_ms = RATE_WINDOW_MS
         self._rates: dict[tuple[str, str, str, int], _Rate] = {}
 
@@ -158,16 +211,17 @@ def _split_part(
     old_writes: dict[str, LimitWrite] = {}
     sibling_states: dict[str, State] = {}
     for params in image.stamp.limits:
-        state = image.states.get(params.name, bucket.full_state(params, shards))
+        state = image.states.get(params.name, bucket.full_state(params, image.slot))
         old_writes[params.name], sibling_states[params.name] = split_limit(
-            params, state, now, shards
+            params, state, now, image.slot
         )
     stamp: Stamp = replace(image.stamp, shards=doubled)
     seq = image.stamp_seq + 1
     sibling = maker.item_for(image, stamp, seq, sibling_states, now, shard=image.shard + shards)
     old_item = None
     if not exists:
-        states = {p.name: bucket.full_state(p, doubled) for p in stamp.limits}
+        slot = Slot(image.shard, doubled)
+        states = {p.name: bucket.full_state(p, slot) for p in stamp.limits}
         old_item = maker.item_for(image, stamp, seq, states, now)
     return ShardSplit(
         image, exists=exists, old_writes=old_writes, old_item=old_item, sibling=sibling, now=now

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from ..core.bucket import LimitWrite
-from ..dynamo.bucket_items import BucketImage
+from ..dynamo.bucket_items import BucketImage, Evidence
 from ..dynamo.bucket_store import ShardSplit
 
 
@@ -29,11 +29,16 @@ class BucketStore(Protocol):
         now: int,
         ttl: int | None,
         admissions: int,
-        op_id: str,
-        guard_op: bool,
+        evidence: Evidence | None,
     ) -> BucketImage:
         """Apply `writes` if the item still has `image`'s stamp sequence and the guards hold;
-        with `guard_op`, also only if `op_id` has not landed. Returns the new item."""
+        with `evidence`, also only if the writer's entry is below its sequence (then set to
+        it). Returns the new item."""
+        ...
+
+    async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
+        """Set the writer's entry to `evidence.seq` if the item exists and the entry is below
+        `blocked` (so no write with sequence `blocked` can land afterwards)."""
         ...
 
     async def create(self, item: dict[str, Any], *, expired_before_s: int) -> BucketImage:
@@ -44,6 +49,9 @@ class BucketStore(Protocol):
         """Write `item` over the stored one if that is still exactly `replaces`."""
         ...
 
-    async def split(self, parts: Sequence[ShardSplit], *, token: str) -> None:
-        """Double a bucket's shards, all parts or none."""
+    async def split(
+        self, parts: Sequence[ShardSplit], *, token: str, extra: Sequence[dict[str, Any]] = ()
+    ) -> None:
+        """Double a bucket's shards, all parts (and the `extra` transaction operations, an
+        audit event) or none."""
         ...

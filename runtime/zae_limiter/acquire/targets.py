@@ -21,6 +21,7 @@ from ..dynamo.bucket_items import BucketImage, Stamp
 from ..errors import ResourceDisabled, ValidationError
 from ..limits import Limit
 from ..resolution import Resolver, stamp_for
+from ..unmetered import Unmetered
 from . import planning
 from .shards import ShardChooser
 from .store import BucketStore
@@ -63,7 +64,8 @@ class TargetFinder:
             tuple[str, tuple[str, ...]],
             asyncio.Future[tuple[dict[str, cfg.Resolved], list[BucketImage]]],
         ] = {}
-        self._warned_unmetered: set[str] = set()
+        #: the unmetered policy (unmetered.py); the repository sets it
+        self.unmetered: Unmetered | None = None
         self._warned_parent_fallback: set[tuple[str, str]] = set()
 
     # --- warm: the image cache ---------------------------------------------------------------
@@ -147,7 +149,6 @@ class TargetFinder:
             limits = tuple(override) if override is not None else res.limits
             if limits is None:
                 out[resource] = (res, None)
-                self._note_unmetered(resource)
                 continue
             if role == PARENT and res.source in ("resource", "system"):
                 self._note_parent_fallback(entity_id, resource)
@@ -229,7 +230,11 @@ class TargetFinder:
                     self.resolver.cache.put(("unmetered", entity_id, resource), res, self.clock())
                 plans[resource] = ResourcePlan(resource, requests[resource], target, None)
         await self._add_parents(entity_id, plans, resolved_slow)
-        return _with_amounts(entity_id, [plans[r] for r in requests])
+        ordered = _with_amounts(entity_id, [plans[r] for r in requests])
+        for plan in ordered:
+            if plan.child is None and self.unmetered is not None:
+                await self.unmetered.admit(plan.resource)  # count, warn, or refuse: no write yet
+        return ordered
 
     def _warm(
         self,
@@ -284,16 +289,6 @@ class TargetFinder:
                 plans[resource] = replace(plans[resource], parent=target)
 
     # --- notes -----------------------------------------------------------------------------------
-
-    def _note_unmetered(self, resource: str) -> None:
-        if resource not in self._warned_unmetered:
-            self._warned_unmetered.add(resource)
-            log.warning(
-                "resource %r has no limits at any level in namespace %s: it is unmetered "
-                "(admitted, nothing written)",
-                resource,
-                self.ns,
-            )
 
     def _note_parent_fallback(self, parent: str, resource: str) -> None:
         if (parent, resource) not in self._warned_parent_fallback:

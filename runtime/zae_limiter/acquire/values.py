@@ -23,7 +23,7 @@ class Target:
     `exists`: the item is stored (a write updates it; otherwise it creates it). `seen_at`: when
     `image` was read or returned by a write. `read_now`: `image` was read in this call, so a
     planner may refuse on it. `amounts`: milli per limit name the stamp declares. `tried`: shards
-    tried in this call.
+    tried in this call. `surveyed`: every shard was read in this call (once at most).
     """
 
     entity_id: str
@@ -36,6 +36,7 @@ class Target:
     read_now: bool
     amounts: dict[str, int] = field(default_factory=dict)
     tried: frozenset[int] = frozenset()
+    surveyed: bool = False
 
     @property
     def stamp(self) -> Stamp:

@@ -1,11 +1,10 @@
 """Waves: the only code of the acquire path that sends bucket writes and reads their outcome.
 
-A wave sends one conditional write per pending item, all at once. An outcome is one of:
-the write landed (its new image); `ConditionFailed` with the current item (a newer stamp or a
-concurrent writer's effect: plan again on it, unless the item shows our own operation id, which
-means a lost response had landed); `ConditionFailed` with no item (it expired and was deleted:
-create it); `UnknownOutcome` (resend, guarded so that it cannot apply twice); another
-`DynamoError` (unavailable; retried a few times for writes that must settle).
+`write_all` sends every job through its item's lane (`lanes.Lanes`: one write in flight per item
+per writer, concurrent calls folded into it, writer evidence deciding lost answers exactly; see
+docs/on-unavailable.md). A job ends landed (the item after its write), refused (its planner
+refused on a fresh image: another shard is tried), or failed (`Contended`, `RulesChanged`,
+`Unavailable`). Restamps and splits are sent here too.
 """
 
 from __future__ import annotations
@@ -13,23 +12,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import KW_ONLY, dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from ..caches import ImageCache
 from ..core.bucket import LimitWrite
 from ..dynamo import bucket_items as items
-from ..dynamo import keys, transport
-from ..dynamo.bucket_items import BucketImage, Stamp
+from ..dynamo import keys
+from ..dynamo.bucket_items import BucketImage, Evidence, Stamp
 from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
+from . import lanes as lanes_
 from . import planning
 from .shards import ShardChooser, split_parts
 from .store import BucketStore
 from .values import Contended, Planner, RulesChanged, Target, Unavailable
 
 log = logging.getLogger("zae_limiter")
+_T = TypeVar("_T")
 
-MAX_ROUNDS = 5  # write attempts per item before a contended rejection
+MAX_ROUNDS = 5  # condition failures per call before a contended rejection
+#: More operations for a split's transaction, given the new shard count (an audit event).
+MoreOperations = Callable[[int], Coroutine[Any, Any, list[dict[str, Any]]]]
 SETTLE_ROUNDS = 8  # attempts for exit writes and refunds
 
 
@@ -53,27 +56,8 @@ class WaveResult:
     latest: list[Target]
 
 
-@dataclass(frozen=True)
-class _Job:
-    index: int
-    target: Target
-    planner: Planner
-    op_id: str
-    _: KW_ONLY
-    guarded: bool  # refuse to apply if op_id already landed (a resend after a lost response)
-
-
-@dataclass
-class _Round:
-    """Outcomes of one wave, gathered."""
-
-    retry: list[_Job] = field(default_factory=list)
-    error: BaseException | None = None
-    unknown: UnknownOutcome | None = None
-
-
 class Waves:
-    """Sends bucket writes for one namespace scope through a `BucketStore`."""
+    """Sends bucket writes for one namespace scope through a `BucketStore`, as one writer."""
 
     def __init__(
         self,
@@ -91,161 +75,133 @@ class Waves:
         self.maker = maker
         self.shards = shards
         self.on_written = on_written
+        self.lanes = lanes_.Lanes(
+            self,
+            clock,
+            on_image=self._seen,
+            rules_matter=lambda planned, current: planning.rules_matter(
+                planned.stamp, current.stamp
+            ),
+            blank=self._blank_after,
+        )
 
     @property
     def ns(self) -> str:
         return self.maker.ns
 
     async def write_all(self, jobs: list[tuple[Target, Planner]], *, settle: bool) -> WaveResult:
-        """Write every job in waves until each lands or is refused by its planner.
+        """Write every job through its item's lane until each lands or is refused.
 
         A planner maps (target with its latest image, now) to the limit writes and admissions
-        delta, or None when a fresh image shows the request cannot be admitted; then nothing more
-        is sent. With `settle` (exit writes and refunds, which never refuse), transient failures
-        are retried longer.
+        delta, or None when a fresh image shows the request cannot be admitted. When several
+        jobs are admitted together and one refuses on the images at hand, nothing is sent. With
+        `settle` (exit writes and refunds, which never refuse), transient failures are retried
+        longer.
         """
         written: list[Written] = []
+        refused: list[Target] = []
         latest = [target for target, _ in jobs]
-        pending = [_Job(i, t, p, items.new_op_id(), guarded=False) for i, (t, p) in enumerate(jobs)]
-        rounds = SETTLE_ROUNDS if settle else MAX_ROUNDS
-        outcome = _Round()
-        for attempt in range(rounds):
-            if not pending or outcome.error is not None:
-                break
-            now = self.clock()
-            planned, refused = self._plan(pending, now, latest)
+        error: BaseException | None = None
+        if len(jobs) > 1 and not settle:
+            jobs, refused = await self._refused_before_sending(jobs, latest)
             if refused:
-                return WaveResult(written, refused, outcome.error, latest)
-            retry_errors = settle and attempt + 1 < rounds
-            outcome = await self._wave(
-                planned, now, written, latest, attempt, retry_errors=retry_errors
+                return WaveResult(written, refused, error, latest)
+        rounds = SETTLE_ROUNDS if settle else MAX_ROUNDS
+        pending = list(enumerate(jobs))
+        while pending:
+            outcomes = await _settle_all(
+                [
+                    self.lanes.write(target, planner, settle=settle, rounds=rounds)
+                    for _, (target, planner) in pending
+                ]
             )
-            pending = outcome.retry
-            if pending and outcome.unknown is not None:
-                await asyncio.sleep(0.02 * (attempt + 1) * transport.backoff_scale)
-        error = outcome.error
-        if pending and error is None:
-            error = Unavailable(outcome.unknown) if outcome.unknown is not None else Contended()
-        return WaveResult(written, [], error, latest)
+            retry: list[tuple[int, tuple[Target, Planner]]] = []
+            for (index, (_, planner)), outcome in zip(pending, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    error = error or outcome
+                    continue
+                target = outcome.target
+                latest[index] = target
+                if outcome.image is not None:
+                    written.append(Written(target, outcome.image, outcome.writes))
+                elif outcome.refused:
+                    moved = self.shards.another(target, self.clock())
+                    if moved is None:
+                        moved = await self._survey(target)
+                    if moved is None:
+                        refused.append(replace(target, surveyed=True))
+                    else:
+                        latest[index] = moved
+                        retry.append((index, (moved, planner)))
+                else:
+                    if isinstance(outcome.error, lanes_.ShardGone):
+                        self.images.forget(self.ns, target.entity_id, target.resource)
+                    error = error or _job_error(outcome.error)
+            pending = retry
+        return WaveResult(written, refused, error, latest)
 
-    def _plan(
-        self, pending: list[_Job], now: int, latest: list[Target]
-    ) -> tuple[list[tuple[_Job, dict[str, LimitWrite], int]], list[Target]]:
-        """Each job's writes on its latest image (moving a refused target to another shard)."""
-        planned = []
+    async def _refused_before_sending(
+        self, jobs: list[tuple[Target, Planner]], latest: list[Target]
+    ) -> tuple[list[tuple[Target, Planner]], list[Target]]:
+        """The jobs moved to shards that admit them on the images at hand (reading every shard of
+        a sharded target once when what the process knows is not enough), and the targets that
+        still refuse."""
+        now = self.clock()
         refused = []
-        for job in pending:
-            target = job.target
-            result = job.planner(target, now)
-            while result is None:
+        moved_jobs = []
+        for index, (target, planner) in enumerate(jobs):
+            while planner(target, now) is None:
                 moved = self.shards.another(target, now)
                 if moved is None:
+                    moved = await self._survey(target)
+                if moved is None:
+                    refused.append(replace(target, surveyed=True))
                     break
                 target = moved
-                result = job.planner(target, now)
-            latest[job.index] = target
-            if result is None:
-                refused.append(target)
-            else:
-                planned.append(
-                    (job if target is job.target else replace(job, target=target), *result)
-                )
-        return planned, refused
+            latest[index] = target
+            moved_jobs.append((target, planner))
+        return moved_jobs, refused
 
-    async def _wave(
-        self,
-        planned: list[tuple[_Job, dict[str, LimitWrite], int]],
-        now: int,
-        written: list[Written],
-        latest: list[Target],
-        attempt: int,
-        *,
-        retry_errors: bool,
-    ) -> _Round:
-        """Send one wave and sort its outcomes."""
-        results = await _settle_all(
+    async def _survey(self, target: Target) -> Target | None:
+        """Every shard tried refused a sharded target: read all of its shards at once and move it
+        to one that admits it (once per call, and only then: what the process knew was not
+        enough). None when it fits nowhere."""
+        if target.stamp.shards <= 1 or target.surveyed:
+            return None
+        images = await self.store.read(
             [
-                self._send(job.target, writes, admissions, job.op_id, job.guarded, now)
-                for job, writes, admissions in planned
+                keys.bucket(self.ns, target.entity_id, target.resource, shard)
+                for shard in range(target.stamp.shards)
             ]
         )
-        round_ = _Round()
-        for (job, writes, _), result in zip(planned, results, strict=True):
-            if isinstance(result, BucketImage):
-                self.images.put(result, self.clock())
-                self.on_written(result)
-                written.append(Written(job.target, result, writes))
-            elif isinstance(result, ConditionFailed):
-                retry = self._condition_failed(job, writes, result, written, round_)
-                if retry is not None:
-                    latest[job.index] = retry.target
-                    round_.retry.append(retry)
-            elif isinstance(result, UnknownOutcome):
-                round_.unknown = result  # resend, guarded against a second application
-                round_.retry.append(replace(job, guarded=True))
-            elif isinstance(result, DynamoError):
-                if retry_errors:
-                    await asyncio.sleep(0.05 * (attempt + 1) * transport.backoff_scale)
-                    round_.retry.append(job)
-                else:
-                    round_.error = round_.error or Unavailable(result)
-            else:
-                round_.error = round_.error or result
-        return round_
+        now = self.clock()
+        for image in images:
+            self.images.put(image, now)
+        return self.shards.fitting(target, images, now)
 
-    def _condition_failed(
-        self,
-        job: _Job,
-        writes: dict[str, LimitWrite],
-        failed: ConditionFailed,
-        written: list[Written],
-        round_: _Round,
-    ) -> _Job | None:
-        """The job to retry after a failed condition, or None (landed after all, or stopped)."""
-        target = job.target
-        if failed.item is None:  # expired and deleted: create it again
-            blank = planning.blank_image(
-                self.ns,
-                target.entity_id,
-                target.resource,
-                target.stamp,
-                target.image.stamp_seq + 1,
-                target.image.shard,
-            )
-            return replace(job, target=replace(target, image=blank, exists=False))
-        current = items.parse(failed.item)
-        self.images.put(current, self.clock())
-        if job.guarded and current.op_ids[items.op_slot(job.op_id)] == job.op_id:
-            written.append(Written(target, current, writes))  # the lost response had landed
-            return None
-        if planning.rules_matter(target.stamp, current.stamp):
-            round_.error = round_.error or RulesChanged()
-            return None
-        moved = replace(target, image=current, exists=True, read_now=True, seen_at=self.clock())
-        return replace(job, target=moved)
+    # --- a lane's sender (lanes.Sender) ---------------------------------------------------------
 
-    async def _send(
+    async def send(
         self,
-        target: Target,
+        image: BucketImage,
+        exists: bool,
         writes: dict[str, LimitWrite],
         admissions: int,
-        op_id: str,
-        guard_op: bool,
+        evidence: Evidence,
         now: int,
     ) -> BucketImage:
-        image = target.image
+        """One bucket write: an update of `image`, or its creation when not `exists`."""
         states = dict(image.states)
         for name, write in writes.items():
             states[name] = write.result
-        if target.exists:
+        if exists:
             return await self.store.update(
                 image,
                 writes,
                 now=now,
                 ttl=self.maker.ttl(image.stamp, states, now),
                 admissions=admissions,
-                op_id=op_id,
-                guard_op=guard_op,
+                evidence=evidence,
             )
         item = self.maker.item_for(
             image,
@@ -254,16 +210,29 @@ class Waves:
             states,
             now,
             admissions=max(0, admissions),
-            op_id=op_id,
+            evidence={evidence.writer: evidence.seq},
         )
         return await self.store.create(item, expired_before_s=now // 1000)
+
+    async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
+        return await self.store.fence(image, evidence, blocked)
+
+    def _seen(self, image: BucketImage, landed: bool) -> None:
+        self.images.put(image, self.clock())
+        if landed:
+            self.on_written(image)
+
+    def _blank_after(self, image: BucketImage) -> BucketImage:
+        """The stand-in for an item found deleted (expired): created by the next write."""
+        return planning.blank_image(
+            self.ns, image.entity_id, image.resource, image.stamp, image.stamp_seq + 1, image.shard
+        )
 
     async def restamp(self, image: BucketImage, stamp: Stamp) -> BucketImage:
         """Rewrite an item under new rules, keeping balances (cut to lower ceilings)."""
         for _ in range(MAX_ROUNDS):
             now = self.clock()
             states = planning.restamped_states(image, stamp, now)
-            op_id = items.new_op_id()
             item = self.maker.item_for(
                 image,
                 stamp,
@@ -272,11 +241,8 @@ class Waves:
                 now,
                 admissions=image.admissions,
                 generation=image.generation,
-                op_id=op_id,
+                evidence=image.evidence,  # every writer's evidence survives a restamp
             )
-            for i, old_op in enumerate(image.op_ids):
-                if old_op and f"q{i}" not in item:
-                    item[f"q{i}"] = old_op
             try:
                 new = await self.store.replace(item, replaces=image)
             except ConditionFailed as failed:
@@ -292,8 +258,19 @@ class Waves:
             return new
         raise RulesChanged()
 
-    async def split(self, entity_id: str, resource: str, shards: int) -> int:
-        """Double a bucket's shards from `shards`, in one transaction. Returns the new count."""
+    async def create(self, target: Target) -> BucketImage:
+        """Create the target's item (it must not exist), every limit full."""
+        now = self.clock()
+        evidence = Evidence(self.lanes.writer, self.lanes.next_seq(now))
+        image = await self.send(target.image, False, {}, 0, evidence, now)
+        self.images.put(image, self.clock())
+        return image
+
+    async def split(
+        self, entity_id: str, resource: str, shards: int, extra: MoreOperations | None = None
+    ) -> int:
+        """Double a bucket's shards from `shards`, in one transaction (with `extra(doubled)`'s
+        operations). Returns the new count."""
         shard_keys = [keys.bucket(self.ns, entity_id, resource, s) for s in range(shards)]
         for _ in range(MAX_ROUNDS):
             found = {image.shard: image for image in await self.store.read(shard_keys)}
@@ -301,8 +278,9 @@ class Waves:
             if current is None or current.stamp.shards != shards:
                 return current.stamp.shards if current else shards
             parts = split_parts(current, found, self.clock(), self.maker)
+            more = await extra(shards * 2) if extra is not None else []
             try:
-                await self.store.split(parts, token=items.new_op_id())
+                await self.store.split(parts, token=items.new_op_id(), extra=more)
             except DynamoError:
                 continue  # a concurrent write changed a shard's stamp: read again
             self.images.forget(self.ns, entity_id, resource)
@@ -311,9 +289,19 @@ class Waves:
         return shards
 
 
-async def _settle_all(
-    calls: list[Coroutine[Any, Any, BucketImage]],
-) -> list[BucketImage | BaseException]:
+def _job_error(error: BaseException | None) -> BaseException:
+    """A lane's reason for giving up on a call, as `write_all` reports it."""
+    if isinstance(error, lanes_.Contended):
+        return Contended()
+    if isinstance(error, lanes_.RulesChangedSignal):
+        return RulesChanged()
+    if isinstance(error, DynamoError):
+        return Unavailable(error)
+    assert error is not None
+    return error
+
+
+async def _settle_all(calls: list[Coroutine[Any, Any, _T]]) -> list[_T | BaseException]:
     """Each call's result or exception, like gather(return_exceptions=True).
 
     A single call (the warm single-resource path) is awaited in place: no task, no extra loop turn.

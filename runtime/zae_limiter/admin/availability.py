@@ -1,8 +1,10 @@
-"""`check_availability`: balances and waits, read at one instant, writing nothing (§5.16)."""
+"""`check_availability`: balances and waits, read at one instant, writing nothing
+(docs/limits-and-time.md)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import replace
 
 from .. import validation
@@ -27,7 +29,22 @@ class AvailabilityMixin(AdminBase):
         needed: dict[str, int] | None = None,
         limits: list[Limit] | None = None,
     ) -> Availability:
-        """Balances summed over shards, and the wait until `needed` fits. Not a reservation."""
+        """Balances summed over shards, and the wait until `needed` fits. Not a reservation.
+
+        Where the resource cascades for the entity, the parent is judged too (its statuses
+        carry the parent's id), so `allowed` and `retry_after_seconds` answer for the whole
+        acquire; a need above `max_request` never fits (docs/limits-and-time.md)."""
+        return await self._availability(entity_id, resource, needed, limits, as_parent=False)
+
+    async def _availability(
+        self,
+        entity_id: str,
+        resource: str,
+        needed: dict[str, int] | None,
+        limits: list[Limit] | None,
+        *,
+        as_parent: bool,
+    ) -> Availability:
         validation.entity_id(entity_id)
         validation.resource_name(resource)
         wanted = validation.amounts(needed or {}, "needed")
@@ -49,6 +66,8 @@ class AvailabilityMixin(AdminBase):
                 entity_id, resource, now, [], bypassed=res.disabled.startswith("bypass")
             )
         stamp = stamp_for(res, chosen, now=now)
+        if as_parent:  # a parent is judged only on the limits it declares
+            wanted = {n: a for n, a in wanted.items() if stamp.params(n) is not None}
         unknown = [n for n in wanted if stamp.params(n) is None]
         if unknown:
             raise ValidationError(
@@ -68,21 +87,27 @@ class AvailabilityMixin(AdminBase):
         stamp = replace(stamp, shards=shards)
         requested = {n: a * MILLI for n, a in wanted.items()}
         bypass = res.disabled.startswith("bypass")
-        per_shard = [
-            limit_statuses(
-                _as_stamped(
-                    stamp,
-                    image,
-                    BucketImage(self._ns, entity_id, resource, shard, stamp, 0, {}),
-                    now,
-                ),
-                requested,
-                now,
-                bypass=bypass,
+        seen = [
+            _as_stamped(
+                stamp, image, BucketImage(self._ns, entity_id, resource, shard, stamp, 0, {}), now
             )
             for shard, image in _by_shard(images, shards)
         ]
-        statuses = [_merge(column, bypass) for column in zip(*per_shard, strict=True)]
+        per_shard = [limit_statuses(image, requested, now, bypass=bypass) for image in seen]
+        totals = [
+            math.floor(
+                sum(
+                    bucket.exact_balance(p, image.states[p.name], now, image.slot) for image in seen
+                )
+                / MILLI
+            )
+            for p in stamp.limits
+        ]
+        statuses = _merge(per_shard, totals, bypass)
+        if res.cascade and res.parent and not as_parent and wanted:
+            parent = await self._availability(res.parent, resource, wanted, None, as_parent=True)
+            if parent.needed:  # the parent declares some of the needed limits
+                statuses += parent.statuses
         return Availability(entity_id, resource, now, statuses, bypassed=bypass)
 
 
@@ -101,31 +126,55 @@ def _as_stamped(
         old = stored.stamp.params(params.name) if stored and not stored.expired(now) else None
         state = stored.states.get(params.name) if stored and old else None
         if old is None or state is None:
-            states[params.name] = bucket.full_state(params, stamp.shards)
+            states[params.name] = bucket.full_state(params, blank.slot)
         elif old == params and not bucket.window_passed(old, stored_at, now):
             states[params.name] = state
         else:
             states[params.name] = bucket.convert(
-                old, params, state, now, stamp.shards, stamp.shards, since=stored_at
+                old,
+                params,
+                state,
+                now,
+                blank.slot,
+                since=stored_at,
+                changed_at=stamp.changed_at,
             )
     return replace(blank, states=states)
 
 
-def _merge(column: tuple[LimitStatus, ...], bypass: bool) -> LimitStatus:
-    """One limit over every shard: balances summed; a request must fit one shard's share."""
-    first = column[0]
-    available = sum(s.available for s in column)
-    ceiling = first.max_request or 0
-    exceeded = (
-        not bypass
-        and not first.soft
-        and first.requested > 0
-        and (first.requested > ceiling or not any(not s.exceeded for s in column))
-    )
-    waits = [s.retry_after_seconds for s in column if s.exceeded]
-    return replace(
-        first,
-        available=available,
-        exceeded=exceeded,
-        retry_after_seconds=min(waits) if exceeded and waits else 0.0,
-    )
+def _merge(
+    per_shard: list[list[LimitStatus]], totals: list[int], bypass: bool
+) -> list[LimitStatus]:
+    """Every limit over every shard: balances summed exactly; the request judged on the shard a
+    fresh acquire would be admitted on (one where every needed amount fits), else the shard it
+    fits soonest. A need above every shard's share can never fit: its wait is infinite."""
+    waits = [_shard_wait(statuses) for statuses in per_shard]
+    best = waits.index(min(waits))
+    merged = []
+    for i, judged in enumerate(per_shard[best]):
+        column = [statuses[i] for statuses in per_shard]
+        most = max(s.max_request or 0 for s in column)
+        never = not bypass and not judged.soft and judged.requested > most
+        exceeded = never or judged.exceeded
+        merged.append(
+            replace(
+                judged,
+                available=totals[i],
+                max_request=most,
+                exceeded=exceeded,
+                retry_after_seconds=_wait(judged) if exceeded else 0.0,
+            )
+        )
+    return merged
+
+
+def _wait(status: LimitStatus) -> float:
+    """A status's wait on its shard: infinite when the request is above the shard's share."""
+    if status.requested > (status.max_request or 0):
+        return math.inf
+    return status.retry_after_seconds
+
+
+def _shard_wait(statuses: list[LimitStatus]) -> float:
+    """How long until every needed amount fits on this shard (0: it fits now)."""
+    return max((_wait(s) for s in statuses if s.exceeded), default=0.0)

@@ -1,4 +1,4 @@
-"""Balance operations: `top_up` and `reset_bucket` (reference.md §2.6, §5.9).
+"""Balance operations: `top_up` and `reset_bucket` (docs/reset-and-top-up.md).
 
 A call validates its arguments before any I/O, passes its feature gate, then reads in one wave
 the resolved config with shard 0 of the bucket (restamping it when its stamp is older than the
@@ -28,12 +28,13 @@ from .. import validation
 from ..acquire import RulesChanged
 from ..audit import iso
 from ..core import operations
-from ..core.bucket import MILLI, Kind, LimitWrite, State, full_state
+from ..core.bucket import MILLI, Kind, LimitWrite, Slot, State, full_state
 from ..dynamo import bucket_items as items
 from ..dynamo import codec, keys
 from ..dynamo.bucket_items import BucketImage, Stamp
 from ..dynamo.transport import AccessDenied, DynamoError, TransactionCancelled
 from ..errors import (
+    EntityNotFoundError,
     PermissionDenied,
     RateLimiterUnavailable,
     ResourceDisabled,
@@ -105,7 +106,8 @@ class BalancesMixin(AdminBase):
         principal: str | None = None,
         idempotency_key: str | None = None,
     ) -> BucketOperationResult:
-        """Add whole tokens now, on every shard, in one transaction, audited (§5.9).
+        """Add whole tokens now, on every shard, in one transaction, audited
+        (docs/reset-and-top-up.md).
 
         A quota gains exactly the amount above its plan until its next reset (a session quota:
         until the live window ends, opening one if none is live). A dripping limit gains at
@@ -139,7 +141,8 @@ class BalancesMixin(AdminBase):
         principal: str | None = None,
         idempotency_key: str | None = None,
     ) -> BucketOperationResult:
-        """Restore the named limits (default all) to their full allowance now (§5.9).
+        """Restore the named limits (default all) to their full allowance now
+        (docs/reset-and-top-up.md).
 
         Dripping: to the ceiling. Calendar quota: the full allowance plus this period's
         top-ups, this period's spend forgotten, the next edge unchanged. Session quota: the
@@ -225,14 +228,17 @@ class BalancesMixin(AdminBase):
             if call.idempotency_key is not None
             else None
         )
-        loaded, record = await asyncio.gather(
+        loaded, record, known = await asyncio.gather(
             self._admission.load(call.entity_id, [call.resource], "entity", None),
             self._store.get(record_key) if record_key is not None else _nothing(),
+            self._entity_known(call.entity_id),
         )
         now = self._clock()
         if record is not None and int(record.get("ttl", 0)) <= now // 1000:
             record = None  # expired, not yet deleted by DynamoDB
         _, target = loaded[call.resource]
+        if not known and (target is None or not target.exists):
+            raise EntityNotFoundError(call.entity_id)  # a mistyped id must never buy credit
         if target is None:
             return _Bucket(None, [], record)
         if not target.exists:
@@ -257,7 +263,7 @@ class BalancesMixin(AdminBase):
             if image is None or image.expired(now):  # never written, or expired: full
                 seq = image.stamp_seq + 1 if image is not None else 1
                 blank = BucketImage(
-                    self._ns, call.entity_id, call.resource, shard, stamp, seq, _full(stamp)
+                    self._ns, call.entity_id, call.resource, shard, stamp, seq, _full(stamp, shard)
                 )
                 shards.append(_Shard(blank, False))
                 continue
@@ -286,43 +292,53 @@ class BalancesMixin(AdminBase):
         if not shards:  # a top-up creates the bucket, as acquire would
             if stamp.is_disabled:
                 raise ResourceDisabled(call.entity_id, call.resource, stamp.flag_level)
-            blank = BucketImage(self._ns, call.entity_id, call.resource, 0, stamp, 1, _full(stamp))
+            blank = BucketImage(
+                self._ns, call.entity_id, call.resource, 0, stamp, 1, _full(stamp, 0)
+            )
             shards = [_Shard(blank, False)]
         if not call.is_top_up:
             shards = [shard for shard in shards if shard.exists]
         now = self._clock()
-        count = stamp.shards
+        slots = [Slot(shard.image.shard, stamp.shards) for shard in shards]
         writes: list[dict[str, LimitWrite]] = [{} for _ in shards]
         for name in names:
             params = stamp.params(name)
             assert params is not None
-            states = [shard.image.states.get(name, full_state(params, count)) for shard in shards]
+            states = [
+                shard.image.states.get(name, full_state(params, slot))
+                for shard, slot in zip(shards, slots, strict=True)
+            ]
             if call.is_top_up:
                 milli = call.amounts[name] * MILLI
                 if params.kind == Kind.RATE:
-                    rooms = [operations.room(params, s, now, count) for s in states]
+                    rooms = [
+                        operations.room(params, s, now, slot)
+                        for s, slot in zip(states, slots, strict=True)
+                    ]
                     shares = operations.allocate(rooms, milli)
                 else:
-                    shares = operations.split(milli, len(shards))
+                    shares = operations.split(milli, slots)
                 planned = [
-                    operations.plan_top_up(params, state, now, count, share) if share else (None, 0)
-                    for state, share in zip(states, shares, strict=True)
+                    operations.plan_top_up(params, state, now, slot, share) if share else (None, 0)
+                    for state, slot, share in zip(states, slots, shares, strict=True)
                 ]
             else:
-                planned = [operations.plan_reset(params, s, now, count) for s in states]
+                planned = [
+                    operations.plan_reset(params, s, now, slot)
+                    for s, slot in zip(states, slots, strict=True)
+                ]
             for i, (write, gain) in enumerate(planned):
                 if write is not None:
                     writes[i][name] = write
                 gained[name] += gain
-        op_id = items.new_op_id()
         requests = [
-            self._shard_request(shard, shard_writes, now, op_id)
+            self._shard_request(shard, shard_writes, now)
             for shard, shard_writes in zip(shards, writes, strict=True)
         ]
         return requests, gained
 
     def _shard_request(
-        self, shard: _Shard, writes: dict[str, LimitWrite], now: int, op_id: str
+        self, shard: _Shard, writes: dict[str, LimitWrite], now: int
     ) -> dict[str, Any]:
         """One shard's transaction operation: a guarded update, or the creation of the item."""
         image = shard.image
@@ -330,12 +346,10 @@ class BalancesMixin(AdminBase):
         ttl = self._admission.maker.ttl(image.stamp, states, now)
         if shard.exists:
             request = items.update_request(
-                self._store.table, image, writes, now=now, ttl=ttl, admissions=0, op_id=op_id
+                self._store.table, image, writes, now=now, ttl=ttl, admissions=0
             )
         else:
-            item = self._admission.maker.item_for(
-                image, image.stamp, image.stamp_seq, states, now, op_id=op_id
-            )
+            item = self._admission.maker.item_for(image, image.stamp, image.stamp_seq, states, now)
             request = items.put_request(
                 self._store.table, item, replaces=None, expired_before_s=now // 1000
             )
@@ -407,8 +421,8 @@ async def _nothing() -> None:
     return None
 
 
-def _full(stamp: Stamp) -> dict[str, State]:
-    return {p.name: full_state(p, stamp.shards) for p in stamp.limits}
+def _full(stamp: Stamp, shard: int) -> dict[str, State]:
+    return {p.name: full_state(p, Slot(shard, stamp.shards)) for p in stamp.limits}
 
 
 def _verb(call: _Call) -> str:

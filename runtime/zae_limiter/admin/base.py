@@ -19,13 +19,27 @@ from ..dynamo import bucket_items as items
 from ..dynamo import keys
 from ..dynamo.store import Store
 from ..dynamo.transport import DynamoError
-from ..errors import FanoutIncomplete, RateLimiterUnavailable
+from ..errors import EntityNotFoundError, FanoutIncomplete, RateLimiterUnavailable
 from ..resolution import stamp_for
 
 if TYPE_CHECKING:
     from ..acquire import Admission
     from ..resolution import Resolver
     from ..scope import Scope, Shared
+
+
+async def entity_known(scope: Scope, entity_id: str, resource: str | None = None) -> bool:
+    """Whether the entity has a record or any bucket item (docs/entities.md): one wave of
+    strongly consistent reads (the bucket of `resource`, when given, covers an acquire that
+    the entity-buckets index has not caught up with yet)."""
+    store, ns = scope.store, scope.namespace_id
+    bucket_key = None if resource is None else keys.bucket(ns, entity_id, resource)
+    record, (rows, _), bucket = await asyncio.gather(
+        store.get(keys.entity_meta(ns, entity_id)),
+        store.query(keys.entity_buckets_index_key(ns, entity_id), index=keys.GSI3, limit=1),
+        store.get(bucket_key) if bucket_key is not None else _none(),
+    )
+    return record is not None or bool(rows) or bucket is not None
 
 
 class AdminBase:
@@ -88,6 +102,15 @@ class AdminBase:
                 },
             }
         }
+
+    async def _entity_known(self, entity_id: str, resource: str | None = None) -> bool:
+        return await entity_known(self._scope, entity_id, resource)
+
+    async def _require_known(self, entity_id: str, resource: str | None = None) -> None:
+        """EntityNotFoundError for an entity that has neither a record nor a bucket item: a
+        mistyped customer id must never buy credit or look disabled."""
+        if not await self._entity_known(entity_id, resource):
+            raise EntityNotFoundError(entity_id)
 
     async def _fanout(self, entity_id: str, resource: str | None = None) -> int:
         """Restamp the entity's live bucket items under its current config. Returns the count."""
@@ -158,6 +181,10 @@ class AdminBase:
 
 def _versions(stamp: items.Stamp) -> tuple[int, int, int]:
     return (stamp.entity_version, stamp.resource_version, stamp.system_version)
+
+
+async def _none() -> None:
+    return None
 
 
 def _caught_up(current: items.Stamp, wanted: items.Stamp) -> bool:

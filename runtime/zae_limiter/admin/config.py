@@ -22,7 +22,9 @@ from .gates import check_gate, limit_gates
 KEEP: Any = object()  # "leave the stored flag as it is"
 #: Writes of one level that collide with a concurrent change of it (TransactionConflict) are
 #: sent again this many times in all; nothing of a cancelled transaction was written.
-WRITE_ATTEMPTS = 8
+WRITE_ATTEMPTS = 16
+#: The longest wait between two of those attempts (full jitter below it).
+WRITE_BACKOFF_CAP_S = 1.0
 
 
 def _check_disabled(value: Any) -> None:
@@ -38,12 +40,13 @@ def _check_cascade(value: Any) -> None:
 def _changes_something(sets: list[str], removes: list[str]) -> str | None:
     """A condition true only when the write would change a stored value (None: always write).
 
-    Index attributes (`GSI…`) follow the values, so only the values are compared.
+    Index attributes (`GSI…`) follow the values, and `at` (when the level was last written) is
+    bookkeeping, so only the values are compared.
     """
     parts = []
     for clause in sets:
         target, _, value = clause.partition(" = ")
-        if not target.startswith("GSI"):
+        if not target.startswith("GSI") and target != "#at":
             parts.append(f"attribute_not_exists({target}) OR {target} <> {value}")
     parts += [f"attribute_exists({target})" for target in removes if not target.startswith("GSI")]
     return " OR ".join(f"({part})" for part in parts) if parts else None
@@ -67,11 +70,16 @@ class ConfigMixin(AdminBase):
         action: str = AuditAction.LIMITS_SET,
         kind: str | None = None,
     ) -> None:
-        sets = ["GSI4PK = :ns", "GSI4SK = :g4"]
+        sets = ["GSI4PK = :ns", "GSI4SK = :g4", "#at = :at"]
         removes: list[str] = []
-        values: dict[str, Any] = {":one": 1, ":ns": self._ns, ":g4": f"{key['PK']}#{key['SK']}"}
+        values: dict[str, Any] = {
+            ":one": 1,
+            ":ns": self._ns,
+            ":g4": f"{key['PK']}#{key['SK']}",
+            ":at": self._clock(),
+        }
         details: dict[str, Any] = {}
-        names: dict[str, str] = {}
+        names: dict[str, str] = {"#at": "at"}
         if kind:
             details["kind"] = kind
         if limits is not KEEP:
@@ -125,22 +133,28 @@ class ConfigMixin(AdminBase):
         ]
         if entity_id is not None:
             operations.append(self._version_bump(entity_id))
-        for attempt in range(WRITE_ATTEMPTS):
-            try:
-                await self._transact(operations)
-                return
-            except TransactionCancelled as cancelled:
-                codes = [reason.get("Code") for reason in cancelled.reasons]
-                if codes[:1] == ["ConditionalCheckFailed"]:
-                    # The level already holds exactly this: nothing changed, nothing to audit.
-                    # (A re-run after FanoutIncomplete lands here and goes on to the fan-out.)
+        # This process's changes of one partition go one at a time: concurrent ones would only
+        # collide (TransactionConflict) and retry; other processes' are retried below.
+        async with self._shared.partition_turns.turn(key["PK"]):
+            for attempt in range(WRITE_ATTEMPTS):
+                try:
+                    await self._transact(operations)
                     return
-                if "TransactionConflict" not in codes or attempt + 1 == WRITE_ATTEMPTS:
-                    raise RateLimiterUnavailable(
-                        "the change could not be written", cancelled, table_name=self._store.table
-                    ) from cancelled
-            # another change of the same level was in flight: nothing was written, so try again
-            await asyncio.sleep(transport.backoff_scale * 0.02 * 2**attempt * random.random())
+                except TransactionCancelled as cancelled:
+                    codes = [reason.get("Code") for reason in cancelled.reasons]
+                    if codes[:1] == ["ConditionalCheckFailed"]:
+                        # The level already holds exactly this: nothing changed, nothing to
+                        # audit. (A re-run after FanoutIncomplete lands here, then fans out.)
+                        return
+                    if "TransactionConflict" not in codes or attempt + 1 == WRITE_ATTEMPTS:
+                        raise RateLimiterUnavailable(
+                            "the change could not be written",
+                            cancelled,
+                            table_name=self._store.table,
+                        ) from cancelled
+                # another process changed the level meanwhile: nothing was written, try again
+                delay = min(WRITE_BACKOFF_CAP_S, 0.02 * 2**attempt)
+                await asyncio.sleep(transport.backoff_scale * delay * random.random())
 
     async def _change_entity_level(
         self, entity_id: str, resource: str, principal: str | None, **changes: Any

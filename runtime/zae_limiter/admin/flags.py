@@ -34,6 +34,8 @@ class FlagsMixin(ConfigMixin):
         level = resource or keys.DEFAULT_RESOURCE
         validation.resource_name(level, allow_default=True)
         await self._gates_for(None, disabled, cascade)
+        if disabled is True or disabled == "bypass":
+            await self._require_known(entity_id, resource)
         return await self._change_entity_level(
             entity_id, level, principal, disabled=disabled, cascade=cascade, kind=_kind(disabled)
         )

@@ -1,4 +1,4 @@
-"""Feature gates (reference.md §10.3): refuse what an older aggregator would misread."""
+"""Feature gates (docs/versions.md): refuse what an older aggregator would misread."""
 
 from __future__ import annotations
 
@@ -76,7 +76,8 @@ async def check_gate(where: Scope | Repository, feature: str, *, ratchet: bool =
 
 
 async def check_limit_gates(scope: Scope, limits: Sequence[Limit]) -> None:
-    """`acquire(limits=[...])`: soft limits are checked without raising the minimum (§10.3)."""
+    """`acquire(limits=[...])`: soft limits are checked without raising the minimum
+    (docs/versions.md)."""
     for feature in limit_gates(list(limits)):
         await check_gate(scope, feature, ratchet=feature != "soft_limits")
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Any
 
 from .. import audit, validation
+from .. import config as cfg
 from ..core import bucket
 from ..core.bucket import MILLI
 from ..dynamo import bucket_items as items
@@ -66,10 +69,9 @@ class ReportsMixin(AdminBase):
             image = items.parse(raw)
             for stored in image.stamp.limits:
                 params, state = bucket.in_force(
-                    stored, image.states[stored.name], now, image.stamp.shards,
-                    since=image.written_at,
+                    stored, image.states[stored.name], now, image.slot, since=image.written_at
                 )
-                view = bucket.view(params, state, now, image.stamp.shards)
+                view = bucket.view(params, state, now, image.slot)
                 out.append(
                     BucketState(
                         entity_id=image.entity_id,
@@ -79,7 +81,7 @@ class ReportsMixin(AdminBase):
                         shard_count=image.stamp.shards,
                         tokens=view.balance // MILLI,
                         capacity=view.ceiling // MILLI,
-                        refill_amount=params.shard_refill(image.stamp.shards) // MILLI,
+                        refill_amount=params.shard_refill(image.slot) // MILLI,
                         refill_period_seconds=params.period_ms // 1000,
                         total_consumed=state.consumed // MILLI,
                         soft=params.soft,
@@ -88,6 +90,22 @@ class ReportsMixin(AdminBase):
                     )
                 )
         return sorted(out, key=lambda b: (b.resource, b.shard_id, b.limit_name))
+
+    async def _check_capacity_limit(self, resource: str, limit_name: str, seen: set[str]) -> None:
+        """ValidationError for a limit name neither the buckets nor the defaults declare."""
+        if not seen:
+            defaults = cfg.level_from_item(
+                await self._store.get(keys.resource_config(self._ns, resource))
+            ).limits
+            seen = {limit.name for limit in defaults or ()}
+            if not seen or limit_name in seen:
+                return  # nothing used yet: the report is rightly empty
+        raise ValidationError(
+            "limit_name",
+            limit_name,
+            f"{resource!r} has no limit of that name; its buckets and defaults declare "
+            f"{sorted(seen)}",
+        )
 
     async def get_resource_capacity(
         self, resource: str, limit_name: str, parents_only: bool = False
@@ -102,19 +120,22 @@ class ReportsMixin(AdminBase):
             await self._store.batch_get([keys.key(r["PK"], r["SK"]) for r in rows]) if rows else []
         )
         now = self._clock()
-        per_entity: dict[str, list[int]] = {}
+        per_entity: dict[str, list[Fraction]] = {}  # milli: ceiling, balance (summed exactly)
+        declared: set[str] = set()
         for raw in found:
             image = items.parse(raw)
+            declared.update(image.stamp.names)
             stored = image.stamp.params(limit_name)
             if stored is None:
                 continue
             params, state = bucket.in_force(
-                stored, image.states[limit_name], now, image.stamp.shards, since=image.written_at
+                stored, image.states[limit_name], now, image.slot, since=image.written_at
             )
-            view = bucket.view(params, state, now, image.stamp.shards)
-            totals = per_entity.setdefault(image.entity_id, [0, 0])
-            totals[0] += view.ceiling // MILLI
-            totals[1] += view.balance // MILLI
+            totals = per_entity.setdefault(image.entity_id, [Fraction(0), Fraction(0)])
+            totals[0] += bucket.view(params, state, now, image.slot).ceiling
+            totals[1] += bucket.exact_balance(params, state, now, image.slot)
+        if limit_name not in declared:
+            await self._check_capacity_limit(resource, limit_name, declared)
         if parents_only:
             kids = set()
             for entity in list(per_entity):
@@ -122,10 +143,10 @@ class ReportsMixin(AdminBase):
                 if record and record.get("parent_id"):
                     kids.add(entity)
             per_entity = {e: v for e, v in per_entity.items() if e not in kids}
-        entities = [
-            EntityCapacity(e, c, a, round(100 * (c - a) / c, 2) if c else 0.0)
-            for e, (c, a) in sorted(per_entity.items())
-        ]
+        entities = []
+        for e, (c_milli, a_milli) in sorted(per_entity.items()):
+            c, a = math.floor(c_milli / MILLI), math.floor(a_milli / MILLI)
+            entities.append(EntityCapacity(e, c, a, round(100 * (c - a) / c, 2) if c else 0.0))
         total_c = sum(e.capacity for e in entities)
         total_a = sum(e.available for e in entities)
         return ResourceCapacity(

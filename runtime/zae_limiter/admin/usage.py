@@ -1,4 +1,4 @@
-"""Usage snapshots written by the aggregator: listing and summaries (reference.md §5.13).
+"""Usage snapshots written by the aggregator: listing and summaries (docs/usage.md).
 
 By entity (and optionally resource) the query reads the entity's usage partition; by resource
 alone it reads the resource's usage index (GSI2, keys only) and then the items. Snapshots come back

@@ -4,11 +4,17 @@ Every scalar property is read under its own name; values from the command line a
 are converted by the type of the property's default. Properties that are constructs are given
 as ARNs: `encryption_key_arn`, `alarm_topic_arn`, `permission_boundary_arn`, `role_principal_arn`.
 `snapshot_windows` is comma-separated; `tags` is a JSON object.
+
+Every problem is reported at once, each saying what to write: an enum value that is not one of
+its members (`billing_mode=provisoned`), a number that is not a whole number, and a key that is
+none of ours (`table_nmae`), with the closest names. Keys with `:` or starting with `@` belong to
+the CDK itself and are left alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 from enum import Enum
 from typing import Any
@@ -26,6 +32,8 @@ ENUMS: dict[str, type[Enum]] = {
     "billing_mode": dynamodb.BillingMode,
     "removal_policy": RemovalPolicy,
 }
+#: Context keys `app.py` reads besides the properties.
+APP_KEYS = ("stack_name", "nag")
 ARN_PROPERTIES = {
     "encryption_key": "encryption_key_arn",
     "alarm_topic": "alarm_topic_arn",
@@ -53,6 +61,14 @@ def _convert(name: str, default: Any, raw: Any) -> Any:
             raise ValueError(f"context architecture={raw!r}: expected {expected}")
         return ARCHITECTURES[text]
     if name in ENUMS:
+        members = [member.name for member in ENUMS[name]]
+        if str(raw).upper() not in members:
+            close = difflib.get_close_matches(str(raw).upper(), members, n=1)
+            hint = f" (did you mean {close[0].lower()}?)" if close else ""
+            raise ValueError(
+                f"context {name}={raw!r}: expected one of "
+                f"{', '.join(m.lower() for m in members)}{hint}"
+            )
         return ENUMS[name][str(raw).upper()]
     if name == "tags":
         tags = json.loads(raw) if isinstance(raw, str) else raw
@@ -65,7 +81,10 @@ def _convert(name: str, default: Any, raw: Any) -> Any:
     if isinstance(default, bool):
         return as_bool(name, raw)
     if isinstance(default, int):
-        return int(raw)
+        text = str(raw).strip()
+        if isinstance(raw, bool) or not text.lstrip("-").isdigit():
+            raise ValueError(f"context {name}={raw!r}: expected a whole number, e.g. {default}")
+        return int(text)
     return str(raw)
 
 
@@ -83,6 +102,7 @@ def props_from_context(scope: Construct, base: ZaeLimiterProps | None = None) ->
     """`base` (or the defaults) with every property that is set in `scope`'s context replaced."""
     base = base or ZaeLimiterProps()
     changes: dict[str, Any] = {}
+    problems = _unknown_keys(scope)
     for field in dataclasses.fields(ZaeLimiterProps):
         if field.name in ARN_PROPERTIES:
             arn = scope.node.try_get_context(ARN_PROPERTIES[field.name])
@@ -91,5 +111,33 @@ def props_from_context(scope: Construct, base: ZaeLimiterProps | None = None) ->
             continue
         raw = scope.node.try_get_context(field.name)
         if raw is not None:
-            changes[field.name] = _convert(field.name, getattr(base, field.name), raw)
+            try:
+                changes[field.name] = _convert(field.name, getattr(base, field.name), raw)
+            except (ValueError, json.JSONDecodeError) as exc:
+                problems.append(str(exc))
+    if problems:
+        raise ValueError("invalid CDK context: " + "; ".join(problems))
     return dataclasses.replace(base, **changes)
+
+
+def known_keys() -> list[str]:
+    """Every context key the app reads."""
+    names = [f.name for f in dataclasses.fields(ZaeLimiterProps) if f.name not in ARN_PROPERTIES]
+    return sorted([*names, *ARN_PROPERTIES.values(), *APP_KEYS])
+
+
+def _unknown_keys(scope: Construct) -> list[str]:
+    """A message per context key that is none of ours (CDK's own keys are left alone)."""
+    known = known_keys()
+    problems = []
+    for key in sorted(scope.node.get_all_context()):
+        if key in known or ":" in key or key.startswith("@") or key in _CDK_KEYS:
+            continue
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean {close[0]}?" if close else "see infra/props.py for the names"
+        problems.append(f"unknown context key {key!r}: {hint}")
+    return problems
+
+
+#: Context keys the CDK toolkit itself may set without a colon.
+_CDK_KEYS = {"cli-telemetry", "acknowledged-issue-numbers", "assetsMetadata", "outdir"}

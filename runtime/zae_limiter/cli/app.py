@@ -1,6 +1,6 @@
 """The command line's frame: global options, connecting, running coroutines, errors and exit codes.
 
-Exit codes (reference.md §7): 0 success; 1 error (the message on stderr, no traceback unless
+Exit codes (docs/cli.md): 0 success; 1 error (the message on stderr, no traceback unless
 `--debug`); 2 usage error; 3 drift (`limits diff`) or incompatible (`check`).
 """
 

@@ -1,4 +1,4 @@
-"""`system` and `resource`: defaults, flags, cascade policy and capacity (reference.md §7.1)."""
+"""`system` and `resource`: defaults, flags, cascade policy and capacity (docs/cli.md)."""
 
 from __future__ import annotations
 

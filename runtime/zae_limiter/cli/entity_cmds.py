@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
 
+from ..admin.base import entity_known
 from ..errors import EntityNotFoundError
 from ..repository import Repository
 from ..validation import DEFAULT_RESOURCE
@@ -19,7 +21,7 @@ from .options import (
     resource_option,
     yes_option,
 )
-from .output import emit, fields, table
+from .output import emit, fields, note, table
 
 ENTITY_ARG = click.argument("entity_id", metavar="ENTITY_ID")
 LEVEL_HELP = "Resource, or _default_ for every resource."
@@ -103,7 +105,17 @@ def entity_show(settings: Settings, entity_id: str) -> None:
 def entity_delete(settings: Settings, entity_id: str, yes: bool) -> None:
     """Delete the entity: record, config levels, buckets and usage snapshots."""
     confirm(yes, f"Delete entity {entity_id!r} with its config, buckets and usage?")
-    with_repo(settings, lambda repo: repo.delete_entity(entity_id, settings.principal))
+
+    async def delete(repo: Repository) -> None:
+        config = await repo.scope.resolver.entity_config(entity_id)
+        if not config.levels and not await entity_known(repo.scope, entity_id):
+            raise click.ClickException(
+                f"no entity {entity_id!r} in namespace {repo.namespace_name!r}: nothing to "
+                "delete (check the id with `entity show`)"
+            )
+        await repo.delete_entity(entity_id, settings.principal)
+
+    with_repo(settings, delete)
     emit(settings, {"entity_id": entity_id, "deleted": True}, f"entity {entity_id} deleted")
 
 
@@ -158,8 +170,14 @@ def entity_set_limits(settings: Settings, entity_id: str, resource: str,
                       soft: tuple[str, ...], schedule: tuple[str, ...]) -> None:
     """Replace the entity's whole list of limits at one level (a paid plan, for example)."""
     limits = limits_from(limit_specs, limits_file, soft, schedule)
-    with_repo(settings, lambda repo: repo.set_limits(entity_id, limits, resource,
-                                                     settings.principal))
+
+    async def store(repo: Repository) -> None:
+        await repo.set_limits(entity_id, limits, resource, settings.principal)
+        if not await entity_known(repo.scope, entity_id):
+            note(f"warning: entity {entity_id!r} has no record and no buckets yet; the limits "
+                 "apply when it first calls (check the id, or `entity create` it)")
+
+    with_repo(settings, store)
     emit(settings, {"entity_id": entity_id, "resource": resource,
                     "limits": [render.limit_dict(x) for x in limits]},
          f"entity {entity_id} / {resource}: {len(limits)} limit(s) set")
@@ -274,21 +292,26 @@ def entity_available(settings: Settings, entity_id: str, resource: str,
     needed = amounts_from(need, "--need", allow_zero=True)
     report = with_repo(settings, lambda repo: repo.check_availability(
         entity_id, resource, needed or None))
-    rows = [{"limit": s.limit_name, "available": s.available, "capacity": s.limit.capacity,
-             "needed": s.requested, "exceeded": s.exceeded,
-             "retry_after_s": s.retry_after_seconds} for s in report.statuses]
+    rows = [{"entity": s.entity_id, "limit": s.limit_name, "available": s.available,
+             "capacity": s.limit.capacity, "max_request": s.max_request, "needed": s.requested,
+             "exceeded": s.exceeded, "retry_after_s": _wait(s.retry_after_seconds)}
+            for s in report.statuses]
     data = {"entity_id": entity_id, "resource": resource, "allowed": report.allowed,
             "bypassed": report.bypassed, "available": report.available,
-            "retry_after_seconds": report.retry_after_seconds,
-            "limits": [s.as_dict() for s in report.statuses]}
+            "retry_after_seconds": _wait(report.retry_after_seconds),
+            "limits": [{**s.as_dict(), "retry_after_seconds": _wait(s.retry_after_seconds)}
+                       for s in report.statuses]}
     if not rows:
         human = f"{resource} is unmetered for {entity_id} (no limits at any level)"
     else:
-        human = table(rows, ["limit", "available", "capacity", "needed", "exceeded",
-                             "retry_after_s"])
+        columns = ["limit", "available", "capacity", "max_request", "needed", "exceeded",
+                   "retry_after_s"]
+        if any(s.entity_id != entity_id for s in report.statuses):
+            columns.insert(0, "entity")  # the cascade parent is judged too
+        human = table(rows, columns)
         human += f"\nallowed: {'yes' if report.allowed else 'no'}"
         if not report.allowed:
-            human += f" (retry after {report.retry_after_seconds:g} s)"
+            human += f" ({_refusal(entity_id, report)})"
     if report.bypassed:
         human += "\n(bypassed: balances are not debited)"
     emit(settings, data, human)
@@ -332,6 +355,45 @@ def entity_top_up(settings: Settings, entity_id: str, resource: str, add: tuple[
     result = with_repo(settings, lambda repo: repo.top_up(
         entity_id, resource, amounts, settings.principal, idempotency_key))
     emit(settings, result, _bucket_result("topped up", result))
+
+
+SET_SHARDS_HELP = """Pre-split a bucket you know will be hot (a launch, a large import).
+
+Splits the entity's bucket for the resource into at least COUNT shards now (1, 2, 4, 8, 16 or 32),
+so it takes that many partitions' writes from the first call; creates it at its full allowance if
+it does not exist. Never lowers the count (a bucket that already has more keeps them). Limits stay
+exact over shards, but one call can take at most one shard's share (`max_request`). Audited."""
+
+
+@entity.command("set-shards", help=SET_SHARDS_HELP,
+                short_help="Pre-split a bucket you know will be hot.")
+@ENTITY_ARG
+@resource_option(required=True, help_text="Resource.")
+@click.option("--count", required=True, type=click.Choice(["1", "2", "4", "8", "16", "32"]),
+              help="Shards wanted: the bucket ends with at least this many.")
+@click.pass_obj
+def entity_set_shards(settings: Settings, entity_id: str, resource: str, count: str) -> None:
+    shards = with_repo(settings, lambda repo: repo.set_shards(
+        entity_id, resource, int(count), settings.principal))
+    emit(settings, {"entity_id": entity_id, "resource": resource, "shards": shards},
+         f"{entity_id} / {resource}: {shards} shard(s)")
+
+
+def _wait(seconds: float) -> float | None:
+    """A wait for output: None when the need never fits (above max_request)."""
+    return None if math.isinf(seconds) else seconds
+
+
+def _refusal(entity_id: str, report: Any) -> str:
+    """Why check_availability says no: a need that never fits, else who refuses and how long."""
+    for s in report.statuses:
+        if s.exceeded and math.isinf(s.retry_after_seconds):
+            whose = "" if s.entity_id == entity_id else f" for {s.entity_id}"
+            return (f"never fits: {s.requested} {s.limit_name} is above the most one call can "
+                    f"take ({s.max_request}{whose}); split the request")
+    who = sorted({s.entity_id for s in report.statuses if s.exceeded})
+    by = "" if who == [entity_id] else f"rejected by {', '.join(who)}; "
+    return f"{by}retry after {report.retry_after_seconds:g} s"
 
 
 def _bucket_result(verb: str, result: Any) -> str:

@@ -1,4 +1,4 @@
-"""`limits`: the manifest commands (reference.md §7.2, §8)."""
+"""`limits`: the manifest commands (docs/manifest.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The command line's limit syntax (reference.md §7), parsed and printed. Pure, no I/O.
+"""The command line's limit syntax (docs/cli.md), parsed and printed. Pure, no I/O.
 
     NAME:RATE[/[N]UNIT][:BURST]     rpm:100, units:1000000/day, tok:500/10sec:2000
     NAME:AMOUNT@cron(EXPR[, TZ])    weekly:5000000@cron(0 0 * * 1),
@@ -18,7 +18,7 @@ from datetime import timedelta
 from zoneinfo import available_timezones
 
 from ..errors import ValidationError
-from ..limits import Limit, ScheduleEntry
+from ..limits import MAX_PERIOD_SECONDS, Limit, ScheduleEntry
 
 UNIT_SECONDS: dict[str, int] = {"sec": 1, "min": 60, "hour": 3600, "day": 86400}
 _UNIT_ALIASES: dict[str, str] = {
@@ -32,6 +32,8 @@ _DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _NUMBER = r"\d[\d_]*"
 _RATE = re.compile(rf"^(?P<rate>{_NUMBER})(?:/(?P<n>{_NUMBER})?(?P<unit>[A-Za-z]+))?"
                    rf"(?::(?P<burst>{_NUMBER}))?$")
+#: A number that is not a whole amount (`-5`, `1.5`, `1e3`) where the rate should be.
+_LEADING_NUMBER = re.compile(r"^(?=[+-]?\.?\d)[+-]?\d*(?:\.\d*)?(?:[eE][+-]?\d+)?(?=$|[/:])")
 _QUOTA = re.compile(rf"^(?P<amount>{_NUMBER})@(?P<kind>cron|after)\((?P<arg>.*)\)$", re.S)
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _SCHEDULE = re.compile(r"^(?P<name>[^@:\s]+)@cron\((?P<arg>[^)]*)\)(?::(?P<params>.*))?$", re.S)
@@ -115,9 +117,21 @@ def parse_limit(spec: str, *, soft: bool = False) -> Limit:
             if quota["kind"] == "cron":
                 expr, tz = split_cron(quota["arg"])
                 return Limit.quota(name, amount, cron=expr, tz=tz, soft=soft)
-            after = timedelta(seconds=parse_duration(quota["arg"]))
+            seconds = parse_duration(quota["arg"])
+            if not 1 <= seconds <= MAX_PERIOD_SECONDS:
+                raise SpecError(
+                    f"the session length in {spec!r} is {format_duration(seconds)}; "
+                    "use 1s to 10**9 seconds, e.g. @after(5h)"
+                )
+            after = timedelta(seconds=seconds)
             return Limit.quota(name, amount, reset_after=after, soft=soft)
         rate = _RATE.match(rest)
+        number = _LEADING_NUMBER.match(rest)
+        if rate is None and number is not None:
+            raise SpecError(
+                f"the rate {number[0]!r} in {spec!r} must be a whole number of at least 1 "
+                "(amounts are integers; use a longer period for less, e.g. 3/2min)"
+            )
         if rate is None:
             raise SpecError(
                 f"cannot read limit {spec!r}: after NAME: write RATE[/[N]UNIT][:BURST] "

@@ -1,4 +1,4 @@
-"""`local`: DynamoDB Local for development (reference.md §7.5). Thin shells over
+"""`local`: DynamoDB Local for development (docs/cli.md). Thin shells over
 `zae_limiter.local` (engine, state) and `zae_limiter.local.stream_runner` (the aggregator)."""
 
 from __future__ import annotations

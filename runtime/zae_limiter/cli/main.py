@@ -1,4 +1,4 @@
-"""`zae-limiter`: the command line (reference.md §7). Every command is a thin shell over one
+"""`zae-limiter`: the command line (docs/cli.md). Every command is a thin shell over one
 Repository call (or the manifest module); global options go before or after the command."""
 
 from __future__ import annotations

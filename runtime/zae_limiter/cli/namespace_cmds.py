@@ -1,4 +1,4 @@
-"""`namespace`: register, list, show, orphans, delete, recover, purge (reference.md §7.3).
+"""`namespace`: register, list, show, orphans, delete, recover, purge (docs/cli.md).
 
 These commands manage the table's registry, so they connect through the `default` namespace
 whatever `-N` says.

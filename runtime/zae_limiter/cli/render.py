@@ -7,8 +7,8 @@ from typing import Any
 
 from ..limits import Limit
 from ..manifest import Change, Level, Plan, SystemLevel
-from ..manifest.model import PARENT, RECORD
-from ..models import Entity
+from ..manifest.model import PARENT, RECORD, SHARDS
+from ..models import AuditEvent, Entity
 from . import limitspec
 from .output import table
 
@@ -44,6 +44,26 @@ def flag_text(value: bool | str | None, on: str = "on", off: str = "off") -> str
 
 def disabled_text(value: bool | str | None) -> str:
     return flag_text(value, "disabled", "enabled")
+
+
+def audit_change(event: AuditEvent) -> str:
+    """What one audit event changed, in a few words (flags, limits, amounts, parents)."""
+    details = event.details
+    kind = details.get("kind")
+    if kind == "disabled":
+        return f"disabled: {disabled_text(details.get('disabled'))}"
+    if kind == "cascade":
+        return f"cascade: {flag_text(details.get('cascade'))}"
+    if event.action == "entity_parent_changed":
+        return f"parent: {details.get('old') or 'none'} -> {details.get('new') or 'none'}"
+    if event.action in ("bucket_reset", "bucket_topped_up"):
+        amounts = ", ".join(f"{k}={v}" for k, v in (details.get("amounts") or {}).items())
+        return f"{amounts or 'nothing'} on {details.get('shards', 0)} shard(s)"
+    if "limits" in details:
+        limits = details["limits"]
+        return "limits removed" if limits is None else "limits: " + (
+            ", ".join(lim.get("name", "?") for lim in limits) or "none")
+    return ""
 
 
 def entity_dict(entity: Entity) -> dict[str, Any]:
@@ -88,6 +108,8 @@ def change_text(change: Change) -> str:
         return head + (f" (parent {change.after})" if change.after else "")
     if kind == PARENT:
         return f"{head}: {change.before or 'none'} -> {change.after or 'none'}"
+    if kind == SHARDS:
+        return f"{head}: {change.before or 'no bucket'} -> {change.after}"
     before, after = change.before, change.after
     if change.action == "create" and isinstance(after, Level | SystemLevel):
         return f"{head}: {_describe(after)}"

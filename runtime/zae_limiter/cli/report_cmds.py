@@ -1,4 +1,4 @@
-"""`usage` (snapshots and summaries) and `audit` (administrative changes), reference.md §7.3."""
+"""`usage` (snapshots and summaries) and `audit` (administrative changes), docs/cli.md."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from typing import Any, TypeVar
 
 import click
 
+from .. import validation
 from ..audit import SYSTEM_SUBJECT, resource_subject
 from .app import EXIT_ERROR, Settings, with_repo
 from .output import emit, fields, table
+from .render import audit_change
 
 F = TypeVar("F", bound=Callable[..., Any])
 WINDOWS = click.Choice(["hourly", "daily", "monthly"])
@@ -144,13 +146,17 @@ def audit_list(settings: Settings, entity_id: str | None, resource_name: str | N
     chosen = [x for x in (entity_id, resource_name, system_level or None) if x]
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of -e/--entity-id, --resource or --system")
+    if entity_id is not None:
+        validation.entity_id(entity_id)  # a malformed id is an error, not "(no events)"
     subject = (entity_id if entity_id else resource_subject(resource_name)
                if resource_name else SYSTEM_SUBJECT)
     events = with_repo(settings, lambda repo: repo.get_audit_events(subject, count,
                                                                     start_event_id))
     rows = [{"timestamp": e.timestamp, "action": e.action, "subject": e.entity_id,
-             "resource": e.resource, "principal": e.principal, "event_id": e.event_id}
+             "resource": e.resource, "change": audit_change(e), "principal": e.principal,
+             "event_id": e.event_id}
             for e in events]
     emit(settings, {"events": [e.to_dict() for e in events]},
-         table(rows, ["timestamp", "action", "subject", "resource", "principal", "event_id"])
+         table(rows, ["timestamp", "action", "subject", "resource", "change", "principal",
+                      "event_id"])
          if rows else "(no events)")

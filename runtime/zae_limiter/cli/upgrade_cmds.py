@@ -1,4 +1,4 @@
-"""`upgrade` (reference.md §7.4, §10.4): a thin shell over `zae_limiter.upgrade.upgrade`.
+"""`upgrade` (docs/versions.md): a thin shell over `zae_limiter.upgrade.upgrade`.
 
 It connects without the version check it exists to fix, and needs no namespace. The steps and
 progress go to stderr; the outcome to stdout (`-o json` for scripts).

@@ -1,4 +1,4 @@
-"""`version`, `check` and `status` (reference.md §7.4): they report an incompatibility instead of
+"""`version`, `check` and `status` (docs/versions.md): they report an incompatibility instead of
 failing on it, so they connect without the version check."""
 
 from __future__ import annotations

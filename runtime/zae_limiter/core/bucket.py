@@ -23,12 +23,15 @@ from fractions import Fraction
 
 from . import cron, schedule
 from .cron import Cron
+from .shares import MILLI, WHOLE, Slot, refill_share, share
 
-MILLI = 1000
+__all__ = ["MILLI", "WHOLE", "Slot"]
 #: A wait walks across at most this many schedule windows (then the last rate is assumed).
 MAX_WINDOWS_WALKED = 1000
 #: How far ahead a request above a window's ceiling looks for a window that can hold it.
 MAX_WAIT_SCANNED_MS = 7 * 24 * 3_600_000
+#: The wait reported for a request that can never fit (no edge, no refill on this shard).
+NEVER_MS = 10**12
 
 
 class Kind(IntEnum):
@@ -66,13 +69,15 @@ class Params:
         )
         return replace(self, capacity=capacity, refill=refill, period_ms=period, window=window)
 
-    def shard_capacity(self, shards: int) -> int:
-        return max(MILLI, self.capacity // shards) if shards > 1 else self.capacity
+    def shard_capacity(self, slot: Slot) -> int:
+        """The capacity (a quota: the allowance) one shard holds (core.shares)."""
+        return share(self.capacity, slot)
 
-    def shard_refill(self, shards: int) -> int:
+    def shard_refill(self, slot: Slot) -> int:
+        """The refill one shard earns per period (0 for quotas; core.shares)."""
         if self.kind != Kind.RATE:
             return 0
-        return max(MILLI, self.refill // shards) if shards > 1 else self.refill
+        return refill_share(self.capacity, self.refill, slot)
 
     def reset_edges(self) -> list[Cron]:
         """A calendar quota's reset schedules: it resets at every edge of each."""
@@ -123,17 +128,26 @@ class View:
     fresh_period: bool  # a quota whose stored period has ended (balance shown is the new one)
 
 
-def full_state(params: Params, shards: int) -> State:
+def full_state(params: Params, slot: Slot) -> State:
     """The state of a never-used (or expired) bucket: full allowance, no period open."""
     if params.kind == Kind.RATE:
         return State(v=0)
-    return State(v=params.shard_capacity(shards), w=None)
+    return State(v=params.shard_capacity(slot), w=None)
 
 
-def view(params: Params, state: State, now: int, shards: int) -> View:
-    cap = params.shard_capacity(shards)
+def exact_balance(params: Params, state: State, now: int, slot: Slot) -> Fraction:
+    """A limit's balance on one shard at `now`, in milli-units, unrounded (the view floors it):
+    what entity-wide reports sum before rounding once."""
+    if params.kind != Kind.RATE:
+        return Fraction(view(params, state, now, slot).balance)
+    debt = Fraction(max(0, state.v - now * params.shard_refill(slot)), params.period_ms)
+    return params.shard_capacity(slot) - debt
+
+
+def view(params: Params, state: State, now: int, slot: Slot) -> View:
+    cap = params.shard_capacity(slot)
     if params.kind == Kind.RATE:
-        refill = params.shard_refill(shards)
+        refill = params.shard_refill(slot)
         debt_scaled = max(0, state.v - now * refill)
         # floor of a rational balance: C - ceil(debt_scaled / P)
         balance = cap - (-(-debt_scaled // params.period_ms))
@@ -144,33 +158,35 @@ def view(params: Params, state: State, now: int, shards: int) -> View:
     return View(cap, cap, period, True)
 
 
-def retry_after_ms(params: Params, state: State, now: int, shards: int, requested: int) -> int:
+def retry_after_ms(params: Params, state: State, now: int, slot: Slot, requested: int) -> int:
     """Smallest wait after which `requested` fits on this limit, ignoring the ceiling.
 
     A dripping limit with a schedule walks forward across its windows: each window's rate
     applies while it is in force, and a window's start cuts the balance to its ceiling.
     """
-    current = view(params, state, now, shards)
+    current = view(params, state, now, slot)
     if current.balance >= requested:
         return 0
     if params.kind == Kind.RATE:
         if params.schedule:
-            return _walk_windows(params, state, now, shards, requested)
-        return _rate_wait(params, state, now, shards, requested)
+            return _walk_windows(params, state, now, slot, requested)
+        return _rate_wait(params, state, now, slot, requested)
     if params.kind == Kind.CALENDAR:
         edge = params.next_reset_ms(now, state.w)
-        return (edge - now + 1) if edge is not None else 10**12
+        return (edge - now + 1) if edge is not None else NEVER_MS
     # session
     if current.fresh_period:
-        return 0 if params.shard_capacity(shards) >= requested else params.reset_after_ms
+        return 0 if params.shard_capacity(slot) >= requested else params.reset_after_ms
     assert state.w is not None
     return max(1, state.w + params.reset_after_ms - now)
 
 
-def _rate_wait(params: Params, state: State, now: int, shards: int, requested: int) -> int:
+def _rate_wait(params: Params, state: State, now: int, slot: Slot, requested: int) -> int:
     """The wait at the rate in force now, for as long as it takes."""
-    refill = params.shard_refill(shards)
-    cap = params.shard_capacity(shards)
+    refill = params.shard_refill(slot)
+    cap = params.shard_capacity(slot)
+    if refill == 0:
+        return NEVER_MS  # a shard that holds none of this limit
     # balance at t: cap - (max(v, t*A) - t*A)/P >= requested  <=>  t*A >= v - (cap - req)*P.
     # The wait is the first whole millisecond strictly after that instant.
     base = max(state.v, now * refill)
@@ -178,16 +194,18 @@ def _rate_wait(params: Params, state: State, now: int, shards: int, requested: i
     return max(1, target // refill + 1 - now)
 
 
-def _walk_windows(params: Params, state: State, now: int, shards: int, requested: int) -> int:
+def _walk_windows(params: Params, state: State, now: int, slot: Slot, requested: int) -> int:
     """The wait across schedule windows: each window's rate while it is in force."""
-    debt = Fraction(max(0, state.v - now * params.shard_refill(shards)), params.period_ms)
-    balance = params.shard_capacity(shards) - debt  # milli-units at `now`, exact
+    debt = Fraction(max(0, state.v - now * params.shard_refill(slot)), params.period_ms)
+    balance = params.shard_capacity(slot) - debt  # milli-units at `now`, exact
     at, in_force, fits_at = now, params, Fraction(now)
     for _ in range(MAX_WINDOWS_WALKED):
         in_force = in_force.in_window(at)
-        cap = in_force.shard_capacity(shards)
-        rate = Fraction(in_force.shard_refill(shards), in_force.period_ms)  # milli per ms
+        cap = in_force.shard_capacity(slot)
+        rate = Fraction(in_force.shard_refill(slot), in_force.period_ms)  # milli per ms
         balance = min(balance, Fraction(cap))  # a window's start cuts to its ceiling
+        if rate == 0:
+            return NEVER_MS  # this shard holds none of the limit in this window
         fits_at = at + (requested - balance) / rate  # ignoring the ceiling, as without windows
         # Above this window's ceiling the request waits for the next window, if one comes.
         horizon = fits_at if requested <= cap else at + MAX_WAIT_SCANNED_MS
@@ -207,15 +225,15 @@ def _next_change(params: Params, at: int, until: Fraction | int) -> int | None:
 
 
 def _balance_through_windows(
-    params: Params, balance: Fraction, at: int, until: int, shards: int
+    params: Params, balance: Fraction, at: int, until: int, slot: Slot
 ) -> Fraction:
     """From `balance` at `at` to `until`: each window's rate while it is in force, each
     window's start cutting to its ceiling."""
     in_force = params
     for _ in range(MAX_WINDOWS_WALKED):
         in_force = in_force.in_window(at)
-        cap = Fraction(in_force.shard_capacity(shards))
-        rate = Fraction(in_force.shard_refill(shards), in_force.period_ms)
+        cap = Fraction(in_force.shard_capacity(slot))
+        rate = Fraction(in_force.shard_refill(slot), in_force.period_ms)
         balance = min(balance, cap)
         change = _next_change(in_force, at, until)
         if change is None:  # none within the scan: the window lasts to `until` or a week
@@ -264,7 +282,7 @@ def plan_debit(
     params: Params,
     state: State,
     now: int,
-    shards: int,
+    slot: Slot,
     amount: int,
     *,
     enforce: bool,
@@ -275,14 +293,14 @@ def plan_debit(
     Returns None when `check` is set and the image shows it cannot be admitted (a stale image
     is not trusted to refuse: the guards decide on the server).
     """
-    cap = params.shard_capacity(shards)
-    current = view(params, state, now, shards)
+    cap = params.shard_capacity(slot)
+    current = view(params, state, now, slot)
     if enforce and check and current.balance < amount:
         return None
     if enforce and amount > (cap + state.tu if params.kind != Kind.RATE else cap):
         return None  # can never fit
     if params.kind == Kind.RATE:
-        refill = params.shard_refill(shards)
+        refill = params.shard_refill(slot)
         t_a = now * refill
         step = amount * params.period_ms
         if state.v >= t_a:
@@ -295,7 +313,7 @@ def plan_debit(
             new_v = t_a + step
             write = LimitWrite((Guard("v", "<", t_a),), set_v=new_v)
         result = replace(state, v=new_v, consumed=state.consumed + amount)
-        return _with_overdraw(params, write, result, now, shards, amount)
+        return _with_overdraw(params, write, result, now, slot, amount)
     if not current.fresh_period:
         assert current.period is not None
         guards = [Guard("w", "=", current.period)]
@@ -303,7 +321,7 @@ def plan_debit(
             guards.append(Guard("v", ">=", amount))
         result = replace(state, v=state.v - amount, consumed=state.consumed + amount)
         write = LimitWrite(tuple(guards), add_v=-amount)
-        return _with_overdraw(params, write, result, now, shards, amount)
+        return _with_overdraw(params, write, result, now, slot, amount)
     # a new period opens with this write
     if params.kind == Kind.CALENDAR:
         period = current.period if current.period is not None else 0
@@ -313,31 +331,31 @@ def plan_debit(
         guard = Guard("w", "<=", now - params.reset_after_ms, or_absent=True)
     result = State(cap - amount, period, 0, state.consumed + amount, state.overdrawn)
     write = LimitWrite((guard,), set_v=cap - amount, set_w=period, set_tu=0)
-    return _with_overdraw(params, write, result, now, shards, amount)
+    return _with_overdraw(params, write, result, now, slot, amount)
 
 
 def _with_overdraw(
-    params: Params, write: LimitWrite, result: State, now: int, shards: int, amount: int
+    params: Params, write: LimitWrite, result: State, now: int, slot: Slot, amount: int
 ) -> LimitWrite:
     overdrawn = 0
-    if params.soft and view(params, result, now, shards).balance < 0:
+    if params.soft and view(params, result, now, slot).balance < 0:
         overdrawn = 1
     result = replace(result, overdrawn=result.overdrawn + overdrawn)
     return replace(write, consumed=amount, overdrawn=overdrawn, result=result)
 
 
 def plan_credit(
-    params: Params, state: State, now: int, shards: int, amount: int, period: int | None
+    params: Params, state: State, now: int, slot: Slot, amount: int, period: int | None
 ) -> LimitWrite:
     """Give back `amount` debited in `period` (quota) without exceeding the ceiling.
 
     A quota credit for a period that has since reset is dropped (only the consumption counter
     goes down), so it never adds to the new period.
     """
-    cap = params.shard_capacity(shards)
+    cap = params.shard_capacity(slot)
     counted = replace(state, consumed=state.consumed - amount)
     if params.kind == Kind.RATE:
-        refill = params.shard_refill(shards)
+        refill = params.shard_refill(slot)
         t_a = now * refill
         step = amount * params.period_ms
         if state.v >= t_a + step:
@@ -353,7 +371,7 @@ def plan_credit(
             consumed=-amount,
             result=replace(counted, v=t_a),
         )
-    current = view(params, state, now, shards)
+    current = view(params, state, now, slot)
     if current.fresh_period or period is None or current.period != period:
         return LimitWrite(consumed=-amount, result=counted)
     top = cap + state.tu
@@ -383,57 +401,78 @@ def convert(
     new: Params,
     state: State,
     now: int,
-    old_shards: int,
-    new_shards: int,
+    slot: Slot,
     since: int | None = None,
+    changed_at: int = 0,
 ) -> State:
     """Restamp a limit with new parameters, keeping its balance (cut to a lower ceiling).
 
     Dripping: the balance is kept and refills toward the new ceiling at the new rate. Quota: the
-    period's remaining balance is kept, cut to the new ceiling plus this period's top-ups.
+    period's remaining balance is kept, cut to the new ceiling plus this period's top-ups, with
+    its top-ups and session window, whatever its schedule became (a limit is identified by its
+    name, docs/configuration.md); the old period is judged at the config change (`changed_at`,
+    else now), and the new schedule's edges after it apply on the next touch.
     For the same limit with a schedule, `since` (the item's last write, when the old window was
     in force) lets the balance follow each window's rate from the first window change on.
     """
-    if since and _same_scheduled_limit(old, new, old_shards, new_shards):
+    if since and _same_scheduled_limit(old, new):
         ended = _next_change(old, since, now)
         if ended is not None and ended < now:
-            debt = Fraction(max(0, state.v - ended * old.shard_refill(old_shards)), old.period_ms)
+            debt = Fraction(max(0, state.v - ended * old.shard_refill(slot)), old.period_ms)
             walked = _balance_through_windows(
-                old, old.shard_capacity(old_shards) - debt, ended, now, new_shards
+                old, old.shard_capacity(slot) - debt, ended, now, slot
             )
-            ceiling = new.shard_capacity(new_shards)
+            ceiling = new.shard_capacity(slot)
             owed = math.ceil((ceiling - min(walked, Fraction(ceiling))) * new.period_ms)
-            return replace(state, v=now * new.shard_refill(new_shards) + owed, w=None, tu=0)
-    current = view(old, state, now, old_shards)
-    cap = new.shard_capacity(new_shards)
+            return replace(state, v=now * new.shard_refill(slot) + owed, w=None, tu=0)
+    current = view(old, state, now, slot)
+    cap = new.shard_capacity(slot)
     if new.kind == Kind.RATE:
         balance = min(current.balance, cap) if old.kind == Kind.RATE else cap
-        refill = new.shard_refill(new_shards)
+        refill = new.shard_refill(slot)
         # balance b at now  <=>  v = now*A + (C - b)*P   (v = now*A when full)
         v = now * refill + max(0, cap - balance) * new.period_ms
         v = max(v, now * refill)
         return replace(state, v=v, w=None, tu=0)
-    if (
-        old.kind == Kind.RATE
-        or old.kind != new.kind
-        or (old.cron != new.cron)
-        or current.fresh_period
-    ):
-        # different clock: a fresh period under the new rules
-        return replace(state, v=cap, w=None, tu=0)
-    tu = state.tu * new_shards // old_shards if new_shards != old_shards else state.tu
-    return replace(state, v=min(current.balance, cap + tu), tu=tu)
+    if old.kind == Kind.RATE:
+        return replace(state, v=cap, w=None, tu=0)  # a quota where there was none: full
+    # when the old rules stopped being in force: the change, or a later write under them
+    changed = min(now, max(changed_at, since or 0)) if changed_at else now
+    current = view(old, state, changed, slot)
+    if current.fresh_period:
+        return replace(state, v=cap, w=None, tu=0)  # the period had ended before the change
+    # The same quota (identified by its name) with other parameters or another schedule: this
+    # period's balance, top-ups and session window are kept; the new schedule only decides the
+    # next edge (its edges between the period's start and the change are not replayed).
+    return replace(
+        state,
+        v=min(current.balance, cap + state.tu),
+        w=_kept_period_start(old, new, state, current, changed),
+    )
+
+
+def _kept_period_start(
+    old: Params, new: Params, state: State, current: View, changed: int
+) -> int | None:
+    """The period start to store when a live quota period carries over to new parameters."""
+    if new.kind == Kind.CALENDAR:
+        if old.kind == Kind.CALENDAR and cron.same_schedule(old.cron, new.cron):
+            return state.w
+        return new.period_start(changed, None)  # the new schedule's period at the change
+    if old.kind == Kind.SESSION:
+        return state.w  # the live session window, whatever its new length
+    return current.period  # a calendar period becomes a session window opened at its start
 
 
 def in_force(
-    params: Params, state: State, now: int, shards: int, *, since: int | None
+    params: Params, state: State, now: int, slot: Slot, *, since: int | None
 ) -> tuple[Params, State]:
     """A stored limit brought to `now`: the schedule window in force and its balance converted
     as the next write's restamp will (`since`: the item's last write)."""
     moved = params.in_window(now)
     if moved is params and not window_passed(params, since, now):
         return params, state
-    return moved, convert(params, moved, state, now, shards, shards, since=since)
+    return moved, convert(params, moved, state, now, slot, since=since)
 
 
 def window_passed(params: Params, since: int | None, now: int) -> bool:
@@ -447,7 +486,7 @@ def window_passed(params: Params, since: int | None, now: int) -> bool:
     return change is not None and change <= now
 
 
-def _same_scheduled_limit(old: Params, new: Params, old_shards: int, new_shards: int) -> bool:
+def _same_scheduled_limit(old: Params, new: Params) -> bool:
     """The same dripping limit with a schedule (in the same or another window)."""
     return (
         old.kind == new.kind == Kind.RATE
@@ -455,5 +494,4 @@ def _same_scheduled_limit(old: Params, new: Params, old_shards: int, new_shards:
         and old.schedule == new.schedule
         and (old.base or (old.capacity, old.refill, old.period_ms))
         == (new.base or (new.capacity, new.refill, new.period_ms))
-        and old_shards == new_shards
     )

@@ -1,17 +1,30 @@
-"""Standard 5-field cron edges in an IANA time zone (reference.md §4.3). Pure, no I/O.
+"""Standard 5-field cron edges in an IANA time zone (docs/limits.md, "Quota edges"). Pure, no I/O.
 
-Rules: minute hour day-of-month month day-of-week; names (MON, JAN) accepted; Sunday is 0 or 7;
-`L`, `W`, `#` and 6-field forms are rejected; when both day fields are restricted they are ORed.
-A local time that does not exist (DST gap) is skipped; one that occurs twice fires once (the
-first occurrence).
+A thin wrapper over `cronsim` that enforces our documented rules:
+
+* minute hour day-of-month month day-of-week; names (MON, JAN) accepted; Sunday is 0 or 7;
+  `L`, `W`, `#`, `?` and 6-field forms are rejected; when both day fields are restricted (not
+  `*`) they are ORed, otherwise ANDed;
+* DST as ISC cron does it: a schedule with a fixed hour skips a local time that does not exist
+  and fires a repeated local time once (its first occurrence); a schedule whose hour field is
+  `*` or `*/n` fires at every real hour (both 02:30s of an autumn repeat, no two-hour gap).
+
+cronsim walks the calendar field by field (15-40 µs per edge, any shape); the wrapper validates
+with our own field parser, hands cronsim an expression in which the day fields' OR/AND and the
+hour field's wildcard mean exactly what our rules say, drops the times cronsim moves out of a
+DST gap, and remembers the last bracket of edges it found, so repeated look-ups inside one
+period cost nothing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+import copy
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
 
 _MONTHS = {
     m: i + 1
@@ -27,15 +40,38 @@ _FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
     ("month", 1, 12, _MONTHS),
     ("day of week", 0, 7, _DAYS),
 )
-_SCAN_DAYS = 366 * 8  # far enough for "29 Feb on a Monday"
+#: A gap-shifted time is dropped and the walk goes on; a schedule cannot hit a gap this often.
+_MAX_DROPPED = 8
 
 
 class CronError(ValueError):
     """A cron expression or time zone that cannot be used."""
 
 
+@dataclass
+class _Bracket:
+    """The last pair of consecutive edges found, (previous, next) epoch ms, set in one step."""
+
+    pair: tuple[int, int | None] | None = None
+
+    def around(self, at_ms: int) -> tuple[int, int | None] | None:
+        pair = self.pair
+        if pair is None or at_ms < pair[0] or (pair[1] is not None and at_ms >= pair[1]):
+            return None
+        return pair
+
+
+@dataclass
+class _Engine:
+    """The cronsim iterator parsed once (None: build one per look-up)."""
+
+    template: CronSim | None
+
+
 @dataclass(frozen=True)
 class Cron:
+    """A parsed schedule. Equal schedules compare equal however they were spelled."""
+
     minutes: frozenset[int]
     hours: frozenset[int]
     days: frozenset[int]
@@ -44,6 +80,10 @@ class Cron:
     days_restricted: bool
     weekdays_restricted: bool
     zone: ZoneInfo
+    hour_wildcard: bool = False  # `*` or `*/n`: fires at every real hour across DST
+    engine_expr: str = field(default="", compare=False)  # what cronsim is given
+    _bracket: _Bracket = field(default_factory=_Bracket, compare=False, repr=False)
+    _engine: _Engine = field(default_factory=lambda: _Engine(None), compare=False, repr=False)
 
     def day_matches(self, day: date) -> bool:
         if day.month not in self.months:
@@ -55,52 +95,83 @@ class Cron:
             return in_days or in_weekdays
         return in_days and in_weekdays
 
-    def _local_edges(self, day: date) -> list[datetime]:
-        """Edges on one local day, as aware UTC datetimes, ascending."""
-        edges = []
-        for hour in sorted(self.hours):
-            for minute in sorted(self.minutes):
-                local = datetime(day.year, day.month, day.day, hour, minute, tzinfo=self.zone)
-                as_utc = local.astimezone(UTC)
-                if as_utc.astimezone(self.zone).replace(tzinfo=None) != local.replace(tzinfo=None):
-                    continue  # does not exist locally (DST gap)
-                edges.append(as_utc)  # fold=0: an ambiguous time fires at its first occurrence
-        return edges
+    def _is_real_edge(self, moment: datetime) -> bool:
+        """False for a time cronsim moved out of a DST gap (its local wall time is not ours),
+        or one that does not exist locally."""
+        if moment.minute not in self.minutes or moment.hour not in self.hours:
+            return False
+        wall = moment.replace(tzinfo=None)
+        return _local(_ms(moment), self.zone).replace(tzinfo=None) == wall
+
+    def _engine_at(self, start: datetime, reverse: bool) -> CronSim:
+        """A cronsim iterator from `start`: a copy of the parsed template with its position set
+        (what CronSim's constructor does after parsing), so no look-up parses the expression."""
+        template = self._engine.template
+        if template is None:
+            return CronSim(self.engine_expr, start, reverse=reverse)
+        it = copy.copy(template)
+        it.skip_initial_tick = bool(reverse and start.microsecond)
+        it.tick_direction = -1 if reverse else 1
+        position = start.replace(microsecond=0)
+        it.dt = position.replace(tzinfo=None) if it.fixup_tz else position
+        return it
+
+    def _walk(self, start: datetime, reverse: bool) -> int | None:
+        try:
+            it = self._engine_at(start, reverse)
+            for _ in range(_MAX_DROPPED):
+                moment = next(it)
+                if self._is_real_edge(moment):
+                    return _ms(moment)
+        except (StopIteration, CronSimError):
+            return None
+        return None
 
     def next_edge_ms(self, after_ms: int) -> int | None:
         """First edge strictly after `after_ms` (epoch ms), or None."""
-        start = datetime.fromtimestamp(after_ms / 1000, UTC).astimezone(self.zone).date()
-        for offset in range(_SCAN_DAYS):
-            day = start + timedelta(days=offset)
-            if not self.day_matches(day):
-                continue
-            for edge in self._local_edges(day):
-                ms = _ms(edge)
-                if ms > after_ms:
-                    return ms
-        return None
+        known = self._bracket.around(after_ms)
+        if known is not None:
+            return known[1]
+        return self._walk(_local(after_ms, self.zone), reverse=False)
 
     def last_edge_ms(self, at_ms: int) -> int | None:
         """Latest edge at or before `at_ms`, or None."""
-        start = datetime.fromtimestamp(at_ms / 1000, UTC).astimezone(self.zone).date()
-        for offset in range(_SCAN_DAYS):
-            day = start - timedelta(days=offset)
-            if not self.day_matches(day):
-                continue
-            for edge in reversed(self._local_edges(day)):
-                ms = _ms(edge)
-                if ms <= at_ms:
-                    return ms
-        return None
+        known = self._bracket.around(at_ms)
+        if known is not None:
+            return known[0]
+        # cronsim steps one second back before it looks: start just after `at_ms`'s second
+        last = self._walk(_local((at_ms // 1000 + 1) * 1000, self.zone), reverse=True)
+        if last is not None:
+            following = self._walk(_local(at_ms, self.zone), reverse=False)
+            self._bracket.pair = (last, following)
+        return last
 
     def matches_minute(self, at_ms: int) -> bool:
         """Whether the local minute containing `at_ms` matches (level-triggered windows)."""
-        local = datetime.fromtimestamp(at_ms / 1000, UTC).astimezone(self.zone)
+        local = _local(at_ms, self.zone)
         return (
             local.minute in self.minutes
             and local.hour in self.hours
             and self.day_matches(local.date())
         )
+
+    def next_mismatch_ms(self, at_ms: int, limit_ms: int) -> int | None:
+        """The first minute start after `at_ms` (a matching minute) that does not match, at most
+        `limit_ms`; None if every minute up to it matches. Walks whole local hours when every
+        minute of an hour matches."""
+        minute = at_ms - at_ms % 60_000
+        every_minute = len(self.minutes) == 60
+        while minute < limit_ms:
+            local = _local(minute, self.zone)
+            step = 60 - local.minute if every_minute else 1
+            minute += step * 60_000
+            if minute <= limit_ms and not self.matches_minute(minute):
+                return minute
+        return None
+
+
+def _local(ms: int, zone: ZoneInfo) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC).astimezone(zone)
 
 
 def _ms(moment: datetime) -> int:
@@ -143,30 +214,75 @@ def _parse_field(text: str, low: int, high: int, names: dict[str, int], label: s
     return values
 
 
+def _listed(values: frozenset[int]) -> str:
+    return ",".join(str(v) for v in sorted(values))
+
+
+def zone(tz: str) -> ZoneInfo:
+    """The IANA zone `tz`, or CronError saying what to write."""
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
+        raise CronError(f"unknown time zone {tz!r}; use an IANA name like 'Europe/Paris'") from exc
+
+
 @lru_cache(maxsize=512)
 def parse(expression: str, tz: str = "UTC") -> Cron:
     """Parse a 5-field cron expression evaluated in the IANA zone `tz`."""
-    try:
-        zone = ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise CronError(f"unknown time zone {tz!r}; use an IANA name like 'Europe/Paris'") from exc
+    zone_info = zone(tz)
     fields = expression.split()
     if len(fields) != 5:
         raise CronError(
             f"cron {expression!r} has {len(fields)} fields; use 5: minute hour day month weekday"
         )
-    parsed = [
-        _parse_field(text, low, high, names, label)
+    minutes, hours, days, months, weekday_values = (
+        frozenset(_parse_field(text, low, high, names, label))
         for text, (label, low, high, names) in zip(fields, _FIELDS, strict=True)
-    ]
-    weekdays = {0 if d == 7 else d for d in parsed[4]}
-    return Cron(
-        minutes=frozenset(parsed[0]),
-        hours=frozenset(parsed[1]),
-        days=frozenset(parsed[2]),
-        months=frozenset(parsed[3]),
-        weekdays=frozenset(weekdays),
-        days_restricted=fields[2] != "*",
-        weekdays_restricted=fields[4] != "*",
-        zone=zone,
     )
+    weekdays = frozenset(0 if d == 7 else d for d in weekday_values)
+    days_restricted, weekdays_restricted = fields[2] != "*", fields[4] != "*"
+    hour_wildcard = fields[1].startswith("*")
+    # cronsim: the minute never starts with "*" (so a fixed hour gets ISC cron's DST handling),
+    # the hour keeps its wildcard, a restricted day field never starts with "*" (OR/AND as ours)
+    engine = " ".join(
+        [
+            _listed(minutes),
+            fields[1] if hour_wildcard else _listed(hours),
+            _listed(days) if days_restricted else "*",
+            _listed(months),
+            _listed(weekdays) if weekdays_restricted else "*",
+        ]
+    )
+    try:
+        template = CronSim(engine, datetime(2026, 1, 1, tzinfo=zone_info))
+    except CronSimError as exc:
+        raise CronError(f"cron {expression!r} never fires: {exc}") from exc
+    known = all(hasattr(template, a) for a in ("dt", "tick_direction", "skip_initial_tick"))
+    return Cron(
+        minutes=minutes,
+        hours=hours,
+        days=days,
+        months=months,
+        weekdays=weekdays,
+        days_restricted=days_restricted,
+        weekdays_restricted=weekdays_restricted,
+        zone=zone_info,
+        hour_wildcard=hour_wildcard,
+        engine_expr=engine,
+        _engine=_Engine(template if known and hasattr(template, "fixup_tz") else None),
+    )
+
+
+def same_schedule(a: str, b: str) -> bool:
+    """Whether two stamped reset schedules (`expr|tz`, several joined by `;`) are the same
+    schedule however spelled (`0 0 * * 1` and `0 0 * * MON`)."""
+    if a == b:
+        return True
+
+    def parsed(text: str) -> list[Cron]:
+        return [parse(*edge.split("|", 1)) for edge in text.split(";")] if text else []
+
+    try:
+        return parsed(a) == parsed(b)
+    except CronError:
+        return False

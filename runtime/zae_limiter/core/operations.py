@@ -1,4 +1,5 @@
-"""Write plans of the operator's balance operations: `top_up` and `reset_bucket` (§5.9). Pure.
+"""Write plans of the operator's balance operations: `top_up` and `reset_bucket`
+(docs/reset-and-top-up.md). Pure.
 
 Each plan is one `LimitWrite` on one shard, guarded so that it commutes with concurrent hot-path
 writes (debits and credits planned by `bucket.plan_debit` / `bucket.plan_credit`):
@@ -21,27 +22,28 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .bucket import Guard, Kind, LimitWrite, Params, State, plan_debit, view
+from .shares import Slot, share
 
 
-def split(amount: int, shards: int) -> list[int]:
-    """`amount` spread over `shards` by equal shares; the first shards take the remainder."""
-    base, extra = divmod(amount, shards)
-    return [base + (1 if i < extra else 0) for i in range(shards)]
+def split(amount: int, slots: list[Slot]) -> list[int]:
+    """A quota top-up spread over shards in whole units, by each shard's share (core.shares):
+    the shares of every shard of the bucket sum to `amount` exactly."""
+    return [share(amount, slot) for slot in slots]
 
 
-def room(params: Params, state: State, now: int, shards: int) -> int:
+def room(params: Params, state: State, now: int, slot: Slot) -> int:
     """Milli-units a dripping limit can gain before it reaches its ceiling (0 for quotas)."""
     if params.kind != Kind.RATE:
         return 0
-    current = view(params, state, now, shards)
+    current = view(params, state, now, slot)
     return max(0, current.ceiling - current.balance)
 
 
 def _give_back(
-    params: Params, state: State, now: int, shards: int, most: int | None
+    params: Params, state: State, now: int, slot: Slot, most: int | None
 ) -> tuple[LimitWrite | None, int]:
     """Dripping: pay back debt, at most `most` milli-units (None: all of it, to the ceiling)."""
-    t_a = now * params.shard_refill(shards)
+    t_a = now * params.shard_refill(slot)
     debt = max(0, state.v - t_a)
     step = debt if most is None else min(most * params.period_ms, debt)
     if step == 0:
@@ -49,7 +51,7 @@ def _give_back(
     gained = (
         most
         if most is not None and step == most * params.period_ms
-        else room(params, state, now, shards)
+        else room(params, state, now, slot)
     )
     write = LimitWrite(
         (Guard("v", ">=", t_a + step),), add_v=-step, result=replace(state, v=state.v - step)
@@ -58,7 +60,7 @@ def _give_back(
 
 
 def plan_top_up(
-    params: Params, state: State, now: int, shards: int, amount: int
+    params: Params, state: State, now: int, slot: Slot, amount: int
 ) -> tuple[LimitWrite | None, int]:
     """Add `amount` milli-units to one shard.
 
@@ -67,15 +69,15 @@ def plan_top_up(
     live).
     """
     if params.kind == Kind.RATE:
-        return _give_back(params, state, now, shards, amount)
-    current = view(params, state, now, shards)
+        return _give_back(params, state, now, slot, amount)
+    current = view(params, state, now, slot)
     if not current.fresh_period:
         assert current.period is not None
         guards = (Guard("w", "=", current.period), Guard("tu", "=", state.tu))
         tu = state.tu + amount
         result = replace(state, v=state.v + amount, tu=tu)
         return LimitWrite(guards, add_v=amount, set_tu=tu, result=result), amount
-    opened = plan_debit(params, state, now, shards, 0, enforce=False)
+    opened = plan_debit(params, state, now, slot, 0, enforce=False)
     assert opened is not None and opened.set_v is not None
     v = opened.set_v + amount
     result = replace(opened.result, v=v, tu=amount)
@@ -83,7 +85,7 @@ def plan_top_up(
 
 
 def plan_reset(
-    params: Params, state: State, now: int, shards: int
+    params: Params, state: State, now: int, slot: Slot
 ) -> tuple[LimitWrite | None, int]:
     """Restore one shard's full allowance now.
 
@@ -93,8 +95,8 @@ def plan_reset(
     A limit already at its full allowance (or whose period has ended) needs no write.
     """
     if params.kind == Kind.RATE:
-        return _give_back(params, state, now, shards, None)
-    current = view(params, state, now, shards)
+        return _give_back(params, state, now, slot, None)
+    current = view(params, state, now, slot)
     if current.fresh_period:
         return None, 0
     assert current.period is not None
@@ -105,7 +107,7 @@ def plan_reset(
             return None, 0
         result = replace(state, v=state.v + gain)
         return LimitWrite(guards, add_v=gain, result=result), gain
-    cap = params.shard_capacity(shards)
+    cap = params.shard_capacity(slot)
     ended = now - params.reset_after_ms
     result = replace(state, v=cap, w=ended, tu=0)
     write = LimitWrite(guards, set_v=cap, set_w=ended, set_tu=0, result=result)
@@ -115,7 +117,7 @@ def plan_reset(
 def allocate(rooms: list[int], amount: int) -> list[int]:
     """Spread `amount` over shards with these rooms: equal shares first, the rest where there is
     room left, so the total is min(amount, sum(rooms))."""
-    given = [min(share, r) for share, r in zip(split(amount, len(rooms)), rooms, strict=True)]
+    given = [min(share, r) for share, r in zip(_equal(amount, len(rooms)), rooms, strict=True)]
     left = amount - sum(given)
     for i, r in enumerate(rooms):
         if left <= 0:
@@ -124,3 +126,8 @@ def allocate(rooms: list[int], amount: int) -> list[int]:
         given[i] += more
         left -= more
     return given
+
+
+def _equal(amount: int, parts: int) -> list[int]:
+    base, extra = divmod(amount, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]

@@ -1,4 +1,4 @@
-"""Scheduled parameter windows (reference.md §4.1, §4.4). Pure.
+"""Scheduled parameter windows (docs/limits-and-time.md). Pure.
 
 A limit's schedule is a list of entries, each a cron window; while an entry's cron matches the
 current minute (in its time zone) its parameters apply, first match wins, otherwise the base
@@ -43,10 +43,27 @@ def active(schedule: str, now: int) -> int:
 @lru_cache(maxsize=1024)
 def next_change(schedule: str, window: int, after_minute: int, minutes: int) -> int | None:
     """The first minute start after minute `after_minute` (epoch ms // MINUTE_MS), at most
-    `minutes` later, at which the entry in force is no longer `window`; None if none is."""
-    for minute in range(after_minute + 1, after_minute + 1 + min(minutes, MAX_SCAN_MINUTES)):
-        if active(schedule, minute * MINUTE_MS) != window:
-            return minute * MINUTE_MS
+    `minutes` later, at which the entry in force is no longer `window`; None if none is.
+
+    Jumps from one entry's edge to the next (an entry starts matching at its next cron edge and
+    stops at its first minute that does not match), so a week ahead costs a few edges, not a
+    scan of every minute."""
+    entries = [cron.parse(entry["cron"], entry.get("tz", "UTC")) for entry in decode(schedule)]
+    at = after_minute * MINUTE_MS
+    limit = (after_minute + min(minutes, MAX_SCAN_MINUTES)) * MINUTE_MS
+    while at < limit:
+        turns = [
+            entry.next_mismatch_ms(at, limit)
+            if entry.matches_minute(at)
+            else entry.next_edge_ms(at)
+            for entry in entries
+        ]
+        upcoming = [turn for turn in turns if turn is not None and turn <= limit]
+        if not upcoming:
+            return None
+        at = min(upcoming)
+        if active(schedule, at) != window:
+            return at
     return None
 
 

@@ -1,10 +1,11 @@
 """Splitting a bucket shard in two (write sharding, docs/sharding.md). Pure.
 
 A shard `s` of a bucket with `n` shards becomes shards `s` and `s + n` of a bucket with `2n`.
-Each limit's balance is divided between them, so the entity-wide total neither grows nor shrinks
-(quotas stay exact; a rounding of at most one milli-unit per shard is lost, never minted). The
-old shard's change is relative to its stored value, so writes that land between reading it and
-splitting it are kept.
+Their ceilings and refill are the halves of the old shard's (`core.shares`), and each limit's
+balance is divided between them exactly (`shares.split_balance`): the entity-wide total neither
+grows nor shrinks, to the milli-unit, and a quota's halves are whole units. The old shard's
+change is relative to its stored value, so writes that land between reading it and splitting it
+are kept.
 """
 
 from __future__ import annotations
@@ -12,45 +13,63 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .bucket import Guard, Kind, LimitWrite, Params, State, view
+from .shares import Slot, halves, split_balance
 
 
-def split_limit(params: Params, state: State, now: int, shards: int) -> tuple[LimitWrite, State]:
-    """(change to the old shard, state of its new sibling) when `shards` doubles."""
-    doubled = shards * 2
-    current = view(params, state, now, shards)
+def siblings(slot: Slot) -> tuple[Slot, Slot]:
+    """The two shards `slot` becomes when its bucket's shard count doubles."""
+    doubled = slot.count * 2
+    return Slot(slot.index, doubled), Slot(slot.index + slot.count, doubled)
+
+
+def split_limit(params: Params, state: State, now: int, slot: Slot) -> tuple[LimitWrite, State]:
+    """(change to the old shard, state of its new sibling) when the shard count doubles."""
     if params.kind == Kind.RATE:
-        return _split_rate(params, state, now, shards, doubled, current.balance)
+        return _split_rate(params, state, now, slot)
+    current = view(params, state, now, slot)
+    kept, sibling = siblings(slot)
     if current.fresh_period:
-        # the stored period is over: both halves start the next period at the new share
+        # the stored period is over: both halves start the next period at their new share
         return LimitWrite(), replace(state, consumed=0, overdrawn=0, tu=0)
-    half = max(0, current.balance) // 2
-    tu_half = state.tu // 2
+    tu_kept, tu_given = halves(state.tu)
+    stay, given = split_balance(
+        current.balance,
+        params.shard_capacity(kept) + tu_kept,
+        params.shard_capacity(sibling) + tu_given,
+    )
     assert current.period is not None
     guards = (Guard("w", "=", current.period),)
     old = LimitWrite(
         guards,
-        add_v=-half,
-        add_tu=-tu_half,
-        result=replace(state, v=state.v - half, tu=state.tu - tu_half),
+        add_v=stay - state.v,
+        add_tu=-tu_given,
+        result=replace(state, v=stay, tu=tu_kept),
     )
-    sibling = State(v=half, w=state.w, tu=tu_half)
-    return old, sibling
+    return old, State(v=given, w=state.w, tu=tu_given)
 
 
-def _split_rate(
-    params: Params, state: State, now: int, shards: int, doubled: int, balance: int
-) -> tuple[LimitWrite, State]:
-    old_refill = params.shard_refill(shards)
-    new_refill = params.shard_refill(doubled)
-    new_cap = params.shard_capacity(doubled)
+def _split_rate(params: Params, state: State, now: int, slot: Slot) -> tuple[LimitWrite, State]:
+    """A dripping limit's balance, in scaled units (milli x period), divided exactly."""
+    kept, sibling = siblings(slot)
     period = params.period_ms
-    half = max(0, balance) // 2
-    keep = min(balance - half, new_cap)
-    target_v = now * new_refill + (new_cap - keep) * period
-    sibling = State(v=now * new_refill + (new_cap - min(half, new_cap)) * period)
-    t_old = now * old_refill
+    t_old = now * params.shard_refill(slot)
+    scaled = params.shard_capacity(slot) * period - max(0, state.v - t_old)
+    cap_kept = params.shard_capacity(kept) * period
+    cap_given = params.shard_capacity(sibling) * period
+    stay, given = _split_scaled(scaled, cap_kept, cap_given, period)
+    target_v = now * params.shard_refill(kept) + cap_kept - stay
+    sibling_v = now * params.shard_refill(sibling) + cap_given - given
     if state.v >= t_old:
         write = LimitWrite((Guard("v", ">=", t_old),), add_v=target_v - state.v)
     else:
         write = LimitWrite((Guard("v", "<", t_old),), set_v=target_v)
-    return replace(write, result=replace(state, v=target_v)), sibling
+    return replace(write, result=replace(state, v=target_v)), State(v=sibling_v)
+
+
+def _split_scaled(scaled: int, cap_kept: int, cap_given: int, period: int) -> tuple[int, int]:
+    """`split_balance` on balances scaled by the period (whole units stay whole)."""
+    whole, fraction = divmod(scaled, period)
+    stay, given = split_balance(whole, cap_kept // period, cap_given // period)
+    if stay * period + fraction > cap_kept:  # the kept half is full: the sibling has room
+        return stay * period, given * period + fraction
+    return stay * period + fraction, given * period

@@ -10,7 +10,9 @@ cascade (0/1), ``dis`` disabled flag ("", "disabled:<level>" or "bypass:<level>"
 limit name to parameters (``k`` kind, ``c`` capacity, ``a`` refill, ``p`` period ms, ``s`` soft,
 ``x`` cron "expr|tz", ``ra`` session length ms) and state (``v``, ``w``, ``tu``, ``t`` consumed,
 ``o`` overdrawn writes), ``n`` admissions, ``g`` generation (new on every creation), ``ts`` time
-of the last write (event time for usage), ``ttl`` expiry, ``q0``..``q3`` recent operation ids.
+of the last write (event time for usage), ``ttl`` expiry, ``k`` hot-path writes so far, and one
+``~<writer>`` per writer that wrote lately: the sequence of its last write that landed here
+(docs/on-unavailable.md, "Exactly once").
 """
 
 from __future__ import annotations
@@ -19,10 +21,24 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.bucket import Guard, Kind, LimitWrite, Params, State
+from ..core.bucket import Guard, Kind, LimitWrite, Params, Slot, State
 from . import codec, keys
 
-OP_SLOTS = 4
+#: Attribute-name prefix of a writer's evidence entry ("~" + writer id).
+EVIDENCE_PREFIX = "~"
+#: Operation-id slots of items written before writer evidence (removed by the next replace).
+LEGACY_OP_SLOTS = ("q0", "q1", "q2", "q3")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a write says about its writer: `writer`'s entry becomes `seq`, and the write
+    applies only if that entry is below `seq` (absent counts as below); entries of idle writers
+    in `prune` (writer, value they still hold) are removed on the way."""
+
+    writer: str
+    seq: int
+    prune: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -38,6 +54,9 @@ class Stamp:
     resource_version: int = 0
     system_version: int = 0
     override: bool = False  # limits came from acquire(limits=...)
+    #: When the config this stamp comes from was last written (epoch ms; 0: unknown). Not
+    #: stored: a restamp uses it to carry a live quota period over a schedule change.
+    changed_at: int = field(default=0, compare=False)
 
     def params(self, name: str) -> Params | None:
         for p in self.limits:
@@ -87,15 +106,22 @@ class BucketImage:
     generation: str = ""
     written_at: int = 0
     ttl: int | None = None
-    op_ids: tuple[str, ...] = field(default_factory=tuple)
-    writes: int = 0  # every hot-path write adds 1: the split detector's rate
+    evidence: dict[str, int] = field(default_factory=dict)  # writer -> its last sequence here
+    writes: int = 0  # every hot-path write adds 1: the split detector's rate; replaces check it
 
     @property
     def key(self) -> dict[str, str]:
         return keys.bucket(self.ns, self.entity_id, self.resource, self.shard)
 
     def expired(self, now_ms: int) -> bool:
-        return self.ttl is not None and self.ttl * 1000 < now_ms
+        """Past its TTL, so read as absent. A split bucket's items never expire (their layout
+        must outlive every shard, docs/sharding.md): a TTL left on one is ignored."""
+        return self.ttl is not None and self.ttl * 1000 < now_ms and self.stamp.shards == 1
+
+    @property
+    def slot(self) -> Slot:
+        """Which shard of how many this item is: what its limits' shares depend on."""
+        return Slot(self.shard, self.stamp.shards)
 
 
 # --- parsing -----------------------------------------------------------------------------------
@@ -173,7 +199,11 @@ def parse(item: dict[str, Any]) -> BucketImage:
         generation=str(item.get("g", "")),
         written_at=int(item.get("ts", 0)),
         ttl=None if item.get("ttl") is None else int(item["ttl"]),
-        op_ids=tuple(str(item.get(f"q{i}", "")) for i in range(OP_SLOTS)),
+        evidence={
+            name[len(EVIDENCE_PREFIX) :]: int(value)
+            for name, value in item.items()
+            if name.startswith(EVIDENCE_PREFIX)
+        },
         writes=int(item.get("k", 0)),
     )
 
@@ -188,11 +218,17 @@ def parse_wire(wire: dict[str, Any]) -> BucketImage:
 
 
 def new_op_id() -> str:
+    """A random id: item generations, transaction tokens."""
     return secrets.token_urlsafe(9)
 
 
-def op_slot(op_id: str) -> int:
-    return sum(op_id.encode()) % OP_SLOTS
+def new_writer_id() -> str:
+    """A writer's id: 48 random bits (8 characters), so concurrent writers never share one."""
+    return secrets.token_urlsafe(6)
+
+
+def evidence_name(writer: str) -> str:
+    return EVIDENCE_PREFIX + writer
 
 
 class _Expr:
@@ -239,17 +275,17 @@ def update_request(
     now: int,
     ttl: int | None,
     admissions: int,
-    op_id: str,
-    guard_op: bool = False,
+    evidence: Evidence | None = None,
     new_shards: int | None = None,
 ) -> dict[str, Any]:
     """UpdateItem for a hot-path write on an existing item, guarded by its stamp sequence.
 
-    With `guard_op`, the write also refuses to apply if `op_id` already landed (the retry of a
-    write whose response was lost).
+    With `evidence`, the write records its writer's sequence and applies only once (a re-send
+    of a write whose answer was lost cannot land again; docs/on-unavailable.md).
     """
     expr = _Expr()
     sets: list[str] = []
+    removes: list[str] = []
     conditions = [f"{expr.name('cv')} = {expr.value(image.stamp_seq)}"]
     for limit, write in writes.items():
         conditions += [_guard_text(expr, limit, g) for g in write.guards]
@@ -277,23 +313,59 @@ def update_request(
         sets.append(f"{n} = {n} + {expr.value(admissions)}")
     k = expr.name("k")
     sets.append(f"{k} = if_not_exists({k}, {expr.value(0)}) + {expr.value(1)}")
-    slot = f"q{op_slot(op_id)}"
-    if guard_op:
-        conditions.append(
-            f"(attribute_not_exists({expr.name(slot)}) OR {expr.name(slot)} <> {expr.value(op_id)})"
-        )
-    sets.append(f"{expr.name(slot)} = {expr.value(op_id)}")
+    if evidence is not None:
+        _evidence_parts(expr, evidence, conditions, sets, removes)
     sets.append(f"{expr.name('ts')} = {expr.value(now)}")
     if ttl is not None:
         sets.append(f"{expr.name('ttl')} = {expr.value(ttl)}")
     if new_shards is not None:  # a split: every process's next write here meets a new stamp
         sets.append(f"{expr.name('sc')} = {expr.value(new_shards)}")
         sets.append(f"{expr.name('cv')} = {expr.value(image.stamp_seq + 1)}")
+    update = "SET " + ", ".join(sets)
+    if ttl is None and (new_shards is not None or (image.stamp.shards > 1 and image.ttl)):
+        removes.append(expr.name("ttl"))  # a split bucket's items never expire
+    if removes:
+        update += " REMOVE " + ", ".join(removes)
     return {
         "TableName": table,
         "Key": codec.encode_item(image.key),
-        "UpdateExpression": "SET " + ", ".join(sets),
+        "UpdateExpression": update,
         "ConditionExpression": " AND ".join(conditions),
+        "ExpressionAttributeNames": expr.names,
+        "ExpressionAttributeValues": expr.values,
+        "ReturnValues": "ALL_NEW",
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+
+
+def _evidence_parts(
+    expr: _Expr, evidence: Evidence, conditions: list[str], sets: list[str], removes: list[str]
+) -> None:
+    mine = expr.name(evidence_name(evidence.writer))
+    seq = expr.value(evidence.seq)
+    conditions.append(f"(attribute_not_exists({mine}) OR {mine} < {seq})")
+    sets.append(f"{mine} = {seq}")
+    for writer, value in evidence.prune:
+        theirs = expr.name(evidence_name(writer))
+        conditions.append(f"{theirs} = {expr.value(value)}")
+        removes.append(theirs)
+
+
+def fence_request(
+    table: str, key: dict[str, str], evidence: Evidence, blocked: int
+) -> dict[str, Any]:
+    """UpdateItem that moves a writer's entry to `evidence.seq` unless its write `blocked`
+    already landed: afterwards that write can never apply (it needs the entry below it)."""
+    expr = _Expr()
+    mine = expr.name(evidence_name(evidence.writer))
+    return {
+        "TableName": table,
+        "Key": codec.encode_item(key),
+        "UpdateExpression": f"SET {mine} = {expr.value(evidence.seq)}",
+        "ConditionExpression": (
+            f"attribute_exists({expr.name('PK')}) AND "
+            f"(attribute_not_exists({mine}) OR {mine} < {expr.value(blocked)})"
+        ),
         "ExpressionAttributeNames": expr.names,
         "ExpressionAttributeValues": expr.values,
         "ReturnValues": "ALL_NEW",
@@ -314,10 +386,10 @@ def full_item(
     generation: str,
     now: int,
     ttl: int | None,
-    op_id: str | None,
+    evidence: dict[str, int] | None = None,
     writes: int = 0,
 ) -> dict[str, Any]:
-    """Every attribute of a bucket item (plain form)."""
+    """Every attribute of a bucket item (plain form); `evidence` maps writer -> sequence."""
     limits: dict[str, Any] = {}
     for p in stamp.limits:
         state = states[p.name]
@@ -351,8 +423,8 @@ def full_item(
         item["par"] = stamp.parent
     if ttl is not None:
         item["ttl"] = ttl
-    if op_id is not None:
-        item[f"q{op_slot(op_id)}"] = op_id
+    for writer, seq in (evidence or {}).items():
+        item[evidence_name(writer)] = seq
     return item
 
 
@@ -367,7 +439,8 @@ def put_request(
 
     `replaces` None: create only if absent (or expired before the given second). Otherwise
     replace the item only if it is still exactly `replaces`: same stamp sequence, same last
-    write time and operation ids (every write changes one op slot to a fresh random id).
+    write time and hot-path write count (every hot-path write adds one); evidence entries the
+    new item does not carry are removed.
     """
     expr = _Expr()
     key_names = {"PK", "SK"}
@@ -382,17 +455,18 @@ def put_request(
             f"{expr.name('cv')} = {expr.value(replaces.stamp_seq)}",
             f"{expr.name('ts')} = {expr.value(replaces.written_at)}",
         ]
-        for i, op in enumerate(replaces.op_ids):
-            slot = f"q{i}"
-            if op:
-                parts.append(f"{expr.name(slot)} = {expr.value(op)}")
-            else:
-                parts.append(f"attribute_not_exists({expr.name(slot)})")
-            if slot not in item:
-                removes.append(expr.name(slot))
+        k = expr.name("k")
+        if replaces.writes:
+            parts.append(f"{k} = {expr.value(replaces.writes)}")
+        else:
+            parts.append(f"(attribute_not_exists({k}) OR {k} = {expr.value(0)})")
+        stale = [evidence_name(w) for w in replaces.evidence]
+        removes += [expr.name(n) for n in (*stale, *LEGACY_OP_SLOTS) if n not in item]
         condition = " AND ".join(parts)
         if "par" not in item:
             removes.append(expr.name("par"))
+        if "ttl" not in item:
+            removes.append(expr.name("ttl"))
     update = "SET " + ", ".join(sets)
     if removes:
         update += " REMOVE " + ", ".join(removes)

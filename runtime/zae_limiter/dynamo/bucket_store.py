@@ -55,11 +55,10 @@ class DynamoBucketStore:
         now: int,
         ttl: int | None,
         admissions: int,
-        op_id: str,
-        guard_op: bool,
+        evidence: items.Evidence | None,
     ) -> BucketImage:
         """Apply `writes` to the stored item if it still carries `image`'s stamp sequence and
-        every write's guards hold (and, with `guard_op`, `op_id` has not landed)."""
+        every write's guards hold (and, with `evidence`, its writer's entry is below it)."""
         request = items.update_request(
             self.store.table,
             image,
@@ -67,9 +66,15 @@ class DynamoBucketStore:
             now=now,
             ttl=ttl,
             admissions=admissions,
-            op_id=op_id,
-            guard_op=guard_op,
+            evidence=evidence,
         )
+        return items.parse(await self.store.send_update(request))
+
+    async def fence(
+        self, image: BucketImage, evidence: items.Evidence, blocked: int
+    ) -> BucketImage:
+        """Move the writer's entry past `blocked` unless that write landed (one small write)."""
+        request = items.fence_request(self.store.table, image.key, evidence, blocked)
         return items.parse(await self.store.send_update(request))
 
     async def create(self, item: dict[str, Any], *, expired_before_s: int) -> BucketImage:
@@ -86,10 +91,13 @@ class DynamoBucketStore:
         )
         return items.parse(await self.store.send_update(request))
 
-    async def split(self, parts: Sequence[ShardSplit], *, token: str) -> None:
-        """Double a bucket's shards: every part in one transaction, all or nothing."""
+    async def split(
+        self, parts: Sequence[ShardSplit], *, token: str, extra: Sequence[dict[str, Any]] = ()
+    ) -> None:
+        """Double a bucket's shards: every part (and `extra`) in one transaction, all or
+        nothing."""
         operations = [op for part in parts for op in self._split_operations(part)]
-        await self.store.transact(operations, token=token)
+        await self.store.transact([*operations, *extra], token=token)
 
     def _split_operations(self, part: ShardSplit) -> list[dict[str, Any]]:
         sibling_op = {
@@ -111,7 +119,6 @@ class DynamoBucketStore:
             now=part.now,
             ttl=None,
             admissions=0,
-            op_id=items.new_op_id(),
             new_shards=part.old.stamp.shards * 2,
         )
         update = {

@@ -27,7 +27,7 @@ def version_record_item(
     usage_retention_days: int | None = None,
     aggregator_dlq_url: str | None = None,
 ) -> dict[str, Any]:
-    """The version record (reference.md §10.1); `aggregator_dlq_url` is for `usage redrive`."""
+    """The version record (docs/versions.md); `aggregator_dlq_url` is for `usage redrive`."""
     item: dict[str, Any] = {
         **keys.version_record(),
         "schema_version": schema_version,

@@ -1,4 +1,4 @@
-"""The limits manifest (reference.md §8): parse and check, plan, apply, export.
+"""The limits manifest (docs/manifest.md): parse and check, plan, apply, export.
 
     manifest = load_file("limits.yaml")                 # pure: every check that needs no table
     plan = await plan_manifest(repo, manifest)          # read-only

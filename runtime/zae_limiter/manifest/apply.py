@@ -1,4 +1,4 @@
-"""Planning against the table and applying a plan through the public API (reference.md §8.3).
+"""Planning against the table and applying a plan through the public API (docs/manifest.md).
 
 Every change is made by the same Repository calls an operator would make (`set_resource_defaults`,
 `set_limits`, `disable_entity`, `set_parent`...), so audit events and live-bucket propagation
@@ -16,7 +16,17 @@ from ..admin.config import KEEP
 from ..admin.gates import check_gate
 from ..audit import ulid
 from ..errors import EntityExistsError, ZAELimiterError
-from .model import ENTITY, PARENT, RECORD, RESOURCE, SYSTEM, Level, Manifest, SystemLevel
+from .model import (
+    ENTITY,
+    PARENT,
+    RECORD,
+    RESOURCE,
+    SHARDS,
+    SYSTEM,
+    Level,
+    Manifest,
+    SystemLevel,
+)
 from .plan import Change, Ownership, Plan, make_plan
 from .state import (
     ConcurrentApplyError,
@@ -197,6 +207,9 @@ async def apply_change(
     elif kind == PARENT:
         parent = change.after if isinstance(change.after, str) else None
         await repo.set_parent(change.target.entity, parent, principal=principal)
+    elif kind == SHARDS:
+        assert isinstance(change.after, int)
+        await repo.set_shards(change.target.entity, change.target.resource, change.after, principal)
     elif kind == RECORD:
         parent = change.after if isinstance(change.after, str) else None
         try:

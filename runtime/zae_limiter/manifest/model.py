@@ -1,4 +1,4 @@
-"""What a limits manifest declares (reference.md §8), as plain frozen data. Pure."""
+"""What a limits manifest declares (docs/manifest.md), as plain frozen data. Pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ValidationError
-from ..limits import Limit
+from ..limits import Limit, identity
 from ..models import OnUnavailable
 from ..validation import DEFAULT_RESOURCE
 
@@ -14,12 +14,42 @@ Disabled = bool | str | None  # True, False, "bypass", None (inherit)
 
 
 class ManifestError(ValidationError):
-    """A manifest that cannot be applied; `.path` says where (`resources.search.limits.rpm`)."""
+    """A manifest that cannot be applied; `.path` says where (`resources.search.limits.rpm`),
+    `.line` on which line of the file (None when unknown). `.errors` lists every problem found
+    (this one alone, or all of them for a manifest with several mistakes)."""
 
     def __init__(self, path: str, reason: str, value: Any = None) -> None:
         self.path = path
+        self.line: int | None = None
+        self.source = ""
         super().__init__(path or "manifest", value, reason)
+        self.errors: list[ManifestError] = [self]
         self.args = (f"{path}: {reason}" if path else reason,)
+
+    def located(self) -> str:
+        """`file:line: path: reason` (as much of it as is known)."""
+        where = (
+            ":".join(str(p) for p in (self.source, self.line) if p)
+            if self.source
+            else (f"line {self.line}" if self.line else "")
+        )
+        text = f"{self.path}: {self.reason}" if self.path else self.reason
+        return f"{where}: {text}" if where else text
+
+    @classmethod
+    def several(cls, errors: list[ManifestError]) -> ManifestError:
+        """One error carrying every problem; its message lists them, one per line."""
+        if len(errors) == 1:
+            return errors[0]
+        first = errors[0]
+        combined = cls(first.path, first.reason, first.value)
+        combined.line, combined.source = first.line, first.source
+        combined.errors = list(errors)
+        combined.args = (
+            f"{len(errors)} problems in the manifest:\n"
+            + "\n".join(f"  {e.located()}" for e in errors),
+        )
+        return combined
 
     def __str__(self) -> str:
         return str(self.args[0])
@@ -46,8 +76,8 @@ class Level:
         )
 
 
-def _by_name(limits: tuple[Limit, ...] | None) -> dict[str, Limit] | None:
-    return None if not limits else {limit.name: limit for limit in limits}
+def _by_name(limits: tuple[Limit, ...] | None) -> dict[str, tuple[Any, ...]] | None:
+    return None if not limits else {limit.name: identity(limit) for limit in limits}
 
 
 @dataclass(frozen=True)
@@ -82,6 +112,7 @@ class EntitySpec:
 
     parent: str | None = UNSET
     levels: dict[str, Level] = field(default_factory=dict)  # resource or _default_ -> level
+    shards: dict[str, int] = field(default_factory=dict)  # resource -> at least this many shards
 
     @property
     def manages_parent(self) -> bool:
@@ -108,6 +139,7 @@ RESOURCE = "resource"
 ENTITY = "entity"
 PARENT = "parent"
 RECORD = "record"
+SHARDS = "shards"
 
 
 @dataclass(frozen=True, order=True)
@@ -129,6 +161,8 @@ class Target:
             return f"entity {self.entity} / {where}"
         if self.kind == PARENT:
             return f"parent of {self.entity}"
+        if self.kind == SHARDS:
+            return f"shards of {self.entity} / {self.resource}"
         return f"entity {self.entity}"
 
     def as_dict(self) -> dict[str, str]:

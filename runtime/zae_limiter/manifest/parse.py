@@ -1,4 +1,4 @@
-"""Reading a limits manifest (reference.md §8.1, §8.2): YAML, parsed safely, checked entirely.
+"""Reading a limits manifest (docs/manifest.md): YAML, parsed safely, checked entirely.
 
 Top-level keys: `namespace` (required), `system`, `resources`, `entities`; any top-level `x-...` key
 is ignored (a place for YAML anchors). Every other unknown key, at any depth, is an error naming
@@ -27,6 +27,7 @@ TOP_LEVEL = ("namespace", "system", "resources", "entities")
 LEVEL_KEYS = ("limits", "cascade", "disabled")
 SYSTEM_KEYS = ("limits", "on_unavailable")
 ENTITY_KEYS = ("parent", "resources")
+SHARD_COUNTS = (1, 2, 4, 8, 16, 32)
 LIMIT_KEYS = ("capacity", "refill_amount", "refill_period", "refill_period_seconds",
               "reset_schedule", "reset_after_seconds", "schedule", "soft")
 RESET_KEYS = ("cron", "tz")
@@ -35,7 +36,16 @@ SCHEDULE_KEYS = ("cron", "tz", "scale", "capacity", "refill_amount", "refill_per
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader refusing a key written twice in one mapping (merged keys may be overridden)."""
+    """SafeLoader refusing a key written twice in one mapping (merged keys may be overridden),
+    keeping the composed node tree so that errors can name their line."""
+
+    def compose_document(self) -> Any:
+        self.get_event()  # type: ignore[no-untyped-call]  # DocumentStartEvent
+        node = self.compose_node(None, None)  # type: ignore[arg-type]
+        self.get_event()  # type: ignore[no-untyped-call]  # DocumentEndEvent
+        self.anchors = {}
+        self.last_root = node
+        return node
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> Any:
@@ -57,10 +67,55 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _constru
 
 def load_yaml(text: str, source: str = "manifest") -> Any:
     """Parse YAML safely; a syntax error becomes a ManifestError naming the line."""
+    return _load_with_lines(text, source)[0]
+
+
+def _load_with_lines(text: str, source: str) -> tuple[Any, dict[str, int]]:
+    """The document, and the line (1-based) where each path's key is written: the anchor's own
+    lines for whatever an alias or a merge key brings in."""
+    loader = _Loader(text)
     try:
-        return yaml.load(text, Loader=_Loader)
+        document = loader.get_single_data()
+        root = getattr(loader, "last_root", None)
     except yaml.YAMLError as exc:
         raise ManifestError("", f"{source} is not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+    lines: dict[str, int] = {}
+    if root is not None:
+        _record_lines(root, "", lines)
+    return document, lines
+
+
+def _record_lines(node: yaml.Node, path: str, lines: dict[str, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:  # merge keys were flattened in by the constructor
+            if not isinstance(key, yaml.ScalarNode):
+                continue
+            child = _join(path, key.value)
+            lines.setdefault(child, key.start_mark.line + 1)
+            _record_lines(value, child, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, value in enumerate(node.value):
+            child = f"{path}[{index}]"
+            lines.setdefault(child, value.start_mark.line + 1)
+            _record_lines(value, child, lines)
+
+
+def _parse_located(text: str, source: str) -> Manifest:
+    """Parse and check; every problem is reported, each with `source:line`."""
+    document, lines = _load_with_lines(text, source)
+    try:
+        return parse(document)
+    except ManifestError as error:
+        for problem in error.errors:
+            path = problem.path
+            while path and path not in lines:  # the nearest enclosing key that has a line
+                path = path.rpartition(".")[0] if "." in path else ""
+            problem.source, problem.line = source, lines.get(path)
+            if source:  # a file: messages start with file:line
+                problem.args = (problem.located(),)
+        raise ManifestError.several(error.errors) from None
 
 
 def load_file(path: str | Path) -> Manifest:
@@ -70,11 +125,12 @@ def load_file(path: str | Path) -> Manifest:
         text = file.read_text()
     except OSError as exc:
         raise ManifestError("", f"cannot read {file}: {exc.strerror or exc}") from None
-    return parse(load_yaml(text, str(file)))
+    return _parse_located(text, str(file))
 
 
 def loads(text: str) -> Manifest:
-    return parse(load_yaml(text))
+    """Parse and check manifest text; each problem's `.line` says where."""
+    return _parse_located(text, "")
 
 
 def load_file_limits(path: str | Path) -> tuple[Limit, ...]:
@@ -93,6 +149,24 @@ def load_file_limits(path: str | Path) -> tuple[Limit, ...]:
 
 
 # --- structure helpers ---------------------------------------------------------------------------
+
+
+class _Problems:
+    """Collects the problems of independent parts, so that a manifest reports all of them."""
+
+    def __init__(self) -> None:
+        self.errors: list[ManifestError] = []
+
+    def check(self, part: Callable[[], Any]) -> Any:
+        try:
+            return part()
+        except ManifestError as error:
+            self.errors.extend(error.errors)
+            return None
+
+    def raise_any(self) -> None:
+        if self.errors:
+            raise ManifestError.several(self.errors)
 
 
 def _join(path: str, key: Any) -> str:
@@ -179,7 +253,7 @@ def _edges(raw: Any, path: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
 
 
 def parse_limit(name: Any, raw: Any, path: str) -> Limit:
-    """One entry of a `limits:` mapping (§8.2)."""
+    """One entry of a `limits:` mapping (docs/manifest.md)."""
     _checked(path, lambda: validation.limit_name(name))
     fields = _mapping(raw, path, LIMIT_KEYS)
     if "capacity" not in fields:
@@ -211,7 +285,13 @@ def parse_limits(raw: Any, path: str = "limits") -> tuple[Limit, ...]:
     limits = _mapping(raw, path)
     if not limits:
         raise ManifestError(path, "declare at least one limit, or leave `limits` out")
-    return tuple(parse_limit(name, fields, _join(path, name)) for name, fields in limits.items())
+    problems = _Problems()
+    parsed = [
+        problems.check(partial(parse_limit, name, fields, _join(path, name)))
+        for name, fields in limits.items()
+    ]
+    problems.raise_any()
+    return tuple(parsed)
 
 
 # --- levels ----------------------------------------------------------------------------------
@@ -231,14 +311,14 @@ def _cascade(value: Any, path: str) -> bool | None:
 
 def _level(raw: Any, path: str) -> Level:
     fields = _mapping(raw, path, LEVEL_KEYS)
+    problems = _Problems()
     limits = None
     if "limits" in fields:
-        limits = parse_limits(fields["limits"], _join(path, "limits"))
-    return Level(
-        limits=limits,
-        disabled=_disabled(fields.get("disabled"), _join(path, "disabled")),
-        cascade=_cascade(fields.get("cascade"), _join(path, "cascade")),
-    )
+        limits = problems.check(partial(parse_limits, fields["limits"], _join(path, "limits")))
+    disabled = problems.check(partial(_disabled, fields.get("disabled"), _join(path, "disabled")))
+    cascade = problems.check(partial(_cascade, fields.get("cascade"), _join(path, "cascade")))
+    problems.raise_any()
+    return Level(limits=limits, disabled=disabled, cascade=cascade)
 
 
 def _system(raw: Any) -> SystemLevel:
@@ -261,35 +341,67 @@ def _system(raw: Any) -> SystemLevel:
 
 def _resources(raw: Any) -> dict[str, Level]:
     out: dict[str, Level] = {}
+    problems = _Problems()
     for name, level in _mapping(raw, "resources").items():
         path = f"resources.{name}"
-        _checked(path, partial(validation.resource_name, name))
-        out[name] = _level(level, path)
+
+        def one(name: str = name, level: Any = level, path: str = path) -> Level:
+            _checked(path, partial(validation.resource_name, name))
+            return _level(level, path)
+
+        out[name] = problems.check(one)
+    problems.raise_any()
     return out
 
 
 def _entities(raw: Any) -> dict[str, EntitySpec]:
     out: dict[str, EntitySpec] = {}
+    problems = _Problems()
     for entity_id, body in _mapping(raw, "entities").items():
-        path = f"entities.{entity_id}"
-        _checked(path, partial(validation.entity_id, entity_id))
-        fields = _mapping({} if body is None else body, path, ENTITY_KEYS)
-        parent: Any = UNSET
-        if "parent" in fields:
-            parent = fields["parent"]
-            if parent is not None:
-                _string(parent, f"{path}.parent")
-                _checked(f"{path}.parent", partial(validation.entity_id, parent, "parent"))
-                if parent == entity_id:
-                    raise ManifestError(f"{path}.parent", "an entity cannot be its own parent")
-        levels: dict[str, Level] = {}
-        for resource, level in _mapping(fields.get("resources") or {}, f"{path}.resources").items():
-            where = f"{path}.resources.{resource}"
+        out[entity_id] = problems.check(partial(_entity, entity_id, body))
+    problems.raise_any()
+    return out
+
+
+def _entity(entity_id: str, body: Any) -> EntitySpec:
+    path = f"entities.{entity_id}"
+    _checked(path, partial(validation.entity_id, entity_id))
+    fields = _mapping({} if body is None else body, path, ENTITY_KEYS)
+    parent: Any = UNSET
+    if "parent" in fields:
+        parent = fields["parent"]
+        if parent is not None:
+            _string(parent, f"{path}.parent")
+            _checked(f"{path}.parent", partial(validation.entity_id, parent, "parent"))
+            if parent == entity_id:
+                raise ManifestError(f"{path}.parent", "an entity cannot be its own parent")
+    levels: dict[str, Level] = {}
+    shards: dict[str, int] = {}
+    problems = _Problems()
+    for resource, level in _mapping(fields.get("resources") or {}, f"{path}.resources").items():
+        where = f"{path}.resources.{resource}"
+
+        def one(resource: str = resource, level: Any = level, where: str = where) -> Level:
             if resource != DEFAULT_RESOURCE:
                 _checked(where, partial(validation.resource_name, resource))
-            levels[resource] = _level(level, where)
-        out[entity_id] = EntitySpec(parent=parent, levels=levels)
-    return out
+            raw = dict(_mapping(level, where, (*LEVEL_KEYS, "shards")))
+            if "shards" in raw:
+                shards[resource] = _shards(raw.pop("shards"), resource, f"{where}.shards")
+            return _level(raw, where)
+
+        levels[resource] = problems.check(one)
+    problems.raise_any()
+    return EntitySpec(parent=parent, levels=levels, shards=shards)
+
+
+def _shards(value: Any, resource: str, path: str) -> int:
+    """An entity's `shards:` for one resource: pre-split its bucket (docs/sharding.md)."""
+    if resource == DEFAULT_RESOURCE:
+        raise ManifestError(path, "shards are set per resource, never on _default_", value)
+    count = _integer(value, path)
+    if count not in SHARD_COUNTS:
+        raise ManifestError(path, f"must be one of {', '.join(map(str, SHARD_COUNTS))}", value)
+    return count
 
 
 def _check_parents(entities: dict[str, EntitySpec]) -> None:
@@ -312,19 +424,31 @@ def parse(document: Any) -> Manifest:
     if document is None:
         raise ManifestError("", "the manifest is empty; it needs at least `namespace:`")
     top = _mapping(document, "")
+    problems = _Problems()
     for key in top:
         if key not in TOP_LEVEL and not key.startswith("x-"):
-            raise ManifestError(key, f"unknown top-level key; expected {', '.join(TOP_LEVEL)} "
-                                     "(or an x-... key for anchors)")
+            problems.errors.append(ManifestError(
+                key, f"unknown top-level key; expected {', '.join(TOP_LEVEL)} "
+                     "(or an x-... key for anchors)"))
     if "namespace" not in top:
-        raise ManifestError("namespace", "is required (e.g. namespace: default)")
-    namespace = _string(top["namespace"], "namespace")
-    _checked("namespace", lambda: validation.namespace_name(namespace))
-    entities = _entities(top["entities"]) if top.get("entities") is not None else {}
-    _check_parents(entities)
-    return Manifest(
-        namespace=namespace,
-        system=_system(top["system"]) if top.get("system") is not None else None,
-        resources=_resources(top["resources"]) if top.get("resources") is not None else {},
-        entities=entities,
+        problems.errors.append(ManifestError("namespace", "is required (e.g. namespace: default)"))
+    namespace = problems.check(lambda: _namespace(top["namespace"])) if "namespace" in top else ""
+    entities = problems.check(
+        lambda: _entities(top["entities"]) if top.get("entities") is not None else {}
     )
+    if entities is not None:
+        problems.check(partial(_check_parents, entities))
+    system = problems.check(
+        lambda: _system(top["system"]) if top.get("system") is not None else None
+    )
+    resources = problems.check(
+        lambda: _resources(top["resources"]) if top.get("resources") is not None else {}
+    )
+    problems.raise_any()
+    return Manifest(namespace=namespace, system=system, resources=resources, entities=entities)
+
+
+def _namespace(value: Any) -> str:
+    namespace = _string(value, "namespace")
+    _checked("namespace", lambda: validation.namespace_name(namespace))
+    return namespace

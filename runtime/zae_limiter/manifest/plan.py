@@ -1,4 +1,4 @@
-"""Planning: compare a manifest with what is stored and list the changes (reference.md §8.3, §8.4).
+"""Planning: compare a manifest with what is stored and list the changes (docs/manifest.md).
 
 Pure: `Stored` (what the table holds, read by `state.read_stored`) and `Ownership` (what the
 manifest managed before, read by `state.read_ownership`) go in, a `Plan` comes out. The same plan
@@ -19,6 +19,7 @@ from .model import (
     PARENT,
     RECORD,
     RESOURCE,
+    SHARDS,
     SYSTEM,
     Level,
     Manifest,
@@ -28,7 +29,8 @@ from .model import (
 )
 
 Action = Literal["create", "update", "delete"]
-State = Level | SystemLevel | str | None  # a level, a system level, or a parent id (None = none)
+State = Level | SystemLevel | str | int | None  # a level, a system level, a parent id (None =
+# none), or a bucket's shard count
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Stored:
     entities: dict[str, EntityState] = field(default_factory=dict)
     children: dict[str, tuple[str, ...]] = field(default_factory=dict)
     custom_limits: dict[str, bool] = field(default_factory=dict)  # resource -> any entity has own
+    shards: dict[tuple[str, str], int] = field(default_factory=dict)  # bucket's count, 0: none
 
     def entity(self, entity_id: str) -> EntityState:
         return self.entities.get(entity_id, EntityState(False))
@@ -188,6 +191,8 @@ def state_to_json(state: State) -> Any:
 def state_from_json(target: Target, data: Any) -> State:
     if target.kind in (RESOURCE, ENTITY):
         return Level(_limits_from_json(data["limits"]), data["disabled"], data["cascade"])
+    if target.kind == SHARDS:
+        return int(data)
     if target.kind == SYSTEM:
         mode = data["on_unavailable"]
         return SystemLevel(_limits_from_json(data["limits"]), OnUnavailable(mode) if mode else None)
@@ -240,6 +245,7 @@ class _Changes:
         self.clears: list[Change] = []
         self.moves: list[Change] = []
         self.levels: list[Change] = []
+        self.splits: list[Change] = []
 
     def add(self, change: Change | None, bucket: list[Change]) -> None:
         if change is None:
@@ -248,7 +254,7 @@ class _Changes:
             bucket.append(change)
 
     def ordered(self) -> tuple[Change, ...]:
-        return (*self.clears, *self.records, *self.moves, *self.levels)
+        return (*self.clears, *self.records, *self.moves, *self.levels, *self.splits)
 
 
 def _plan_defaults(
@@ -315,6 +321,16 @@ def _plan_entity_levels(
     return wanted_levels
 
 
+def _plan_shards(out: _Changes, manifest: Manifest, stored: Stored) -> None:
+    """Pre-split buckets (after their limits): a count is only ever raised, never managed back."""
+    for entity_id, spec in sorted(manifest.entities.items()):
+        for resource, count in sorted(spec.shards.items()):
+            current = stored.shards.get((entity_id, resource), 0)
+            target = Target(SHARDS, entity_id, resource)
+            out.add(Change("update", target, current, count) if current < count else None,
+                    out.splits)
+
+
 def make_plan(
     manifest: Manifest, stored: Stored, owned_before: Ownership, *, full: bool = False
 ) -> Plan:
@@ -324,6 +340,7 @@ def make_plan(
     _plan_defaults(out, manifest, stored, owned_before, full)
     _plan_entities(out, manifest, stored, owned_before)
     wanted_levels = _plan_entity_levels(out, manifest, stored, owned_before, full)
+    _plan_shards(out, manifest, stored)
     owned = Ownership(
         system=manifest.system is not None,
         resources=frozenset(manifest.resources),
@@ -342,7 +359,7 @@ def make_plan(
     )
 
 
-# --- warnings (§8.4) ------------------------------------------------------------------------------
+# --- warnings (docs/manifest.md) ------------------------------------------------------------
 
 
 def _cascading(manifest: Manifest, stored: Stored, resource: str) -> bool:

@@ -80,6 +80,11 @@ async def _children(repo: Repository, entity_id: str) -> tuple[str, ...]:
     return tuple(child.id for child in await repo.get_children(entity_id))
 
 
+async def _shard_count(repo: Repository, entity_id: str, resource: str) -> int:
+    """The entity's bucket's shard count for `resource` (0: no bucket)."""
+    return max((b.shard_count for b in await repo.get_buckets(entity_id, resource)), default=0)
+
+
 async def read_stored(repo: Repository, manifest: Manifest, owned: Ownership) -> Stored:
     """Everything a plan compares: declared and previously managed levels, entities, parents."""
     resources = set(manifest.resources) | set(owned.resources)
@@ -104,6 +109,8 @@ async def read_stored(repo: Repository, manifest: Manifest, owned: Ownership) ->
     reads += [entity_state(repo, e) for e in entity_list]
     reads += [_children(repo, e) for e in children_list]
     reads += [_has_custom_limits(repo, r) for r in custom_list]
+    shard_list = sorted((e, r) for e, spec in manifest.entities.items() for r in spec.shards)
+    reads += [_shard_count(repo, e, r) for e, r in shard_list]
     results = iter(await gather_limited(reads))
     stored = Stored(system=next(results))
     stored.resources = {r: next(results) for r in resource_list}
@@ -111,6 +118,7 @@ async def read_stored(repo: Repository, manifest: Manifest, owned: Ownership) ->
     stored.entities = {e: next(results) for e in entity_list}
     stored.children = {e: next(results) for e in children_list}
     stored.custom_limits = {r: next(results) for r in custom_list}
+    stored.shards = {key: next(results) for key in shard_list}
     return stored
 
 

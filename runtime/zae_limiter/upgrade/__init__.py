@@ -1,4 +1,4 @@
-"""`zae-limiter upgrade`: versions, data migrations and the aggregator's code (reference.md §10.4).
+"""`zae-limiter upgrade`: versions, data migrations and the aggregator's code (docs/versions.md).
 
 * `plan_upgrade(record)` -> `UpgradePlan`: what an upgrade would do (`steps`, empty when nothing)
   or why it must not run (`refusal`). Pure; `zae-limiter version` / `check` use it.

@@ -23,7 +23,7 @@ from .errors import UpgradeError
 
 PACKAGE = "zae_limiter"
 #: Pure-Python packages the runtime package imports that the Lambda runtime does not provide.
-DEPENDENCIES = ("packaging",)
+DEPENDENCIES = ("packaging", "cronsim")
 #: The module of the installed package that holds the aggregator's Lambda entry point.
 ENTRY_MODULE = "aggregator_lambda"
 ENTRY_FUNCTION = "handler"

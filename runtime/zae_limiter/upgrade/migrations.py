@@ -1,4 +1,4 @@
-"""Data migrations between schema versions: ordered, idempotent and resumable (reference.md §10.4).
+"""Data migrations between schema versions: ordered, idempotent and resumable (docs/versions.md).
 
 A `Migration` takes the table's data from `from_version` to `to_version` in named `Step`s, run in
 order. A step works in pages: it is called with the cursor it returned last (None the first time)

@@ -1,4 +1,4 @@
-"""`zae-limiter upgrade` (reference.md §10.4): bring a stack forward to the installed library.
+"""`zae-limiter upgrade` (docs/versions.md): bring a stack forward to the installed library.
 
 1. Read the version record (without the check on open this exists to fix) and plan: refuse if
    the library is older than anything recorded (schema, aggregator, minimum client version),
@@ -30,7 +30,7 @@ from ..dynamo import keys
 from ..dynamo.store import Store
 from ..dynamo.transport import ConditionFailed, Transport
 from ..errors import IncompatibleSchemaError, VersionMismatchError, ZAELimiterError
-from ..repository import Repository, _read_version_record, system_clock
+from ..repository import Repository, read_version_record, system_clock
 from ..schema import DEFAULT_TABLE_NAME, PARTITION_KEY, SORT_KEY
 from .bundle import LAMBDA_HANDLER, AggregatorBundle, build_aggregator_bundle
 from .errors import UpgradeError
@@ -211,7 +211,7 @@ async def upgrade(
     """
     say = report or log.info
     async with _connect(repo, table, region, endpoint_url) as target:
-        record = await _read_version_record(target.store)
+        record = await read_version_record(target.store)
         plan = plan_upgrade(record, table=target.store.table, force=force, registry=registry)
         if plan.refusal is not None:
             raise plan.refusal

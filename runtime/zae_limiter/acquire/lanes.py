@@ -1,0 +1,456 @@
+"""Lanes: one writer's writes to one bucket item, one at a time, coalesced (docs/on-unavailable.md).
+
+Every `Lanes` is one *writer* (an id no other writer shares). It keeps a lane per bucket item;
+a lane has at most one write in flight. Writes that arrive while one is in flight queue up and go
+out together as the next write: their limit writes are planned one after another on the item's
+latest image and folded into one conditional UpdateItem (`core.compose`), so a hot item costs
+one request per round trip per process, not one per call, and calls of one process never collide
+with each other.
+
+Each write carries the writer's next sequence number (`Evidence`) and applies only while the
+item's entry for this writer is below it. Because a lane sends one write at a time, the entry
+tells exactly whether a write whose answer was lost landed: it holds that write's sequence, or
+an older one. A write found not landed after a lost answer is *fenced* (its sequence is made
+unusable with one small write) before its calls are planned again, so a late copy of it can
+never apply. Other writers' traffic cannot erase the evidence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from ..core.bucket import LimitWrite
+from ..core.compose import then_all
+from ..dynamo import transport
+from ..dynamo.bucket_items import BucketImage, Evidence, new_writer_id, parse
+from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
+from .values import Planner, Target
+
+log = logging.getLogger("zae_limiter")
+
+#: Calls folded into one write at most.
+MAX_BATCH = 64
+#: Re-sends of a write whose answer was lost before its calls are told "unavailable".
+UNKNOWN_RESENDS = 8
+#: Another writer's entry older than this (by this writer's clock) is removed by the next write.
+#: It must exceed the longest time a writer keeps re-sending (UNKNOWN_RESENDS x read timeout,
+#: about 40 s by default) plus the clock skew between processes (docs/on-unavailable.md).
+PRUNE_AGE_MS = 5 * 60_000
+#: Entries removed per write at most (keeps the request small).
+PRUNE_PER_WRITE = 2
+
+
+class Sender(Protocol):
+    async def send(
+        self,
+        image: BucketImage,
+        exists: bool,
+        writes: dict[str, LimitWrite],
+        admissions: int,
+        evidence: Evidence,
+        now: int,
+    ) -> BucketImage:
+        """One bucket write (an update of `image`, or its creation when not `exists`)."""
+        ...
+
+    async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
+        """Move this writer's entry to `evidence.seq` unless sequence `blocked` landed."""
+        ...
+
+
+@dataclass
+class Call:
+    """One job of `write_all` on one item: its planner and how it ended."""
+
+    target: Target
+    planner: Planner
+    settle: bool  # an exit write or refund: transient failures are retried longer
+    rounds: int  # condition failures (or transient errors) allowed before giving up
+    future: asyncio.Future[Outcome]
+    now: int | None = None  # fixed after a conflict: the retry plans at the same time
+    tries: int = 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """`image` and `writes` when the call's write landed; `refused` when its planner refused on
+    a fresh image; else `error`."""
+
+    target: Target
+    image: BucketImage | None = None
+    writes: dict[str, LimitWrite] = field(default_factory=dict)
+    refused: bool = False
+    error: BaseException | None = None
+
+
+@dataclass
+class _Batch:
+    calls: list[Call]
+    plans: list[dict[str, LimitWrite]]
+    image: BucketImage
+    exists: bool
+    writes: dict[str, LimitWrite]
+    admissions: int
+    evidence: Evidence
+    now: int
+    lost: int = 0  # answers lost so far (the write may have landed)
+
+
+class Contended(Exception):
+    """Writes kept failing their conditions (never expected below a limit)."""
+
+
+class Undecided(Exception):
+    """A write's answer was lost on every re-send: it may or may not have landed."""
+
+
+class Lanes:
+    """One writer's lanes (see the module docstring)."""
+
+    def __init__(
+        self,
+        sender: Sender,
+        clock: Callable[[], int],
+        *,
+        on_image: Callable[[BucketImage, bool], None],
+        rules_matter: Callable[[BucketImage, BucketImage], bool],
+        blank: Callable[[BucketImage], BucketImage],
+        writer: str | None = None,
+    ) -> None:
+        self.sender = sender
+        self.clock = clock
+        self.on_image = on_image
+        self.rules_matter = rules_matter
+        self.blank = blank
+        self.writer = writer or new_writer_id()
+        self.undecided = 0  # writes given up on with their outcome unknown (a metric)
+        self._seq = 0
+        self._lanes: dict[tuple[str, str, str, int], _Lane] = {}
+
+    def next_seq(self, now: int) -> int:
+        """Strictly increasing, and about the writer's clock (so entries show their age)."""
+        self._seq = max(self._seq + 1, now)
+        return self._seq
+
+    async def write(
+        self,
+        target: Target,
+        planner: Planner,
+        *,
+        settle: bool,
+        rounds: int,
+    ) -> Outcome:
+        image = target.image
+        key = (image.ns, image.entity_id, image.resource, image.shard)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane(self, key)
+        call = Call(target, planner, settle, rounds, asyncio.get_running_loop().create_future())
+        lane.queue.append(call)
+        if not lane.busy:
+            lane.busy = True
+            try:
+                await lane.drain(until=call)
+            finally:
+                lane.release()
+        return await call.future
+
+    def retire(self, key: tuple[str, str, str, int]) -> None:
+        """Forget an item's lane once it is free (the next call opens a new one)."""
+        self._lanes.pop(key, None)
+
+
+class _Lane:
+    """One item's queue of calls and its latest image."""
+
+    def __init__(self, lanes: Lanes, key: tuple[str, str, str, int]) -> None:
+        self.lanes = lanes
+        self.key = key
+        self.queue: deque[Call] = deque()
+        self.busy = False
+        self.image: BucketImage | None = None
+        self.exists = True
+        self._task: asyncio.Future[None] | None = None  # a drain after its caller's call ended
+        self._inflight: asyncio.Future[None] | None = None  # a batch sent as a task
+
+    def release(self) -> None:
+        """Hand the lane to a background drain if calls are still queued or a batch is still
+        in flight (its caller was cancelled), else free it."""
+        if self.queue or self._inflight is not None:
+            self._task = asyncio.ensure_future(self._drain_rest())
+        else:
+            self.busy = False
+            self.lanes.retire(self.key)
+
+    async def _drain_rest(self) -> None:
+        try:
+            while self._inflight is not None:  # never a second write while one is in flight
+                await asyncio.shield(self._inflight)
+            await self.drain(until=None)
+        finally:
+            self.busy = False
+            if self.queue:  # arrived as the drain ended
+                self.busy = True
+                self._task = asyncio.ensure_future(self._drain_rest())
+            else:
+                self.lanes.retire(self.key)
+
+    async def drain(self, *, until: Call | None) -> None:
+        """Write batches until `until` is decided (or, with None, until the queue is empty).
+
+        A batch carrying only `until` is sent in place (the warm path: no task); one carrying
+        other calls runs as a task, so that cancelling this caller cannot strand theirs, and
+        nothing else is sent on the lane until it ends.
+        """
+        while self.queue and (until is None or not until.future.done()):
+            if self._inflight is not None:
+                await asyncio.shield(self._inflight)
+                continue
+            batch = self._form()
+            if batch is None:
+                continue
+            if batch.calls == [until]:
+                await self._run(batch)
+                continue
+            task = asyncio.ensure_future(self._run(batch))
+            self._inflight = task
+            task.add_done_callback(self._sent)
+            await asyncio.shield(task)
+
+    def _sent(self, _: asyncio.Future[None]) -> None:
+        self._inflight = None
+
+    # --- forming a batch ---------------------------------------------------------------------
+
+    def _adopt(self, target: Target) -> None:
+        """Take a call's image if it is newer than the lane's."""
+        image = self.image
+        mine = target.image
+        if image is None or (mine.stamp_seq, mine.writes) > (image.stamp_seq, image.writes):
+            self.image, self.exists = mine, target.exists
+
+    def _form(self) -> _Batch | None:
+        """Plan queued calls one after another on the latest image; None if the first refused."""
+        first = self.queue[0]
+        self._adopt(first.target)
+        assert self.image is not None
+        now = first.now if first.now is not None else self.lanes.clock()
+        base, exists = self.image, self.exists
+        projected = base
+        calls: list[Call] = []
+        plans: list[dict[str, LimitWrite]] = []
+        combined: dict[str, LimitWrite] = {}
+        admissions = 0
+        while self.queue and len(calls) < MAX_BATCH:
+            call = self.queue[0]
+            if call.now is not None and call.now != now:
+                break
+            if calls and (call.target.image.stamp_seq, call.target.image.writes) > (
+                base.stamp_seq,
+                base.writes,
+            ):
+                break  # it knows a newer image: plan it in the next batch on that
+            target = call.target
+            if target.image is not projected or target.exists is not exists:
+                target = replace(target, image=projected, exists=exists)
+            result = call.planner(target, now)
+            if result is None:
+                if calls:
+                    break  # may fit alone, on the image the batch returns
+                self.queue.popleft()
+                call.future.set_result(Outcome(target, refused=True))
+                return None
+            writes, delta = result
+            joined = then_all(combined, writes) if calls else dict(writes)
+            if joined is None:
+                break
+            self.queue.popleft()
+            calls.append(call)
+            plans.append(writes)
+            combined = joined
+            admissions += delta
+            states = dict(projected.states)
+            for name, write in writes.items():
+                states[name] = write.result
+            projected = replace(projected, states=states)
+        evidence = Evidence(self.lanes.writer, self.lanes.next_seq(now), self._prunable(base, now))
+        return _Batch(calls, plans, base, exists, combined, admissions, evidence, now)
+
+    def _prunable(self, image: BucketImage, now: int) -> tuple[tuple[str, int], ...]:
+        old = [
+            (writer, seq)
+            for writer, seq in image.evidence.items()
+            if writer != self.lanes.writer and seq < now - PRUNE_AGE_MS
+        ]
+        return tuple(sorted(old, key=lambda entry: entry[1])[:PRUNE_PER_WRITE])
+
+    # --- sending and reading the outcome -----------------------------------------------------
+
+    async def _run(self, batch: _Batch) -> None:
+        lanes = self.lanes
+        while True:
+            try:
+                image = await lanes.sender.send(
+                    batch.image,
+                    batch.exists,
+                    batch.writes,
+                    batch.admissions,
+                    batch.evidence,
+                    batch.now,
+                )
+            except ConditionFailed as failed:
+                await self._condition_failed(batch, failed)
+                return
+            except UnknownOutcome as lost:
+                batch.lost += 1
+                if batch.lost > UNKNOWN_RESENDS:
+                    self._give_up(batch, lost)
+                    return
+                await asyncio.sleep(0.02 * batch.lost * transport.backoff_scale)
+                continue  # the same write again: its evidence lets it land only once
+            except DynamoError as exc:
+                if batch.lost:  # still unknown whether an earlier send landed
+                    batch.lost += 1
+                    if batch.lost > UNKNOWN_RESENDS:
+                        self._give_up(batch, exc)
+                        return
+                    await asyncio.sleep(0.05 * batch.lost * transport.backoff_scale)
+                    continue
+                await self._unavailable(batch, exc)
+                return
+            except Exception as exc:  # not a DynamoDB answer: nothing more to learn here
+                self._fail(batch.calls, exc)
+                return
+            self._landed(batch, image)
+            return
+
+    def _landed(self, batch: _Batch, image: BucketImage) -> None:
+        self.image, self.exists = image, True
+        self.lanes.on_image(image, True)
+        for call, writes in zip(batch.calls, batch.plans, strict=True):
+            target = replace(call.target, image=image, exists=True)
+            call.future.set_result(Outcome(target, image=image, writes=writes))
+
+    async def _condition_failed(self, batch: _Batch, failed: ConditionFailed) -> None:
+        lanes = self.lanes
+        current = None if failed.item is None else parse(failed.item)
+        if current is not None:
+            lanes.on_image(current, False)
+            if batch.lost and current.evidence.get(lanes.writer, -1) >= batch.evidence.seq:
+                self._landed(batch, current)  # the lost answer's write had landed
+                return
+        if batch.lost and current is not None:
+            decided, current = await self._fence(batch, current)
+            if not decided:
+                return  # undecided: its calls were told
+            if current is not None and current.evidence.get(lanes.writer) == batch.evidence.seq:
+                self._landed(batch, current)  # it landed just before the fence
+                return
+        if current is None and batch.image.shard != 0 and not any(c.settle for c in batch.calls):
+            # A split bucket's shard is gone (its entity was deleted): only the slow path, from
+            # shard 0, creates a bucket, never on a layout this process remembers.
+            self._fail(batch.calls, ShardGone())
+            return
+        if current is None:  # expired and deleted: create it again
+            self.image, self.exists = lanes.blank(batch.image), False
+        else:
+            if lanes.rules_matter(batch.image, current):
+                self._fail(batch.calls, RulesChangedSignal())
+                return
+            self.image, self.exists = current, True
+        self._retry(batch, self.image)
+
+    async def _fence(self, batch: _Batch, current: BucketImage) -> tuple[bool, BucketImage | None]:
+        """After a lost answer and a failed re-send: make the write's sequence unusable, so no
+        late copy of it can land once its calls are planned again. Returns (decided, the item
+        after the fence or as found; None if it is gone)."""
+        lanes = self.lanes
+        fence = Evidence(lanes.writer, lanes.next_seq(lanes.clock()))
+        cause: BaseException = Undecided("the fence after a lost answer could not land")
+        for attempt in range(UNKNOWN_RESENDS + 1):
+            try:
+                image = await lanes.sender.fence(current, fence, batch.evidence.seq)
+            except ConditionFailed as failed:
+                if failed.item is None:
+                    return True, None  # gone: an update cannot land on no item
+                seen = parse(failed.item)
+                lanes.on_image(seen, False)
+                return True, seen  # holds the write's sequence (landed), our fence, or later
+            except DynamoError as exc:
+                cause = exc
+                await asyncio.sleep(0.02 * (attempt + 1) * transport.backoff_scale)
+                continue
+            lanes.on_image(image, False)
+            return True, image
+        self._give_up(batch, cause)
+        return False, None
+
+    def _retry(self, batch: _Batch, image: BucketImage) -> None:
+        """Put the batch's calls back at the front, to plan again on `image` at the same time."""
+        retry: list[Call] = []
+        for call in batch.calls:
+            call.tries += 1
+            if call.tries >= call.rounds:
+                call.future.set_result(Outcome(call.target, error=Contended()))
+                continue
+            call.now = batch.now
+            call.target = replace(
+                call.target,
+                image=image,
+                exists=self.exists,
+                read_now=True,
+                seen_at=self.lanes.clock(),
+            )
+            retry.append(call)
+        self.queue.extendleft(reversed(retry))
+
+    async def _unavailable(self, batch: _Batch, exc: DynamoError) -> None:
+        """Certainly not applied: settle calls wait and retry, the others give up."""
+        waiting = False
+        retry = []
+        for call in batch.calls:
+            call.tries += 1
+            if call.settle and call.tries < call.rounds:
+                retry.append(call)
+                waiting = True
+            else:
+                call.future.set_result(Outcome(call.target, error=exc))
+        if waiting:
+            await asyncio.sleep(0.05 * max(c.tries for c in retry) * transport.backoff_scale)
+            self.queue.extendleft(reversed(retry))
+
+    def _give_up(self, batch: _Batch, cause: BaseException) -> None:
+        self.lanes.undecided += 1
+        image = batch.image
+        log.warning(
+            "write outcome undecided after %d lost answers on item %s/%s/%s shard %d "
+            "(writer %s, sequence %d): %s",
+            batch.lost,
+            image.ns,
+            image.entity_id,
+            image.resource,
+            image.shard,
+            self.lanes.writer,
+            batch.evidence.seq,
+            cause,
+        )
+        error = cause if isinstance(cause, DynamoError) else UnknownOutcome(cause)
+        self._fail(batch.calls, error)
+
+    def _fail(self, calls: list[Call], error: BaseException) -> None:
+        for call in calls:
+            if not call.future.done():
+                call.future.set_result(Outcome(call.target, error=error))
+
+
+class RulesChangedSignal(Exception):
+    """The item's rules changed under the batch: its calls resolve their targets again."""
+
+
+class ShardGone(RulesChangedSignal):
+    """A shard other than 0 was found deleted: the bucket's layout must be read again."""

@@ -1,0 +1,110 @@
+"""Pre-splitting: `set_shards`, for a bucket an operator knows will be hot (docs/sharding.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from .. import validation
+from ..acquire.shards import MAX_SHARDS
+from ..acquire.values import RulesChanged
+from ..dynamo.transport import DynamoError
+from ..errors import RateLimiterUnavailable, ValidationError
+from ..models import AuditAction
+from .base import AdminBase
+
+SHARD_COUNTS = tuple(2**i for i in range(MAX_SHARDS.bit_length()))  # 1, 2, 4, ... 32
+MAX_ATTEMPTS = 6
+
+
+class ShardsMixin(AdminBase):
+    async def set_shards(
+        self, entity_id: str, resource: str, count: int, principal: str | None = None
+    ) -> int:
+        """Split the entity's bucket for `resource` into at least `count` shards now (1, 2, 4,
+        8, 16 or 32), creating it at its full allowance if it does not exist. Never lowers the
+        count. Each doubling is one transaction; the last carries the audit event
+        (`bucket_sharded`). Returns the bucket's shard count.
+        """
+        validation.entity_id(entity_id)
+        validation.resource_name(resource)
+        if isinstance(count, bool) or not isinstance(count, int) or count not in SHARD_COUNTS:
+            raise ValidationError(
+                "count", count, f"must be one of {', '.join(map(str, SHARD_COUNTS))}"
+            )
+        try:
+            shards = before = await self._bucket_shards(entity_id, resource)
+            for _ in range(MAX_ATTEMPTS * len(SHARD_COUNTS)):
+                if shards >= count:
+                    return shards
+                last = shards * 2 >= count
+                doubled = await self._admission.split(
+                    entity_id,
+                    resource,
+                    shards,
+                    self._sharded_event(entity_id, resource, before, principal) if last else None,
+                )
+                shards = (
+                    doubled if doubled != shards else await self._bucket_shards(entity_id, resource)
+                )
+        except DynamoError as exc:
+            raise RateLimiterUnavailable(
+                f"set_shards: DynamoDB failed ({exc}); the bucket keeps the shards it has, "
+                "run it again",
+                exc,
+                table_name=self._store.table,
+                entity_id=entity_id,
+                resource=resource,
+            ) from exc
+        finally:
+            self._forget(entity_id, resource)
+        raise RateLimiterUnavailable(
+            "set_shards kept colliding with concurrent writes to the bucket; run it again",
+            table_name=self._store.table,
+            entity_id=entity_id,
+            resource=resource,
+        )
+
+    async def _bucket_shards(self, entity_id: str, resource: str) -> int:
+        """The bucket's shard count, creating the bucket (one shard, full) if it is absent."""
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                loaded = await self._admission.load(entity_id, [resource], "entity", None)
+            except RulesChanged:
+                continue
+            _, target = loaded[resource]
+            if target is None:
+                raise ValidationError(
+                    "resource",
+                    resource,
+                    f"has no limits for {entity_id!r} (unmetered): there is no bucket to split",
+                )
+            if target.exists:
+                return target.stamp.shards
+            try:
+                await self._admission.create(target)
+            except DynamoError:
+                continue  # created concurrently: read it again
+        raise RateLimiterUnavailable(
+            "set_shards could not read a stable bucket; run it again",
+            table_name=self._store.table,
+            entity_id=entity_id,
+            resource=resource,
+        )
+
+    def _sharded_event(
+        self, entity_id: str, resource: str, before: int, principal: str | None
+    ) -> Callable[[int], Coroutine[Any, Any, list[dict[str, Any]]]]:
+        """The audit event, for the transaction of the doubling that reaches the count."""
+
+        async def event(doubled: int) -> list[dict[str, Any]]:
+            item = await self._audit_item(
+                AuditAction.BUCKET_SHARDED,
+                entity_id,
+                principal=principal,
+                resource=resource,
+                details={"shards": doubled, "previous_shards": before},
+            )
+            return [{"Put": {"Item": item}}]
+
+        return event

@@ -1,0 +1,195 @@
+"""Exactly once under concurrent writers and faults (reference.md §12.1-12.4).
+
+The rules are in docs/on-unavailable.md ("Exactly once, with any number of writers").
+
+Two repositories (two processes, as far as the library knows: own connections, caches and writer
+ids) run N tasks each through a seeded fault-injecting proxy in front of DynamoDB Local: plain
+acquires, adjusts up and down, `consume()` inside the block, and blocks that raise (refunded).
+Afterwards every bucket's consumption equals the client ledger, its balance is capacity minus
+consumption (the clock is fixed: no refill, so nothing was admitted beyond capacity), and the
+entity whose every block raised is untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+from typing import Any
+
+import pytest
+
+from support.clock import FakeClock
+from support.faultproxy import KINDS, fault_proxy
+from support.ledger import BucketKey, Ledger, Workload, compare, open_behind, run_tasks
+from support.tables import TableRef
+from zae_limiter import Limit, RateLimiter, Repository
+
+SEEDS = (1, 2, 3)
+FAULTS = {kind: (kind,) for kind in KINDS} | {"all": KINDS}
+READ_TIMEOUT_S = 2.0  # generous: a loaded machine must not time out on its own
+#: Acquires per task and seed: 32 to 128 per seed (bounded requests; a busy lane folds many).
+CALLS = {1: 16, 8: 6, 32: 2}
+PROCESSES = 2
+RATE = 0.1  # of writes faulted
+
+API = [Limit.per_minute("rpm", 1_000_000), Limit.per_minute("tpm", 10_000_000)]
+BUDGET = [Limit.per_day("usd", 1_000_000)]
+
+
+async def one_item(repo: Repository, tag: str) -> tuple[Workload, dict[BucketKey, Limit]]:
+    """Every call on one bucket item; the ghost only ever raises."""
+    hot, ghost = f"hot-{tag}", f"ghost-{tag}"
+    work = Workload((hot,), "api", {"rpm": 1, "tpm": 5}, ghost=ghost)
+    limits = {(e, "api", lim.name): lim for e in (hot, ghost) for lim in API}
+    return work, limits
+
+
+def three_bucket_work(tag: str) -> tuple[Workload, dict[BucketKey, Limit]]:
+    """Users of one organisation, cascading into it, each call on `api` and `budget`."""
+    org = f"org-{tag}"
+    users = tuple(f"user-{tag}-{i}" for i in range(3))
+    ghost = f"ghost-{tag}"
+    work = Workload(
+        users,
+        "api",
+        {"rpm": 1, "tpm": 5},
+        also={"budget": {"usd": 3}},
+        parents={"api": org, "budget": org},
+        ghost=ghost,
+    )
+    limits: dict[BucketKey, Limit] = {}
+    for entity in (*users, ghost, org):
+        limits |= {(entity, "api", lim.name): lim for lim in API}
+        limits |= {(entity, "budget", lim.name): lim for lim in BUDGET}
+    return work, limits
+
+
+async def three_buckets(repo: Repository, tag: str) -> tuple[Workload, dict[BucketKey, Limit]]:
+    work, limits = three_bucket_work(tag)
+    org = work.parents["api"]
+    await repo.create_entity(org)
+    assert work.ghost is not None
+    for user in (*work.entities, work.ghost):
+        await repo.create_entity(user, parent_id=org, cascade=True)
+    return work, limits
+
+
+SCENARIOS = {"one-item": one_item, "three-buckets": three_buckets}
+
+
+async def run_ledger(
+    table: TableRef, clock: FakeClock, scenario: str, faults: str, tasks: int
+) -> list[str]:
+    """Every seed on its own entities of one table; returns what went wrong (empty: exact)."""
+    admin = await Repository.open(
+        table=table.name, endpoint_url=table.endpoint_url, region=table.region, clock=clock
+    )
+    await admin.set_resource_defaults("api", API)
+    await admin.set_resource_defaults("budget", BUDGET)
+    problems: list[str] = []
+    for seed in SEEDS:
+        work, limits = await SCENARIOS[scenario](admin, f"s{seed}")
+        async with fault_proxy(
+            table.endpoint_url,
+            seed=seed,
+            rate=RATE,
+            kinds=FAULTS[faults],
+            delay_s=READ_TIMEOUT_S + 0.3,
+            seconds=60,
+        ) as proxy:
+            repos = [
+                await open_behind(proxy.url, table.name, read_timeout=READ_TIMEOUT_S, clock=clock)
+                for _ in range(PROCESSES)
+            ]
+            try:
+                ledger = await run_tasks(
+                    [RateLimiter(r) for r in repos],
+                    work,
+                    tasks=tasks,
+                    calls=CALLS[tasks],
+                    seed=seed,
+                )
+                undecided = sum(r.get_cache_stats().undecided_writes for r in repos)
+            finally:
+                for repo in repos:
+                    await repo.close()
+        wrong = await compare(admin, work, ledger, limits)
+        print(
+            f"ledger {scenario} {faults} tasks={tasks} seed={seed}: faults={proxy.faults} "
+            f"admitted={ledger.admitted} refunded={ledger.refunded} undecided={undecided} "
+            f"mismatch={wrong} errors={ledger.errors}"
+        )
+        if not proxy.faults or not ledger.admitted:
+            problems.append(f"seed {seed}: nothing was exercised ({proxy.faults} faults)")
+        if wrong or ledger.unavailable or ledger.contended or undecided:
+            problems.append(
+                f"seed {seed}: mismatch {wrong}, {ledger.unavailable} unavailable "
+                f"{ledger.errors}, {ledger.contended} contended, {undecided} undecided"
+            )
+    await admin.close()
+    return problems
+
+
+@pytest.mark.parametrize(
+    "tasks", [1, 8, pytest.param(32, marks=pytest.mark.slow)], ids=lambda t: f"{t}tasks"
+)
+@pytest.mark.parametrize("faults", list(FAULTS))
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+async def test_every_bucket_matches_the_ledger_over_three_seeds(
+    table: TableRef, clock: FakeClock, scenario: str, faults: str, tasks: int
+) -> None:
+    assert await run_ledger(table, clock, scenario, faults, tasks) == []
+
+
+def ledger_process(table: str, endpoint: str, tag: str, seed: int) -> dict[str, Any]:
+    """One OS process: 8 tasks of the three-bucket workload through its own proxy (every fault
+    kind at 10 %); returns its ledger."""
+
+    async def run() -> dict[str, Any]:
+        work, _ = three_bucket_work(tag)
+        async with fault_proxy(
+            endpoint, seed=seed, rate=RATE, kinds=KINDS, delay_s=READ_TIMEOUT_S + 0.3
+        ) as proxy:
+            repo = await open_behind(
+                proxy.url, table, read_timeout=READ_TIMEOUT_S, clock=FakeClock()
+            )
+            try:
+                ledger = await run_tasks([RateLimiter(repo)], work, tasks=8, calls=6, seed=seed)
+                undecided = repo.get_cache_stats().undecided_writes
+            finally:
+                await repo.close()
+        return {
+            "kept": list(ledger.kept.items()),
+            "admitted": ledger.admitted,
+            "problems": ledger.unavailable + ledger.contended + undecided,
+            "errors": ledger.errors,
+            "faults": proxy.faults,
+        }
+
+    return asyncio.run(run())
+
+
+async def test_two_os_processes_match_the_ledger(table: TableRef, clock: FakeClock) -> None:
+    admin = await Repository.open(
+        table=table.name, endpoint_url=table.endpoint_url, region=table.region, clock=clock
+    )
+    await admin.set_resource_defaults("api", API)
+    await admin.set_resource_defaults("budget", BUDGET)
+    work, limits = await three_buckets(admin, "os")
+    context = multiprocessing.get_context("spawn")
+    env_backup = dict(os.environ)
+    with context.Pool(PROCESSES) as pool:
+        results = pool.starmap(
+            ledger_process, [(table.name, table.endpoint_url, "os", seed) for seed in (11, 12)]
+        )
+    os.environ.update(env_backup)
+    ledger = Ledger()
+    for result in results:
+        for key, amount in result["kept"]:
+            ledger.kept[tuple(key)] += amount  # type: ignore[index]
+        ledger.admitted += result["admitted"]
+    print("ledger os-processes:", [(r["faults"], r["admitted"], r["errors"]) for r in results])
+    assert all(r["faults"] > 0 and r["problems"] == 0 for r in results)
+    assert await compare(admin, work, ledger, limits) == {}
+    await admin.close()

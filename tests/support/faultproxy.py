@@ -1,0 +1,213 @@
+"""A seeded, fault-injecting HTTP proxy on 127.0.0.1 in front of DynamoDB Local.
+
+Point a `Repository` at `proxy.url` and every request goes through it. For each request whose
+operation is in `operations` (writes, by default) the proxy draws from its own seeded random
+generator; with probability `rate` it injects one of `kinds`:
+
+- ``lost``:     forward, let DynamoDB apply it, then close the connection without an answer
+- ``latency``:  forward, then hold the answer for `delay_s` (longer than the client's read timeout)
+- ``throttle``: answer 400 ``ThrottlingException`` without forwarding (certainly not applied)
+- ``5xx``:      answer 500 ``InternalServerError``, after forwarding or not (a coin toss)
+- ``late``:     hold the request for `delay_s`, then forward it and drop the answer (it lands
+  after the client gave up on it, possibly after its re-send); not among the default kinds
+
+It is bounded: at most `max_faults` faults and none after `seconds` have passed since it started
+(it then only forwards, so a run always ends), and it stops serving when closed. `counts` tells
+what was injected, `requests` how many requests it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+
+KINDS = ("lost", "latency", "throttle", "5xx")
+EXTRA_KINDS = ("late",)
+WRITES = ("UpdateItem", "PutItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
+
+
+def _error(status: int, code: str) -> tuple[int, dict[str, str], bytes]:
+    body = json.dumps({"__type": f"com.amazonaws.dynamodb.v20120810#{code}", "message": "injected"})
+    return status, {"Content-Type": "application/x-amz-json-1.0"}, body.encode()
+
+
+class FaultProxy:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        seed: int,
+        rate: float,
+        kinds: tuple[str, ...] = KINDS,
+        operations: tuple[str, ...] = WRITES,
+        delay_s: float = 1.0,
+        max_faults: int = 1_000,
+        seconds: float = 120.0,
+    ) -> None:
+        assert set(kinds) <= set(KINDS + EXTRA_KINDS), kinds
+        self.upstream = upstream.rstrip("/")
+        self.random = random.Random(seed)
+        self.rate = rate
+        self.kinds = kinds
+        self.operations = operations
+        self.delay_s = delay_s
+        self.max_faults = max_faults
+        self.seconds = seconds
+        self.counts: Counter[str] = Counter()
+        self.requests = 0
+        self.url = ""
+        self._server: asyncio.Server | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._started = 0.0
+        self._held: set[asyncio.Task[None]] = set()
+
+    @property
+    def faults(self) -> int:
+        return sum(self.counts.values())
+
+    async def start(self) -> FaultProxy:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=128), auto_decompress=False
+        )
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self._started = time.monotonic()
+        return self
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for task in list(self._held):
+            task.cancel()
+        await asyncio.gather(*self._held, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _draw(self, operation: str) -> str | None:
+        if operation not in self.operations or self.faults >= self.max_faults:
+            return None
+        if time.monotonic() - self._started > self.seconds:
+            return None
+        if self.random.random() >= self.rate:
+            return None
+        return self.random.choice(self.kinds)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._held.add(task)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                if not head.strip():
+                    continue
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers: dict[str, str] = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        name, value = line.split(":", 1)
+                        headers[name.strip()] = value.strip()
+                length = int(
+                    next((v for k, v in headers.items() if k.lower() == "content-length"), 0)
+                )
+                body = await reader.readexactly(length) if length else b""
+                if not await self._answer(writer, method, path, headers, body):
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            return  # the client went away, or the proxy is closing
+        finally:
+            self._held.discard(task)
+            writer.close()
+
+    async def _answer(
+        self,
+        writer: asyncio.StreamWriter,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+    ) -> bool:
+        """Answer one request; False when the connection is to be dropped."""
+        self.requests += 1
+        target = next((v for k, v in headers.items() if k.lower() == "x-amz-target"), "")
+        fault = self._draw(target.rsplit(".", 1)[-1])
+        if fault == "throttle":
+            self.counts[fault] += 1
+            return await _write(writer, *_error(400, "ThrottlingException"))
+        if fault == "late":
+            self.counts[fault] += 1
+            await asyncio.sleep(self.delay_s)
+            await self._forward(method, path, headers, body)
+            return False
+        if fault == "5xx" and self.random.random() < 0.5:
+            self.counts["5xx"] += 1  # refused before applying
+            return await _write(writer, *_error(500, "InternalServerError"))
+        answer = await self._forward(method, path, headers, body)
+        if fault is not None:
+            self.counts[fault] += 1
+        if fault == "lost":
+            return False
+        if fault == "latency":
+            await asyncio.sleep(self.delay_s)  # the client has given up by now
+            return False
+        if fault == "5xx":
+            return await _write(writer, *_error(500, "InternalServerError"))
+        return await _write(writer, *answer)
+
+    async def _forward(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        assert self._session is not None
+        skip = {"host", "content-length", "connection", "transfer-encoding"}
+        sent = {k: v for k, v in headers.items() if k.lower() not in skip}
+        async with self._session.request(
+            method, self.upstream + path, data=body, headers=sent
+        ) as response:
+            data = await response.read()
+            kept = {
+                k: v
+                for k, v in response.headers.items()
+                if k.lower() not in ("content-length", "connection", "transfer-encoding")
+            }
+            return response.status, kept, data
+
+
+async def _write(
+    writer: asyncio.StreamWriter, status: int, headers: dict[str, str], body: bytes
+) -> bool:
+    lines = [f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    lines += [f"Content-Length: {len(body)}", "Connection: keep-alive", "", ""]
+    writer.write("\r\n".join(lines).encode("latin-1") + body)
+    try:
+        await writer.drain()
+    except ConnectionError:
+        return False
+    return True
+
+
+@asynccontextmanager
+async def fault_proxy(upstream: str, **settings: object) -> AsyncIterator[FaultProxy]:
+    """`async with fault_proxy(endpoint, seed=1, rate=0.1) as proxy:` (see FaultProxy)."""
+    proxy = FaultProxy(upstream, **settings)  # type: ignore[arg-type]
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.close()
