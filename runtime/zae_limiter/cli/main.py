@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from .app import CONTEXT_SETTINGS, RootGroup, Settings, add_global_options, global_options
+from .bucket_cmds import BUCKET_COMMANDS
 from .config_cmds import resource, system
 from .entity_cmds import entity
 from .limits_cmds import limits
@@ -36,4 +37,6 @@ def cli(ctx: click.Context, table: str | None, namespace: str | None, region: st
 for _command in (system, resource, entity, limits, usage, audit, namespace, version, check,
                  status, upgrade, local, loadtest):
     cli.add_command(_command)
+for _command in BUCKET_COMMANDS:
+    entity.add_command(_command)
 add_global_options(cli)

@@ -26,11 +26,12 @@ from typing import Any
 
 from .. import versioning
 from ..audit import iso
+from ..connection import read_version_record, system_clock
 from ..dynamo import keys
 from ..dynamo.store import Store
 from ..dynamo.transport import ConditionFailed, Transport
 from ..errors import IncompatibleSchemaError, VersionMismatchError, ZAELimiterError
-from ..repository import Repository, read_version_record, system_clock
+from ..repository import Repository
 from ..schema import DEFAULT_TABLE_NAME, PARTITION_KEY, SORT_KEY
 from .bundle import LAMBDA_HANDLER, AggregatorBundle, build_aggregator_bundle
 from .errors import UpgradeError
