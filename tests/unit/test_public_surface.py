@@ -40,3 +40,17 @@ def test_every_public_error_is_a_zaelimitererror() -> None:
         value = getattr(zae_limiter, name)
         if isinstance(value, type) and issubclass(value, Exception):
             assert issubclass(value, zae_limiter.ZAELimiterError), name
+
+
+def test_the_names_public_at_their_module_paths() -> None:
+    """The lease's resource handle and its sync twin (docs/sync.md), the resource cap
+    (docs/several-resources.md), the CDK construct (docs/deploying.md)."""
+    from zae_limiter.cdk import ZaeLimiter
+    from zae_limiter.lease import LeaseResource
+    from zae_limiter.limiter import MAX_ACQUIRE_RESOURCES
+    from zae_limiter.sync_lease import SyncLeaseResource
+
+    assert MAX_ACQUIRE_RESOURCES == 16
+    assert LeaseResource.__name__ == "LeaseResource"
+    assert SyncLeaseResource.__name__ == "SyncLeaseResource"
+    assert ZaeLimiter.__name__ == "ZaeLimiter"

