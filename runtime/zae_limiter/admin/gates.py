@@ -43,7 +43,7 @@ def limit_gates(limits: list[Limit]) -> list[str]:
     return gates
 
 
-def _passed_key(feature: str, ratchet: bool) -> str:
+def _passed_key(feature: str, *, ratchet: bool) -> str:
     return f"{feature}:{'ratchet' if ratchet else 'check'}"
 
 
@@ -52,7 +52,7 @@ async def check_gate(where: Scope | Repository, feature: str, *, ratchet: bool =
     scope = where if isinstance(where, Scope) else where.scope
     shared = scope.shared
     passed = shared.gates_passed
-    if _passed_key(feature, ratchet) in passed or _passed_key(feature, True) in passed:
+    if {_passed_key(feature, ratchet=ratchet), _passed_key(feature, ratchet=True)} & passed:
         return
     required = REQUIRED[feature]
     record = await scope.store.get(keys.version_record()) or {}
@@ -72,7 +72,7 @@ async def check_gate(where: Scope | Repository, feature: str, *, ratchet: bool =
     if ratchet and record:
         target = min(versioning.parse(required), versioning.parse(versioning.LIBRARY_VERSION))
         await _ratchet(scope.store, record.get("client_min_version"), target)
-    passed.add(_passed_key(feature, ratchet))
+    passed.add(_passed_key(feature, ratchet=ratchet))
 
 
 async def check_limit_gates(scope: Scope, limits: Sequence[Limit]) -> None:

@@ -21,7 +21,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from .. import versioning
@@ -153,6 +153,7 @@ def _refusal(verdict: versioning.Verdict, record: Mapping[str, Any], library: st
 @dataclass(frozen=True)
 class UpgradeResult:
     plan: UpgradePlan
+    _: KW_ONLY
     #: False for a dry run, a no-op, or when `confirm` declined.
     applied: bool
     migrations_run: tuple[str, ...] = ()
@@ -222,10 +223,10 @@ async def upgrade(
         if not plan.steps:
             say(f"table {plan.table} is up to date (zae-limiter {plan.library_version}); "
                 "nothing to do")
-            return UpgradeResult(plan, False, record=record)
+            return UpgradeResult(plan, applied=False, record=record)
         sha = None if code is None else code.sha256
         if dry_run:
-            return UpgradeResult(plan, False, code_sha256=sha, record=record)
+            return UpgradeResult(plan, applied=False, code_sha256=sha, record=record)
         say(f"upgrading table {plan.table} to zae-limiter {plan.library_version}:")
         for number, step in enumerate(plan.steps, 1):
             say(f"  {number}. {step}")
@@ -233,7 +234,7 @@ async def upgrade(
             say(f"  aggregator zip: {code.size} bytes, {len(code.files)} files, "
                 f"sha256 {code.sha256}")
         if confirm is not None and not confirm(plan):
-            return UpgradeResult(plan, False, code_sha256=sha, record=record)
+            return UpgradeResult(plan, applied=False, code_sha256=sha, record=record)
 
         by = f"cli:{plan.library_version}"
         context = MigrationContext(target.store, target.clock, say)
@@ -254,8 +255,14 @@ async def upgrade(
             f"{record.get('aggregator_version')}")
         if repo is not None:
             repo.scope.shared.version_record = dict(record)
-        return UpgradeResult(plan, True, tuple(m.id for m in plan.migrations), pushed, sha,
-                             record)
+        return UpgradeResult(
+            plan,
+            applied=True,
+            migrations_run=tuple(m.id for m in plan.migrations),
+            code_pushed=pushed,
+            code_sha256=sha,
+            record=record,
+        )
 
 
 async def _push(functions: FunctionCode, function: str, code: AggregatorBundle, force: bool,
