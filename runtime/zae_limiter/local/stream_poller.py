@@ -117,8 +117,12 @@ class StreamRunner:
                 )
             )
             self._aggregator = await Aggregator.connect(
-                self.table, region=self.region, endpoint_url=self.endpoint_url,
-                config=self.config, clock=self._clock, archive=self._archive,
+                self.table,
+                region=self.region,
+                endpoint_url=self.endpoint_url,
+                config=self.config,
+                clock=self._clock,
+                archive=self._archive,
             )
             stack.push_async_callback(self._aggregator.close)
             described = await self._aggregator.store.describe_table()
@@ -153,7 +157,10 @@ class StreamRunner:
         for shard_id, entry in (saved.get("shards") or {}).items():
             acked = entry.get("acked")
             self._shards[shard_id] = _Shard(
-                shard_id, entry.get("parent"), last_sequence=acked, acked=acked,
+                shard_id,
+                entry.get("parent"),
+                last_sequence=acked,
+                acked=acked,
                 closed=bool(entry.get("done")),
             )
 

@@ -105,7 +105,7 @@ class Ownership:
     @property
     def owed(self) -> tuple[Change, ...]:
         """Changes an interrupted apply started and did not confirm."""
-        return self.pending[self.done:]
+        return self.pending[self.done :]
 
     def union(self, other: Ownership) -> Ownership:
         return Ownership(
@@ -208,18 +208,31 @@ def check_parents(manifest: Manifest, stored: Stored) -> None:
     for entity_id, parent in manifest.child_parents().items():
         path = f"entities.{entity_id}.parent"
         if parent not in manifest.entities and not stored.entity(parent).exists:
-            raise ManifestError(path, f"the parent {parent!r} does not exist; declare it under "
-                                      "entities or create it first", parent)
+            raise ManifestError(
+                path,
+                f"the parent {parent!r} does not exist; declare it under "
+                "entities or create it first",
+                parent,
+            )
         grand = managed[parent] if parent in managed else stored.entity(parent).parent
         if grand is not None:
-            raise ManifestError(path, f"{parent!r} has a parent itself ({grand!r}); only two "
-                                      "levels (user and organisation) are allowed", parent)
+            raise ManifestError(
+                path,
+                f"{parent!r} has a parent itself ({grand!r}); only two "
+                "levels (user and organisation) are allowed",
+                parent,
+            )
         kids = {c for c, p in managed.items() if p == entity_id}
-        kids |= {c for c in stored.children.get(entity_id, ()) if managed.get(c, entity_id)
-                 == entity_id}
+        kids |= {
+            c for c in stored.children.get(entity_id, ()) if managed.get(c, entity_id) == entity_id
+        }
         if kids:
-            raise ManifestError(path, f"{entity_id!r} has children ({', '.join(sorted(kids))}), "
-                                      "so it cannot be given a parent", parent)
+            raise ManifestError(
+                path,
+                f"{entity_id!r} has children ({', '.join(sorted(kids))}), "
+                "so it cannot be given a parent",
+                parent,
+            )
 
 
 # --- planning ------------------------------------------------------------------------------------
@@ -266,8 +279,15 @@ def _plan_defaults(
     elif owned_before.system and not stored.system.empty:
         out.levels.append(Change("delete", Target(SYSTEM), stored.system, SystemLevel()))
     for resource, level in manifest.resources.items():
-        out.add(_compare(Target(RESOURCE, resource=resource),
-                         stored.resources.get(resource, Level()), level, full), out.levels)
+        out.add(
+            _compare(
+                Target(RESOURCE, resource=resource),
+                stored.resources.get(resource, Level()),
+                level,
+                full,
+            ),
+            out.levels,
+        )
     for resource in sorted(owned_before.resources - set(manifest.resources)):
         before = stored.resources.get(resource, Level())
         if not before.empty:
@@ -280,8 +300,9 @@ def _plan_entities(
     out: _Changes, manifest: Manifest, stored: Stored, owned_before: Ownership
 ) -> None:
     """Entity records and parent links (clears first, then moves in dependency order)."""
-    for entity_id, spec in sorted(manifest.entities.items(), key=lambda kv: kv[1].manages_parent
-                                  and kv[1].parent is not None):
+    for entity_id, spec in sorted(
+        manifest.entities.items(), key=lambda kv: kv[1].manages_parent and kv[1].parent is not None
+    ):
         state = stored.entity(entity_id)
         wanted = spec.parent if spec.manages_parent else None
         if not state.exists:
@@ -291,8 +312,15 @@ def _plan_entities(
             if state.parent == wanted:
                 out.add(None, out.moves)
             else:
-                out.add(Change("update" if wanted else "delete", Target(PARENT, entity_id),
-                               state.parent, wanted), out.moves if wanted else out.clears)
+                out.add(
+                    Change(
+                        "update" if wanted else "delete",
+                        Target(PARENT, entity_id),
+                        state.parent,
+                        wanted,
+                    ),
+                    out.moves if wanted else out.clears,
+                )
     for entity_id in sorted(owned_before.parents):
         declared = manifest.entities.get(entity_id)
         state = stored.entity(entity_id)
@@ -310,8 +338,15 @@ def _plan_entity_levels(
     for entity_id, spec in manifest.entities.items():
         for resource, level in spec.levels.items():
             wanted_levels.add((entity_id, resource))
-            out.add(_compare(Target(ENTITY, entity_id, resource),
-                             stored.level(entity_id, resource), level, full), out.levels)
+            out.add(
+                _compare(
+                    Target(ENTITY, entity_id, resource),
+                    stored.level(entity_id, resource),
+                    level,
+                    full,
+                ),
+                out.levels,
+            )
     for entity_id, resource in sorted(owned_before.entity_levels - wanted_levels):
         before = stored.level(entity_id, resource)
         if not before.empty:
@@ -327,8 +362,9 @@ def _plan_shards(out: _Changes, manifest: Manifest, stored: Stored) -> None:
         for resource, count in sorted(spec.shards.items()):
             current = stored.shards.get((entity_id, resource), 0)
             target = Target(SHARDS, entity_id, resource)
-            out.add(Change("update", target, current, count) if current < count else None,
-                    out.splits)
+            out.add(
+                Change("update", target, current, count) if current < count else None, out.splits
+            )
 
 
 def make_plan(
@@ -376,10 +412,13 @@ def warnings(manifest: Manifest, stored: Stored) -> list[str]:
             continue
         declared = any(
             spec.levels.get(where, Level()).limits is not None
-            for spec in manifest.entities.values() for where in (resource, DEFAULT_RESOURCE)
+            for spec in manifest.entities.values()
+            for where in (resource, DEFAULT_RESOURCE)
         )
-        if not declared and not stored.custom_limits.get(resource) and not stored.custom_limits.get(
-            DEFAULT_RESOURCE
+        if (
+            not declared
+            and not stored.custom_limits.get(resource)
+            and not stored.custom_limits.get(DEFAULT_RESOURCE)
         ):
             out.append(
                 f"resource {resource}: cascade is on but no entity has limits of its own for it; "
@@ -401,7 +440,8 @@ def warnings(manifest: Manifest, stored: Stored) -> list[str]:
             soft = [lim.name for lim in level.limits or () if lim.soft]
             cascades = (
                 any(_cascading(manifest, stored, r) for r in manifest.resources)
-                if resource == DEFAULT_RESOURCE else _cascading(manifest, stored, resource)
+                if resource == DEFAULT_RESOURCE
+                else _cascading(manifest, stored, resource)
             )
             if soft and cascades:
                 out.append(
