@@ -19,9 +19,9 @@ PYTEST_ARGS ?= -q
 
 help:
 	@echo "make demo      install what the demo needs and run it"
-	@echo "make test      install everything, then ruff, mypy and pytest"
+	@echo "make test      install everything, then make lint and pytest"
 	@echo "make install   create $(VENV), install Python deps (all extras), npm tools and Java 17"
-	@echo "make lint      ruff check and mypy"
+	@echo "make lint      ruff check, ruff format --check and mypy"
 	@echo "make bench     run the benchmarks"
 	@echo "make constraints  regenerate constraints.txt from a clean venv"
 
@@ -58,14 +58,13 @@ demo: install-runtime
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 pytest: install
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-test: install
-	$(BIN)/ruff check .
-	$(BIN)/mypy
+test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # Installs the runtime, Java and DynamoDB Local, and the bench extra (matplotlib); the benchmark

@@ -25,6 +25,7 @@ from zae_limiter.local import (
     find_jar,
     find_java,
     free_port,
+    java,
     load_state,
     start_engine,
     status,
@@ -265,7 +266,7 @@ def outside_any_checkout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Pat
     work = tmp_path / "elsewhere"
     work.mkdir()
     monkeypatch.chdir(work)
-    monkeypatch.setattr(engine, "_package_dir", lambda: work)
+    monkeypatch.setattr(java, "_package_dir", lambda: work)
     monkeypatch.setenv("ZAEL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("ZAEL_DYNAMODB_LOCAL_JAR", raising=False)
     bin_dir = tmp_path / "bin"

@@ -106,7 +106,7 @@ def test_the_wheel_holds_the_construct_and_both_lambdas(unpacked_wheel: tuple[Pa
     metadata = email.message_from_bytes(zipfile.ZipFile(wheel).read(f"{info}/METADATA"))
     assert metadata["Version"] == versioning.LIBRARY_VERSION
     assert metadata["License-Expression"] == "MIT"
-    assert {"cdk", "local"} <= set(metadata.get_all("Provides-Extra"))
+    assert {"cdk", "local"} <= set(metadata.get_all("Provides-Extra") or [])
     assert f"{info}/licenses/LICENSE" in names
 
 

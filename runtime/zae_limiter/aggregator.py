@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import time
 from collections import Counter
@@ -35,8 +34,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import aggregation, versioning
-from .aggregation import BucketChange, MalformedRecord, StreamRecord
+from . import stream_records, versioning
+from .aggregator_config import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
+from .aggregator_config import AggregatorConfig as AggregatorConfig
 from .dynamo import keys, snapshot_items, transport
 from .dynamo.snapshot_items import Counts, SnapshotKey
 from .dynamo.store import Store
@@ -50,14 +50,14 @@ from .dynamo.transport import (
 )
 from .errors import IncompatibleSchemaError, InfrastructureNotFoundError
 from .schema import SCHEMA_VERSION
-from .windows import DEFAULT_WINDOWS, WINDOW_TYPES, bounds
+from .stream_records import BucketChange, MalformedRecord, StreamRecord
+from .usage_windows import bounds
 
 log = logging.getLogger("zae_limiter.aggregator")
 
 MAX_TRANSACTION_ITEMS = 100
 ATTEMPTS = 5
 DEFAULT_RETENTION_DAYS = 90
-DEFAULT_MARKER_TTL_HOURS = 72  # longer than the stream's 24 h, so any redelivery finds its marker
 VERSION_CHECK_INTERVAL_MS = 300_000
 _TRANSIENT_REASONS = frozenset(
     {
@@ -74,52 +74,6 @@ _NOT_WARNED = object()
 
 def _system_clock() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _positive(env: Mapping[str, str], name: str) -> int | None:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return None
-    if not raw.isdigit() or int(raw) <= 0:
-        raise ValueError(f"{name} must be a positive whole number, not {raw!r}")
-    return int(raw)
-
-
-@dataclass(frozen=True)
-class AggregatorConfig:
-    """Which windows to write and how long snapshots and markers live."""
-
-    windows: tuple[str, ...] = DEFAULT_WINDOWS
-    #: Days a snapshot is kept after its window ends, per window type. A type not listed uses
-    #: `default_retention_days`, else the version record's `usage_retention_days`, else 90.
-    retention_days: Mapping[str, int] = field(default_factory=dict)
-    default_retention_days: int | None = None
-    marker_ttl_hours: int = DEFAULT_MARKER_TTL_HOURS
-
-    def __post_init__(self) -> None:
-        unknown = [w for w in self.windows if w not in WINDOW_TYPES]
-        if unknown or not self.windows:
-            raise ValueError(f"windows must be among {', '.join(WINDOW_TYPES)}, not {unknown}")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> AggregatorConfig:
-        """`SNAPSHOT_WINDOWS` (e.g. "hourly,daily,monthly"), `USAGE_RETENTION_DAYS`,
-        `USAGE_RETENTION_DAYS_HOURLY|DAILY|MONTHLY`, `AGGREGATOR_MARKER_TTL_HOURS`."""
-        env = os.environ if env is None else env
-        raw_windows = env.get("SNAPSHOT_WINDOWS", "")
-        chosen = tuple(w.strip() for w in raw_windows.split(",") if w.strip()) or DEFAULT_WINDOWS
-        per_window: dict[str, int] = {
-            w: days
-            for w in WINDOW_TYPES
-            if (days := _positive(env, f"USAGE_RETENTION_DAYS_{w.upper()}")) is not None
-        }
-        return cls(
-            windows=chosen,
-            retention_days=per_window,
-            default_retention_days=_positive(env, "USAGE_RETENTION_DAYS"),
-            marker_ttl_hours=_positive(env, "AGGREGATOR_MARKER_TTL_HOURS")
-            or DEFAULT_MARKER_TTL_HOURS,
-        )
 
 
 @dataclass(frozen=True)
@@ -269,17 +223,17 @@ class Aggregator:
         for position, raw in enumerate(records):
             outcome.sequence_numbers[position] = _sequence_of(raw)
             try:
-                record = aggregation.parse_record(raw)
+                record = stream_records.parse_record(raw)
                 if record.event_id in first_of:
                     repeats[position] = first_of[record.event_id]
                     continue
                 first_of[record.event_id] = position
-                change = aggregation.bucket_change(record)
+                change = stream_records.bucket_change(record)
                 if change is not None:
-                    counts = aggregation.snapshot_counts(change, self.config.windows)
+                    counts = stream_records.snapshot_counts(change, self.config.windows)
                     pending.append(_Pending(position, record, change, counts))
-                elif self._archive is not None and aggregation.is_audit_expiry(record):
-                    expired_audit.append((position, record, aggregation.audit_line(record)))
+                elif self._archive is not None and stream_records.is_audit_expiry(record):
+                    expired_audit.append((position, record, stream_records.audit_line(record)))
                 else:
                     outcome.ignored += 1
             except MalformedRecord as exc:
@@ -442,7 +396,7 @@ class Aggregator:
     ) -> None:
         if not expired or self._archive is None:
             return
-        key, body = aggregation.archive_object(
+        key, body = stream_records.archive_object(
             [record for _, record, _ in expired], [line for _, _, line in expired], self._clock()
         )
         try:

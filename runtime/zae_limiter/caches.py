@@ -57,6 +57,13 @@ class ConfigCache:
         entry = self._entries.get(key)
         return None if entry is None else entry.value
 
+    def peek_fresh(self, key: tuple[Any, ...], now: int) -> tuple[bool, Any]:
+        """(fresh, value) without counting a hit or a miss."""
+        entry = self._entries.get(key)
+        if entry is None or self.ttl_ms <= 0:
+            return False, None
+        return now - entry.stored_at < self.ttl_ms, entry.value
+
     def put(self, key: tuple[Any, ...], value: Any, now: int) -> None:
         self._entries[key] = _Entry(value, now)
         self._entries.move_to_end(key)

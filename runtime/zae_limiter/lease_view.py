@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .acquire.lease import Lease
-from .caches import ImageCache
+from .acquire.lease import Lease, holds_of, writer_of
 from .core import bucket
 from .core.bucket import MILLI, Kind
 from .models import LimitStatus
+from .syncgen import async_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,7 @@ def _refill_window(capacity: int, refill: int, period_ms: int) -> int | None:
 def _async_lease(lease: Any) -> Lease | None:
     if isinstance(lease, Lease):
         return lease
-    inner = getattr(lease, "_async", None)  # SyncLease wraps the async lease
+    inner = async_of(lease)  # SyncLease wraps the async lease
     return inner if isinstance(inner, Lease) else None
 
 
@@ -79,17 +79,14 @@ def primary_limits(lease: Any) -> tuple[str, list[LimitView], int]:
     inner = _async_lease(lease)
     if inner is None:
         raise TypeError(f"expected a Lease or SyncLease, got {type(lease).__name__}")
-    if inner.degraded or not inner._holds:
+    writer = writer_of(inner)
+    if writer is None or not holds_of(inner):
         return "", [], 0
-    hold = next(iter(inner._holds.values()))
-    acquisition = inner._acq
-    now = acquisition.clock()
+    hold = next(iter(holds_of(inner).values()))
+    now = writer.now()
     if hold.child is None:
         return "", [], now
-    image = hold.child.target.image
-    cached = acquisition.admission.images.get(ImageCache.key_of(image))
-    if cached is not None and cached[0].stamp_seq >= image.stamp_seq:
-        image = cached[0]
+    image = writer.newest_image(hold.child.target.image)
     slot = image.slot
     out = []
     for params in image.stamp.limits:
@@ -118,9 +115,9 @@ def primary_limits(lease: Any) -> tuple[str, list[LimitView], int]:
 def primary_shard(lease: Any) -> int | None:
     """The shard the acquiring entity's primary item was written on (None: nothing written)."""
     inner = _async_lease(lease)
-    if inner is None or inner.degraded or not inner._holds:
+    if inner is None or inner.degraded or not holds_of(inner):
         return None
-    child = next(iter(inner._holds.values())).child
+    child = next(iter(holds_of(inner).values())).child
     return None if child is None else child.target.image.shard
 
 
@@ -129,4 +126,4 @@ def unmetered_resources(lease: Any) -> list[str]:
     inner = _async_lease(lease)
     if inner is None or inner.degraded:
         return []
-    return [name for name, hold in inner._holds.items() if hold.plan.child is None]
+    return [name for name, hold in holds_of(inner).items() if hold.plan.child is None]

@@ -13,18 +13,24 @@ from . import validation
 from .acquire import Admission, Landed, ResourcePlan, RulesChanged, Unavailable
 from .acquire.lease import (
     Lease,
+    Ledger,
     ResourceHold,
     apply_to_debited,
+    degraded_lease,
     landed_items,
+    overdrawn_names,
     pending_changes,
     target_for_more,
 )
 from .admin.gates import check_limit_gates
+from .caches import ImageCache
+from .dynamo.bucket_items import BucketImage
 from .dynamo.transport import AccessDenied, DynamoError
 from .errors import PermissionDenied, RateLimiterUnavailable, ValidationError
 from .limits import Limit, check_limit_list
 from .models import OnUnavailable
 from .repository import Repository
+from .scope import Scope
 
 log = logging.getLogger("zae_limiter")
 
@@ -82,7 +88,7 @@ def _amounts_for(resource: str, amounts: Any) -> dict[str, int]:
     return checked
 
 
-class _Acquisition:
+class Acquisition:
     """The async context manager behind `acquire()`; also serves the lease's writes."""
 
     def __init__(
@@ -95,13 +101,15 @@ class _Acquisition:
     ) -> None:
         self.limiter = limiter
         self.repository = limiter.repository
-        self.admission: Admission = limiter.repository._admission
-        self.clock: Callable[[], int] = limiter.repository._clock
+        self.scope: Scope = limiter.repository.scope
+        self.admission: Admission = self.scope.admission
+        self.clock: Callable[[], int] = self.scope.clock
         self.entity_id = entity_id
         self.requests = requests
         self.limits = limits
         self.on_unavailable = on_unavailable
         self.lease: Lease | None = None
+        self.ledger = Ledger({})
         self.mode = OnUnavailable.BLOCK
 
     def _describe(self, message: str, cause: BaseException) -> RateLimiterUnavailable:
@@ -127,18 +135,19 @@ class _Acquisition:
             holds = await self._admit()
         except (DynamoError, Unavailable) as exc:
             error = self._describe("DynamoDB is unavailable; nothing was debited", exc)
-            self.mode = self.repository._unavailable_mode(self.on_unavailable)
+            self.mode = self.scope.unavailable_mode(self.on_unavailable)
             if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
                 raise error from exc
             log.warning("acquire admitted without metering under on_unavailable=ALLOW: %s", error)
-            self.lease = Lease._degraded_lease()
+            self.lease = degraded_lease(self.ledger)
             return self.lease
-        self.lease = Lease(self, holds)
+        self.ledger.holds = holds
+        self.lease = Lease(self, self.ledger)
         return self.lease
 
     async def _admit(self) -> dict[str, ResourceHold]:
         if self.limits:
-            await check_limit_gates(self.repository, self.limits)
+            await check_limit_gates(self.scope, self.limits)
         for attempt in range(_RESTARTS):
             plans = await self.admission.targets(self.entity_id, self.requests, self.limits)
             targets = [t for p in plans for t in (p.child, p.parent) if t is not None]
@@ -177,6 +186,23 @@ class _Acquisition:
         for name, amount in amounts.items():
             hold.consumed[name] = hold.consumed.get(name, 0) + amount
 
+    def now(self) -> int:
+        return self.clock()
+
+    def newest_image(self, image: BucketImage) -> BucketImage:
+        """The newest image of `image`'s item this client has seen."""
+        cached = self.admission.images.get(ImageCache.key_of(image))
+        return cached[0] if cached is not None and cached[0].stamp_seq >= image.stamp_seq else image
+
+    def overdrawn(self, hold: ResourceHold) -> list[str]:
+        """Soft limits of the hold's item below zero now, on the newest image seen."""
+        if hold.child is None:
+            return []
+        target = hold.child.target
+        cached = self.admission.images.get((target.image.ns, target.entity_id, target.resource, 0))
+        current = cached[0] if cached else target.image
+        return overdrawn_names(current, hold.pending, self.clock())
+
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
@@ -184,12 +210,10 @@ class _Acquisition:
         tb: TracebackType | None,
     ) -> None:
         lease = self.lease
+        self.ledger.close(None if lease is None or lease.degraded else self)
         if lease is None or lease.degraded:
-            if lease is not None:
-                lease._close()
             return
-        lease._close()
-        holds = lease._holds
+        holds = self.ledger.holds
         try:
             if exc_type is not None:
                 await self.admission.refund(landed_items(holds))
@@ -202,7 +226,7 @@ class _Acquisition:
                 log.error("refund could not land for %s: %s", self.entity_id, failure)
                 return  # the original exception propagates
             error = self._describe("the exit write could not land", failure)
-            self.mode = self.repository._unavailable_mode(self.on_unavailable)
+            self.mode = self.scope.unavailable_mode(self.on_unavailable)
             if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
                 raise error from failure
             log.error(
@@ -267,10 +291,10 @@ class RateLimiter:
         on_unavailable: OnUnavailable | None = None,
         *,
         also: dict[str, dict[str, int]] | None = None,
-    ) -> _Acquisition:
+    ) -> Acquisition:
         """Admit and debit `consume` on `resource` (and every resource in `also`), all or none."""
         requests = _validate_acquire(entity_id, resource, consume, limits, on_unavailable, also)
-        return _Acquisition(self, entity_id, requests, limits, on_unavailable)
+        return Acquisition(self, entity_id, requests, limits, on_unavailable)
 
     async def available(
         self, entity_id: str, resource: str, limits: list[Limit] | None = None

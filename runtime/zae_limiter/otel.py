@@ -36,7 +36,8 @@ from .http import policy_name
 from .instrumentation import RequestEvent
 from .lease_view import primary_shard, unmetered_resources
 from .limiter import RateLimiter
-from .sync import SyncRateLimiter, _SyncAcquisition
+from .sync import SyncAcquisition, SyncRateLimiter
+from .syncgen import async_of
 
 try:
     from opentelemetry import metrics, trace
@@ -241,10 +242,10 @@ class TracedSyncRateLimiter(SyncRateLimiter):
     """A `SyncRateLimiter` whose `acquire` is traced and measured (made by `instrument`)."""
 
     def __init__(self, limiter: SyncRateLimiter, telemetry: _Telemetry) -> None:
-        self._async = TracedRateLimiter(limiter._async, telemetry)
+        self._async = TracedRateLimiter(async_of(limiter), telemetry)
 
-    def acquire(self, *args: Any, **kwargs: Any) -> _SyncAcquisition:
-        return _SyncAcquisition(self._async.acquire(*args, **kwargs))
+    def acquire(self, *args: Any, **kwargs: Any) -> SyncAcquisition:
+        return SyncAcquisition(self._async.acquire(*args, **kwargs))
 
 
 def enabled_by_environment() -> bool:
@@ -276,7 +277,7 @@ def instrument(
     telemetry = _Telemetry(tracer_provider, meter_provider)
     if isinstance(limiter, SyncRateLimiter):
         traced: Any = TracedSyncRateLimiter(limiter, telemetry)
-        repository = limiter._async.repository
+        repository = async_of(limiter).repository
     elif isinstance(limiter, RateLimiter):
         traced = TracedRateLimiter(limiter, telemetry)
         repository = limiter.repository

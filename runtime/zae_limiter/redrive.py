@@ -22,9 +22,9 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .aggregation import lambda_record
 from .aggregator import Aggregator, AggregatorConfig
 from .errors import ZAELimiterError
+from .stream_records import lambda_record
 
 if TYPE_CHECKING:
     from .repository import Repository

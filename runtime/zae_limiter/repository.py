@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from . import schema, versioning
@@ -26,57 +25,32 @@ from .admin.reports import ReportsMixin
 from .admin.shards import ShardsMixin
 from .admin.usage import UsageMixin
 from .audit import iso
-from .caches import ConfigCache, ImageCache, Turns, stats
+from .caches import ConfigCache, ImageCache, stats
+from .connection import (
+    caller_identity,
+    check_versions,
+    connect,
+    namespace_id_of,
+    public_error,
+    read_version_record,
+    set_up_table,
+    system_clock,
+)
 from .dynamo import keys, records
 from .dynamo.bucket_store import DynamoBucketStore
 from .dynamo.store import Store
 from .dynamo.transport import (
-    AccessDenied,
     DynamoError,
-    Rejected,
     TableMissing,
     Transport,
-    Unavailable,
-)
-from .errors import (
-    IncompatibleSchemaError,
-    InfrastructureNotFoundError,
-    NamespaceNotFoundError,
-    PermissionDenied,
-    RateLimiterUnavailable,
-    VersionMismatchError,
 )
 from .instrumentation import RequestListener
 from .models import CacheStats, OnUnavailable
 from .resolution import Resolver
+from .scope import Scope, Shared
 from .unmetered import Unmetered
 
 log = logging.getLogger("zae_limiter")
-
-
-def system_clock() -> int:
-    """Epoch milliseconds."""
-    return time.time_ns() // 1_000_000
-
-
-@dataclass
-class _Shared:
-    """What every namespace scope of one opened repository shares."""
-
-    transport: Transport
-    store: Store
-    clock: Callable[[], int]
-    images: ImageCache
-    config_cache_ttl: float
-    bucket_ttl_multiplier: int
-    split_writes_per_second: float
-    endpoint_url: str | None
-    unmetered: str = "allow"  # the unmetered policy (unmetered.py)
-    version_record: dict[str, Any] = field(default_factory=dict)
-    gates_passed: set[str] = field(default_factory=set)
-    principal: str | None = None
-    principal_resolved: bool = False
-    partition_turns: Turns = field(default_factory=Turns)  # admin writes, one at a time
 
 
 class Repository(
@@ -92,12 +66,7 @@ class Repository(
     """One table, one namespace. Open with `await Repository.open(...)`."""
 
     def __init__(
-        self,
-        shared: _Shared,
-        namespace_name: str,
-        namespace_id: str,
-        *,
-        owner: bool,
+        self, shared: Shared, namespace_name: str, namespace_id: str, *, owner: bool
     ) -> None:
         self._shared = shared
         self._store = shared.store
@@ -118,6 +87,9 @@ class Repository(
         )
         self._unmetered = Unmetered(shared.unmetered, namespace_name, self._configured_resources)
         self._admission.finder.unmetered = self._unmetered
+        self._scope = Scope(
+            namespace_id, self._store, shared.clock, self._resolver, self._admission, shared
+        )
         self._scopes: dict[str, Repository] = {}
 
     # --- connecting --------------------------------------------------------------------------
@@ -162,10 +134,10 @@ class Repository(
         ns_name = namespace or os.environ.get("ZAEL_NAMESPACE") or "default"
         validation.namespace_name(ns_name)
         endpoint = endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
-        transport = await _connect(table_name, region, endpoint, client_config)
+        transport = await connect(table_name, region, endpoint, client_config)
         if on_request is not None:
             transport.listeners.add(on_request)
-        shared = _Shared(
+        shared = Shared(
             transport=transport,
             store=Store(transport, table_name),
             clock=clock or system_clock,
@@ -177,14 +149,14 @@ class Repository(
             unmetered=unmetered_policy,
         )
         try:
-            record = await _read_version_record(shared.store)
+            record = await read_version_record(shared.store)
             if _check_version:
-                _check(record, table_name)
+                check_versions(record, table_name)
             shared.version_record = record
-            ns_id = await _namespace_id(shared.store, ns_name)
+            ns_id = await namespace_id_of(shared.store, ns_name)
         except DynamoError as exc:
             await transport.close()
-            raise _unavailable(f"Cannot open table {table_name!r}", exc, table_name) from exc
+            raise public_error(f"Cannot open table {table_name!r}", exc, table_name) from exc
         except BaseException:
             await transport.close()
             raise
@@ -204,12 +176,14 @@ class Repository(
         """Create the table from the schema module (local and test use). False if it existed."""
         table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
         endpoint = endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
-        transport = await _connect(table_name, region, endpoint, None)
+        transport = await connect(table_name, region, endpoint, None)
         store = Store(transport, table_name)
         try:
-            return await _create(transport, store, table_name, namespaces, wait, aggregator_version)
+            return await set_up_table(
+                transport, store, table_name, namespaces, wait, aggregator_version
+            )
         except DynamoError as exc:
-            raise _unavailable(f"Cannot create table {table_name!r}", exc, table_name) from exc
+            raise public_error(f"Cannot create table {table_name!r}", exc, table_name) from exc
         finally:
             await transport.close()
 
@@ -219,13 +193,13 @@ class Repository(
     ) -> None:
         """Delete the table (tests). A table that is already gone is not an error: a retried
         DeleteTable whose first answer was lost finds it gone."""
-        transport = await _connect(table, region, endpoint_url, None)
+        transport = await connect(table, region, endpoint_url, None)
         try:
             await transport.call("DeleteTable", {"TableName": table})
         except TableMissing:
             return
         except DynamoError as exc:
-            raise _unavailable(f"Cannot delete table {table!r}", exc, table) from exc
+            raise public_error(f"Cannot delete table {table!r}", exc, table) from exc
         finally:
             await transport.close()
 
@@ -237,7 +211,7 @@ class Repository(
         if name == self._ns_name:
             return self
         if name not in self._scopes:
-            ns_id = await _namespace_id(self._store, name)
+            ns_id = await namespace_id_of(self._store, name)
             self._scopes[name] = Repository(self._shared, name, ns_id, owner=False)
         return self._scopes[name]
 
@@ -294,6 +268,12 @@ class Repository(
     def transport(self) -> Transport:
         """The DynamoDB transport (its `.client` is the aiobotocore client)."""
         return self._shared.transport
+
+    @property
+    def scope(self) -> Scope:
+        """This namespace's services (store, clock, config resolver, bucket writes), for the
+        library's own layers: the limiter, manifests, upgrades, the CLI."""
+        return self._scope
 
     # --- caches ------------------------------------------------------------------------------
 
@@ -369,11 +349,7 @@ class Repository(
 
     def _unavailable_mode(self, explicit: OnUnavailable | None) -> OnUnavailable:
         """The call's mode, else the stored one (last good value, no I/O), else BLOCK."""
-        if explicit is not None:
-            return explicit
-        system = self._config_cache.peek(("system",))
-        mode = system.on_unavailable if system is not None else None
-        return mode or self._resolver.last_on_unavailable or OnUnavailable.BLOCK
+        return self._scope.unavailable_mode(explicit)
 
     # --- principal ---------------------------------------------------------------------------
 
@@ -384,190 +360,5 @@ class Repository(
         if not shared.principal_resolved:
             shared.principal_resolved = True
             if shared.endpoint_url is None:
-                shared.principal = await _caller_identity(self.region)
+                shared.principal = await caller_identity(self.region)
         return shared.principal
-
-
-# --- helpers -----------------------------------------------------------------------------------
-
-
-async def _create(
-    transport: Transport,
-    store: Store,
-    table_name: str,
-    namespaces: tuple[str, ...] | list[str],
-    wait: bool,
-    aggregator_version: str | None,
-) -> bool:
-    """`Repository.create_table`'s requests; True if the table was created, False if it existed."""
-    created = True
-    try:
-        await transport.call("CreateTable", schema.create_table_request(table_name))
-    except Rejected as exc:
-        if exc.code != "ResourceInUseException":
-            raise
-        created = False
-    if wait:
-        for _ in range(600):
-            table_info = await store.describe_table()
-            if table_info.get("TableStatus") == "ACTIVE":
-                break
-            await asyncio.sleep(0.1)
-    if created:
-        await transport.call("UpdateTimeToLive", schema.time_to_live_request(table_name))
-    else:
-        _verify_keys(await store.describe_table(), table_name)
-    now = iso(system_clock())
-    record = records.version_record_item(
-        schema_version=schema.SCHEMA_VERSION,
-        aggregator_version=aggregator_version,
-        aggregator_function=None,
-        client_min_version="0.0.0",
-        updated_at=now,
-        updated_by=f"create_table:{versioning.LIBRARY_VERSION}",
-    )
-    try:
-        await store.put(record, condition="attribute_not_exists(PK)")
-    except DynamoError as exc:
-        if not _is_condition_failed(exc):
-            raise
-    for name in namespaces:
-        await _register_namespace(store, name)
-    return created
-
-
-async def _connect(
-    table: str, region: str | None, endpoint: str | None, client_config: Any
-) -> Transport:
-    """The DynamoDB client, or `RateLimiterUnavailable` saying what to fix."""
-    try:
-        return await Transport.connect(
-            region=region, endpoint_url=endpoint, client_config=client_config
-        )
-    except Exception as exc:
-        raise RateLimiterUnavailable(
-            "Cannot create the DynamoDB client: check endpoint_url, region and client_config",
-            exc,
-            table_name=table,
-        ) from exc
-
-
-def _unavailable(what: str, exc: DynamoError, table: str) -> RateLimiterUnavailable:
-    """A transport failure as the public error; its message says what failed and what to do."""
-    if isinstance(exc, AccessDenied):
-        return PermissionDenied(
-            f"{what}: DynamoDB refused dynamodb:{exc.operation}; attach the zae-limiter 'app' "
-            "(or 'admin') managed policy to this role",
-            exc.cause,
-            table_name=table,
-        )
-    if isinstance(exc, Unavailable) and exc.hint:
-        return RateLimiterUnavailable(f"{what}: {exc.hint}", exc.cause, table_name=table)
-    return RateLimiterUnavailable(what, exc, table_name=table)
-
-
-async def _read_version_record(store: Store) -> dict[str, Any]:
-    try:
-        item = await store.get(keys.version_record())
-    except TableMissing:
-        raise InfrastructureNotFoundError(store.table) from None
-    except AccessDenied as exc:
-        raise PermissionDenied(
-            "DynamoDB refused reading the version record; attach the zae-limiter 'app' or "
-            "'read-only' managed policy",
-            exc,
-            table_name=store.table,
-        ) from exc
-    if item is None:
-        raise InfrastructureNotFoundError(store.table)
-    return {k: v for k, v in item.items() if k not in ("PK", "SK")}
-
-
-def _check(record: dict[str, Any], table: str) -> None:
-    verdict = versioning.compare(record)
-    lib = versioning.LIBRARY_VERSION
-    schema_version = str(record.get("schema_version"))
-    aggregator = record.get("aggregator_version")
-    if verdict.problem == "schema_major":
-        raise IncompatibleSchemaError(lib, schema_version, verdict.message)
-    if not verdict.ok:
-        raise VersionMismatchError(
-            lib, schema_version, aggregator, verdict.message, verdict.can_auto_update
-        )
-    if verdict.aggregator_older:
-        log.warning(
-            "table %s has aggregator %s, older than zae-limiter %s: features that need a newer "
-            "aggregator will be refused until you %s",
-            table,
-            aggregator,
-            lib,
-            verdict.remedy,
-        )
-
-
-async def _namespace_id(store: Store, name: str) -> str:
-    item = await store.get(keys.namespace_by_name(name))
-    if item is None or item.get("status") != records.NAMESPACE_ACTIVE:
-        raise NamespaceNotFoundError(name)
-    return str(item["id"])
-
-
-async def _register_namespace(
-    store: Store,
-    name: str,
-    audit_event: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
-) -> str:
-    """Idempotent: the id of the active namespace `name`, registering it if needed.
-
-    `audit_event(namespace_id)` makes the audit item written with the registration (only when
-    this call registers it).
-    """
-    existing = await store.get(keys.namespace_by_name(name))
-    if existing is not None and existing.get("status") == records.NAMESPACE_ACTIVE:
-        return str(existing["id"])
-    ns_id = records.new_namespace_id()
-    by_name, by_id = records.namespace_items(name, ns_id, iso(system_clock()))
-    operations: list[dict[str, Any]] = [
-        {"Put": {"Item": by_name, "ConditionExpression": "attribute_not_exists(PK)"}},
-        {"Put": {"Item": by_id, "ConditionExpression": "attribute_not_exists(PK)"}},
-    ]
-    if audit_event is not None:
-        operations.append({"Put": {"Item": await audit_event(ns_id)}})
-    try:
-        await store.transact(operations)
-    except DynamoError as exc:
-        if not _is_condition_failed(exc):
-            raise
-        return await _register_namespace(store, name, audit_event)
-    return ns_id
-
-
-def _is_condition_failed(exc: BaseException) -> bool:
-    from .dynamo.transport import ConditionFailed, TransactionCancelled
-
-    if isinstance(exc, ConditionFailed):
-        return True
-    return isinstance(exc, TransactionCancelled) and any(
-        r.get("Code") == "ConditionalCheckFailed" for r in exc.reasons
-    )
-
-
-def _verify_keys(table: dict[str, Any], name: str) -> None:
-    key_schema = {k["AttributeName"]: k["KeyType"] for k in table.get("KeySchema", [])}
-    if key_schema != {schema.PARTITION_KEY: "HASH", schema.SORT_KEY: "RANGE"}:
-        raise IncompatibleSchemaError(
-            versioning.LIBRARY_VERSION,
-            "?",
-            f"table {name!r} exists with keys {key_schema}; it is not a zae-limiter table",
-        )
-
-
-async def _caller_identity(region: str) -> str | None:
-    from aiobotocore.session import get_session
-
-    try:
-        async with get_session().create_client("sts", region_name=region) as sts:
-            identity = await sts.get_caller_identity()
-            return str(identity.get("Arn"))
-    except Exception:
-        return None

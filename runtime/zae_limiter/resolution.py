@@ -122,8 +122,8 @@ class Resolver:
 
     def needs_refresh(self, resource: str) -> bool:
         now = self.clock()
-        fresh_res, _ = _peek_fresh(self.cache, ("resource", resource), now)
-        fresh_sys, _ = _peek_fresh(self.cache, ("system",), now)
+        fresh_res, _ = self.cache.peek_fresh(("resource", resource), now)
+        fresh_sys, _ = self.cache.peek_fresh(("system",), now)
         return not (fresh_res and fresh_sys)
 
     async def refresh(self, resources: Sequence[str]) -> None:
@@ -152,10 +152,3 @@ class Resolver:
             self.cache.evict(lambda k: k[0] == "system")
         else:
             self.cache.evict(lambda k: k == ("resource", resource))
-
-
-def _peek_fresh(cache: ConfigCache, key: tuple[Any, ...], now: int) -> tuple[bool, Any]:
-    entry = cache._entries.get(key)
-    if entry is None or cache.ttl_ms <= 0:
-        return False, None
-    return now - entry.stored_at < cache.ttl_ms, entry.value

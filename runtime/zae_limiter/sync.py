@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any
 
 from . import syncgen
-from .limiter import RateLimiter, _Acquisition
+from .limiter import Acquisition, RateLimiter
 from .repository import Repository
 from .sync_lease import SyncLease, SyncLeaseResource
 
@@ -27,8 +27,8 @@ class SyncRepository:
         self.close()  # type: ignore[attr-defined]
 
 
-class _SyncAcquisition:
-    def __init__(self, acquisition: _Acquisition) -> None:
+class SyncAcquisition:
+    def __init__(self, acquisition: Acquisition) -> None:
         self._async = acquisition
 
     def __enter__(self) -> SyncLease:
@@ -50,7 +50,7 @@ class SyncRateLimiter:
     _async: RateLimiter
 
     def __init__(self, repository: SyncRepository) -> None:
-        self._async = RateLimiter(repository._async)
+        self._async = RateLimiter(syncgen.async_of(repository))
 
     def __enter__(self) -> SyncRateLimiter:
         return self
@@ -63,8 +63,8 @@ class SyncRateLimiter:
         repo: SyncRepository = syncgen.wrap(self._async.repository)
         return repo
 
-    def acquire(self, *args: Any, **kwargs: Any) -> _SyncAcquisition:
-        return _SyncAcquisition(self._async.acquire(*args, **kwargs))
+    def acquire(self, *args: Any, **kwargs: Any) -> SyncAcquisition:
+        return SyncAcquisition(self._async.acquire(*args, **kwargs))
 
 
 SyncRateLimiter.acquire.__signature__ = syncgen.inspect.signature(RateLimiter.acquire)  # type: ignore[attr-defined]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import syncgen
-from .acquire.lease import Lease, LeaseResource, _NoopResource
+from .acquire.lease import Lease, LeaseResource, NoopResource
 
 
 class SyncLeaseResource:
@@ -22,4 +22,4 @@ class SyncLease:
 
 syncgen.twin(LeaseResource, SyncLeaseResource)
 syncgen.twin(Lease, SyncLease)
-syncgen._TWINS[_NoopResource] = SyncLeaseResource
+syncgen.register_twin(NoopResource, SyncLeaseResource)

@@ -8,7 +8,7 @@ they can never disagree. Versions are PEP 440 (`packaging`): `0.17.0rc1` sorts b
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from packaging.version import InvalidVersion, Version
 
@@ -49,6 +49,7 @@ class Verdict:
     until `remedy` is done; `can_auto_update` says whether `upgrade` can do it.
     """
 
+    _: KW_ONLY
     ok: bool
     problem: str = ""  # "client_too_old", "schema_major", "schema_older", "schema_newer"
     message: str = ""
@@ -84,18 +85,19 @@ def assess(
     if minimum and mine < parse(minimum):
         text = f"zae-limiter {library} is older than this table's minimum client version {minimum}"
         return Verdict(
-            False,
-            "client_too_old",
-            f"{text}; upgrade the library (pip install -U zae-limiter)",
+            ok=False,
+            problem="client_too_old",
+            message=f"{text}; upgrade the library (pip install -U zae-limiter)",
             refusal_kind="client_too_old",
             refusal=f"{text}; {NEWER_LIBRARY}",
             remedy="upgrade the library",
         )
     if theirs.major != ours.major:
         return Verdict(
-            False,
-            "schema_major",
-            f"table schema {schema} is incompatible with this library's schema {target_schema}",
+            ok=False,
+            problem="schema_major",
+            message=f"table schema {schema} is incompatible with this library's schema "
+            f"{target_schema}",
             refusal_kind="schema_major",
             refusal=f"table schema {schema} and this library's schema {target_schema} differ in "
             "major version: upgrade cannot migrate across a major version",
@@ -103,9 +105,9 @@ def assess(
         )
     if _minor(theirs) > _minor(ours):
         return Verdict(
-            False,
-            "schema_newer",
-            f"table schema {schema} is newer than this library supports ({target_schema}); "
+            ok=False,
+            problem="schema_newer",
+            message=f"table schema {schema} is newer than this library supports ({target_schema}); "
             "upgrade the library",
             refusal_kind="schema_newer",
             refusal=f"table schema {schema} is newer than this library's {target_schema}; "
@@ -135,9 +137,9 @@ def assess(
             refusal or UPGRADE_HINT
         )
     return Verdict(
-        not problem,
-        problem,
-        message,
+        ok=not problem,
+        problem=problem,
+        message=message,
         can_auto_update=not refusal,
         aggregator_older=older,
         refusal_kind=kind,

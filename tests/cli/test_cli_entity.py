@@ -111,9 +111,8 @@ async def test_flags_and_cascade(zl: ZL, live: Repository) -> None:
         ("clear-disabled", None),
     ):
         data = zl.json("entity", command, "user-7", "-r", "budget")
-        assert data["state"] == {True: "disabled", False: "enabled", None: "inherit"}.get(
-            stored, stored
-        )  # type: ignore[call-overload]
+        names: dict[bool | str | None, str] = {True: "disabled", False: "enabled", None: "inherit"}
+        assert data["state"] == names.get(stored, stored)
         assert await live.get_entity_disabled("user-7", "budget") == stored
     zl("entity", "bypass", "user-7")
     assert await live.get_entity_disabled("user-7", "_default_") == "bypass"

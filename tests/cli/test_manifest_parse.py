@@ -173,8 +173,8 @@ resources:
             "never drips",
         ),
         (
-            "namespace: default\nresources: {r: {limits: {x: {capacity: 5, reset_after_seconds: 60, "
-            "reset_schedule: [{cron: '0 0 * * 1'}]}}}}",
+            "namespace: default\nresources: {r: {limits: {x: {capacity: 5, "
+            "reset_after_seconds: 60, reset_schedule: [{cron: '0 0 * * 1'}]}}}}",
             "resources.r.limits.x",
             "not both",
         ),

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from zae_limiter import (
@@ -101,8 +103,8 @@ async def test_unknown_limit_names_are_refused_and_nothing_is_written(
 
 
 async def test_an_unmetered_resource_admits_and_writes_nothing(
-    limiter: RateLimiter, repo: Repository, wire
-) -> None:  # type: ignore[no-untyped-def]
+    limiter: RateLimiter, repo: Repository, wire: Any
+) -> None:
     async with limiter.acquire("u1", "free", {"anything": 5}) as lease:
         await lease.adjust(anything=2)
         assert lease.consumed == {"anything": 7}

@@ -32,7 +32,8 @@ async def test_a_cascading_parents_rejection_is_reported(
     with pytest.raises(RateLimitExceeded) as info:  # the acquire agrees
         async with limiter.acquire("user-c1", "search", {"requests": 1}):
             pass
-    assert info.value.primary_violation.entity_id == "org-z"
+    violation = info.value.primary_violation
+    assert violation is not None and violation.entity_id == "org-z"
     # a parent that declares none of the needed limits is not judged
     assert (await repo.check_availability("user-c1", "search")).allowed is True
 

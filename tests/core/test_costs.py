@@ -109,7 +109,10 @@ async def seed_setup(limiter: RateLimiter, repo: Repository, *, org_budget: bool
         )
 
 
-CALL = {"consume": {"requests": 1, "units": 100}, "also": {"budget": {"weekly": 7_000}}}
+CALL: dict[str, Any] = {
+    "consume": {"requests": 1, "units": 100},
+    "also": {"budget": {"weekly": 7_000}},
+}
 
 
 async def test_seed_cost_table_resource_cascades_budget_per_user(

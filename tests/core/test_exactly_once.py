@@ -187,7 +187,7 @@ async def test_two_os_processes_match_the_ledger(table: TableRef, clock: FakeClo
     ledger = Ledger()
     for result in results:
         for key, amount in result["kept"]:
-            ledger.kept[tuple(key)] += amount  # type: ignore[index]
+            ledger.kept[tuple(key)] += amount
         ledger.admitted += result["admitted"]
     print("ledger os-processes:", [(r["faults"], r["admitted"], r["errors"]) for r in results])
     assert all(r["faults"] > 0 and r["problems"] == 0 for r in results)

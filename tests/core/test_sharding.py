@@ -59,7 +59,8 @@ async def test_a_hot_organisation_bucket_splits_and_every_process_converges(
 def clock_minutes(clock: Any) -> float:
     from support.clock import DEFAULT_START_MS
 
-    return (clock() - DEFAULT_START_MS) / 60_000
+    elapsed: int = clock() - DEFAULT_START_MS
+    return elapsed / 60_000
 
 
 async def test_a_quota_split_mid_period_admits_exactly_its_allowance(

@@ -23,7 +23,7 @@ BAD_LIMITS = [
     (lambda: Limit.per_minute("rpm", 0), ValidationError),
     (lambda: Limit.per_minute("rpm", 10**15 + 1), ValidationError),
     (lambda: Limit.per_minute("rpm", 1.5), ValidationError),  # type: ignore[arg-type]
-    (lambda: Limit.per_minute("rpm", True), ValidationError),  # type: ignore[arg-type]
+    (lambda: Limit.per_minute("rpm", True), ValidationError),
     (lambda: Limit.custom("rpm", 10, 1, 0), ValidationError),
     (lambda: Limit.custom("rpm", 10, 1, 10**9 + 1), ValidationError),
     (lambda: Limit.custom("rpm", 10, 0, 60), ValidationError),

@@ -12,7 +12,7 @@ TOKEN = "<token>"
 
 def resources(template: Template, resource_type: str) -> dict[str, dict[str, Any]]:
     """Every resource of one type: logical id -> resource."""
-    return dict(template.find_resources(resource_type))
+    return {name: dict(body) for name, body in template.find_resources(resource_type).items()}
 
 
 def only(template: Template, resource_type: str) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def render(value: Any) -> str:
         return value
     if isinstance(value, dict) and set(value) == {"Fn::Join"}:
         separator, parts = value["Fn::Join"]
-        return separator.join(render(part) for part in parts)
+        return str(separator).join(render(part) for part in parts)
     return TOKEN
 
 

@@ -77,6 +77,7 @@ def fake_lambda_runtime(
         bundle = workdir / f"code-{len(invocations.custom_resource)}"
         with zipfile.ZipFile(io.BytesIO(function.code_bytes)) as archive:
             archive.extractall(bundle)
+        assert function.handler is not None
         module, handler = function.handler.split(".")
         result = run_python(
             bundle,
@@ -121,7 +122,7 @@ def publish_assets(outdir: Path, stack_name: str, s3: Any, ssm: Any) -> None:
     # A reserved (`/aws/...`) name: the API refuses it, so it goes into moto's store directly.
     name = powertools_parameter_name(lambda_.Architecture.ARM_64)
     ssm_backends[ACCOUNT][REGION]._parameters[name].append(
-        Parameter(
+        Parameter(  # type: ignore[abstract]  # moto's model declares CloudFormation hooks abstract
             account_id=ACCOUNT,
             name=name,
             value=f"arn:aws:lambda:{REGION}:017000801446:layer:Powertools-arm64:1",

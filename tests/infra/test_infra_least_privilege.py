@@ -76,16 +76,21 @@ def table_arn(template: Any) -> dict[str, Any]:
 
 def managed(template: Any, part: str) -> list[dict[str, Any]]:
     found = resources(template, "AWS::IAM::ManagedPolicy")
-    return statements(found[logical_id(template, "AWS::IAM::ManagedPolicy", part)])
+    listed: list[dict[str, Any]] = statements(
+        found[logical_id(template, "AWS::IAM::ManagedPolicy", part)]
+    )
+    return listed
 
 
 def role_statements(template: Any, part: str) -> list[dict[str, Any]]:
     found = resources(template, "AWS::IAM::Policy")
-    return statements(found[logical_id(template, "AWS::IAM::Policy", part)])
+    listed: list[dict[str, Any]] = statements(found[logical_id(template, "AWS::IAM::Policy", part)])
+    return listed
 
 
 def writable(policy: list[dict[str, Any]], template: Any, action: str, **kw: Any) -> set[str]:
-    return allowed_kinds(policy, action, table_arn(template), ITEMS, **kw)
+    kinds: set[str] = allowed_kinds(policy, action, table_arn(template), ITEMS, **kw)
+    return kinds
 
 
 def test_the_evaluator_tells_allowed_from_denied() -> None:

@@ -52,11 +52,12 @@ def all_item_arns(template: Any) -> list[Any]:
 
 
 def aggregator(template: Any) -> dict[str, Any]:
-    return resources(template, FUNCTION)[logical_id(template, FUNCTION, "AggregatorFunction")]
+    found: dict[str, dict[str, Any]] = resources(template, FUNCTION)
+    return found[logical_id(template, FUNCTION, "AggregatorFunction")]
 
 
 def role_policy(template: Any, role_part: str) -> dict[str, Any]:
-    policies = resources(template, "AWS::IAM::Policy")
+    policies: dict[str, dict[str, Any]] = resources(template, "AWS::IAM::Policy")
     return policies[logical_id(template, "AWS::IAM::Policy", f"{role_part}RoleDefaultPolicy")]
 
 
@@ -539,7 +540,7 @@ def test_dashboard(synthesized: Synthesized) -> None:
 
 
 def policies_by_name(template: Any, construct_part: str) -> dict[str, Any]:
-    found = resources(template, MANAGED_POLICY)
+    found: dict[str, dict[str, Any]] = resources(template, MANAGED_POLICY)
     return found[logical_id(template, MANAGED_POLICY, construct_part)]
 
 

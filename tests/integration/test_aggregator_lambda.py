@@ -175,7 +175,7 @@ async def audit_removals(repo: Repository, ddb_client: Any) -> list[dict[str, An
     """The stream records TTL would produce for the table's audit events, and one plain delete."""
     await RateLimiter(repo).create_entity(entity_id="user-1")
     await RateLimiter(repo).create_entity(entity_id="user-2")
-    removals = []
+    removals: list[dict[str, Any]] = []
     for seq, entity in enumerate(("user-1", "user-2"), start=1):
         partition = keys.audit_partition(repo.namespace_id, entity)
         page = await ddb_client.query(

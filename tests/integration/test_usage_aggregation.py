@@ -418,7 +418,7 @@ async def test_listing_by_entity_resource_window_and_time(limiter: RateLimiter) 
     ],
 )
 async def test_pagination_returns_every_snapshot_once(
-    limiter: RateLimiter, filters: dict[str, str]
+    limiter: RateLimiter, filters: dict[str, Any]
 ) -> None:
     everything, _ = await limiter.get_usage_snapshots(**filters)
     paged: list[UsageSnapshot] = []
@@ -515,11 +515,11 @@ async def test_roll_up_per_organisation(
     await repo.set_resource_cascade("budget", False)
     await limiter.set_limits("org-acme", [Limit.per_day("units", 1_000_000)], resource="search")
     spend = {"user-5": [(100, 7_000), (140, 9_000)], "user-6": [(60, 4_000)]}
-    for user, calls in spend.items():
-        await limiter.create_entity(entity_id=user, parent_id="org-acme")
+    for user_id, calls in spend.items():
+        await limiter.create_entity(entity_id=user_id, parent_id="org-acme")
         for units, price in calls:
             async with limiter.acquire(
-                user,
+                user_id,
                 "search",
                 consume={"requests": 1, "units": units},
                 also={"budget": {"weekly": price}},

@@ -65,7 +65,8 @@ async def test_the_headers_count_down_and_also_is_debited_per_request(
     await limiter.set_resource_defaults("budget", [Limit.per_day("units", 1_000)])
 
     async def entity(scope: Any) -> str | None:  # an awaitable answer is awaited
-        return service.api_key(scope)
+        key: str | None = service.api_key(scope)
+        return key
 
     def budget(scope: Any) -> dict[str, dict[str, int]]:
         return {"budget": {"units": 5 if scope["path"] == "/big" else 1}}

@@ -15,7 +15,6 @@ from support.clock import FakeClock
 from support.ratelimit_fields import checked
 from support.tables import TableRef
 from zae_limiter import (
-    Lease,
     Limit,
     RateLimiter,
     RateLimitExceeded,
@@ -25,6 +24,7 @@ from zae_limiter import (
     SyncRepository,
     ValidationError,
 )
+from zae_limiter.acquire.lease import Ledger, degraded_lease
 from zae_limiter.http import partition_key, problem_details, ratelimit_headers
 
 
@@ -148,7 +148,7 @@ async def test_a_sync_lease_gets_the_same_headers(table: TableRef) -> None:
 
 
 def test_the_degraded_lease_and_other_values() -> None:
-    assert ratelimit_headers(Lease._degraded_lease()) == {}
+    assert ratelimit_headers(degraded_lease(Ledger({}))) == {}
     with pytest.raises(TypeError, match="Lease, SyncLease or RateLimitExceeded"):
         ratelimit_headers({"rpm": 1})
 

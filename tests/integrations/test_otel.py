@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -54,10 +54,9 @@ class Telemetry:
             for scope in resource.scope_metrics:
                 for metric in scope.metrics:
                     for point in metric.data.data_points:
-                        value = getattr(point, "value", None)
-                        if value is None:
-                            value = point.count
-                        out.setdefault(metric.name, []).append((dict(point.attributes), value))
+                        value = point.value if isinstance(point, NumberDataPoint) else point.count
+                        attributes = dict(point.attributes or {})
+                        out.setdefault(metric.name, []).append((attributes, value))
         return out
 
 

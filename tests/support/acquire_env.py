@@ -71,10 +71,10 @@ class AcquireEnv:
             image.resource,
             ENTITY,
             image,
-            exists,
-            self.clock(),
-            read_now,
-            milli,
+            exists=exists,
+            seen_at=self.clock(),
+            read_now=read_now,
+            amounts=milli,
         )
 
     def new_target(self, amounts: dict[str, int], resource: str = "search") -> Target:

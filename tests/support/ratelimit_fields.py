@@ -33,7 +33,7 @@ SERVICE_LIMIT_PARAMETERS = {
 
 def _items(value: str, rules: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """{policy name: parameters} of a field, each item checked against `rules`."""
-    parsed = http_sf.parse(value.encode(), tltype="list")
+    parsed: Any = http_sf.parse(value.encode(), tltype="list")  # a list of (item, params)
     assert parsed, f"empty list: {value!r}"
     out = {}
     for item, params in parsed:

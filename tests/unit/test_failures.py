@@ -28,7 +28,7 @@ def client_error(code: str, status: int = 400, **extra: object) -> bce.ClientErr
         "Error": {"Code": code, "Message": "m"},
         "ResponseMetadata": {"HTTPStatusCode": status},
     }
-    return bce.ClientError({**response, **extra}, "UpdateItem")  # type: ignore[arg-type]
+    return bce.ClientError({**response, **extra}, "UpdateItem")
 
 
 def aiohttp_lost(underlying: str) -> aiohttp.ClientOSError:

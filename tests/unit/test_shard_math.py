@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from zae_limiter.core import bucket, operations, shares
 from zae_limiter.core.bucket import MILLI, Guard, Kind, LimitWrite, Params, Slot, State
-from zae_limiter.core.split import siblings, split_limit
+from zae_limiter.core.shard_split import siblings, split_limit
 
 T0 = 1_767_571_200_000 + 3_600_000  # 2026-01-05 01:00 UTC: a daily quota period is open
 DAY = 86_400_000

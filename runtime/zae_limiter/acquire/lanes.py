@@ -161,6 +161,10 @@ class Lanes:
                 lane.release()
         return await call.future
 
+    def retire(self, key: tuple[str, str, str, int]) -> None:
+        """Forget an item's lane once it is free (the next call opens a new one)."""
+        self._lanes.pop(key, None)
+
 
 class _Lane:
     """One item's queue of calls and its latest image."""
@@ -182,7 +186,7 @@ class _Lane:
             self._task = asyncio.ensure_future(self._drain_rest())
         else:
             self.busy = False
-            self.lanes._lanes.pop(self.key, None)
+            self.lanes.retire(self.key)
 
     async def _drain_rest(self) -> None:
         try:
@@ -195,7 +199,7 @@ class _Lane:
                 self.busy = True
                 self._task = asyncio.ensure_future(self._drain_rest())
             else:
-                self.lanes._lanes.pop(self.key, None)
+                self.lanes.retire(self.key)
 
     async def drain(self, *, until: Call | None) -> None:
         """Write batches until `until` is decided (or, with None, until the queue is empty).

@@ -1,19 +1,21 @@
-"""`Lease` and `LeaseResource`: what an acquire holds until its block exits
-(docs/getting-started.md)."""
+"""`Lease` and `LeaseResource`: what an acquire holds until its block exits.
+
+See docs/getting-started.md. A lease reads and changes its `Ledger` (the holds, open or not);
+writes go through the `LeaseWriter` that made it (the acquisition), which also writes the
+ledger's pending changes on exit.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .. import validation
 from ..core import bucket
 from ..core.bucket import MILLI
+from ..dynamo.bucket_items import BucketImage
 from ..errors import LeaseExpiredError, ValidationError
 from .values import Landed, ResourcePlan, Target
-
-if TYPE_CHECKING:
-    from ..limiter import _Acquisition
 
 
 @dataclass
@@ -45,20 +47,52 @@ class ResourceHold:
             )
 
 
+@dataclass
+class Ledger:
+    """What a lease holds, shared by the lease and the acquisition that made it."""
+
+    holds: dict[str, ResourceHold]
+    open: bool = True
+
+    def check_open(self) -> None:
+        if not self.open:
+            raise LeaseExpiredError()
+
+    def close(self, writer: LeaseWriter | None) -> None:
+        """End the block: read-only members keep their final values (soft balances frozen)."""
+        if self.open and writer is not None:
+            for hold in self.holds.values():
+                hold.final_overdrawn = writer.overdrawn(hold)
+        self.open = False
+
+
+class LeaseWriter(Protocol):
+    """What a lease asks of the acquisition that made it."""
+
+    async def consume_more(self, hold: ResourceHold, amounts: dict[str, int]) -> None: ...
+
+    def overdrawn(self, hold: ResourceHold) -> list[str]: ...
+
+    def now(self) -> int: ...
+
+    def newest_image(self, image: BucketImage) -> BucketImage: ...
+
+
 class LeaseResource:
     """One resource of a lease: adjust, consume, release, and what it has taken."""
 
-    def __init__(self, lease: Lease, resource: str) -> None:
-        self._lease = lease
+    def __init__(self, writer: LeaseWriter, ledger: Ledger, resource: str) -> None:
+        self._writer = writer
+        self._ledger = ledger
         self.name = resource
 
     @property
     def _hold(self) -> ResourceHold:
-        return self._lease._holds[self.name]
+        return self._ledger.holds[self.name]
 
     def _open_hold(self) -> ResourceHold:
         """The hold, for the members that change it: LeaseExpiredError after the block."""
-        self._lease._check_open()
+        self._ledger.check_open()
         return self._hold
 
     @property
@@ -75,36 +109,14 @@ class LeaseResource:
         hold = self._hold
         if hold.final_overdrawn is not None:
             return list(hold.final_overdrawn)
-        return self._live_overdrawn()
-
-    def _live_overdrawn(self) -> list[str]:
-        hold = self._hold
-        if hold.child is None:
-            return []
-        image = self._lease._acq.admission.images.get(
-            (hold.child.target.image.ns, hold.child.target.entity_id, self.name, 0)
-        )
-        current = image[0] if image else hold.child.target.image
-        now = self._lease._acq.clock()
-        out = []
-        for params in current.stamp.limits:
-            if not params.soft:
-                continue
-            state = current.states.get(params.name)
-            if state is None:
-                continue
-            balance = bucket.view(params, state, now, current.slot).balance
-            balance -= hold.pending.get(params.name, 0) * MILLI
-            if balance < 0:
-                out.append(params.name)
-        return out
+        return self._writer.overdrawn(hold)
 
     async def consume(self, **amounts: int) -> None:
         """Take more now, all or none, judged against the live balance."""
         checked = validation.amounts(amounts, "consume")
         hold = self._open_hold()
         hold.check_names(checked)
-        await self._lease._acq.consume_more(hold, checked)
+        await self._writer.consume_more(hold, checked)
 
     async def adjust(self, **amounts: int) -> None:
         """Record a change (signed) to write on exit. Never rejects; net is clamped at 0."""
@@ -119,12 +131,12 @@ class LeaseResource:
 
     async def release(self, **amounts: int) -> None:
         """`adjust` with the amounts negated."""
-        self._lease._check_open()
+        self._ledger.check_open()
         checked = validation.amounts(amounts, "release")
         await self.adjust(**{name: -amount for name, amount in checked.items()})
 
 
-class _NoopResource:
+class NoopResource:
     """Handle on the degraded lease: every member is a no-op."""
 
     def __init__(self, name: str) -> None:
@@ -146,50 +158,37 @@ class _NoopResource:
 class Lease:
     """What `acquire()` yields. Lease-level members act on the primary resource."""
 
-    def __init__(self, acquisition: _Acquisition | None, holds: dict[str, ResourceHold]) -> None:
-        self._acq: _Acquisition = acquisition  # type: ignore[assignment]  # None only if degraded
-        self._holds = holds
-        self._open = True
-        self._degraded = acquisition is None
-
-    @classmethod
-    def _degraded_lease(cls) -> Lease:
-        return cls(None, {})
+    def __init__(self, writer: LeaseWriter | None, ledger: Ledger) -> None:
+        self._writer = writer  # None only for the degraded lease
+        self._ledger = ledger
 
     @property
     def degraded(self) -> bool:
         """True only for the no-op lease yielded under on_unavailable=ALLOW during an outage."""
-        return self._degraded
+        return self._writer is None
 
     def _check_open(self) -> None:
-        if not self._open:
-            raise LeaseExpiredError()
-
-    def _close(self) -> None:
-        """End the block: read-only members keep their final values (soft balances frozen)."""
-        if self._open and not self._degraded:
-            for name, hold in self._holds.items():
-                hold.final_overdrawn = LeaseResource(self, name)._live_overdrawn()
-        self._open = False
+        self._ledger.check_open()
 
     @property
     def resources(self) -> tuple[str, ...]:
-        return tuple(self._holds)
+        return tuple(self._ledger.holds)
 
     def resource(self, name: str) -> LeaseResource:
         """The handle of one covered resource; ValidationError for any other name."""
-        if self.degraded:
-            return _NoopResource(name)  # type: ignore[return-value]
-        if name not in self._holds:
+        if self._writer is None:
+            return NoopResource(name)  # type: ignore[return-value]
+        holds = self._ledger.holds
+        if name not in holds:
             raise ValidationError(
-                "resource", name, f"this lease covers {list(self._holds)}; use one of those"
+                "resource", name, f"this lease covers {list(holds)}; use one of those"
             )
-        return LeaseResource(self, name)
+        return LeaseResource(self._writer, self._ledger, name)
 
     def _primary(self) -> LeaseResource:
-        if self.degraded:
-            return _NoopResource("")  # type: ignore[return-value]
-        return LeaseResource(self, next(iter(self._holds)))
+        if self._writer is None:
+            return NoopResource("")  # type: ignore[return-value]
+        return LeaseResource(self._writer, self._ledger, next(iter(self._ledger.holds)))
 
     @property
     def consumed(self) -> dict[str, int]:
@@ -211,6 +210,37 @@ class Lease:
 
     async def release(self, **amounts: int) -> None:
         await self._primary().release(**amounts)
+
+
+def writer_of(lease: Lease) -> LeaseWriter | None:
+    """The acquisition that made `lease` (None for the degraded lease)."""
+    return lease._writer
+
+
+def holds_of(lease: Lease) -> dict[str, ResourceHold]:
+    """Each resource `lease` covers and its hold, primary first (read them, do not change them)."""
+    return lease._ledger.holds
+
+
+def degraded_lease(ledger: Ledger) -> Lease:
+    """The no-op lease yielded under on_unavailable=ALLOW during an outage."""
+    return Lease(None, ledger)
+
+
+def overdrawn_names(image: BucketImage, pending: dict[str, int], now: int) -> list[str]:
+    """Soft limits of `image` below zero at `now`, counting `pending` (whole units) too."""
+    out = []
+    for params in image.stamp.limits:
+        if not params.soft:
+            continue
+        state = image.states.get(params.name)
+        if state is None:
+            continue
+        balance = bucket.view(params, state, now, image.slot).balance
+        balance -= pending.get(params.name, 0) * MILLI
+        if balance < 0:
+            out.append(params.name)
+    return out
 
 
 def landed_items(holds: dict[str, ResourceHold]) -> list[Landed]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from ..caches import ImageCache
 from ..core import bucket
 from ..core.bucket import LimitWrite, Slot, State
-from ..core.split import split_limit
+from ..core.shard_split import split_limit
 from ..dynamo.bucket_items import BucketImage, Stamp
 from ..dynamo.bucket_store import ShardSplit
 from . import planning
@@ -199,12 +199,12 @@ def split_parts(
                 shard_zero.stamp_seq,
                 shard,
             )
-        parts.append(_split_part(image, exists, now, maker))
+        parts.append(_split_part(image, now, maker, exists=exists))
     return parts
 
 
 def _split_part(
-    image: BucketImage, exists: bool, now: int, maker: planning.ItemMaker
+    image: BucketImage, now: int, maker: planning.ItemMaker, *, exists: bool
 ) -> ShardSplit:
     shards = image.stamp.shards
     doubled = shards * 2
@@ -223,4 +223,6 @@ def _split_part(
         slot = Slot(image.shard, doubled)
         states = {p.name: bucket.full_state(p, slot) for p in stamp.limits}
         old_item = maker.item_for(image, stamp, seq, states, now)
-    return ShardSplit(image, exists, old_writes, old_item, sibling, now)
+    return ShardSplit(
+        image, exists=exists, old_writes=old_writes, old_item=old_item, sibling=sibling, now=now
+    )

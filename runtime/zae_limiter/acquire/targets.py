@@ -81,7 +81,10 @@ class TargetFinder:
         image, seen_at = hit
         if not self._still_current(image, override, now):
             return None
-        return self.shards.place(Target(entity_id, resource, role, image, True, seen_at, False))
+        target = Target(
+            entity_id, resource, role, image, exists=True, seen_at=seen_at, read_now=False
+        )
+        return self.shards.place(target)
 
     def _still_current(
         self, image: BucketImage, override: Sequence[Limit] | None, now: int
@@ -162,7 +165,9 @@ class TargetFinder:
             done = await asyncio.gather(*(self.restamp(r.image, r.stamp) for r in restamps))
             now = self.clock()
             for job, image in zip(restamps, done, strict=True):
-                target = Target(entity_id, job.resource, role, image, True, now, True)
+                target = Target(
+                    entity_id, job.resource, role, image, exists=True, seen_at=now, read_now=True
+                )
                 out[job.resource] = (out[job.resource][0], target)
         return out
 
@@ -179,7 +184,9 @@ class TargetFinder:
         if existing is None or existing.expired(now):
             seq = existing.stamp_seq + 1 if existing is not None else 1
             image = planning.blank_image(self.ns, entity_id, resource, wanted, seq)
-            return Target(entity_id, resource, role, image, False, now, True)
+            return Target(
+                entity_id, resource, role, image, exists=False, seen_at=now, read_now=True
+            )
         self.images.put(existing, now)
         current = (
             planning.newer_or_same(existing.stamp, wanted)
@@ -191,7 +198,10 @@ class TargetFinder:
         if not current:
             # The item knows newer config than our cache: trust it, refresh the cache later.
             self.resolver.forget(resource)
-        return self.shards.place(Target(entity_id, resource, role, existing, True, now, True))
+        target = Target(
+            entity_id, resource, role, existing, exists=True, seen_at=now, read_now=True
+        )
+        return self.shards.place(target)
 
     # --- an acquire's plans ----------------------------------------------------------------------
 
@@ -320,5 +330,5 @@ def _with_amounts(entity_id: str, ordered: list[ResourcePlan]) -> list[ResourceP
                 n: a * MILLI for n, a in plan.amounts.items() if parent.stamp.params(n) is not None
             }
             parent = evolve(parent, amounts=mine) if mine else None
-        out.append(evolve(plan, child=child, parent=parent))
+        out.append(ResourcePlan(plan.resource, plan.amounts, child, parent))
     return out

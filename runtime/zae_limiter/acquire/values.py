@@ -7,7 +7,7 @@ Targets and plans are immutable: a step that learns something new returns a chan
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from ..core.bucket import LimitWrite
 from ..dynamo.bucket_items import BucketImage, Stamp
@@ -30,6 +30,7 @@ class Target:
     resource: str
     role: str  # ENTITY or PARENT
     image: BucketImage
+    _: KW_ONLY
     exists: bool
     seen_at: int
     read_now: bool

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from .. import validation
@@ -85,6 +85,7 @@ class _Shard:
     """One shard item as read (or the blank one a top-up creates)."""
 
     image: BucketImage
+    _: KW_ONLY
     exists: bool
 
 
@@ -121,7 +122,7 @@ class BalancesMixin(AdminBase):
         if not checked:
             raise ValidationError("amounts", amounts, "name at least one limit, e.g. {'weekly': 1}")
         key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
-        await check_gate(self, "top_up")
+        await check_gate(self._scope, "top_up")
         call = _Call(
             AuditAction.BUCKET_TOPPED_UP,
             entity_id,
@@ -159,7 +160,7 @@ class BalancesMixin(AdminBase):
                 )
             names = tuple(dict.fromkeys(validation.limit_name(n, "limits") for n in limits))
         key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
-        await check_gate(self, "reset_bucket")
+        await check_gate(self._scope, "reset_bucket")
         call = _Call(AuditAction.BUCKET_RESET, entity_id, resource, names, {}, key, principal)
         return await self._balance_operation(call)
 
@@ -244,7 +245,7 @@ class BalancesMixin(AdminBase):
         if not target.exists:
             return _Bucket(target.stamp, [], record)
         if target.stamp.shards == 1:
-            return _Bucket(target.stamp, [_Shard(target.image, True)], record)
+            return _Bucket(target.stamp, [_Shard(target.image, exists=True)], record)
         # Sharded: the acquire machinery may have picked any shard; read them all, at one instant.
         count = target.stamp.shards
         found = await self._store.batch_get(
@@ -257,7 +258,7 @@ class BalancesMixin(AdminBase):
         if first is None or first.expired(now) or first.stamp.shards != count:
             raise RulesChanged()  # changed since the first read: start again
         stamp = first.stamp  # shard 0 holds the shard count; its stamp is the bucket's
-        shards = [_Shard(first, True)]
+        shards = [_Shard(first, exists=True)]
         for shard in range(1, count):
             image = by_shard.get(shard)
             if image is None or image.expired(now):  # never written, or expired: full
@@ -265,11 +266,11 @@ class BalancesMixin(AdminBase):
                 blank = BucketImage(
                     self._ns, call.entity_id, call.resource, shard, stamp, seq, _full(stamp, shard)
                 )
-                shards.append(_Shard(blank, False))
+                shards.append(_Shard(blank, exists=False))
                 continue
             if image.stamp != stamp:
                 image = await self._admission.restamp(image, stamp)
-            shards.append(_Shard(image, True))
+            shards.append(_Shard(image, exists=True))
         return _Bucket(stamp, shards, record)
 
     def _plan(self, call: _Call, bucket: _Bucket) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -295,7 +296,7 @@ class BalancesMixin(AdminBase):
             blank = BucketImage(
                 self._ns, call.entity_id, call.resource, 0, stamp, 1, _full(stamp, 0)
             )
-            shards = [_Shard(blank, False)]
+            shards = [_Shard(blank, exists=False)]
         if not call.is_top_up:
             shards = [shard for shard in shards if shard.exists]
         now = self._clock()

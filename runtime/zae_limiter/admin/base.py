@@ -24,8 +24,22 @@ from ..resolution import stamp_for
 
 if TYPE_CHECKING:
     from ..acquire import Admission
-    from ..repository import _Shared
     from ..resolution import Resolver
+    from ..scope import Scope, Shared
+
+
+async def entity_known(scope: Scope, entity_id: str, resource: str | None = None) -> bool:
+    """Whether the entity has a record or any bucket item (docs/entities.md): one wave of
+    strongly consistent reads (the bucket of `resource`, when given, covers an acquire that
+    the entity-buckets index has not caught up with yet)."""
+    store, ns = scope.store, scope.namespace_id
+    bucket_key = None if resource is None else keys.bucket(ns, entity_id, resource)
+    record, (rows, _), bucket = await asyncio.gather(
+        store.get(keys.entity_meta(ns, entity_id)),
+        store.query(keys.entity_buckets_index_key(ns, entity_id), index=keys.GSI3, limit=1),
+        store.get(bucket_key) if bucket_key is not None else _none(),
+    )
+    return record is not None or bool(rows) or bucket is not None
 
 
 class AdminBase:
@@ -35,7 +49,8 @@ class AdminBase:
     _clock: Callable[[], int]
     _admission: Admission
     _resolver: Resolver
-    _shared: _Shared
+    _shared: Shared
+    _scope: Scope
 
     # provided by Repository
     _forget: Callable[..., None]
@@ -89,18 +104,7 @@ class AdminBase:
         }
 
     async def _entity_known(self, entity_id: str, resource: str | None = None) -> bool:
-        """Whether the entity has a record or any bucket item (docs/entities.md): one wave of
-        strongly consistent reads (the bucket of `resource`, when given, covers an acquire that
-        the entity-buckets index has not caught up with yet)."""
-        bucket_key = None if resource is None else keys.bucket(self._ns, entity_id, resource)
-        record, (rows, _), bucket = await asyncio.gather(
-            self._store.get(keys.entity_meta(self._ns, entity_id)),
-            self._store.query(
-                keys.entity_buckets_index_key(self._ns, entity_id), index=keys.GSI3, limit=1
-            ),
-            self._store.get(bucket_key) if bucket_key is not None else _none(),
-        )
-        return record is not None or bool(rows) or bucket is not None
+        return await entity_known(self._scope, entity_id, resource)
 
     async def _require_known(self, entity_id: str, resource: str | None = None) -> None:
         """EntityNotFoundError for an entity that has neither a record nor a bucket item: a

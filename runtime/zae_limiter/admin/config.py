@@ -17,6 +17,7 @@ from ..limits import Limit, check_limit_list
 from ..models import AuditAction, ConfigSource, OnUnavailable
 from ..resolution import system_level_from_item
 from .base import AdminBase
+from .gates import check_gate, limit_gates
 
 KEEP: Any = object()  # "leave the stored flag as it is"
 #: Writes of one level that collide with a concurrent change of it (TransactionConflict) are
@@ -24,15 +25,6 @@ KEEP: Any = object()  # "leave the stored flag as it is"
 WRITE_ATTEMPTS = 16
 #: The longest wait between two of those attempts (full jitter below it).
 WRITE_BACKOFF_CAP_S = 1.0
-
-
-def _limit_gates(limits: list[Limit]) -> list[str]:
-    gates = []
-    if any(lim.soft for lim in limits):
-        gates.append("soft_limits")
-    if any(lim.is_session for lim in limits):
-        gates.append("session_quotas")
-    return gates
 
 
 def _check_disabled(value: Any) -> None:
@@ -193,15 +185,13 @@ class ConfigMixin(AdminBase):
         self._forget(resource=resource)
 
     async def _gates_for(self, limits: Any, disabled: Any, cascade: Any) -> None:
-        from .gates import check_gate
-
-        features = _limit_gates(limits) if isinstance(limits, list) else []
+        features = limit_gates(limits) if isinstance(limits, list) else []
         if disabled == "bypass":
             features.append("bypass")
         if cascade is not KEEP:
             features.append("cascade_policy")
         for feature in features:
-            await check_gate(self, feature)
+            await check_gate(self._scope, feature)
 
     # --- entity level ----------------------------------------------------------------------------
 

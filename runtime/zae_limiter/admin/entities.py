@@ -11,6 +11,7 @@ from ..dynamo.transport import TransactionCancelled
 from ..errors import EntityExistsError, EntityNotFoundError, ValidationError
 from ..models import AuditAction, Entity
 from .base import AdminBase
+from .gates import check_gate
 
 #: A usage tombstone outlives every stream record it can meet (the stream keeps 24 h).
 TOMBSTONE_TTL_S = 72 * 3600
@@ -257,6 +258,4 @@ class EntitiesMixin(AdminBase):
         return await self._fanout(entity_id)
 
     async def _gate(self, feature: str) -> None:
-        from .gates import check_gate
-
-        await check_gate(self, feature)
+        await check_gate(self._scope, feature)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
@@ -14,7 +14,10 @@ from ..dynamo.transport import ConditionFailed
 from ..errors import RateLimiterUnavailable, VersionMismatchError
 from ..limits import Limit
 from ..schema import PARTITION_KEY, SCHEMA_VERSION
-from .config import _limit_gates
+from ..scope import Scope
+
+if TYPE_CHECKING:
+    from ..repository import Repository
 
 REQUIRED: dict[str, str] = {
     "top_up": "0.17.0",
@@ -30,21 +33,32 @@ REQUIRED: dict[str, str] = {
 RATCHET_ATTEMPTS = 5
 
 
-def _passed_key(feature: str, ratchet: bool) -> str:
+def limit_gates(limits: list[Limit]) -> list[str]:
+    """The features a list of limits needs."""
+    gates = []
+    if any(lim.soft for lim in limits):
+        gates.append("soft_limits")
+    if any(lim.is_session for lim in limits):
+        gates.append("session_quotas")
+    return gates
+
+
+def _passed_key(feature: str, *, ratchet: bool) -> str:
     return f"{feature}:{'ratchet' if ratchet else 'check'}"
 
 
-async def check_gate(repo: Any, feature: str, *, ratchet: bool = True) -> None:
+async def check_gate(where: Scope | Repository, feature: str, *, ratchet: bool = True) -> None:
     """Refuse `feature` unless the stack's aggregator is recent enough; then raise the minimum."""
-    shared = repo._shared
+    scope = where if isinstance(where, Scope) else where.scope
+    shared = scope.shared
     passed = shared.gates_passed
-    if _passed_key(feature, ratchet) in passed or _passed_key(feature, True) in passed:
+    if {_passed_key(feature, ratchet=ratchet), _passed_key(feature, ratchet=True)} & passed:
         return
     required = REQUIRED[feature]
-    record = await repo._store.get(keys.version_record()) or {}
+    record = await scope.store.get(keys.version_record()) or {}
     aggregator = record.get("aggregator_version")
     if aggregator is not None and not versioning.at_least(str(aggregator), required):
-        verdict = versioning.assess(record, table=repo._store.table)
+        verdict = versioning.assess(record, table=scope.store.table)
         raise VersionMismatchError(
             versioning.LIBRARY_VERSION,
             str(record.get("schema_version") or SCHEMA_VERSION),
@@ -57,15 +71,15 @@ async def check_gate(repo: Any, feature: str, *, ratchet: bool = True) -> None:
         )
     if ratchet and record:
         target = min(versioning.parse(required), versioning.parse(versioning.LIBRARY_VERSION))
-        await _ratchet(repo._store, record.get("client_min_version"), target)
-    passed.add(_passed_key(feature, ratchet))
+        await _ratchet(scope.store, record.get("client_min_version"), target)
+    passed.add(_passed_key(feature, ratchet=ratchet))
 
 
-async def check_limit_gates(repo: Any, limits: Sequence[Limit]) -> None:
+async def check_limit_gates(scope: Scope, limits: Sequence[Limit]) -> None:
     """`acquire(limits=[...])`: soft limits are checked without raising the minimum
     (docs/versions.md)."""
-    for feature in _limit_gates(list(limits)):
-        await check_gate(repo, feature, ratchet=feature != "soft_limits")
+    for feature in limit_gates(list(limits)):
+        await check_gate(scope, feature, ratchet=feature != "soft_limits")
 
 
 async def _ratchet(store: Store, seen: Any, target: Version) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import audit, validation
 from ..dynamo import keys, records
+from ..dynamo.namespaces import register_namespace
 from ..errors import NamespaceNotFoundError, NamespaceStateError, ValidationError
 from ..models import AuditAction
 from .base import AdminBase
@@ -32,8 +33,6 @@ class NamespacesMixin(AdminBase):
 
     async def register_namespace(self, name: str, principal: str | None = None) -> str:
         """Idempotent; returns the namespace id. Audited when it registers (docs/audit.md)."""
-        from ..repository import _register_namespace
-
         validation.namespace_name(name)
 
         async def event(namespace_id: str) -> dict[str, Any]:
@@ -42,7 +41,9 @@ class NamespacesMixin(AdminBase):
             )
             return dict(put["Put"]["Item"])
 
-        return await _register_namespace(self._store, name, event)
+        return await register_namespace(
+            self._store, name, now_iso=audit.iso(self._clock()), audit_event=event
+        )
 
     async def register_namespaces(
         self, names: list[str], principal: str | None = None

@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from .. import validation, windows
+from .. import usage_windows as windows
+from .. import validation
 from ..core.bucket import MILLI
 from ..dynamo import keys
 from ..dynamo import snapshot_items as snapshots

@@ -1,26 +1,26 @@
-"""`entity`: records, parents, per-entity limits and flags, availability, resets and top-ups."""
+"""`entity`: records, parents, per-entity limits and flags (the bucket commands, availability,
+resets, top-ups and pre-splits, are in `bucket_cmds`)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import click
 
+from ..admin.base import entity_known
 from ..errors import EntityNotFoundError
 from ..repository import Repository
 from ..validation import DEFAULT_RESOURCE
 from . import render
 from .app import Settings, with_repo
 from .options import (
-    amounts_from,
     confirm,
     limit_options,
     limits_from,
     resource_option,
     yes_option,
 )
-from .output import emit, fields, note, table
+from .output import emit, fields, note
 
 ENTITY_ARG = click.argument("entity_id", metavar="ENTITY_ID")
 LEVEL_HELP = "Resource, or _default_ for every resource."
@@ -78,7 +78,7 @@ def entity_show(settings: Settings, entity_id: str) -> None:
     async def read(repo: Repository) -> tuple[Any, ...]:
         record = await repo.get_entity(entity_id)
         children = await repo.get_children(entity_id)
-        config = await repo._resolver.entity_config(entity_id)
+        config = await repo.scope.resolver.entity_config(entity_id)
         return record, children, config
 
     record, children, config = with_repo(settings, read)
@@ -133,8 +133,8 @@ def entity_delete(settings: Settings, entity_id: str, yes: bool) -> None:
     confirm(yes, f"Delete entity {entity_id!r} with its config, buckets and usage?")
 
     async def delete(repo: Repository) -> None:
-        config = await repo._resolver.entity_config(entity_id)
-        if not config.levels and not await repo._entity_known(entity_id):
+        config = await repo.scope.resolver.entity_config(entity_id)
+        if not config.levels and not await entity_known(repo.scope, entity_id):
             raise click.ClickException(
                 f"no entity {entity_id!r} in namespace {repo.namespace_name!r}: nothing to "
                 "delete (check the id with `entity show`)"
@@ -214,7 +214,7 @@ def entity_set_limits(
 
     async def store(repo: Repository) -> None:
         await repo.set_limits(entity_id, limits, resource, settings.principal)
-        if not await repo._entity_known(entity_id):
+        if not await entity_known(repo.scope, entity_id):
             note(
                 f"warning: entity {entity_id!r} has no record and no buckets yet; the limits "
                 "apply when it first calls (check the id, or `entity create` it)"
@@ -372,195 +372,3 @@ def entity_set_parent(
         {"entity_id": entity_id, "parent_id": parent_id, "items_updated": updated},
         f"entity {entity_id}: parent {parent_id or 'none'} ({updated} item(s) updated)",
     )
-
-
-@entity.command("available")
-@ENTITY_ARG
-@resource_option(required=True, help_text="Resource.")
-@click.option(
-    "--need",
-    multiple=True,
-    metavar="NAME:N",
-    help="An amount to check (repeatable); reports the wait until it fits.",
-)
-@click.pass_obj
-def entity_available(
-    settings: Settings, entity_id: str, resource: str, need: tuple[str, ...]
-) -> None:
-    """Balances now (summed over shards) and the wait until --need fits. Writes nothing."""
-    needed = amounts_from(need, "--need", allow_zero=True)
-    report = with_repo(
-        settings, lambda repo: repo.check_availability(entity_id, resource, needed or None)
-    )
-    rows = [
-        {
-            "entity": s.entity_id,
-            "limit": s.limit_name,
-            "available": s.available,
-            "capacity": s.limit.capacity,
-            "max_request": s.max_request,
-            "needed": s.requested,
-            "exceeded": s.exceeded,
-            "retry_after_s": _wait(s.retry_after_seconds),
-        }
-        for s in report.statuses
-    ]
-    data = {
-        "entity_id": entity_id,
-        "resource": resource,
-        "allowed": report.allowed,
-        "bypassed": report.bypassed,
-        "available": report.available,
-        "retry_after_seconds": _wait(report.retry_after_seconds),
-        "limits": [
-            {**s.as_dict(), "retry_after_seconds": _wait(s.retry_after_seconds)}
-            for s in report.statuses
-        ],
-    }
-    if not rows:
-        human = f"{resource} is unmetered for {entity_id} (no limits at any level)"
-    else:
-        columns = [
-            "limit",
-            "available",
-            "capacity",
-            "max_request",
-            "needed",
-            "exceeded",
-            "retry_after_s",
-        ]
-        if any(s.entity_id != entity_id for s in report.statuses):
-            columns.insert(0, "entity")  # the cascade parent is judged too
-        human = table(rows, columns)
-        human += f"\nallowed: {'yes' if report.allowed else 'no'}"
-        if not report.allowed:
-            human += f" ({_refusal(entity_id, report)})"
-    if report.bypassed:
-        human += "\n(bypassed: balances are not debited)"
-    emit(settings, data, human)
-
-
-@entity.command("reset")
-@ENTITY_ARG
-@resource_option(required=True, help_text="Resource.")
-@click.option(
-    "-l",
-    "--limit",
-    "limit_names",
-    multiple=True,
-    metavar="NAME",
-    help="A limit to restore (repeatable; default all).",
-)
-@click.option("--idempotency-key", help="Makes a retry safe: the same key changes nothing again.")
-@click.pass_obj
-def entity_reset(
-    settings: Settings,
-    entity_id: str,
-    resource: str,
-    limit_names: tuple[str, ...],
-    idempotency_key: str | None,
-) -> None:
-    """Restore limits to their full allowance now, on every shard (a quota also forgets this
-    period's spend; a session quota ends its session). Audited."""
-    result = with_repo(
-        settings,
-        lambda repo: repo.reset_bucket(
-            entity_id, resource, list(limit_names) or None, settings.principal, idempotency_key
-        ),
-    )
-    emit(settings, result, _bucket_result("reset", result))
-
-
-TOP_UP_HELP = """A purchase: add whole tokens to the entity's balance now, on top of its limits.
-
-On a quota the purchase lasts until the quota's next reset (calendar edge or session end) and
-nothing else takes it back; a dripping limit gains at most its room below the ceiling. Pass
---idempotency-key (an order id, say) so that a retry never charges twice. Plans are changed with
-`entity set-limits`, never with a top-up."""
-
-
-@entity.command(
-    "top-up", help=TOP_UP_HELP, short_help="A purchase: add tokens on top of the limits."
-)
-@ENTITY_ARG
-@resource_option(required=True, help_text="Resource.")
-@click.option(
-    "-a",
-    "--add",
-    "add",
-    multiple=True,
-    required=True,
-    metavar="NAME:N",
-    help="Tokens to add to one limit (repeatable).",
-)
-@click.option("--idempotency-key", help="The order id: a retry with it changes nothing again.")
-@click.pass_obj
-def entity_top_up(
-    settings: Settings,
-    entity_id: str,
-    resource: str,
-    add: tuple[str, ...],
-    idempotency_key: str | None,
-) -> None:
-    amounts = amounts_from(add, "--add")
-    result = with_repo(
-        settings,
-        lambda repo: repo.top_up(entity_id, resource, amounts, settings.principal, idempotency_key),
-    )
-    emit(settings, result, _bucket_result("topped up", result))
-
-
-SET_SHARDS_HELP = """Pre-split a bucket you know will be hot (a launch, a large import).
-
-Splits the entity's bucket for the resource into at least COUNT shards now (1, 2, 4, 8, 16 or 32),
-so it takes that many partitions' writes from the first call; creates it at its full allowance if
-it does not exist. Never lowers the count (a bucket that already has more keeps them). Limits stay
-exact over shards, but one call can take at most one shard's share (`max_request`). Audited."""
-
-
-@entity.command(
-    "set-shards", help=SET_SHARDS_HELP, short_help="Pre-split a bucket you know will be hot."
-)
-@ENTITY_ARG
-@resource_option(required=True, help_text="Resource.")
-@click.option(
-    "--count",
-    required=True,
-    type=click.Choice(["1", "2", "4", "8", "16", "32"]),
-    help="Shards wanted: the bucket ends with at least this many.",
-)
-@click.pass_obj
-def entity_set_shards(settings: Settings, entity_id: str, resource: str, count: str) -> None:
-    shards = with_repo(
-        settings, lambda repo: repo.set_shards(entity_id, resource, int(count), settings.principal)
-    )
-    emit(
-        settings,
-        {"entity_id": entity_id, "resource": resource, "shards": shards},
-        f"{entity_id} / {resource}: {shards} shard(s)",
-    )
-
-
-def _wait(seconds: float) -> float | None:
-    """A wait for output: None when the need never fits (above max_request)."""
-    return None if math.isinf(seconds) else seconds
-
-
-def _refusal(entity_id: str, report: Any) -> str:
-    """Why check_availability says no: a need that never fits, else who refuses and how long."""
-    for s in report.statuses:
-        if s.exceeded and math.isinf(s.retry_after_seconds):
-            whose = "" if s.entity_id == entity_id else f" for {s.entity_id}"
-            return (
-                f"never fits: {s.requested} {s.limit_name} is above the most one call can "
-                f"take ({s.max_request}{whose}); split the request"
-            )
-    who = sorted({s.entity_id for s in report.statuses if s.exceeded})
-    by = "" if who == [entity_id] else f"rejected by {', '.join(who)}; "
-    return f"{by}retry after {report.retry_after_seconds:g} s"
-
-
-def _bucket_result(verb: str, result: Any) -> str:
-    amounts = ", ".join(f"{k}={v}" for k, v in result.amounts.items()) or "nothing"
-    text = f"{result.entity_id} / {result.resource}: {verb} {amounts} on {result.shards} shard(s)"
-    return text + (" (replayed: already done with this idempotency key)" if result.replayed else "")

@@ -145,7 +145,7 @@ def limits_apply(settings: Settings, path: str, quiet: bool, full: bool, yes: bo
         async with connect(settings, namespace=manifest.namespace) as repo:
             plan = await plan_manifest(repo, manifest, full=full)
             if not settings.json:
-                click.echo("\n".join(plan_lines(plan, quiet=quiet, now_ms=repo._clock())))
+                click.echo("\n".join(plan_lines(plan, quiet=quiet, now_ms=repo.scope.clock())))
             _warn(plan)
             if plan.has_changes:
                 confirm(yes, f"Apply these changes to namespace {manifest.namespace!r}?")

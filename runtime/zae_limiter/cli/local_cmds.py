@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from .. import local as engine
-from ..local.engine import is_our_process, stop_pid
+from ..local.processes import is_our_process, stop_pid
 from .app import Settings
 from .output import emit, fields, note
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from .app import CONTEXT_SETTINGS, RootGroup, Settings, add_global_options, global_options
+from .bucket_cmds import BUCKET_COMMANDS
 from .config_cmds import resource, system
 from .entity_cmds import entity
 from .limits_cmds import limits
@@ -62,4 +63,6 @@ for _command in (
     loadtest,
 ):
     cli.add_command(_command)
+for _command in BUCKET_COMMANDS:
+    entity.add_command(_command)
 add_global_options(cli)

@@ -9,7 +9,7 @@ absence, a replace by the item being exactly the image it replaces.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from ..core.bucket import LimitWrite
@@ -29,6 +29,7 @@ class ShardSplit:
     """
 
     old: BucketImage
+    _: KW_ONLY
     exists: bool
     old_writes: Mapping[str, LimitWrite]
     old_item: dict[str, Any] | None

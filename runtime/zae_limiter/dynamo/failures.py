@@ -106,6 +106,15 @@ class Rejected(DynamoError):
         self.cause = cause
 
 
+def is_condition_failed(exc: BaseException) -> bool:
+    """A conditional write, or a transaction's condition, did not hold."""
+    if isinstance(exc, ConditionFailed):
+        return True
+    return isinstance(exc, TransactionCancelled) and any(
+        r.get("Code") == "ConditionalCheckFailed" for r in exc.reasons
+    )
+
+
 #: Retry-budget costs (botocore's standard retry quota uses the same two).
 RETRY_COST = 5
 TIMEOUT_RETRY_COST = 10

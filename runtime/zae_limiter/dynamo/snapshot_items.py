@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import windows
+from .. import usage_windows as windows
 from ..core.bucket import MILLI
 from ..models import UsageSnapshot
 from . import keys

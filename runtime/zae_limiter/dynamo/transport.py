@@ -37,6 +37,7 @@ from .failures import (
     Unavailable,
     UnknownOutcome,
     classify,
+    is_condition_failed,
 )
 from .retries import RetryBudget
 
@@ -60,6 +61,7 @@ __all__ = [
     "Transport",
     "Unavailable",
     "UnknownOutcome",
+    "is_condition_failed",
 ]
 
 

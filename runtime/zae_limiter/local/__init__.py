@@ -28,8 +28,6 @@ from zae_limiter.local.engine import (
     EngineName,
     RunningEngine,
     answers,
-    find_jar,
-    find_java,
     free_port,
     list_tables,
     start_engine,
@@ -42,6 +40,7 @@ from zae_limiter.local.errors import (
     LocalEngineError,
     PortInUseError,
 )
+from zae_limiter.local.java import find_jar, find_java
 from zae_limiter.local.state import LocalState, RecordedProcess, load_state, state_dir
 
 __all__ = [

@@ -29,12 +29,11 @@ from zae_limiter.local.engine import (
     EngineName,
     answers,
     free_port,
-    is_our_process,
     list_tables,
     start_engine,
-    stop_pid,
 )
 from zae_limiter.local.errors import EngineAlreadyRunningError, EngineStartError, LocalEngineError
+from zae_limiter.local.processes import is_our_process, stop_pid
 from zae_limiter.local.state import (
     LocalState,
     RecordedProcess,

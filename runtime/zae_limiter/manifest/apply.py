@@ -114,7 +114,7 @@ def _features(change: Change) -> set[str]:
 async def check_gates(repo: Repository, changes: tuple[Change, ...]) -> None:
     """Refuse before any write when the stack is too old for a feature the changes use."""
     for feature in sorted({f for change in changes for f in _features(change)}):
-        await check_gate(repo, feature, ratchet=False)
+        await check_gate(repo.scope, feature, ratchet=False)
 
 
 # --- one change -----------------------------------------------------------------------------------
@@ -253,8 +253,8 @@ async def _run(
     principal: str | None,
     on_progress: Progress | None,
 ) -> None:
-    owner = ulid(repo._clock())
-    await lock(repo, base, owner=owner, managed=during, pending=changes, now_ms=repo._clock())
+    owner = ulid(repo.scope.clock())
+    await lock(repo, base, owner=owner, managed=during, pending=changes, now_ms=repo.scope.clock())
     for index, change in enumerate(changes):
         if on_progress is not None:
             on_progress(index, len(changes), change)
@@ -262,13 +262,14 @@ async def _run(
             await apply_change(repo, change, rewrite=rewrite(change), principal=principal)
         except BaseException as exc:  # also Ctrl-C (cancellation): record what is done
             try:
-                await progress(repo, owner=owner, done=index, now_ms=repo._clock(), release=True)
+                now_ms = repo.scope.clock()
+                await progress(repo, owner=owner, done=index, now_ms=now_ms, release=True)
             except Exception as record_error:  # the lock then expires on its own
                 exc.add_note(f"recording progress failed too: {record_error}")
             if isinstance(exc, Exception):
                 raise ApplyInterrupted(index, len(changes), change, exc) from exc
             raise
-        await progress(repo, owner=owner, done=index + 1, now_ms=repo._clock())
+        await progress(repo, owner=owner, done=index + 1, now_ms=repo.scope.clock())
     await finish(repo, owner=owner, managed=after)
 
 
@@ -285,7 +286,7 @@ async def apply_plan(
 
     Raises ConcurrentApplyError, without writing, if the manifest state changed since the plan.
     """
-    now = repo._clock()
+    now = repo.scope.clock()
     if plan.base.lock_owner and plan.base.lock_until_ms > now:
         raise ConcurrentApplyError(
             "another `limits apply` is running on this namespace now; nothing was written. "

@@ -249,102 +249,134 @@ def _compare(target: Target, before: Any, after: Any, full: bool) -> Change | No
     return None
 
 
-def make_plan(
-    manifest: Manifest, stored: Stored, owned_before: Ownership, *, full: bool = False
-) -> Plan:
-    """Every change that takes the table to the manifest, in the order apply runs them."""
-    check_parents(manifest, stored)
-    unchanged = 0
-    records: list[Change] = []
-    clears: list[Change] = []
-    moves: list[Change] = []
-    levels: list[Change] = []
+class _Changes:
+    """The changes of a plan, by the phase apply runs them in, and the count left unchanged."""
 
-    def add(change: Change | None, bucket: list[Change]) -> None:
-        nonlocal unchanged
+    def __init__(self) -> None:
+        self.unchanged = 0
+        self.records: list[Change] = []
+        self.clears: list[Change] = []
+        self.moves: list[Change] = []
+        self.levels: list[Change] = []
+        self.splits: list[Change] = []
+
+    def add(self, change: Change | None, bucket: list[Change]) -> None:
         if change is None:
-            unchanged += 1
+            self.unchanged += 1
         else:
             bucket.append(change)
 
-    # system and resources
+    def ordered(self) -> tuple[Change, ...]:
+        return (*self.clears, *self.records, *self.moves, *self.levels, *self.splits)
+
+
+def _plan_defaults(
+    out: _Changes, manifest: Manifest, stored: Stored, owned_before: Ownership, full: bool
+) -> None:
+    """The system and resource levels."""
     if manifest.system is not None:
-        add(_compare(Target(SYSTEM), stored.system, manifest.system, full), levels)
+        out.add(_compare(Target(SYSTEM), stored.system, manifest.system, full), out.levels)
     elif owned_before.system and not stored.system.empty:
-        levels.append(Change("delete", Target(SYSTEM), stored.system, SystemLevel()))
+        out.levels.append(Change("delete", Target(SYSTEM), stored.system, SystemLevel()))
     for resource, level in manifest.resources.items():
-        add(
+        out.add(
             _compare(
                 Target(RESOURCE, resource=resource),
                 stored.resources.get(resource, Level()),
                 level,
                 full,
             ),
-            levels,
+            out.levels,
         )
     for resource in sorted(owned_before.resources - set(manifest.resources)):
         before = stored.resources.get(resource, Level())
         if not before.empty:
-            levels.append(Change("delete", Target(RESOURCE, resource=resource), before, Level()))
+            out.levels.append(
+                Change("delete", Target(RESOURCE, resource=resource), before, Level())
+            )
 
-    # entity records and parent links
+
+def _plan_entities(
+    out: _Changes, manifest: Manifest, stored: Stored, owned_before: Ownership
+) -> None:
+    """Entity records and parent links (clears first, then moves in dependency order)."""
     for entity_id, spec in sorted(
         manifest.entities.items(), key=lambda kv: kv[1].manages_parent and kv[1].parent is not None
     ):
         state = stored.entity(entity_id)
         wanted = spec.parent if spec.manages_parent else None
         if not state.exists:
-            records.append(Change("create", Target(RECORD, entity_id), None, wanted))
+            out.records.append(Change("create", Target(RECORD, entity_id), None, wanted))
             continue
         if spec.manages_parent:
             if state.parent == wanted:
-                add(None, moves)
+                out.add(None, out.moves)
             else:
-                add(
+                out.add(
                     Change(
                         "update" if wanted else "delete",
                         Target(PARENT, entity_id),
                         state.parent,
                         wanted,
                     ),
-                    moves if wanted else clears,
+                    out.moves if wanted else out.clears,
                 )
     for entity_id in sorted(owned_before.parents):
         declared = manifest.entities.get(entity_id)
         state = stored.entity(entity_id)
         if (declared is None or not declared.manages_parent) and state.exists and state.parent:
-            clears.append(Change("delete", Target(PARENT, entity_id), state.parent, None))
-    moving = {c.target.entity for c in moves}
-    moves.sort(key=lambda c: stored.entity(c.target.entity).parent not in moving)
+            out.clears.append(Change("delete", Target(PARENT, entity_id), state.parent, None))
+    moving = {c.target.entity for c in out.moves}
+    out.moves.sort(key=lambda c: stored.entity(c.target.entity).parent not in moving)
 
-    # entity levels
+
+def _plan_entity_levels(
+    out: _Changes, manifest: Manifest, stored: Stored, owned_before: Ownership, full: bool
+) -> set[tuple[str, str]]:
+    """The entity levels; returns the (entity, resource) levels the manifest declares."""
     wanted_levels: set[tuple[str, str]] = set()
     for entity_id, spec in manifest.entities.items():
         for resource, level in spec.levels.items():
             wanted_levels.add((entity_id, resource))
-            add(
+            out.add(
                 _compare(
                     Target(ENTITY, entity_id, resource),
                     stored.level(entity_id, resource),
                     level,
                     full,
                 ),
-                levels,
+                out.levels,
             )
     for entity_id, resource in sorted(owned_before.entity_levels - wanted_levels):
         before = stored.level(entity_id, resource)
         if not before.empty:
-            levels.append(Change("delete", Target(ENTITY, entity_id, resource), before, Level()))
+            out.levels.append(
+                Change("delete", Target(ENTITY, entity_id, resource), before, Level())
+            )
+    return wanted_levels
 
-    # pre-split buckets (after their limits): a count is only ever raised, never managed back
-    splits: list[Change] = []
+
+def _plan_shards(out: _Changes, manifest: Manifest, stored: Stored) -> None:
+    """Pre-split buckets (after their limits): a count is only ever raised, never managed back."""
     for entity_id, spec in sorted(manifest.entities.items()):
         for resource, count in sorted(spec.shards.items()):
             current = stored.shards.get((entity_id, resource), 0)
             target = Target(SHARDS, entity_id, resource)
-            add(Change("update", target, current, count) if current < count else None, splits)
+            out.add(
+                Change("update", target, current, count) if current < count else None, out.splits
+            )
 
-    changes = (*clears, *records, *moves, *levels, *splits)
+
+def make_plan(
+    manifest: Manifest, stored: Stored, owned_before: Ownership, *, full: bool = False
+) -> Plan:
+    """Every change that takes the table to the manifest, in the order apply runs them."""
+    check_parents(manifest, stored)
+    out = _Changes()
+    _plan_defaults(out, manifest, stored, owned_before, full)
+    _plan_entities(out, manifest, stored, owned_before)
+    wanted_levels = _plan_entity_levels(out, manifest, stored, owned_before, full)
+    _plan_shards(out, manifest, stored)
     owned = Ownership(
         system=manifest.system is not None,
         resources=frozenset(manifest.resources),
@@ -353,8 +385,8 @@ def make_plan(
     )
     return Plan(
         namespace=manifest.namespace,
-        changes=changes,
-        unchanged=unchanged,
+        changes=out.ordered(),
+        unchanged=out.unchanged,
         warnings=tuple(warnings(manifest, stored)),
         owned=owned,
         owed=owned_before.owed,

@@ -146,7 +146,7 @@ def _managed_json(owned: Ownership) -> str:
 
 async def read_ownership(repo: Repository) -> Ownership:
     """The manifest's record for this namespace (an empty Ownership if there is none)."""
-    item = await repo._store.get(keys.manifest_state(repo.namespace_id), consistent=True)
+    item = await repo.scope.store.get(keys.manifest_state(repo.namespace_id), consistent=True)
     if item is None:
         return Ownership()
     managed = json.loads(item.get("managed") or "{}")
@@ -191,7 +191,7 @@ async def lock(
         condition = "rev = :rev AND (attribute_not_exists(lock_until) OR lock_until < :now)"
         values |= {":rev": base.rev, ":now": now_ms}
     try:
-        await repo._store.update(
+        await repo.scope.store.update(
             key,
             "SET managed = :managed, pending = :pending, done = :zero, lock_owner = :owner, "
             "lock_until = :until, GSI4PK = :ns, GSI4SK = :g4 ADD rev :one",
@@ -212,7 +212,7 @@ async def progress(
 ) -> None:
     """Record that the first `done` owed changes are complete, and extend (or release) the lock."""
     try:
-        await repo._store.update(
+        await repo.scope.store.update(
             keys.manifest_state(repo.namespace_id),
             "SET done = :done, lock_until = :until",
             condition="lock_owner = :owner",
@@ -229,7 +229,7 @@ async def progress(
 async def finish(repo: Repository, *, owner: str, managed: Ownership) -> None:
     """Record what the manifest now manages, clear the owed work and release the lock."""
     try:
-        await repo._store.update(
+        await repo.scope.store.update(
             keys.manifest_state(repo.namespace_id),
             "SET managed = :managed ADD rev :one REMOVE pending, done, lock_owner, lock_until",
             condition="lock_owner = :owner",

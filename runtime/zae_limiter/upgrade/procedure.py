@@ -21,16 +21,17 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from .. import versioning
 from ..audit import iso
+from ..connection import read_version_record, system_clock
 from ..dynamo import keys
 from ..dynamo.store import Store
 from ..dynamo.transport import ConditionFailed, Transport
 from ..errors import IncompatibleSchemaError, VersionMismatchError, ZAELimiterError
-from ..repository import Repository, _read_version_record, system_clock
+from ..repository import Repository
 from ..schema import DEFAULT_TABLE_NAME, PARTITION_KEY, SORT_KEY
 from .bundle import LAMBDA_HANDLER, AggregatorBundle, build_aggregator_bundle
 from .errors import UpgradeError
@@ -164,6 +165,7 @@ def _refusal(
 @dataclass(frozen=True)
 class UpgradeResult:
     plan: UpgradePlan
+    _: KW_ONLY
     #: False for a dry run, a no-op, or when `confirm` declined.
     applied: bool
     migrations_run: tuple[str, ...] = ()
@@ -187,7 +189,7 @@ async def _connect(
 ) -> AsyncIterator[_Target]:
     """The repository's table, or a connection of our own (no namespace needed)."""
     if repo is not None:
-        yield _Target(repo._store, repo.region, repo._clock)
+        yield _Target(repo.scope.store, repo.region, repo.scope.clock)
         return
     transport = await Transport.connect(
         region=region, endpoint_url=endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
@@ -224,7 +226,7 @@ async def upgrade(
     """
     say = report or log.info
     async with _connect(repo, table, region, endpoint_url) as target:
-        record = await _read_version_record(target.store)
+        record = await read_version_record(target.store)
         plan = plan_upgrade(record, table=target.store.table, force=force, registry=registry)
         if plan.refusal is not None:
             raise plan.refusal
@@ -236,10 +238,10 @@ async def upgrade(
                 f"table {plan.table} is up to date (zae-limiter {plan.library_version}); "
                 "nothing to do"
             )
-            return UpgradeResult(plan, False, record=record)
+            return UpgradeResult(plan, applied=False, record=record)
         sha = None if code is None else code.sha256
         if dry_run:
-            return UpgradeResult(plan, False, code_sha256=sha, record=record)
+            return UpgradeResult(plan, applied=False, code_sha256=sha, record=record)
         say(f"upgrading table {plan.table} to zae-limiter {plan.library_version}:")
         for number, step in enumerate(plan.steps, 1):
             say(f"  {number}. {step}")
@@ -249,7 +251,7 @@ async def upgrade(
                 f"sha256 {code.sha256}"
             )
         if confirm is not None and not confirm(plan):
-            return UpgradeResult(plan, False, code_sha256=sha, record=record)
+            return UpgradeResult(plan, applied=False, code_sha256=sha, record=record)
 
         by = f"cli:{plan.library_version}"
         context = MigrationContext(target.store, target.clock, say)
@@ -283,8 +285,15 @@ async def upgrade(
             f"{record.get('aggregator_version')}"
         )
         if repo is not None:
-            repo._shared.version_record = dict(record)
-        return UpgradeResult(plan, True, tuple(m.id for m in plan.migrations), pushed, sha, record)
+            repo.scope.shared.version_record = dict(record)
+        return UpgradeResult(
+            plan,
+            applied=True,
+            migrations_run=tuple(m.id for m in plan.migrations),
+            code_pushed=pushed,
+            code_sha256=sha,
+            record=record,
+        )
 
 
 async def _push(

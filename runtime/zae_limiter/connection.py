@@ -1,0 +1,182 @@
+"""Opening a table for `Repository`: the DynamoDB client, creating the table, reading and checking
+the version record, the namespace's id, the caller's identity; transport failures as the public
+errors (docs/getting-started.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from . import schema, versioning
+from .audit import iso
+from .dynamo import keys, records
+from .dynamo.namespaces import active_namespace_id, register_namespace
+from .dynamo.store import Store
+from .dynamo.transport import (
+    AccessDenied,
+    DynamoError,
+    Rejected,
+    TableMissing,
+    Transport,
+    Unavailable,
+    is_condition_failed,
+)
+from .errors import (
+    IncompatibleSchemaError,
+    InfrastructureNotFoundError,
+    NamespaceNotFoundError,
+    PermissionDenied,
+    RateLimiterUnavailable,
+    VersionMismatchError,
+)
+
+log = logging.getLogger("zae_limiter")
+
+
+def system_clock() -> int:
+    """Epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+async def set_up_table(
+    transport: Transport,
+    store: Store,
+    table_name: str,
+    namespaces: tuple[str, ...] | list[str],
+    wait: bool,
+    aggregator_version: str | None,
+) -> bool:
+    """`Repository.create_table`'s requests; True if the table was created, False if it existed."""
+    created = True
+    try:
+        await transport.call("CreateTable", schema.create_table_request(table_name))
+    except Rejected as exc:
+        if exc.code != "ResourceInUseException":
+            raise
+        created = False
+    if wait:
+        for _ in range(600):
+            table_info = await store.describe_table()
+            if table_info.get("TableStatus") == "ACTIVE":
+                break
+            await asyncio.sleep(0.1)
+    if created:
+        await transport.call("UpdateTimeToLive", schema.time_to_live_request(table_name))
+    else:
+        verify_keys(await store.describe_table(), table_name)
+    now = iso(system_clock())
+    record = records.version_record_item(
+        schema_version=schema.SCHEMA_VERSION,
+        aggregator_version=aggregator_version,
+        aggregator_function=None,
+        client_min_version="0.0.0",
+        updated_at=now,
+        updated_by=f"create_table:{versioning.LIBRARY_VERSION}",
+    )
+    try:
+        await store.put(record, condition="attribute_not_exists(PK)")
+    except DynamoError as exc:
+        if not is_condition_failed(exc):
+            raise
+    for name in namespaces:
+        await register_namespace(store, name, now_iso=iso(system_clock()))
+    return created
+
+
+async def connect(
+    table: str, region: str | None, endpoint: str | None, client_config: Any
+) -> Transport:
+    """The DynamoDB client, or `RateLimiterUnavailable` saying what to fix."""
+    try:
+        return await Transport.connect(
+            region=region, endpoint_url=endpoint, client_config=client_config
+        )
+    except Exception as exc:
+        raise RateLimiterUnavailable(
+            "Cannot create the DynamoDB client: check endpoint_url, region and client_config",
+            exc,
+            table_name=table,
+        ) from exc
+
+
+def public_error(what: str, exc: DynamoError, table: str) -> RateLimiterUnavailable:
+    """A transport failure as the public error; its message says what failed and what to do."""
+    if isinstance(exc, AccessDenied):
+        return PermissionDenied(
+            f"{what}: DynamoDB refused dynamodb:{exc.operation}; attach the zae-limiter 'app' "
+            "(or 'admin') managed policy to this role",
+            exc.cause,
+            table_name=table,
+        )
+    if isinstance(exc, Unavailable) and exc.hint:
+        return RateLimiterUnavailable(f"{what}: {exc.hint}", exc.cause, table_name=table)
+    return RateLimiterUnavailable(what, exc, table_name=table)
+
+
+async def read_version_record(store: Store) -> dict[str, Any]:
+    try:
+        item = await store.get(keys.version_record())
+    except TableMissing:
+        raise InfrastructureNotFoundError(store.table) from None
+    except AccessDenied as exc:
+        raise PermissionDenied(
+            "DynamoDB refused reading the version record; attach the zae-limiter 'app' or "
+            "'read-only' managed policy",
+            exc,
+            table_name=store.table,
+        ) from exc
+    if item is None:
+        raise InfrastructureNotFoundError(store.table)
+    return {k: v for k, v in item.items() if k not in ("PK", "SK")}
+
+
+def check_versions(record: dict[str, Any], table: str) -> None:
+    verdict = versioning.compare(record)
+    lib = versioning.LIBRARY_VERSION
+    schema_version = str(record.get("schema_version"))
+    aggregator = record.get("aggregator_version")
+    if verdict.problem == "schema_major":
+        raise IncompatibleSchemaError(lib, schema_version, verdict.message)
+    if not verdict.ok:
+        raise VersionMismatchError(
+            lib, schema_version, aggregator, verdict.message, verdict.can_auto_update
+        )
+    if verdict.aggregator_older:
+        log.warning(
+            "table %s has aggregator %s, older than zae-limiter %s: features that need a newer "
+            "aggregator will be refused until you %s",
+            table,
+            aggregator,
+            lib,
+            verdict.remedy,
+        )
+
+
+async def namespace_id_of(store: Store, name: str) -> str:
+    ns_id = await active_namespace_id(store, name)
+    if ns_id is None:
+        raise NamespaceNotFoundError(name)
+    return ns_id
+
+
+def verify_keys(table: dict[str, Any], name: str) -> None:
+    key_schema = {k["AttributeName"]: k["KeyType"] for k in table.get("KeySchema", [])}
+    if key_schema != {schema.PARTITION_KEY: "HASH", schema.SORT_KEY: "RANGE"}:
+        raise IncompatibleSchemaError(
+            versioning.LIBRARY_VERSION,
+            "?",
+            f"table {name!r} exists with keys {key_schema}; it is not a zae-limiter table",
+        )
+
+
+async def caller_identity(region: str) -> str | None:
+    from aiobotocore.session import get_session
+
+    try:
+        async with get_session().create_client("sts", region_name=region) as sts:
+            identity = await sts.get_caller_identity()
+            return str(identity.get("Arn"))
+    except Exception:
+        return None
