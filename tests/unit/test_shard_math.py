@@ -1,4 +1,4 @@
-"""Exact shard arithmetic (core.shares, core.split): nothing minted, nothing stranded.
+"""Exact shard arithmetic (core.shares, core.shard_split): nothing minted, nothing stranded.
 
 The property at the end drives one bucket of three limits (a large dripping limit, a dripping
 limit smaller than the shard count, a daily quota) through random debits, top-ups, resets,
