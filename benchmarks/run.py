@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from benchmarks import report, stats
+from benchmarks import report, run_scale, stats
 from benchmarks.scenarios import CONTENTION_KINDS, HOT_TASKS, TIMING_CASES
 from benchmarks.targets import COST_ROWS, check
 from zae_limiter.local.engine import AMBIENT_AWS_VARIABLES, ISOLATED_AWS_ENV
@@ -45,6 +45,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 THEIRS_VERSION = "0.17.0"
 THEIRS_VENV = ROOT / "benchmarks" / f".venv-{THEIRS_VERSION}"
 IMPLS = ("ours", "theirs")
+ALL_PHASES = ("costs", "timing", "contention", "hot", "resources", "entities", "hot_procs",
+              "hot_org", "aggregator", "manifest")
 
 #: The same local credentials for both workers (DynamoDB Local wants an alphanumeric key id).
 LOCAL_ENV = {**ISOLATED_AWS_ENV, "PYTHONUNBUFFERED": "1"}
@@ -120,9 +122,10 @@ class WorkerError(RuntimeError):
 class WorkerProcess:
     """One `benchmarks.worker` child process, spoken to in JSON lines."""
 
-    def __init__(self, impl: str, python: Path | str, endpoint_url: str, log_dir: Path) -> None:
+    def __init__(self, impl: str, python: Path | str, endpoint_url: str, log_dir: Path,
+                 suffix: str = "") -> None:
         self.impl = impl
-        self.log_path = log_dir / f"worker-{impl}.log"
+        self.log_path = log_dir / f"worker-{impl}{suffix}.log"
         self._log: IO[str] = self.log_path.open("w")
         env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV} | LOCAL_ENV
         self.process = subprocess.Popen(
@@ -132,9 +135,18 @@ class WorkerProcess:
         )
 
     def call(self, op: str, **args: Any) -> Any:
-        assert self.process.stdin is not None and self.process.stdout is not None
+        self.send(op, **args)
+        return self.receive(op)
+
+    def send(self, op: str, **args: Any) -> None:
+        """Send a request without waiting (several workers can then work at once)."""
+        assert self.process.stdin is not None
         self.process.stdin.write(json.dumps({"op": op, **args}) + "\n")
         self.process.stdin.flush()
+
+    def receive(self, op: str) -> Any:
+        """The answer to the request sent last."""
+        assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if not line:
             raise WorkerError(f"{self.impl} worker exited during {op}:\n{self.log_tail()}")
@@ -161,12 +173,16 @@ class WorkerProcess:
         self._log.close()
 
 
+Session = tuple[dict[str, WorkerProcess], Callable[[str], WorkerProcess]]
+
+
 @contextlib.contextmanager
-def fresh_session(theirs_python: Path) -> Iterator[dict[str, WorkerProcess]]:
+def fresh_session(theirs_python: Path) -> Iterator[Session]:
     """A new DynamoDB Local and a new worker per implementation, all stopped afterwards.
 
     Each phase gets its own, so that what one phase left behind (tables, items, the JVM's
-    heap) cannot tilt the next one's figures.
+    heap) cannot tilt the next one's figures. Also yields `spawn(impl)`: another worker on the
+    same engine (the caller closes it).
     """
     from zae_limiter.local import start_engine
 
@@ -175,11 +191,18 @@ def fresh_session(theirs_python: Path) -> Iterator[dict[str, WorkerProcess]]:
     workers: dict[str, WorkerProcess] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="zae-bench-") as log_dir:
+            pythons = {"ours": Path(sys.executable), "theirs": theirs_python}
+            spawned = itertools.count(1)
+
+            def spawn(impl: str) -> WorkerProcess:
+                return WorkerProcess(impl, pythons[impl], engine.endpoint_url, Path(log_dir),
+                                     suffix=f"-{next(spawned)}")
+
             try:
-                for impl, python in (("ours", Path(sys.executable)), ("theirs", theirs_python)):
+                for impl, python in pythons.items():
                     workers[impl] = WorkerProcess(impl, python, engine.endpoint_url,
                                                   Path(log_dir))
-                yield workers
+                yield workers, spawn
             finally:
                 for worker in workers.values():
                     worker.close()
@@ -301,8 +324,8 @@ def machine() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="ours vs zae-limiter 0.17.0 on DynamoDB Local")
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
-    parser.add_argument("--phases", default="costs,timing,contention,hot",
-                        help="comma-separated subset of costs,timing,contention,hot")
+    parser.add_argument("--phases", default=",".join(ALL_PHASES),
+                        help=f"comma-separated subset of {','.join(ALL_PHASES)}")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
     parser.add_argument("--calls", type=int,
                         help="timing calls per case per implementation (both cases)")
@@ -322,29 +345,39 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "quick" if args.quick else "full",
         "plan": asdict(plan), "phases": phases, "machine_start": machine(),
     }}
-    runs: dict[str, Callable[[dict[str, WorkerProcess]], dict[str, Any]]] = {
-        "costs": run_costs,
-        "timing": lambda workers: run_timing(workers, plan),
-        "contention": lambda workers: run_contention(workers, plan),
-        "hot": run_hot,
+    scale_plan = run_scale.QUICK_SCALE if args.quick else run_scale.FULL_SCALE
+    results["meta"]["scale_plan"] = asdict(scale_plan)
+    runs: dict[str, Callable[[dict[str, WorkerProcess], Callable[[str], WorkerProcess]], Any]] = {
+        "costs": lambda workers, _: run_costs(workers),
+        "timing": lambda workers, _: run_timing(workers, plan),
+        "contention": lambda workers, _: run_contention(workers, plan),
+        "hot": lambda workers, _: run_hot(workers),
+        **run_scale.phases(scale_plan, log),
     }
     results["meta"]["load_before"] = {}
-    for phase, run in runs.items():
-        if phase not in phases:
-            continue
-        results["meta"]["load_before"][phase] = list(os.getloadavg())
-        t0 = time.time()
-        with fresh_session(theirs_python) as workers:
+    for group in session_groups([p for p in runs if p in phases], quick=args.quick):
+        with fresh_session(theirs_python) as (workers, spawn):
             results["meta"].setdefault(
                 "libraries", {impl: workers[impl].call("info") for impl in IMPLS})
-            log(f"phase {phase}")
-            results[phase] = run(workers)
-        results["meta"][f"{phase}_s"] = round(time.time() - t0, 1)
+            for phase in group:
+                results["meta"]["load_before"][phase] = list(os.getloadavg())
+                t0 = time.time()
+                log(f"phase {phase}")
+                results[phase] = runs[phase](workers, spawn)
+                results["meta"][f"{phase}_s"] = round(time.time() - t0, 1)
     results["meta"]["machine_end"] = machine()
     results["meta"]["duration_s"] = round(time.time() - started, 1)
     paths = write(results, args.out)
     log(f"done in {results['meta']['duration_s']} s: " + ", ".join(str(p) for p in paths))
     return 0
+
+
+def session_groups(phases: list[str], *, quick: bool) -> list[list[str]]:
+    """Phases that share one DynamoDB Local: each its own, except that a quick run puts the
+    scale phases together (a smoke run; each engine start costs several seconds)."""
+    scale = [p for p in phases if p in run_scale.PHASES]
+    groups = [[p] for p in phases if not (quick and p in scale)]
+    return groups + ([scale] if quick and scale else [])
 
 
 def write(results: dict[str, Any], out: Path) -> list[Path]:
