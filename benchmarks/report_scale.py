@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks import breakdown
 from benchmarks.report import WHO_LABEL, mark, ms, num, table
 
 IMPLS = ("ours", "theirs")
@@ -224,6 +225,7 @@ def manifest_section(data: dict[str, Any]) -> str:
 
 
 SECTIONS: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "breakdown": ("Where a warm call's time goes: client, wire, engine", breakdown.section),
     "resources": ("Resources per call", resources_section),
     "entities": ("Entities: cold start per new entity, warm cost as they grow", entities_section),
     "hot_procs": (
@@ -317,6 +319,9 @@ def plot_all(results: dict[str, Any], stem_path: Path) -> dict[str, Path]:
         plots[phase] = stem_path.with_name(f"{stem_path.name}-{phase}.png")
         return plots[phase]
 
+    if "breakdown" in results:
+        breakdown.plot(results["breakdown"], target("breakdown"),
+                       f"Warm calls through a recording proxy — {date}")
     if "resources" in results:
         d = results["resources"]
         _panels(

@@ -45,8 +45,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 THEIRS_VERSION = "0.17.0"
 THEIRS_VENV = ROOT / "benchmarks" / f".venv-{THEIRS_VERSION}"
 IMPLS = ("ours", "theirs")
-ALL_PHASES = ("costs", "timing", "contention", "hot", "resources", "entities", "hot_procs",
-              "hot_org", "aggregator", "manifest")
+ALL_PHASES = ("costs", "timing", "contention", "hot", *run_scale.PHASES)
 
 #: The same local credentials for both workers (DynamoDB Local wants an alphanumeric key id).
 LOCAL_ENV = {**ISOLATED_AWS_ENV, "PYTHONUNBUFFERED": "1"}
@@ -173,7 +172,21 @@ class WorkerProcess:
         self._log.close()
 
 
-Session = tuple[dict[str, WorkerProcess], Callable[[str], WorkerProcess]]
+class Spawner:
+    """Starts more workers for a session: on its engine, or at another endpoint (a proxy)."""
+
+    def __init__(self, pythons: dict[str, Path], endpoint_url: str, log_dir: Path) -> None:
+        self.pythons = pythons
+        self.endpoint_url = endpoint_url
+        self.log_dir = log_dir
+        self._numbers = itertools.count(1)
+
+    def __call__(self, impl: str, endpoint_url: str | None = None) -> WorkerProcess:
+        return WorkerProcess(impl, self.pythons[impl], endpoint_url or self.endpoint_url,
+                             self.log_dir, suffix=f"-{next(self._numbers)}")
+
+
+Session = tuple[dict[str, WorkerProcess], Spawner]
 
 
 @contextlib.contextmanager
@@ -192,12 +205,7 @@ def fresh_session(theirs_python: Path) -> Iterator[Session]:
     try:
         with tempfile.TemporaryDirectory(prefix="zae-bench-") as log_dir:
             pythons = {"ours": Path(sys.executable), "theirs": theirs_python}
-            spawned = itertools.count(1)
-
-            def spawn(impl: str) -> WorkerProcess:
-                return WorkerProcess(impl, pythons[impl], engine.endpoint_url, Path(log_dir),
-                                     suffix=f"-{next(spawned)}")
-
+            spawn = Spawner(pythons, engine.endpoint_url, Path(log_dir))
             try:
                 for impl, python in pythons.items():
                     workers[impl] = WorkerProcess(impl, python, engine.endpoint_url,
@@ -347,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     }}
     scale_plan = run_scale.QUICK_SCALE if args.quick else run_scale.FULL_SCALE
     results["meta"]["scale_plan"] = asdict(scale_plan)
-    runs: dict[str, Callable[[dict[str, WorkerProcess], Callable[[str], WorkerProcess]], Any]] = {
+    runs: dict[str, Callable[[dict[str, WorkerProcess], Spawner], Any]] = {
         "costs": lambda workers, _: run_costs(workers),
         "timing": lambda workers, _: run_timing(workers, plan),
         "contention": lambda workers, _: run_contention(workers, plan),

@@ -1,5 +1,6 @@
 """The scale phases of `python -m benchmarks.run` (docs/performance.md "How cost grows").
 
+breakdown   warm single and three-bucket calls through a recording proxy: client, wire, engine;
 resources   one acquire over 1, 2, 4, 8, 16 resources, ours and 0.17.0 alternating per count;
 entities    entities met in steps 10 -> 10,000: cold cost per new entity, warm cost after;
 hot_procs   one hot item, 1, 2, 4 processes x 32 tasks for a fixed time (one worker process
@@ -18,14 +19,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks import breakdown
 from benchmarks.scale import RESOURCE_COUNTS, merge_shared
 
 IMPLS = ("ours", "theirs")
-PHASES = ("resources", "entities", "hot_procs", "hot_org", "aggregator", "manifest")
+PHASES = ("breakdown", "resources", "entities", "hot_procs", "hot_org", "aggregator", "manifest")
 
 
 @dataclass(frozen=True)
 class ScalePlan:
+    breakdown_calls: int  # warm calls per case per implementation through the recording proxy
+    block: int
     resource_calls: int  # timed warm calls per resource count per implementation
     entity_levels: tuple[int, ...]
     theirs_entity_levels: tuple[int, ...]  # 0.17.0's cold start is slower: fewer steps
@@ -40,6 +44,8 @@ class ScalePlan:
 
 
 FULL_SCALE = ScalePlan(
+    breakdown_calls=600,
+    block=100,
     resource_calls=100,
     entity_levels=(10, 100, 1_000, 10_000),
     theirs_entity_levels=(10, 100, 1_000),
@@ -54,6 +60,8 @@ FULL_SCALE = ScalePlan(
 )
 #: A smoke run: every phase, tiny (2 processes for the hot organisation, one batch size).
 QUICK_SCALE = ScalePlan(
+    breakdown_calls=40,
+    block=20,
     resource_calls=10,
     entity_levels=(10, 100),
     theirs_entity_levels=(10, 100),
@@ -216,6 +224,9 @@ def phases(
 ) -> dict[str, Callable[[Workers, Spawn], Any]]:
     """Phase name -> run(workers, spawn), in the order they run."""
     return {
+        "breakdown": lambda w, s: breakdown.run_breakdown(
+            w, s, s.endpoint_url, s.log_dir, calls=plan.breakdown_calls, block=plan.block, log=log
+        ),
         "resources": lambda w, s: run_resources(w, plan, log),
         "entities": lambda w, s: run_entities(w, plan, log),
         "hot_procs": lambda w, s: run_hot_procs(w, s, plan, log),

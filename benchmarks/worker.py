@@ -6,7 +6,7 @@ run from the repository root by the interpreter of the implementation's venv. Ea
 line `{"op": NAME, ...arguments}`; each answer one line `{"ok": true, "result": ...}` or
 `{"ok": false, "error": "..."}`. Anything the libraries print goes to stderr. Ops: info, costs,
 timing_setup, timing_block, floor_setup, floor_block, contention, hot_item, the scale phases'
-(benchmarks/scale.py: resources, entities, shared_setup, shared_run, shards; ours only,
+(benchmarks/scale.py: spans, resources, entities, shared_setup, shared_run, shards; ours only,
 benchmarks/scale_ours.py: aggregator, manifest), quit.
 """
 
@@ -116,9 +116,15 @@ async def _manifest(worker: Worker, args: dict[str, Any]) -> Any:
                                            entities=int(args["entities"]))
 
 
-SCALE_OPS = {"resources": _resources, "entities": _entities, "shared_setup": _shared_setup,
-             "shared_run": _shared_run, "shards": _shards, "aggregator": _aggregator,
-             "manifest": _manifest}
+async def _spans(worker: Worker, args: dict[str, Any]) -> Any:
+    from benchmarks.breakdown import call_spans
+
+    return await call_spans(worker._timing().caller(args["case"]), int(args["n"]))
+
+
+SCALE_OPS = {"spans": _spans, "resources": _resources, "entities": _entities,
+             "shared_setup": _shared_setup, "shared_run": _shared_run, "shards": _shards,
+             "aggregator": _aggregator, "manifest": _manifest}
 
 
 def serve(worker: Worker, requests: TextIO, answers: TextIO) -> None:
