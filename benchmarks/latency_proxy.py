@@ -2,14 +2,14 @@
 
     python -m benchmarks.latency_proxy --upstream http://127.0.0.1:PORT --log FILE
 
-Prints its port on the first line of stdout, then forwards every request unchanged and appends
-one JSON line per request to FILE: the operation, the sizes that make an engine's work (request
-body, update and condition expressions, the answer, i.e. the ALL_NEW image when asked for) and
-four CLOCK_MONOTONIC stamps in ns (the same clock in every process on the machine):
-`head` (request head read), `sent` (forwarded upstream), `answered` (the engine's answer read)
-and `written` (the answer written back to the client). `answered - sent` is the engine's time
-(DynamoDB Local, plus one loopback hop); the client's time before sending and after the answer
-comes from comparing the client's own stamps with these.
+The test suite's proxy (tests/support/faultproxy.py) with no faults, recording instead. Prints
+its port on the first line of stdout, forwards every request unchanged and appends one JSON line
+per request to FILE: the operation, the sizes that make an engine's work (request body, update
+and condition expressions, the answer, i.e. the ALL_NEW image when asked for) and four
+CLOCK_MONOTONIC stamps in ns (the same clock in every process on the machine): `head` (request
+read), `sent` (forwarded upstream), `answered` (the engine's answer read) and `written` (the
+answer written back). `answered - sent` is the engine's time (DynamoDB Local, plus one loopback
+hop); the client's own time comes from comparing the client's stamps with these.
 """
 
 from __future__ import annotations
@@ -17,74 +17,39 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
+from pathlib import Path
 from typing import IO, Any
 
-import aiohttp
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from support.faultproxy import FaultProxy, _write
 
 
-class Recorder:
+class RecordingProxy(FaultProxy):
+    """Forwards every request (no faults) and logs its stamps and sizes to `log`."""
+
     def __init__(self, upstream: str, log: IO[str]) -> None:
-        self.upstream = upstream.rstrip("/")
+        super().__init__(upstream, seed=0, rate=0.0)
         self.log = log
-        self.session: aiohttp.ClientSession | None = None
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                t_head = time.monotonic_ns()
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                headers = {}
-                for line in lines[1:]:
-                    if ":" in line:
-                        name, value = line.split(":", 1)
-                        headers[name.strip()] = value.strip()
-                length = int(
-                    next((v for k, v in headers.items() if k.lower() == "content-length"), 0)
-                )
-                body = await reader.readexactly(length) if length else b""
-                await self.forward(writer, method, path, headers, body, t_head)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            return
-        finally:
-            writer.close()
-
-    async def forward(
+    async def _answer(
         self,
         writer: asyncio.StreamWriter,
         method: str,
         path: str,
         headers: dict[str, str],
         body: bytes,
-        t_head: int,
-    ) -> None:
-        assert self.session is not None
-        skip = {"host", "content-length", "connection", "transfer-encoding"}
-        sent_headers = {k: v for k, v in headers.items() if k.lower() not in skip}
+    ) -> bool:
+        t_head = time.monotonic_ns()
+        self.requests += 1
         t_sent = time.monotonic_ns()
-        async with self.session.request(
-            method, self.upstream + path, data=body, headers=sent_headers
-        ) as response:
-            data = await response.read()
-            kept = {
-                k: v
-                for k, v in response.headers.items()
-                if k.lower() not in ("content-length", "connection", "transfer-encoding")
-            }
-            status = response.status
+        status, kept, data = await self._forward(method, path, headers, body)
         t_answered = time.monotonic_ns()
-        out = [f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}"]
-        out += [f"{k}: {v}" for k, v in kept.items()]
-        out += [f"Content-Length: {len(data)}", "Connection: keep-alive", "", ""]
-        writer.write("\r\n".join(out).encode("latin-1") + data)
-        await writer.drain()
-        t_written = time.monotonic_ns()
-        self.record(headers, body, data, status, t_head, t_sent, t_answered, t_written)
+        written = await _write(writer, status, kept, data)
+        self.record(headers, body, data, status, t_head, t_sent, t_answered, time.monotonic_ns())
+        return written
 
     def record(
         self, headers: dict[str, str], body: bytes, answer: bytes, status: int, *stamps: int
@@ -111,15 +76,12 @@ class Recorder:
 
 async def main_async(upstream: str, log_path: str) -> None:
     with open(log_path, "a", buffering=1) as log:
-        recorder = Recorder(upstream, log)
-        connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            recorder.session = session
-            server = await asyncio.start_server(recorder.serve, "127.0.0.1", 0)
-            port = server.sockets[0].getsockname()[1]
-            print(port, flush=True)
-            async with server:
-                await server.serve_forever()
+        proxy = await RecordingProxy(upstream, log).start()
+        print(proxy.url.rsplit(":", 1)[1], flush=True)
+        try:
+            await asyncio.Event().wait()  # until terminated
+        finally:
+            await proxy.close()
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ CASE_LABEL = {"single": "warm single-resource acquire",
 KIND_LABEL = {"distinct": "32 tasks, distinct entities",
               "one_entity": "32 tasks, one entity",
               "org_cap": "32 users under one organisation cap"}
-CPU_TARGET_RATIO = 0.5
+CPU_TARGET_RATIO = 0.4  # issue 25: for the single-resource and the three-bucket call
 
 
 # --- formatting ----------------------------------------------------------------------------------
@@ -99,9 +99,10 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     if "timing" in results:
         cases = results["timing"]["cases"]
         cpu = cases["single"]["ratios"]["cpu_us_per_call"]
+        cpu_three = cases["three"]["ratios"]["cpu_us_per_call"]
         verdicts.append({
-            "target": f"client CPU per warm acquire ≤ {CPU_TARGET_RATIO}× 0.17.0's",
-            "met": cpu is not None and cpu <= CPU_TARGET_RATIO,
+            "target": f"client CPU per warm acquire ≤ {CPU_TARGET_RATIO}× 0.17.0's (both calls)",
+            "met": all(r is not None and r <= CPU_TARGET_RATIO for r in (cpu, cpu_three)),
             "detail": (f"single resource {num(cases['single']['ours']['cpu_us_per_call'])} vs "
                        f"{num(cases['single']['theirs']['cpu_us_per_call'])} µs = {times(cpu)}; "
                        f"three-bucket {times(cases['three']['ratios']['cpu_us_per_call'])}"),

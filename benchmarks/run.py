@@ -1,7 +1,7 @@
 """Run the benchmark: ours vs zae-limiter 0.17.0, alternating, on DynamoDB Local.
 
-    python -m benchmarks.run            # the full run (about 7 minutes idle, 13 on 2 busy cores)
-    python -m benchmarks.run --quick    # a smoke run (about 1–2 minutes), results *-quick.*
+    python -m benchmarks.run            # the full run (under 15 minutes on 2 busy cores)
+    python -m benchmarks.run --quick    # a smoke run (under 3 minutes), results *-quick.*
 
 Makes (once, about 30–150 s) `benchmarks/.venv-0.17.0` with zae-limiter==0.17.0 and the same
 aiobotocore as ours. For each phase it starts a fresh DynamoDB Local on 127.0.0.1 and one worker
@@ -12,7 +12,10 @@ happens, and drives the workers in turn:
 2. timing: warm single-resource and three-bucket acquires in blocks, alternating ours and
    theirs (and who goes first), plus the transport floor in ours' process;
 3. contention: 32 concurrent tasks on distinct entities, on one entity, and under one
-   organisation cap, alternating.
+   organisation cap, alternating;
+4. hot: one hot item far below its limit, 1 to 64 tasks;
+5. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
+   entities, hot_procs, hot_org, aggregator, manifest.
 
 Writes benchmarks/results/<date>[-quick].json, .md and -latency.png (benchmarks/report.py).
 """
@@ -78,7 +81,7 @@ class Plan:
                 "capacity": self.shared_capacity}
 
 
-FULL = Plan(calls_single=3000, calls_three=2000, block=200, warm_rounds=5, contention_rounds=1,
+FULL = Plan(calls_single=1600, calls_three=1000, block=200, warm_rounds=5, contention_rounds=1,
             tasks=32, distinct_attempts=40, distinct_capacity=30, shared_attempts=16,
             shared_capacity=400)
 QUICK = Plan(calls_single=200, calls_three=200, block=100, warm_rounds=2, contention_rounds=1,
@@ -301,7 +304,7 @@ def run_contention(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, A
     return out
 
 
-HOT_SECONDS = 6.0
+HOT_SECONDS = 4.0
 
 
 def run_hot(workers: dict[str, WorkerProcess]) -> dict[str, Any]:

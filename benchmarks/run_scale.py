@@ -44,15 +44,15 @@ class ScalePlan:
 
 
 FULL_SCALE = ScalePlan(
-    breakdown_calls=600,
+    breakdown_calls=300,
     block=100,
-    resource_calls=100,
+    resource_calls=50,
     entity_levels=(10, 100, 1_000, 10_000),
     theirs_entity_levels=(10, 100, 1_000),
     entity_sample=200,
     hot_processes=(1, 2, 4),
     tasks=32,
-    seconds=6.0,
+    seconds=5.0,
     org_processes=4,
     org_cap=600,
     aggregator_sizes=(100, 1_000),
