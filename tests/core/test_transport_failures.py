@@ -16,8 +16,11 @@ from typing import Any
 import pytest
 from aiobotocore.config import AioConfig
 
+from support.faultproxy import fault_proxy
 from support.loopback import closing_proxy, ok, scripted, self_signed, server_tls
+from support.tables import unique_table_name
 from zae_limiter import (
+    InfrastructureNotFoundError,
     Limit,
     OnUnavailable,
     RateLimiter,
@@ -265,3 +268,17 @@ def test_the_cli_without_credentials_exits_1_with_the_fix(
     assert "no AWS credentials were found" in result.stderr
     assert 'eval "$(zae-limiter local env)"' in result.stderr
     assert "Traceback" not in result.output + result.stderr
+
+
+async def test_delete_table_whose_answer_was_lost_still_succeeds(ddb_endpoint: str) -> None:
+    """The first DeleteTable applies but its answer is lost; the retry finds the table gone."""
+
+    table = unique_table_name()
+    await Repository.create_table(table=table, endpoint_url=ddb_endpoint)
+    async with fault_proxy(
+        ddb_endpoint, seed=1, rate=1.0, kinds=("lost",), operations=("DeleteTable",), max_faults=1
+    ) as proxy:
+        await Repository.delete_table(table=table, endpoint_url=proxy.url)
+        assert proxy.counts["lost"] == 1
+    with pytest.raises(InfrastructureNotFoundError):
+        await Repository.open(table=table, endpoint_url=ddb_endpoint)
