@@ -84,7 +84,7 @@ class Plan:
 FULL = Plan(calls_single=1600, calls_three=1000, block=200, warm_rounds=5, contention_rounds=1,
             tasks=32, distinct_attempts=40, distinct_capacity=30, shared_attempts=16,
             shared_capacity=400)
-QUICK = Plan(calls_single=200, calls_three=200, block=100, warm_rounds=2, contention_rounds=1,
+QUICK = Plan(calls_single=100, calls_three=100, block=50, warm_rounds=2, contention_rounds=1,
              tasks=32, distinct_attempts=4, distinct_capacity=3, shared_attempts=3,
              shared_capacity=60)
 
@@ -307,14 +307,14 @@ def run_contention(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, A
 HOT_SECONDS = 4.0
 
 
-def run_hot(workers: dict[str, WorkerProcess]) -> dict[str, Any]:
+def run_hot(workers: dict[str, WorkerProcess], seconds: float = HOT_SECONDS) -> dict[str, Any]:
     """One hot bucket far below its limit: admitted/s at 1, 8, 32 and 64 tasks, both sides."""
     out: dict[str, Any] = {}
     turns = itertools.count()
     for tasks in HOT_TASKS:
         row: dict[str, Any] = {}
         for impl in alternate(next(turns)):
-            result = workers[impl].call("hot_item", tasks=tasks, seconds=HOT_SECONDS)
+            result = workers[impl].call("hot_item", tasks=tasks, seconds=seconds)
             row[impl] = result
             log(f"hot item {tasks} tasks {impl}: {result['admitted_per_s']:.0f} admitted/s, "
                 f"{result['rejected']} rejected, errors {result['errors']}, "
@@ -341,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int,
                         help="timing calls per case per implementation (both cases)")
     parser.add_argument("--block", type=int, help="timing calls per alternating block")
+    parser.add_argument("--name", help="the results' file stem (default: the date, "
+                        "with -quick for a quick run)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     overrides = {k: v for k, v in (("calls_single", args.calls), ("calls_three", args.calls),
@@ -362,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         "costs": lambda workers, _: run_costs(workers),
         "timing": lambda workers, _: run_timing(workers, plan),
         "contention": lambda workers, _: run_contention(workers, plan),
-        "hot": lambda workers, _: run_hot(workers),
+        "hot": lambda workers, _: run_hot(workers, 1.0 if args.quick else HOT_SECONDS),
         **run_scale.phases(scale_plan, log),
     }
     results["meta"]["load_before"] = {}
@@ -378,22 +380,21 @@ def main(argv: list[str] | None = None) -> int:
                 results["meta"][f"{phase}_s"] = round(time.time() - t0, 1)
     results["meta"]["machine_end"] = machine()
     results["meta"]["duration_s"] = round(time.time() - started, 1)
-    paths = write(results, args.out)
+    paths = write(results, args.out, args.name)
     log(f"done in {results['meta']['duration_s']} s: " + ", ".join(str(p) for p in paths))
     return 0
 
 
 def session_groups(phases: list[str], *, quick: bool) -> list[list[str]]:
-    """Phases that share one DynamoDB Local: each its own, except that a quick run puts the
-    scale phases together (a smoke run; each engine start costs several seconds)."""
-    scale = [p for p in phases if p in run_scale.PHASES]
-    groups = [[p] for p in phases if not (quick and p in scale)]
-    return groups + ([scale] if quick and scale else [])
+    """Phases that share one DynamoDB Local: each its own in a full run; a quick run (a smoke
+    run, where each engine start would cost several seconds of its budget) shares one."""
+    return [phases] if quick and phases else [[p] for p in phases]
 
 
-def write(results: dict[str, Any], out: Path) -> list[Path]:
+def write(results: dict[str, Any], out: Path, name: str | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    stem = results["meta"]["date"] + ("-quick" if results["meta"]["mode"] == "quick" else "")
+    stem = name or results["meta"]["date"] + (
+        "-quick" if results["meta"]["mode"] == "quick" else "")
     if "timing" in results:
         timing = results["timing"]
         timing["latency_percentiles_us"] = report.latency_percentiles(

@@ -30,6 +30,7 @@ PHASES = ("breakdown", "resources", "entities", "hot_procs", "hot_org", "aggrega
 class ScalePlan:
     breakdown_calls: int  # warm calls per case per implementation through the recording proxy
     block: int
+    resource_counts: tuple[int, ...]  # resources per call
     resource_calls: int  # timed warm calls per resource count per implementation
     entity_levels: tuple[int, ...]
     theirs_entity_levels: tuple[int, ...]  # 0.17.0's cold start is slower: fewer steps
@@ -46,6 +47,7 @@ class ScalePlan:
 FULL_SCALE = ScalePlan(
     breakdown_calls=300,
     block=100,
+    resource_counts=RESOURCE_COUNTS,
     resource_calls=50,
     entity_levels=(10, 100, 1_000, 10_000),
     theirs_entity_levels=(10, 100, 1_000),
@@ -58,19 +60,20 @@ FULL_SCALE = ScalePlan(
     aggregator_sizes=(100, 1_000),
     manifest_entities=1_000,
 )
-#: A smoke run: every phase, tiny (2 processes for the hot organisation, one batch size).
+#: A smoke run: every phase, tiny (8 tasks, 2 processes at most, one batch size).
 QUICK_SCALE = ScalePlan(
-    breakdown_calls=40,
-    block=20,
-    resource_calls=10,
-    entity_levels=(10, 100),
-    theirs_entity_levels=(10, 100),
-    entity_sample=20,
-    hot_processes=(1, 2, 4),
-    tasks=32,
+    breakdown_calls=20,
+    block=10,
+    resource_counts=(1, 4, 16),
+    resource_calls=5,
+    entity_levels=(10, 50),
+    theirs_entity_levels=(10, 50),
+    entity_sample=10,
+    hot_processes=(1, 2),
+    tasks=8,
     seconds=1.0,
     org_processes=2,
-    org_cap=200,
+    org_cap=60,
     aggregator_sizes=(100,),
     manifest_entities=20,
 )
@@ -85,7 +88,7 @@ def alternate(number: int) -> tuple[str, ...]:
 
 def run_resources(workers: Workers, plan: ScalePlan, log: Callable[[str], None]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for number, count in enumerate(RESOURCE_COUNTS):
+    for number, count in enumerate(plan.resource_counts):
         row: dict[str, Any] = {}
         for impl in alternate(number):
             try:

@@ -135,9 +135,16 @@ def _wire(block: Any, wall: float) -> dict[str, Any]:
         for op, n in block.by_operation.items()
         if op in ("GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems")
     )
+    wcu_by_operation: Counter[str] = Counter()
+    largest_write = 0.0
+    for request in block.requests:
+        wcu_by_operation[request.operation] += request.wcu
+        largest_write = max(largest_write, request.wcu)
     return {
         "requests": len(block.requests),
         "reads": reads,
+        "wcu_by_operation": dict(wcu_by_operation),
+        "largest_write_wcu": largest_write,
         "writes": len(block.requests) - reads,
         "rcu": block.rcu,
         "wcu": block.wcu,
