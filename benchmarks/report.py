@@ -19,9 +19,9 @@ IMPLS = ("ours", "theirs")
 WHO_LABEL = {"ours": "ours", "theirs": "0.17.0", "floor": "transport floor"}
 CASE_LABEL = {"single": "warm single-resource acquire",
               "three": "three-bucket acquire (seed call: search + org cascade + budget)"}
-KIND_LABEL = {"distinct": "32 tasks, distinct entities",
-              "one_entity": "32 tasks, one entity",
-              "org_cap": "32 users under one organisation cap"}
+KIND_LABEL = {"distinct": "concurrent tasks, distinct entities",
+              "one_entity": "concurrent tasks, one entity",
+              "org_cap": "concurrent users under one organisation cap"}
 CPU_TARGET_RATIO = 0.4  # issue 25: for the single-resource and the three-bucket call
 
 

@@ -85,7 +85,7 @@ FULL = Plan(calls_single=1600, calls_three=1000, block=200, warm_rounds=5, conte
             tasks=32, distinct_attempts=40, distinct_capacity=30, shared_attempts=16,
             shared_capacity=400)
 QUICK = Plan(calls_single=100, calls_three=100, block=50, warm_rounds=2, contention_rounds=1,
-             tasks=32, distinct_attempts=4, distinct_capacity=3, shared_attempts=3,
+             tasks=8, distinct_attempts=4, distinct_capacity=3, shared_attempts=3,
              shared_capacity=60)
 
 
@@ -307,11 +307,12 @@ def run_contention(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, A
 HOT_SECONDS = 4.0
 
 
-def run_hot(workers: dict[str, WorkerProcess], seconds: float = HOT_SECONDS) -> dict[str, Any]:
+def run_hot(workers: dict[str, WorkerProcess], seconds: float = HOT_SECONDS,
+            levels: tuple[int, ...] = HOT_TASKS) -> dict[str, Any]:
     """One hot bucket far below its limit: admitted/s at 1, 8, 32 and 64 tasks, both sides."""
     out: dict[str, Any] = {}
     turns = itertools.count()
-    for tasks in HOT_TASKS:
+    for tasks in levels:
         row: dict[str, Any] = {}
         for impl in alternate(next(turns)):
             result = workers[impl].call("hot_item", tasks=tasks, seconds=seconds)
@@ -364,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         "costs": lambda workers, _: run_costs(workers),
         "timing": lambda workers, _: run_timing(workers, plan),
         "contention": lambda workers, _: run_contention(workers, plan),
-        "hot": lambda workers, _: run_hot(workers, 1.0 if args.quick else HOT_SECONDS),
+        "hot": lambda workers, _: (run_hot(workers, 1.0, (1, 32)) if args.quick
+                                   else run_hot(workers)),
         **run_scale.phases(scale_plan, log),
     }
     results["meta"]["load_before"] = {}
@@ -378,6 +380,11 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"phase {phase}")
                 results[phase] = runs[phase](workers, spawn)
                 results["meta"][f"{phase}_s"] = round(time.time() - t0, 1)
+                if phase == "timing":  # whole percentiles: enough to redraw the plot
+                    timing = results["timing"]
+                    timing["latency_percentiles_us"] = report.latency_percentiles(
+                        timing.pop("latencies_us"))
+                checkpoint(results, args.out, args.name)
     results["meta"]["machine_end"] = machine()
     results["meta"]["duration_s"] = round(time.time() - started, 1)
     paths = write(results, args.out, args.name)
@@ -391,15 +398,21 @@ def session_groups(phases: list[str], *, quick: bool) -> list[list[str]]:
     return [phases] if quick and phases else [[p] for p in phases]
 
 
-def write(results: dict[str, Any], out: Path, name: str | None = None) -> list[Path]:
+def json_path(results: dict[str, Any], out: Path, name: str | None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     stem = name or results["meta"]["date"] + (
         "-quick" if results["meta"]["mode"] == "quick" else "")
-    if "timing" in results:
-        timing = results["timing"]
-        timing["latency_percentiles_us"] = report.latency_percentiles(
-            timing.pop("latencies_us"))
-    return report.write(results, out / f"{stem}.json")
+    return out / f"{stem}.json"
+
+
+def checkpoint(results: dict[str, Any], out: Path, name: str | None) -> None:
+    """The results so far, after each phase: an interrupted run keeps what it measured
+    (`python -m benchmarks.report FILE.json` draws its report)."""
+    json_path(results, out, name).write_text(json.dumps(results, indent=1) + "\n")
+
+
+def write(results: dict[str, Any], out: Path, name: str | None = None) -> list[Path]:
+    return report.write(results, json_path(results, out, name))
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ FULL_SCALE = ScalePlan(
 QUICK_SCALE = ScalePlan(
     breakdown_calls=20,
     block=10,
-    resource_counts=(1, 4, 16),
+    resource_counts=(1, 16),
     resource_calls=5,
     entity_levels=(10, 50),
     theirs_entity_levels=(10, 50),
@@ -74,7 +74,7 @@ QUICK_SCALE = ScalePlan(
     seconds=1.0,
     org_processes=2,
     org_cap=60,
-    aggregator_sizes=(100,),
+    aggregator_sizes=(30,),
     manifest_entities=20,
 )
 
