@@ -17,6 +17,7 @@ counts. Sizes (request body, expressions, the answer: the ALL_NEW image) are per
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -37,6 +38,45 @@ async def call_spans(call: Callable[[int], Awaitable[Any]], n: int) -> list[list
         await call(i)
         spans.append([t0, time.monotonic_ns()])
     return spans
+
+
+VARIANTS = ("as_sent", "no_image", "one_action")
+
+
+def variant(request: dict[str, Any], which: str) -> dict[str, Any]:
+    """Ours' warm UpdateItem (as the floor replays it) changed in one way (pure):
+
+    as_sent: unchanged; no_image: ReturnValues NONE instead of ALL_NEW; one_action: only the
+    first SET action of the update expression (names and values it no longer uses dropped).
+    """
+    out = dict(request)
+    if which == "no_image":
+        out["ReturnValues"] = "NONE"
+    elif which == "one_action":
+        first = out["UpdateExpression"].split(",")[0]
+        out["UpdateExpression"] = first
+        used = " ".join((first, out.get("ConditionExpression", "")))
+        out["ExpressionAttributeNames"] = {
+            k: v for k, v in out.get("ExpressionAttributeNames", {}).items()
+            if re.search(re.escape(k) + r"\b", used)}
+        values = {k: v for k, v in out.get("ExpressionAttributeValues", {}).items()
+                  if re.search(re.escape(k) + r"\b", used)}
+        if values:
+            out["ExpressionAttributeValues"] = values
+        else:
+            out.pop("ExpressionAttributeValues", None)
+    return out
+
+
+async def variant_spans(client: Any, request: dict[str, Any], which: str, n: int
+                        ) -> list[list[int]]:
+    """n sequential sends of one variant of `request` with the bare client (worker side)."""
+    changed = variant(request, which)
+
+    async def send(_: int) -> None:
+        await client.update_item(**changed)
+
+    return await call_spans(send, n)
 
 
 def start_proxy(upstream: str, log_path: Path) -> tuple[subprocess.Popen[str], str]:
@@ -158,13 +198,21 @@ def run_breakdown(
                 for impl in order:
                     spans[impl][case] += proxied[impl].call("spans", case=case, n=block)
         log(f"breakdown: {calls} calls per case per implementation through the proxy")
+        proxied["ours"].call("floor_setup")
+        variant_spans_of = {which: proxied["ours"].call("variant_spans", which=which,
+                                                        n=max(calls // 2, 10))
+                            for which in VARIANTS}
     finally:
         for worker in proxied.values():
             worker.close()
         proxy.terminate()  # our own child, by its handle
         proxy.wait(timeout=10)
     records = read_records(log_path)
-    return {impl: {case: summarise(spans[impl][case], records) for case in CASES} for impl in spans}
+    out: dict[str, Any] = {impl: {case: summarise(spans[impl][case], records) for case in CASES}
+                           for impl in spans}
+    out["variants"] = {which: summarise(s, records)["per_request"].get("UpdateItem", {})
+                       for which, s in variant_spans_of.items()}
+    return out
 
 
 # --- report --------------------------------------------------------------------------------
@@ -237,6 +285,15 @@ def section(data: dict[str, Any]) -> str:
         ],
         rows,
     )
+    variants = data.get("variants")
+    if variants:
+        labels = {"as_sent": "ours' warm UpdateItem as sent (condition reduced to "
+                  "attribute_exists)", "no_image": "the same, ReturnValues NONE",
+                  "one_action": "the same, only the first SET action"}
+        text += "\n\nWhat in the request costs engine time (single resource, bare client):\n\n"
+        text += table(["request", "engine ms (median)", "request bytes", "answer bytes"],
+                      [[labels[w], f"{v['engine_us'] / 1000:.2f}", num(v["request_bytes"]),
+                        num(v["answer_bytes"])] for w, v in variants.items() if v])
     return text + (
         "\n\nMedians per call. Engine = DynamoDB Local answering (one loopback hop "
         "from the proxy included); wire = the proxy's hop and the transfers; client "

@@ -122,7 +122,17 @@ async def _spans(worker: Worker, args: dict[str, Any]) -> Any:
     return await call_spans(worker._timing().caller(args["case"]), int(args["n"]))
 
 
-SCALE_OPS = {"spans": _spans, "resources": _resources, "entities": _entities,
+async def _variant_spans(worker: Worker, args: dict[str, Any]) -> Any:
+    from benchmarks.breakdown import variant_spans
+
+    bench = worker._timing()
+    (request,) = bench.floor["single"]
+    return await variant_spans(await worker.impl.client(bench.repo), request, args["which"],
+                               int(args["n"]))
+
+
+SCALE_OPS = {"spans": _spans, "variant_spans": _variant_spans, "resources": _resources,
+             "entities": _entities,
              "shared_setup": _shared_setup, "shared_run": _shared_run, "shards": _shards,
              "aggregator": _aggregator, "manifest": _manifest}
 

@@ -37,3 +37,20 @@ def test_the_memory_driver_keeps_every_container_at_its_bound() -> None:
     assert sizes["parent_fallback_warned"] == sizes["unmetered_warned"] == 10_000
     assert sizes["config_cache"] == 2 * 12_000  # two entries per entity, below its bound
     assert [s["entities"] for s in result["samples"]] == [0, 6_000, 12_000]
+
+
+def test_request_variants_change_one_thing_each() -> None:
+    request = {
+        "TableName": "t", "Key": {"pk": {"S": "a"}}, "ReturnValues": "ALL_NEW",
+        "UpdateExpression": "SET #n1.#n2 = :v1, #n3 = #n3 + :v2, #n10 = :v10",
+        "ConditionExpression": "attribute_exists(#floorkey)",
+        "ExpressionAttributeNames": {"#n1": "L", "#n2": "v", "#n3": "n", "#n10": "ttl",
+                                     "#floorkey": "pk"},
+        "ExpressionAttributeValues": {":v1": {"N": "1"}, ":v2": {"N": "2"}, ":v10": {"N": "3"}},
+    }
+    assert breakdown.variant(request, "as_sent") == request
+    assert breakdown.variant(request, "no_image") == {**request, "ReturnValues": "NONE"}
+    one = breakdown.variant(request, "one_action")
+    assert one["UpdateExpression"] == "SET #n1.#n2 = :v1"
+    assert one["ExpressionAttributeNames"] == {"#n1": "L", "#n2": "v", "#floorkey": "pk"}
+    assert one["ExpressionAttributeValues"] == {":v1": {"N": "1"}}
