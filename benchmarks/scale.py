@@ -22,7 +22,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from benchmarks.impls import Impl
-from benchmarks.scenarios import Tables, new_table_name, timed_loop, wire_summary
+from benchmarks.scenarios import (
+    Tables,
+    counted_acquire,
+    new_table_name,
+    timed_loop,
+    wire_summary,
+)
 from benchmarks.stats import percentile
 from zae_limiter import Limit, RateLimiter, RateLimitExceeded
 
@@ -204,25 +210,17 @@ async def shared_run(
                 async with limiter.acquire(entity, resource, consume=consume):
                     pass
                 warm_admitted += 1
-        admitted = rejected = 0
+        outcomes: Counter[str] = Counter()
         errors: Counter[str] = Counter()
         latencies: list[int] = []
         await asyncio.sleep(max(0.0, start_at - time.time()))
         until = time.perf_counter() + seconds
 
         async def loop(task: int) -> None:
-            nonlocal admitted, rejected
             entity, resource, consume = call_of(task)
             while time.perf_counter() < until:
                 t0 = time.perf_counter_ns()
-                try:
-                    async with limiter.acquire(entity, resource, consume=consume):
-                        pass
-                    admitted += 1
-                except RateLimitExceeded:
-                    rejected += 1
-                except Exception as exc:
-                    errors[type(exc).__name__] += 1
+                await counted_acquire(limiter, entity, resource, consume, outcomes, errors)
                 latencies.append((time.perf_counter_ns() - t0) // 1000)
 
         with recorder.block() as block:
@@ -231,8 +229,8 @@ async def shared_run(
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         return {
             "process": process,
-            "admitted": admitted,
-            "rejected": rejected,
+            "admitted": outcomes["admitted"],
+            "rejected": outcomes["rejected"],
             "warm_admitted": warm_admitted,
             "errors": dict(errors),
             "wall_s": wall,
