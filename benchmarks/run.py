@@ -81,7 +81,7 @@ class Plan:
                 "capacity": self.shared_capacity}
 
 
-FULL = Plan(calls_single=1600, calls_three=1000, block=200, warm_rounds=5, contention_rounds=1,
+FULL = Plan(calls_single=1200, calls_three=800, block=200, warm_rounds=5, contention_rounds=1,
             tasks=32, distinct_attempts=40, distinct_capacity=30, shared_attempts=16,
             shared_capacity=400)
 QUICK = Plan(calls_single=100, calls_three=100, block=50, warm_rounds=2, contention_rounds=1,
@@ -304,7 +304,7 @@ def run_contention(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, A
     return out
 
 
-HOT_SECONDS = 4.0
+HOT_SECONDS = 3.0
 
 
 def run_hot(workers: dict[str, WorkerProcess], seconds: float = HOT_SECONDS,

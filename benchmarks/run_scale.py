@@ -45,10 +45,10 @@ class ScalePlan:
 
 
 FULL_SCALE = ScalePlan(
-    breakdown_calls=300,
+    breakdown_calls=200,
     block=100,
     resource_counts=RESOURCE_COUNTS,
-    resource_calls=50,
+    resource_calls=30,
     entity_levels=(10, 100, 1_000, 10_000),
     theirs_entity_levels=(10, 100, 1_000),
     entity_sample=200,
@@ -58,7 +58,7 @@ FULL_SCALE = ScalePlan(
     org_processes=4,
     org_cap=600,
     aggregator_sizes=(100, 1_000),
-    manifest_entities=1_000,
+    manifest_entities=150,
 )
 #: A smoke run: every phase, tiny (8 tasks, 2 processes at most, one batch size).
 QUICK_SCALE = ScalePlan(
