@@ -201,6 +201,11 @@ def aggregator_section(rows: list[dict[str, Any]]) -> str:
 
 
 def manifest_section(data: dict[str, Any]) -> str:
+    if "error" in data:
+        r = data["apply"]
+        return (f"{num(data['entities'])} entities × {data['resources']} resources: **the apply "
+                f"failed** after {num(r['requests'])} requests ({num(r['wcu'], 0)} WCU, "
+                f"{r['wall_s']:.0f} s): {data['error']}. " + NO_MANIFEST)
     rows = []
     for label, key in (("apply (fresh table)", "apply"), ("plan, nothing changed", "plan")):
         r = data[key]
@@ -414,7 +419,7 @@ def plot_all(results: dict[str, Any], stem_path: Path) -> dict[str, Path]:
                 ),
             ],
         )
-    if "manifest" in results:
+    if "manifest" in results and "error" not in results["manifest"]:
         _manifest_bars(target("manifest"), f"`limits apply` (ours) — {date}", results["manifest"])
     return plots
 

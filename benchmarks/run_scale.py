@@ -206,6 +206,9 @@ def run_aggregator(
 
 def run_manifest(workers: Workers, plan: ScalePlan, log: Callable[[str], None]) -> dict[str, Any]:
     row: dict[str, Any] = workers["ours"].call("manifest", entities=plan.manifest_entities)
+    if "error" in row:
+        log(f"manifest {row['entities']} x {row['resources']}: apply failed: {row['error']}")
+        return row
     log(
         f"manifest {row['entities']} x {row['resources']}: apply {row['apply']['requests']} "
         f"requests in {row['apply']['wall_s']:.1f} s; plan {row['plan']['requests']} requests"
