@@ -342,8 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int,
                         help="timing calls per case per implementation (both cases)")
     parser.add_argument("--block", type=int, help="timing calls per alternating block")
-    parser.add_argument("--manifest-entities", type=int,
-                        help="entities of the manifest phase's manifest (default 150; 20 quick)")
+    parser.add_argument("--manifest-entities", type=int, nargs="+",
+                        help="entities of the manifest phase's manifests (default 150 1000; "
+                             "20 quick)")
     parser.add_argument("--name", help="the results' file stem (default: the date, "
                         "with -quick for a quick run)")
     args = parser.parse_args(argv)
@@ -363,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     }}
     scale_plan = run_scale.QUICK_SCALE if args.quick else run_scale.FULL_SCALE
     if args.manifest_entities:
-        scale_plan = replace(scale_plan, manifest_entities=args.manifest_entities)
+        scale_plan = replace(scale_plan, manifest_entities=tuple(args.manifest_entities))
     results["meta"]["scale_plan"] = asdict(scale_plan)
     runs: dict[str, Callable[[dict[str, WorkerProcess], Spawner], Any]] = {
         "costs": lambda workers, _: run_costs(workers),
