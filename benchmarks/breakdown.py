@@ -57,10 +57,15 @@ def variant(request: dict[str, Any], which: str) -> dict[str, Any]:
         out["UpdateExpression"] = first
         used = " ".join((first, out.get("ConditionExpression", "")))
         out["ExpressionAttributeNames"] = {
-            k: v for k, v in out.get("ExpressionAttributeNames", {}).items()
-            if re.search(re.escape(k) + r"\b", used)}
-        values = {k: v for k, v in out.get("ExpressionAttributeValues", {}).items()
-                  if re.search(re.escape(k) + r"\b", used)}
+            k: v
+            for k, v in out.get("ExpressionAttributeNames", {}).items()
+            if re.search(re.escape(k) + r"\b", used)
+        }
+        values = {
+            k: v
+            for k, v in out.get("ExpressionAttributeValues", {}).items()
+            if re.search(re.escape(k) + r"\b", used)
+        }
         if values:
             out["ExpressionAttributeValues"] = values
         else:
@@ -68,8 +73,9 @@ def variant(request: dict[str, Any], which: str) -> dict[str, Any]:
     return out
 
 
-async def variant_spans(client: Any, request: dict[str, Any], which: str, n: int
-                        ) -> list[list[int]]:
+async def variant_spans(
+    client: Any, request: dict[str, Any], which: str, n: int
+) -> list[list[int]]:
     """n sequential sends of one variant of `request` with the bare client (worker side)."""
     changed = variant(request, which)
 
@@ -199,19 +205,23 @@ def run_breakdown(
                     spans[impl][case] += proxied[impl].call("spans", case=case, n=block)
         log(f"breakdown: {calls} calls per case per implementation through the proxy")
         proxied["ours"].call("floor_setup")
-        variant_spans_of = {which: proxied["ours"].call("variant_spans", which=which,
-                                                        n=max(calls // 2, 10))
-                            for which in VARIANTS}
+        variant_spans_of = {
+            which: proxied["ours"].call("variant_spans", which=which, n=max(calls // 2, 10))
+            for which in VARIANTS
+        }
     finally:
         for worker in proxied.values():
             worker.close()
         proxy.terminate()  # our own child, by its handle
         proxy.wait(timeout=10)
     records = read_records(log_path)
-    out: dict[str, Any] = {impl: {case: summarise(spans[impl][case], records) for case in CASES}
-                           for impl in spans}
-    out["variants"] = {which: summarise(s, records)["per_request"].get("UpdateItem", {})
-                       for which, s in variant_spans_of.items()}
+    out: dict[str, Any] = {
+        impl: {case: summarise(spans[impl][case], records) for case in CASES} for impl in spans
+    }
+    out["variants"] = {
+        which: summarise(s, records)["per_request"].get("UpdateItem", {})
+        for which, s in variant_spans_of.items()
+    }
     return out
 
 
@@ -287,13 +297,25 @@ def section(data: dict[str, Any]) -> str:
     )
     variants = data.get("variants")
     if variants:
-        labels = {"as_sent": "ours' warm UpdateItem as sent (condition reduced to "
-                  "attribute_exists)", "no_image": "the same, ReturnValues NONE",
-                  "one_action": "the same, only the first SET action"}
+        labels = {
+            "as_sent": "ours' warm UpdateItem as sent (condition reduced to attribute_exists)",
+            "no_image": "the same, ReturnValues NONE",
+            "one_action": "the same, only the first SET action",
+        }
         text += "\n\nWhat in the request costs engine time (single resource, bare client):\n\n"
-        text += table(["request", "engine ms (median)", "request bytes", "answer bytes"],
-                      [[labels[w], f"{v['engine_us'] / 1000:.2f}", num(v["request_bytes"]),
-                        num(v["answer_bytes"])] for w, v in variants.items() if v])
+        text += table(
+            ["request", "engine ms (median)", "request bytes", "answer bytes"],
+            [
+                [
+                    labels[w],
+                    f"{v['engine_us'] / 1000:.2f}",
+                    num(v["request_bytes"]),
+                    num(v["answer_bytes"]),
+                ]
+                for w, v in variants.items()
+                if v
+            ],
+        )
     return text + (
         "\n\nMedians per call. Engine = DynamoDB Local answering (one loopback hop "
         "from the proxy included); wire = the proxy's hop and the transfers; client "

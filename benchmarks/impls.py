@@ -71,8 +71,13 @@ class Theirs:
         self.endpoint_url = endpoint_url
 
     def _repository(self, table: str, **kwargs: Any) -> Any:
-        return _earlier_repository_class()(table, region=REGION, endpoint_url=self.endpoint_url,
-                          _skip_deprecation_warning=True, **kwargs)
+        return _earlier_repository_class()(
+            table,
+            region=REGION,
+            endpoint_url=self.endpoint_url,
+            _skip_deprecation_warning=True,
+            **kwargs,
+        )
 
     async def create_table(self, table: str) -> None:
         import zae_limiter

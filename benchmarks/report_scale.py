@@ -207,9 +207,11 @@ def manifest_sections(rows: list[dict[str, Any]]) -> str:
 def manifest_section(data: dict[str, Any]) -> str:
     if "error" in data:
         r = data["apply"]
-        return (f"{num(data['entities'])} entities × {data['resources']} resources: **the apply "
-                f"failed** after {num(r['requests'])} requests ({num(r['wcu'], 0)} WCU, "
-                f"{r['wall_s']:.0f} s): {data['error']}. " + NO_MANIFEST)
+        return (
+            f"{num(data['entities'])} entities × {data['resources']} resources: **the apply "
+            f"failed** after {num(r['requests'])} requests ({num(r['wcu'], 0)} WCU, "
+            f"{r['wall_s']:.0f} s): {data['error']}. " + NO_MANIFEST
+        )
     rows = []
     for label, key in (("apply (fresh table)", "apply"), ("plan, nothing changed", "plan")):
         r = data[key]
@@ -221,14 +223,28 @@ def manifest_section(data: dict[str, Any]) -> str:
                 num(r["writes"]),
                 num(r["rcu"], 1),
                 num(r["wcu"], 1),
-                ", ".join(f"{op} {num(w, 0)}" for op, w in r.get("wcu_by_operation", {}).items()
-                          if w) or "–",
+                ", ".join(
+                    f"{op} {num(w, 0)}" for op, w in r.get("wcu_by_operation", {}).items() if w
+                )
+                or "–",
                 num(r.get("largest_write_wcu"), 0),
                 f"{r['wall_s']:.1f}",
             ]
         )
-    return table(["step", "requests", "reads", "writes", "RCU", "WCU", "WCU by operation",
-                  "largest write (WCU)", "seconds"], rows) + (
+    return table(
+        [
+            "step",
+            "requests",
+            "reads",
+            "writes",
+            "RCU",
+            "WCU",
+            "WCU by operation",
+            "largest write (WCU)",
+            "seconds",
+        ],
+        rows,
+    ) + (
         f"\n\n{num(data['entities'])} entities × {data['resources']} resources: "
         f"{num(data['changes_applied'])} changes applied; the plan that followed found "
         f"{data['plan_changes']} to make ({num(data['plan_unchanged'])} unchanged): "
@@ -258,9 +274,12 @@ def sections(results: dict[str, Any], plots: dict[str, str]) -> list[str]:
     parts: list[str] = []
     plan = results["meta"].get("scale_plan")
     if plan and any(phase in results for phase in SECTIONS):
-        parts += ["## How cost grows: the plan", ", ".join(f"{k} {v}" for k, v in plan.items())
-                  + ". One worker process per process of a shared run, all started at the "
-                  "same wall-clock moment; ours and 0.17.0 alternate who goes first."]
+        parts += [
+            "## How cost grows: the plan",
+            ", ".join(f"{k} {v}" for k, v in plan.items())
+            + ". One worker process per process of a shared run, all started at the "
+            "same wall-clock moment; ours and 0.17.0 alternate who goes first.",
+        ]
     for phase, (title, render) in SECTIONS.items():
         if phase in results:
             parts += [f"## How cost grows: {title}", render(results[phase])]
@@ -338,8 +357,11 @@ def plot_all(results: dict[str, Any], stem_path: Path) -> dict[str, Path]:
         return plots[phase]
 
     if "breakdown" in results:
-        breakdown.plot(results["breakdown"], target("breakdown"),
-                       f"Warm calls through a recording proxy — {date}")
+        breakdown.plot(
+            results["breakdown"],
+            target("breakdown"),
+            f"Warm calls through a recording proxy — {date}",
+        )
     if "resources" in results:
         d = results["resources"]
         _panels(
@@ -425,8 +447,11 @@ def plot_all(results: dict[str, Any], stem_path: Path) -> dict[str, Path]:
         )
     applied = [r for r in results.get("manifest", []) if "error" not in r]
     if applied:
-        _manifest_bars(target("manifest"), f"`limits apply` (ours), {applied[-1]['entities']:,} "
-                       f"entities × 3 resources — {date}", applied[-1])
+        _manifest_bars(
+            target("manifest"),
+            f"`limits apply` (ours), {applied[-1]['entities']:,} entities × 3 resources — {date}",
+            applied[-1],
+        )
     return plots
 
 

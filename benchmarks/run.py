@@ -75,18 +75,42 @@ class Plan:
 
     def contention_args(self, kind: str) -> dict[str, int]:
         if kind == "distinct":
-            return {"tasks": self.tasks, "attempts": self.distinct_attempts,
-                    "capacity": self.distinct_capacity}
-        return {"tasks": self.tasks, "attempts": self.shared_attempts,
-                "capacity": self.shared_capacity}
+            return {
+                "tasks": self.tasks,
+                "attempts": self.distinct_attempts,
+                "capacity": self.distinct_capacity,
+            }
+        return {
+            "tasks": self.tasks,
+            "attempts": self.shared_attempts,
+            "capacity": self.shared_capacity,
+        }
 
 
-FULL = Plan(calls_single=1200, calls_three=800, block=200, warm_rounds=5, contention_rounds=1,
-            tasks=32, distinct_attempts=40, distinct_capacity=30, shared_attempts=16,
-            shared_capacity=400)
-QUICK = Plan(calls_single=100, calls_three=100, block=50, warm_rounds=2, contention_rounds=1,
-             tasks=8, distinct_attempts=4, distinct_capacity=3, shared_attempts=3,
-             shared_capacity=60)
+FULL = Plan(
+    calls_single=1200,
+    calls_three=800,
+    block=200,
+    warm_rounds=5,
+    contention_rounds=1,
+    tasks=32,
+    distinct_attempts=40,
+    distinct_capacity=30,
+    shared_attempts=16,
+    shared_capacity=400,
+)
+QUICK = Plan(
+    calls_single=100,
+    calls_three=100,
+    block=50,
+    warm_rounds=2,
+    contention_rounds=1,
+    tasks=8,
+    distinct_attempts=4,
+    distinct_capacity=3,
+    shared_attempts=3,
+    shared_capacity=60,
+)
 
 
 def log(message: str) -> None:
@@ -108,8 +132,10 @@ def ensure_theirs_venv() -> Path:
     log(f"creating {THEIRS_VENV.relative_to(ROOT)} with {' '.join(wanted)}")
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--clear", str(THEIRS_VENV)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    *wanted], check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *wanted],
+        check=True,
+    )
     stamp.write_text(" ".join(wanted))
     return python
 
@@ -124,15 +150,20 @@ class WorkerError(RuntimeError):
 class WorkerProcess:
     """One `benchmarks.worker` child process, spoken to in JSON lines."""
 
-    def __init__(self, impl: str, python: Path | str, endpoint_url: str, log_dir: Path,
-                 suffix: str = "") -> None:
+    def __init__(
+        self, impl: str, python: Path | str, endpoint_url: str, log_dir: Path, suffix: str = ""
+    ) -> None:
         self.impl = impl
         self.log_path = log_dir / f"worker-{impl}{suffix}.log"
         self._log: IO[str] = self.log_path.open("w")
         env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV} | LOCAL_ENV
         self.process = subprocess.Popen(
             [str(python), "-m", "benchmarks.worker", "--impl", impl, "--endpoint", endpoint_url],
-            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
             text=True,
         )
 
@@ -154,8 +185,9 @@ class WorkerProcess:
             raise WorkerError(f"{self.impl} worker exited during {op}:\n{self.log_tail()}")
         answer = json.loads(line)
         if not answer["ok"]:
-            raise WorkerError(f"{self.impl} worker failed {op}: {answer['error']}\n"
-                              f"{self.log_tail()}")
+            raise WorkerError(
+                f"{self.impl} worker failed {op}: {answer['error']}\n{self.log_tail()}"
+            )
         return answer["result"]
 
     def log_tail(self, lines: int = 25) -> str:
@@ -185,8 +217,13 @@ class Spawner:
         self._numbers = itertools.count(1)
 
     def __call__(self, impl: str, endpoint_url: str | None = None) -> WorkerProcess:
-        return WorkerProcess(impl, self.pythons[impl], endpoint_url or self.endpoint_url,
-                             self.log_dir, suffix=f"-{next(self._numbers)}")
+        return WorkerProcess(
+            impl,
+            self.pythons[impl],
+            endpoint_url or self.endpoint_url,
+            self.log_dir,
+            suffix=f"-{next(self._numbers)}",
+        )
 
 
 Session = tuple[dict[str, WorkerProcess], Spawner]
@@ -211,8 +248,7 @@ def fresh_session(theirs_python: Path) -> Iterator[Session]:
             spawn = Spawner(pythons, engine.endpoint_url, Path(log_dir))
             try:
                 for impl, python in pythons.items():
-                    workers[impl] = WorkerProcess(impl, python, engine.endpoint_url,
-                                                  Path(log_dir))
+                    workers[impl] = WorkerProcess(impl, python, engine.endpoint_url, Path(log_dir))
                 yield workers, spawn
             finally:
                 for worker in workers.values():
@@ -233,16 +269,24 @@ def run_costs(workers: dict[str, WorkerProcess]) -> dict[str, Any]:
     measured = {impl: workers[impl].call("costs") for impl in IMPLS}
     rows = []
     for row in COST_ROWS:
-        entry: dict[str, Any] = {"id": row.id, "title": row.title, "seed": row.seed,
-                                 "target": row.target, "expected_outcome": row.outcome}
+        entry: dict[str, Any] = {
+            "id": row.id,
+            "title": row.title,
+            "seed": row.seed,
+            "target": row.target,
+            "expected_outcome": row.outcome,
+        }
         for impl in IMPLS:
             got = measured[impl].get(row.id)
             entry[impl] = got
-            entry[f"met_{impl}"] = bool(got) and got["outcome"] == row.outcome and check(
-                row.target, got)
+            entry[f"met_{impl}"] = (
+                bool(got) and got["outcome"] == row.outcome and check(row.target, got)
+            )
         rows.append(entry)
-    setup_errors = {impl: {k: v for k, v in measured[impl].items() if k.endswith("setup_error")}
-                    for impl in IMPLS}
+    setup_errors = {
+        impl: {k: v for k, v in measured[impl].items() if k.endswith("setup_error")}
+        for impl in IMPLS
+    }
     return {"rows": rows, "setup_errors": setup_errors}
 
 
@@ -252,53 +296,70 @@ def run_timing(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, Any]:
         workers[impl].call("timing_setup", warm_rounds=plan.warm_rounds)
     floor_setup = workers["ours"].call("floor_setup")
     blocks: dict[str, dict[str, list[dict[str, Any]]]] = {
-        case: {"ours": [], "theirs": [], "floor": []} for case in TIMING_CASES}
+        case: {"ours": [], "theirs": [], "floor": []} for case in TIMING_CASES
+    }
     rounds = {case: max(1, plan.calls(case) // plan.block) for case in TIMING_CASES}
     for number in range(max(rounds.values())):
         for case in (case for case in TIMING_CASES if number < rounds[case]):
             for impl in alternate(number):
                 blocks[case][impl].append(
-                    workers[impl].call("timing_block", case=case, n=plan.block))
+                    workers[impl].call("timing_block", case=case, n=plan.block)
+                )
             blocks[case]["floor"].append(
-                workers["ours"].call("floor_block", case=case, n=plan.block))
+                workers["ours"].call("floor_block", case=case, n=plan.block)
+            )
         if number % 4 == 3 or number == max(rounds.values()) - 1:
             log(f"timing: round {number + 1}/{max(rounds.values())}")
     cases: dict[str, Any] = {}
     for case in TIMING_CASES:
         summary = {who: stats.merge_timing(blocks[case][who]) for who in blocks[case]}
-        summary["ratios"] = stats.ratios(summary["ours"], summary["theirs"],
-                                         ("p50_us", "p90_us", "p99_us", "mean_us",
-                                          "cpu_us_per_call", "calls_per_s"))
+        summary["ratios"] = stats.ratios(
+            summary["ours"],
+            summary["theirs"],
+            ("p50_us", "p90_us", "p99_us", "mean_us", "cpu_us_per_call", "calls_per_s"),
+        )
         summary["ours_minus_floor"] = {
             key: summary["ours"][key] - summary["floor"][key]
-            for key in ("p50_us", "p99_us", "cpu_us_per_call")}
+            for key in ("p50_us", "p99_us", "cpu_us_per_call")
+        }
         cases[case] = summary
-    latencies = {case: {who: [v for b in blocks[case][who] for v in b["lat_us"]]
-                        for who in blocks[case]} for case in TIMING_CASES}
-    return {"cases": cases, "floor_setup": floor_setup, "rounds": rounds,
-            "latencies_us": latencies}
+    latencies = {
+        case: {who: [v for b in blocks[case][who] for v in b["lat_us"]] for who in blocks[case]}
+        for case in TIMING_CASES
+    }
+    return {"cases": cases, "floor_setup": floor_setup, "rounds": rounds, "latencies_us": latencies}
 
 
 def run_contention(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, Any]:
     rounds: dict[str, dict[str, list[dict[str, Any]]]] = {
-        kind: {impl: [] for impl in IMPLS} for kind in CONTENTION_KINDS}
+        kind: {impl: [] for impl in IMPLS} for kind in CONTENTION_KINDS
+    }
     turns = itertools.count()
     for _ in range(plan.contention_rounds):
         for kind in CONTENTION_KINDS:
             for impl in alternate(next(turns)):
-                result = workers[impl].call("contention", kind=kind,
-                                            **plan.contention_args(kind))
+                result = workers[impl].call("contention", kind=kind, **plan.contention_args(kind))
                 rounds[kind][impl].append(result)
-                log(f"contention {kind} {impl}: {result['admitted']}/{result['allowed']} "
-                    f"admitted/allowed, {result['calls_per_s']:.0f} calls/s")
+                log(
+                    f"contention {kind} {impl}: {result['admitted']}/{result['allowed']} "
+                    f"admitted/allowed, {result['calls_per_s']:.0f} calls/s"
+                )
     out: dict[str, Any] = {}
     for kind in CONTENTION_KINDS:
         summary = {impl: stats.merge_contention(rounds[kind][impl]) for impl in IMPLS}
         out[kind] = {
             **summary,
-            "ratios": stats.ratios(summary["ours"], summary["theirs"],
-                                   ("calls_per_s", "admitted_per_s", "cpu_us_per_call",
-                                    "requests_per_call", "wcu_per_admitted")),
+            "ratios": stats.ratios(
+                summary["ours"],
+                summary["theirs"],
+                (
+                    "calls_per_s",
+                    "admitted_per_s",
+                    "cpu_us_per_call",
+                    "requests_per_call",
+                    "wcu_per_admitted",
+                ),
+            ),
             "rounds": rounds[kind],
         }
     return out
@@ -307,8 +368,11 @@ def run_contention(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, A
 HOT_SECONDS = 3.0
 
 
-def run_hot(workers: dict[str, WorkerProcess], seconds: float = HOT_SECONDS,
-            levels: tuple[int, ...] = HOT_TASKS) -> dict[str, Any]:
+def run_hot(
+    workers: dict[str, WorkerProcess],
+    seconds: float = HOT_SECONDS,
+    levels: tuple[int, ...] = HOT_TASKS,
+) -> dict[str, Any]:
     """One hot bucket far below its limit: admitted/s at 1, 8, 32 and 64 tasks, both sides."""
     out: dict[str, Any] = {}
     turns = itertools.count()
@@ -317,9 +381,11 @@ def run_hot(workers: dict[str, WorkerProcess], seconds: float = HOT_SECONDS,
         for impl in alternate(next(turns)):
             result = workers[impl].call("hot_item", tasks=tasks, seconds=seconds)
             row[impl] = result
-            log(f"hot item {tasks} tasks {impl}: {result['admitted_per_s']:.0f} admitted/s, "
+            log(
+                f"hot item {tasks} tasks {impl}: {result['admitted_per_s']:.0f} admitted/s, "
                 f"{result['rejected']} rejected, errors {result['errors']}, "
-                f"load {os.getloadavg()[0]:.1f}")
+                f"load {os.getloadavg()[0]:.1f}"
+            )
         row["ratio"] = row["ours"]["admitted_per_s"] / max(row["theirs"]["admitted_per_s"], 1e-9)
         out[str(tasks)] = row
     return out
@@ -329,39 +395,62 @@ def run_hot(workers: dict[str, WorkerProcess], seconds: float = HOT_SECONDS,
 
 
 def machine() -> dict[str, Any]:
-    return {"cpus": os.cpu_count(), "loadavg": list(os.getloadavg()),
-            "python": platform.python_version(), "platform": platform.platform()}
+    return {
+        "cpus": os.cpu_count(),
+        "loadavg": list(os.getloadavg()),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="ours vs zae-limiter 0.17.0 on DynamoDB Local")
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
-    parser.add_argument("--phases", default=",".join(ALL_PHASES),
-                        help=f"comma-separated subset of {','.join(ALL_PHASES)}")
+    parser.add_argument(
+        "--phases",
+        default=",".join(ALL_PHASES),
+        help=f"comma-separated subset of {','.join(ALL_PHASES)}",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
-    parser.add_argument("--calls", type=int,
-                        help="timing calls per case per implementation (both cases)")
+    parser.add_argument(
+        "--calls", type=int, help="timing calls per case per implementation (both cases)"
+    )
     parser.add_argument("--block", type=int, help="timing calls per alternating block")
-    parser.add_argument("--manifest-entities", type=int, nargs="+",
-                        help="entities of the manifest phase's manifests (default 150 1000; "
-                             "20 quick)")
-    parser.add_argument("--name", help="the results' file stem (default: the date, "
-                        "with -quick for a quick run)")
+    parser.add_argument(
+        "--manifest-entities",
+        type=int,
+        nargs="+",
+        help="entities of the manifest phase's manifests (default 150 1000; 20 quick)",
+    )
+    parser.add_argument(
+        "--name", help="the results' file stem (default: the date, with -quick for a quick run)"
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    overrides = {k: v for k, v in (("calls_single", args.calls), ("calls_three", args.calls),
-                                    ("block", args.block)) if v}
+    overrides = {
+        k: v
+        for k, v in (
+            ("calls_single", args.calls),
+            ("calls_three", args.calls),
+            ("block", args.block),
+        )
+        if v
+    }
     plan = replace(plan, **overrides)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
 
     started = time.time()
     theirs_python = ensure_theirs_venv()
-    results: dict[str, Any] = {"meta": {
-        "date": dt.date.today().isoformat(),
-        "started": dt.datetime.now().isoformat(timespec="seconds"),
-        "mode": "quick" if args.quick else "full",
-        "plan": asdict(plan), "phases": phases, "machine_start": machine(),
-    }}
+    results: dict[str, Any] = {
+        "meta": {
+            "date": dt.date.today().isoformat(),
+            "started": dt.datetime.now().isoformat(timespec="seconds"),
+            "mode": "quick" if args.quick else "full",
+            "plan": asdict(plan),
+            "phases": phases,
+            "machine_start": machine(),
+        }
+    }
     scale_plan = run_scale.QUICK_SCALE if args.quick else run_scale.FULL_SCALE
     if args.manifest_entities:
         scale_plan = replace(scale_plan, manifest_entities=tuple(args.manifest_entities))
@@ -370,15 +459,17 @@ def main(argv: list[str] | None = None) -> int:
         "costs": lambda workers, _: run_costs(workers),
         "timing": lambda workers, _: run_timing(workers, plan),
         "contention": lambda workers, _: run_contention(workers, plan),
-        "hot": lambda workers, _: (run_hot(workers, 1.0, (1, 32)) if args.quick
-                                   else run_hot(workers)),
+        "hot": lambda workers, _: (
+            run_hot(workers, 1.0, (1, 32)) if args.quick else run_hot(workers)
+        ),
         **run_scale.phases(scale_plan, log),
     }
     results["meta"]["load_before"] = {}
     for group in session_groups([p for p in runs if p in phases], quick=args.quick):
         with fresh_session(theirs_python) as (workers, spawn):
             results["meta"].setdefault(
-                "libraries", {impl: workers[impl].call("info") for impl in IMPLS})
+                "libraries", {impl: workers[impl].call("info") for impl in IMPLS}
+            )
             for phase in group:
                 results["meta"]["load_before"][phase] = list(os.getloadavg())
                 t0 = time.time()
@@ -388,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
                 if phase == "timing":  # whole percentiles: enough to redraw the plot
                     timing = results["timing"]
                     timing["latency_percentiles_us"] = report.latency_percentiles(
-                        timing.pop("latencies_us"))
+                        timing.pop("latencies_us")
+                    )
                 checkpoint(results, args.out, args.name)
     results["meta"]["machine_end"] = machine()
     results["meta"]["duration_s"] = round(time.time() - started, 1)
@@ -406,7 +498,8 @@ def session_groups(phases: list[str], *, quick: bool) -> list[list[str]]:
 def json_path(results: dict[str, Any], out: Path, name: str | None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     stem = name or results["meta"]["date"] + (
-        "-quick" if results["meta"]["mode"] == "quick" else "")
+        "-quick" if results["meta"]["mode"] == "quick" else ""
+    )
     return out / f"{stem}.json"
 
 

@@ -215,9 +215,11 @@ def run_manifest(
         if "error" in row:
             log(f"manifest {entities} x {row['resources']}: apply failed: {row['error']}")
         else:
-            log(f"manifest {entities} x {row['resources']}: apply {row['apply']['requests']} "
+            log(
+                f"manifest {entities} x {row['resources']}: apply {row['apply']['requests']} "
                 f"requests in {row['apply']['wall_s']:.1f} s; plan {row['plan']['requests']} "
-                "requests")
+                "requests"
+            )
     return rows
 
 

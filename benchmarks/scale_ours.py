@@ -166,9 +166,12 @@ async def manifest_apply(endpoint_url: str, recorder: Any, *, entities: int) -> 
             try:
                 result = await apply_manifest(repo, manifest)
             except Exception as exc:  # reported, not raised (any type): what it cost until then
-                return {"entities": entities, "resources": len(MANIFEST_RESOURCES),
-                        "error": f"{type(exc).__name__}: {exc}"[:400],
-                        "apply": _wire(block, time.perf_counter() - t0)}
+                return {
+                    "entities": entities,
+                    "resources": len(MANIFEST_RESOURCES),
+                    "error": f"{type(exc).__name__}: {exc}"[:400],
+                    "apply": _wire(block, time.perf_counter() - t0),
+                }
             applied = _wire(block, time.perf_counter() - t0)
         with recorder.block() as block:
             t0 = time.perf_counter()

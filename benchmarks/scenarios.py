@@ -73,16 +73,27 @@ SEED = SeedLimits()
 UNREACHABLE = SeedLimits(10**12, 10**14, 10**15, 10**15, 10**15)
 WEEKLY_CRON = "0 0 * * 1"
 ORG = "org-acme"
-CALL: dict[str, Any] = {"consume": {"requests": 1, "units": 100},
-                        "also": {"budget": {"weekly": 7_000}}}
+CALL: dict[str, Any] = {
+    "consume": {"requests": 1, "units": 100},
+    "also": {"budget": {"weekly": 7_000}},
+}
 
 
-async def seed_setup(limiter: RateLimiter, repo: Any, limits: SeedLimits = SEED, *,
-                     org_budget: bool = False, users: tuple[str, ...] = ("user-3",)) -> None:
-    await limiter.set_resource_defaults("search", [
-        Limit.per_minute("requests", limits.requests_per_minute),
-        Limit.per_minute("units", limits.units_per_minute),
-    ])
+async def seed_setup(
+    limiter: RateLimiter,
+    repo: Any,
+    limits: SeedLimits = SEED,
+    *,
+    org_budget: bool = False,
+    users: tuple[str, ...] = ("user-3",),
+) -> None:
+    await limiter.set_resource_defaults(
+        "search",
+        [
+            Limit.per_minute("requests", limits.requests_per_minute),
+            Limit.per_minute("units", limits.units_per_minute),
+        ],
+    )
     await limiter.set_resource_defaults(
         "budget", [Limit.quota("weekly", limits.weekly, cron=WEEKLY_CRON)]
     )
@@ -91,8 +102,9 @@ async def seed_setup(limiter: RateLimiter, repo: Any, limits: SeedLimits = SEED,
         await limiter.create_entity(entity_id=user, parent_id=ORG)
     await repo.set_resource_cascade("search", True)
     await repo.set_resource_cascade("budget", org_budget)
-    await limiter.set_limits(ORG, [Limit.per_day("units", limits.org_units_per_day)],
-                             resource="search")
+    await limiter.set_limits(
+        ORG, [Limit.per_day("units", limits.org_units_per_day)], resource="search"
+    )
     if org_budget:
         await limiter.set_limits(
             ORG, [Limit.quota("weekly", limits.org_weekly, cron=WEEKLY_CRON)], resource="budget"
@@ -104,9 +116,13 @@ async def seed_setup(limiter: RateLimiter, repo: Any, limits: SeedLimits = SEED,
 Outcome = str  # "admitted", "rejected", "exit" or "error: ..."
 
 
-async def acquire_once(limiter: RateLimiter, entity: str, resource: str,
-                       consume: dict[str, int], also: dict[str, dict[str, int]] | None = None
-                       ) -> Outcome:
+async def acquire_once(
+    limiter: RateLimiter,
+    entity: str,
+    resource: str,
+    consume: dict[str, int],
+    also: dict[str, dict[str, int]] | None = None,
+) -> Outcome:
     async with limiter.acquire(entity, resource, consume=consume, also=also):
         pass
     return "admitted"
@@ -168,7 +184,8 @@ async def seed_costs(tables: Tables, recorder: Any) -> dict[str, Any]:
     _, repo, limiter = await tables.fresh("seed")
     await seed_setup(limiter, repo)
     rows["seed.first"] = await measure(
-        recorder, lambda: acquire_once(limiter, "user-3", "search", **CALL))
+        recorder, lambda: acquire_once(limiter, "user-3", "search", **CALL)
+    )
     entered = Entered(limiter, "user-3", "search", **CALL)
     rows["seed.admit"] = await measure(recorder, entered.enter)
     if entered.lease is not None:
@@ -176,7 +193,8 @@ async def seed_costs(tables: Tables, recorder: Any) -> dict[str, Any]:
         await entered.lease.resource("budget").adjust(weekly=2_000)
         rows["seed.reconcile"] = await measure(recorder, lambda: exit_ok(entered.acquisition))
     rows["seed.exact"] = await measure(
-        recorder, lambda: acquire_once(limiter, "user-3", "search", **CALL))
+        recorder, lambda: acquire_once(limiter, "user-3", "search", **CALL)
+    )
 
     _, repo, limiter = await tables.fresh("org")
     await seed_setup(limiter, repo, org_budget=True)
@@ -195,17 +213,20 @@ async def rejection_costs(tables: Tables, recorder: Any) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     table, repo, cold = await tables.fresh("reject", rejection_cache_ttl=0)
     await seed_setup(cold, repo)
-    await cold.set_limits("user-3", [Limit.quota("weekly", 10_000, cron=WEEKLY_CRON)],
-                          resource="budget")
+    await cold.set_limits(
+        "user-3", [Limit.quota("weekly", 10_000, cron=WEEKLY_CRON)], resource="budget"
+    )
     await acquire_once(cold, "user-3", "search", **CALL)
     # No rejection cache: the process writes, the budget's write fails, the others are refunded.
     rows["seed.reject_cold"] = await measure(
-        recorder, lambda: acquire_once(cold, "user-3", "search", **CALL))
+        recorder, lambda: acquire_once(cold, "user-3", "search", **CALL)
+    )
     _, cached = await tables.open(table)
     with contextlib.suppress(RateLimitExceeded):
         await acquire_once(cached, "user-3", "search", **CALL)  # teaches the rejection cache
     rows["seed.reject_cached"] = await measure(
-        recorder, lambda: acquire_once(cached, "user-3", "search", **CALL))
+        recorder, lambda: acquire_once(cached, "user-3", "search", **CALL)
+    )
     return rows
 
 
@@ -252,7 +273,8 @@ async def single_resource_costs(tables: Tables, recorder: Any) -> dict[str, Any]
     await limiter.set_limits("p1", [Limit.per_minute("tokens", 100_000)], resource="casc")
     await acquire_once(limiter, "c1", "casc", {"tokens": 1})
     rows["single.cascade_admit"] = await measure(
-        recorder, lambda: acquire_once(limiter, "c1", "casc", {"tokens": 1}))
+        recorder, lambda: acquire_once(limiter, "c1", "casc", {"tokens": 1})
+    )
 
     # Another process took the last token: this one's image still shows one left, so it writes.
     await limiter.set_resource_defaults("tiny", [Limit.per_minute("rpm", 2)])
@@ -261,7 +283,8 @@ async def single_resource_costs(tables: Tables, recorder: Any) -> dict[str, Any]
     await acquire_once(cold, "u1", "tiny", {"rpm": 1})
     await acquire_once(other, "u1", "tiny", {"rpm": 1})
     rows["single.reject_cold"] = await measure(
-        recorder, lambda: acquire_once(cold, "u1", "tiny", {"rpm": 1}))
+        recorder, lambda: acquire_once(cold, "u1", "tiny", {"rpm": 1})
+    )
     return rows
 
 
@@ -287,8 +310,9 @@ TIMING_CASES = ("single", "three")
 TIMING_ENTITIES = 8
 
 
-def timing_sample(latencies_us: list[int], cpu_s: float, wall_s: float,
-                  outcomes: Counter[str]) -> dict[str, Any]:
+def timing_sample(
+    latencies_us: list[int], cpu_s: float, wall_s: float, outcomes: Counter[str]
+) -> dict[str, Any]:
     return {"lat_us": latencies_us, "cpu_s": cpu_s, "wall_s": wall_s, "outcomes": dict(outcomes)}
 
 
@@ -305,8 +329,9 @@ async def timed_loop(call: Callable[[int], Awaitable[Any]], n: int) -> dict[str,
         except RateLimitExceeded:
             outcomes["rejected"] += 1
         latencies.append((time.perf_counter_ns() - t0) // 1000)
-    return timing_sample(latencies, time.process_time() - cpu0, time.perf_counter() - wall0,
-                         outcomes)
+    return timing_sample(
+        latencies, time.process_time() - cpu0, time.perf_counter() - wall0, outcomes
+    )
 
 
 class TimingBench:
@@ -337,8 +362,9 @@ class TimingBench:
             singles = self.singles
 
             async def single(i: int) -> None:
-                async with limiter.acquire(singles[i % TIMING_ENTITIES], "api",
-                                           consume={"tokens": 1}):
+                async with limiter.acquire(
+                    singles[i % TIMING_ENTITIES], "api", consume={"tokens": 1}
+                ):
                     pass
 
             return single
@@ -366,10 +392,13 @@ class TimingBench:
                 await self.caller(case)(0)
             self.floor[case] = [
                 await floor_request(client, request.params)
-                for request in block.requests if request.operation == "UpdateItem"
+                for request in block.requests
+                if request.operation == "UpdateItem"
             ]
-            shown[case] = {"operations": block.by_operation,
-                           "replayed_update_items": len(self.floor[case])}
+            shown[case] = {
+                "operations": block.by_operation,
+                "replayed_update_items": len(self.floor[case]),
+            }
         return shown
 
     async def floor_block(self, case: str, n: int) -> dict[str, Any]:
@@ -381,6 +410,7 @@ class TimingBench:
             async def call(_: int) -> None:
                 await client.update_item(**request)
         else:
+
             async def call(_: int) -> None:
                 await asyncio.gather(*(client.update_item(**r) for r in requests))
 
@@ -404,20 +434,27 @@ async def floor_request(client: Any, params: dict[str, Any]) -> dict[str, Any]:
     """
     table, key = params["TableName"], params["Key"]
     stored = await client.get_item(TableName=table, Key=key, ConsistentRead=True)
-    floor_key = {name: ({"S": value["S"] + FLOOR_SUFFIX} if "S" in value else value)
-                 for name, value in key.items()}
+    floor_key = {
+        name: ({"S": value["S"] + FLOOR_SUFFIX} if "S" in value else value)
+        for name, value in key.items()
+    }
     await client.put_item(TableName=table, Item={**stored.get("Item", {}), **floor_key})
-    request = {k: v for k, v in params.items()
-               if k not in ("ReturnConsumedCapacity", "ConditionExpression")}
+    request = {
+        k: v
+        for k, v in params.items()
+        if k not in ("ReturnConsumedCapacity", "ConditionExpression")
+    }
     request["Key"] = floor_key
     request["ConditionExpression"] = "attribute_exists(#floorkey)"
     names = {**params.get("ExpressionAttributeNames", {}), "#floorkey": next(iter(key))}
-    expressions = " ".join(str(request.get(k, "")) for k in
-                           ("UpdateExpression", "ConditionExpression"))
+    expressions = " ".join(
+        str(request.get(k, "")) for k in ("UpdateExpression", "ConditionExpression")
+    )
     used_names, used_values = set(_NAME.findall(expressions)), set(_VALUE.findall(expressions))
     request["ExpressionAttributeNames"] = {k: v for k, v in names.items() if k in used_names}
-    values = {k: v for k, v in params.get("ExpressionAttributeValues", {}).items()
-              if k in used_values}
+    values = {
+        k: v for k, v in params.get("ExpressionAttributeValues", {}).items() if k in used_values
+    }
     if values:
         request["ExpressionAttributeValues"] = values
     else:
@@ -431,8 +468,9 @@ CONTENTION_KINDS = ("distinct", "one_entity", "org_cap")
 SECONDS_PER_DAY = 86_400
 
 
-async def contention(impl: Impl, recorder: Any, kind: str, *, tasks: int, attempts: int,
-                     capacity: int) -> dict[str, Any]:
+async def contention(
+    impl: Impl, recorder: Any, kind: str, *, tasks: int, attempts: int, capacity: int
+) -> dict[str, Any]:
     """`tasks` concurrent tasks, `attempts` acquires each, against a per-day cap of `capacity`.
 
     distinct: one entity per task, each capped; one_entity: every task on one capped entity;
@@ -450,13 +488,13 @@ async def contention(impl: Impl, recorder: Any, kind: str, *, tasks: int, attemp
             for entity in entities:
                 await limiter.create_entity(entity_id=entity, parent_id="org-c")
             await repo.set_resource_cascade(resource, True)
-            await limiter.set_limits("org-c", [Limit.per_day(limit_name, capacity)],
-                                     resource=resource)
+            await limiter.set_limits(
+                "org-c", [Limit.per_day(limit_name, capacity)], resource=resource
+            )
         else:
             resource, limit_name = "calls", "calls"
             await limiter.set_resource_defaults(resource, [Limit.per_day(limit_name, capacity)])
-            entities = ([f"d{i}" for i in range(tasks)] if kind == "distinct"
-                        else ["hot"] * tasks)
+            entities = [f"d{i}" for i in range(tasks)] if kind == "distinct" else ["hot"] * tasks
         admitted: Counter[str] = Counter()
         rejected = 0
         errors: Counter[str] = Counter()
@@ -487,11 +525,19 @@ async def contention(impl: Impl, recorder: Any, kind: str, *, tasks: int, attemp
         total_admitted = sum(admitted.values())
         attempts_total = tasks * attempts
         return {
-            "kind": kind, "tasks": tasks, "attempts": attempts_total, "capacity": capacity,
-            "admitted": total_admitted, "rejected": rejected, "errors": dict(errors),
-            "allowed": allowed, "over_admitted": over,
-            "wall_s": wall, "cpu_s": cpu,
-            "calls_per_s": attempts_total / wall, "admitted_per_s": total_admitted / wall,
+            "kind": kind,
+            "tasks": tasks,
+            "attempts": attempts_total,
+            "capacity": capacity,
+            "admitted": total_admitted,
+            "rejected": rejected,
+            "errors": dict(errors),
+            "allowed": allowed,
+            "over_admitted": over,
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "calls_per_s": attempts_total / wall,
+            "admitted_per_s": total_admitted / wall,
             **{f"wire_{k}": v for k, v in wire_summary(block, with_round_trips=False).items()},
         }
     finally:
@@ -501,9 +547,14 @@ async def contention(impl: Impl, recorder: Any, kind: str, *, tasks: int, attemp
 HOT_TASKS = (1, 8, 32, 64)
 
 
-async def counted_acquire(limiter: RateLimiter, entity: str, resource: str,
-                          consume: dict[str, int], outcomes: Counter[str],
-                          errors: Counter[str]) -> None:
+async def counted_acquire(
+    limiter: RateLimiter,
+    entity: str,
+    resource: str,
+    consume: dict[str, int],
+    outcomes: Counter[str],
+    errors: Counter[str],
+) -> None:
     """One acquire and release, counted as admitted or rejected, or its error by type."""
     try:
         async with limiter.acquire(entity, resource, consume=consume):
@@ -538,9 +589,12 @@ async def hot_item(impl: Impl, recorder: Any, *, tasks: int, seconds: float) -> 
             wall = time.perf_counter() - wall0
         admitted = outcomes["admitted"]
         return {
-            "tasks": tasks, "admitted": admitted, "rejected": outcomes["rejected"],
+            "tasks": tasks,
+            "admitted": admitted,
+            "rejected": outcomes["rejected"],
             "errors": dict(errors),
-            "wall_s": wall, "admitted_per_s": admitted / wall,
+            "wall_s": wall,
+            "admitted_per_s": admitted / wall,
             **{f"wire_{k}": v for k, v in wire_summary(block, with_round_trips=False).items()},
         }
     finally:

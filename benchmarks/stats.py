@@ -54,8 +54,9 @@ def ratio(ours: float | None, theirs: float | None) -> float | None:
     return ours / theirs
 
 
-def ratios(ours: dict[str, Any], theirs: dict[str, Any], keys: Sequence[str]
-           ) -> dict[str, float | None]:
+def ratios(
+    ours: dict[str, Any], theirs: dict[str, Any], keys: Sequence[str]
+) -> dict[str, float | None]:
     return {key: ratio(ours.get(key), theirs.get(key)) for key in keys}
 
 

@@ -28,40 +28,84 @@ class CostRow:
 
 
 def exact(rt: int, rcu: float, wcu: float) -> dict[str, Bound]:
-    return {"round_trips": ("==", rt), "rcu": ("==", rcu), "wcu": ("==", wcu),
-            "index_wcu": ("==", 0)}
+    return {
+        "round_trips": ("==", rt),
+        "rcu": ("==", rcu),
+        "wcu": ("==", wcu),
+        "index_wcu": ("==", 0),
+    }
 
 
 COST_ROWS: tuple[CostRow, ...] = (
-    CostRow("seed.first", "Seed: first acquire of the entity (every resource on the slow path)",
-            "000", {"round_trips": ("<=", 4), "rcu": ("<=", 10), "wcu": ("<=", 12)}),
-    CostRow("seed.admit", "Seed: all admitted (search cascades to the org, budget per user)",
-            "000", exact(1, 0, 3)),
-    CostRow("seed.reconcile", "Seed: exit reconcile, every resource adjusted", "000",
-            exact(1, 0, 3), "exit"),
-    CostRow("seed.exact", "Seed: estimate exact, no adjust (admit + exit)", "001",
-            exact(1, 0, 3)),
-    CostRow("seed.reject_cached", "Seed: rejected, and the rejection cache already knows",
-            "000", exact(0, 0, 0), "rejected"),
-    CostRow("seed.reject_cold", "Seed: `budget` rejected, cache cold", "000",
-            exact(2, 0, 3 + 2), "rejected"),
-    CostRow("org.admit", "Seed: admit with a real-time organisation budget cap", "001",
-            exact(1, 0, 4)),
-    CostRow("org.reconcile", "Seed: reconcile with a real-time organisation budget cap", "001",
-            exact(1, 0, 4), "exit"),
+    CostRow(
+        "seed.first",
+        "Seed: first acquire of the entity (every resource on the slow path)",
+        "000",
+        {"round_trips": ("<=", 4), "rcu": ("<=", 10), "wcu": ("<=", 12)},
+    ),
+    CostRow(
+        "seed.admit",
+        "Seed: all admitted (search cascades to the org, budget per user)",
+        "000",
+        exact(1, 0, 3),
+    ),
+    CostRow(
+        "seed.reconcile",
+        "Seed: exit reconcile, every resource adjusted",
+        "000",
+        exact(1, 0, 3),
+        "exit",
+    ),
+    CostRow("seed.exact", "Seed: estimate exact, no adjust (admit + exit)", "001", exact(1, 0, 3)),
+    CostRow(
+        "seed.reject_cached",
+        "Seed: rejected, and the rejection cache already knows",
+        "000",
+        exact(0, 0, 0),
+        "rejected",
+    ),
+    CostRow(
+        "seed.reject_cold",
+        "Seed: `budget` rejected, cache cold",
+        "000",
+        exact(2, 0, 3 + 2),
+        "rejected",
+    ),
+    CostRow(
+        "org.admit", "Seed: admit with a real-time organisation budget cap", "001", exact(1, 0, 4)
+    ),
+    CostRow(
+        "org.reconcile",
+        "Seed: reconcile with a real-time organisation budget cap",
+        "001",
+        exact(1, 0, 4),
+        "exit",
+    ),
     CostRow("single.first", "Single resource: first acquire", "", {"round_trips": ("<=", 4)}),
-    CostRow("single.admit", "Single resource: warm admit (enter + exit), no cascade", "",
-            exact(1, 0, 1)),
-    CostRow("single.cascade_admit", "Single resource: warm admit with a cascade parent", "",
-            exact(1, 0, 2)),
-    CostRow("single.reconcile", "Single resource: exit after `adjust()`", "", exact(1, 0, 1),
-            "exit"),
-    CostRow("single.no_change", "Single resource: exit with no net change", "",
-            exact(0, 0, 0), "exit"),
+    CostRow(
+        "single.admit", "Single resource: warm admit (enter + exit), no cascade", "", exact(1, 0, 1)
+    ),
+    CostRow(
+        "single.cascade_admit",
+        "Single resource: warm admit with a cascade parent",
+        "",
+        exact(1, 0, 2),
+    ),
+    CostRow(
+        "single.reconcile", "Single resource: exit after `adjust()`", "", exact(1, 0, 1), "exit"
+    ),
+    CostRow(
+        "single.no_change", "Single resource: exit with no net change", "", exact(0, 0, 0), "exit"
+    ),
     CostRow("single.refund", "Single resource: refund on exception", "", exact(1, 0, 1), "exit"),
     CostRow("single.consume", "Single resource: `lease.consume()`", "", exact(1, 0, 1), "exit"),
-    CostRow("single.reject_cold", "Single resource: rejection, cache cold", "",
-            exact(1, 0, 1), "rejected"),
+    CostRow(
+        "single.reject_cold",
+        "Single resource: rejection, cache cold",
+        "",
+        exact(1, 0, 1),
+        "rejected",
+    ),
 )
 
 ROWS_BY_ID = {row.id: row for row in COST_ROWS}

@@ -54,11 +54,17 @@ class Worker:
             return await self._timing().floor_block(args["case"], int(args["n"]))
         if op == "contention":
             return await scenarios.contention(
-                self.impl, self.recorder, args["kind"], tasks=int(args["tasks"]),
-                attempts=int(args["attempts"]), capacity=int(args["capacity"]))
+                self.impl,
+                self.recorder,
+                args["kind"],
+                tasks=int(args["tasks"]),
+                attempts=int(args["attempts"]),
+                capacity=int(args["capacity"]),
+            )
         if op == "hot_item":
             return await scenarios.hot_item(
-                self.impl, self.recorder, tasks=int(args["tasks"]), seconds=float(args["seconds"]))
+                self.impl, self.recorder, tasks=int(args["tasks"]), seconds=float(args["seconds"])
+            )
         if op in SCALE_OPS:
             return await SCALE_OPS[op](self, args)
         raise ValueError(f"unknown op {op!r}")
@@ -74,14 +80,18 @@ class Worker:
 
 
 async def _resources(worker: Worker, args: dict[str, Any]) -> Any:
-    return await scale.resources_per_call(worker.impl, worker.recorder, count=int(args["count"]),
-                                          calls=int(args["calls"]))
+    return await scale.resources_per_call(
+        worker.impl, worker.recorder, count=int(args["count"]), calls=int(args["calls"])
+    )
 
 
 async def _entities(worker: Worker, args: dict[str, Any]) -> Any:
-    return await scale.entities_growth(worker.impl, worker.recorder,
-                                       levels=[int(n) for n in args["levels"]],
-                                       sample=int(args["sample"]))
+    return await scale.entities_growth(
+        worker.impl,
+        worker.recorder,
+        levels=[int(n) for n in args["levels"]],
+        sample=int(args["sample"]),
+    )
 
 
 async def _shared_setup(worker: Worker, args: dict[str, Any]) -> Any:
@@ -105,15 +115,17 @@ async def _shards(worker: Worker, args: dict[str, Any]) -> Any:
 async def _aggregator(worker: Worker, args: dict[str, Any]) -> Any:
     from benchmarks import scale_ours
 
-    return await scale_ours.aggregator_batches(worker.impl.endpoint_url, worker.recorder,
-                                               sizes=tuple(int(n) for n in args["sizes"]))
+    return await scale_ours.aggregator_batches(
+        worker.impl.endpoint_url, worker.recorder, sizes=tuple(int(n) for n in args["sizes"])
+    )
 
 
 async def _manifest(worker: Worker, args: dict[str, Any]) -> Any:
     from benchmarks import scale_ours
 
-    return await scale_ours.manifest_apply(worker.impl.endpoint_url, worker.recorder,
-                                           entities=int(args["entities"]))
+    return await scale_ours.manifest_apply(
+        worker.impl.endpoint_url, worker.recorder, entities=int(args["entities"])
+    )
 
 
 async def _spans(worker: Worker, args: dict[str, Any]) -> Any:
@@ -127,14 +139,22 @@ async def _variant_spans(worker: Worker, args: dict[str, Any]) -> Any:
 
     bench = worker._timing()
     (request,) = bench.floor["single"]
-    return await variant_spans(await worker.impl.client(bench.repo), request, args["which"],
-                               int(args["n"]))
+    return await variant_spans(
+        await worker.impl.client(bench.repo), request, args["which"], int(args["n"])
+    )
 
 
-SCALE_OPS = {"spans": _spans, "variant_spans": _variant_spans, "resources": _resources,
-             "entities": _entities,
-             "shared_setup": _shared_setup, "shared_run": _shared_run, "shards": _shards,
-             "aggregator": _aggregator, "manifest": _manifest}
+SCALE_OPS = {
+    "spans": _spans,
+    "variant_spans": _variant_spans,
+    "resources": _resources,
+    "entities": _entities,
+    "shared_setup": _shared_setup,
+    "shared_run": _shared_run,
+    "shards": _shards,
+    "aggregator": _aggregator,
+    "manifest": _manifest,
+}
 
 
 def serve(worker: Worker, requests: TextIO, answers: TextIO) -> None:

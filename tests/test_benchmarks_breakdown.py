@@ -18,8 +18,14 @@ def request(head: int, sent: int, answered: int, written: int) -> dict[str, int]
 
 def test_one_request_splits_into_client_wire_and_engine() -> None:
     parts = breakdown.split_call([0, 10_000], [request(2_000, 3_000, 7_000, 8_000)])
-    assert parts == {"total_us": 10.0, "client_us": 4.0, "wire_us": 2.0, "engine_us": 4.0,
-                     "before_send_us": 2.0, "requests": 1}
+    assert parts == {
+        "total_us": 10.0,
+        "client_us": 4.0,
+        "wire_us": 2.0,
+        "engine_us": 4.0,
+        "before_send_us": 2.0,
+        "requests": 1,
+    }
 
 
 def test_requests_sent_together_are_counted_once() -> None:
@@ -41,11 +47,18 @@ def test_the_memory_driver_keeps_every_container_at_its_bound() -> None:
 
 def test_request_variants_change_one_thing_each() -> None:
     request = {
-        "TableName": "t", "Key": {"pk": {"S": "a"}}, "ReturnValues": "ALL_NEW",
+        "TableName": "t",
+        "Key": {"pk": {"S": "a"}},
+        "ReturnValues": "ALL_NEW",
         "UpdateExpression": "SET #n1.#n2 = :v1, #n3 = #n3 + :v2, #n10 = :v10",
         "ConditionExpression": "attribute_exists(#floorkey)",
-        "ExpressionAttributeNames": {"#n1": "L", "#n2": "v", "#n3": "n", "#n10": "ttl",
-                                     "#floorkey": "pk"},
+        "ExpressionAttributeNames": {
+            "#n1": "L",
+            "#n2": "v",
+            "#n3": "n",
+            "#n10": "ttl",
+            "#floorkey": "pk",
+        },
         "ExpressionAttributeValues": {":v1": {"N": "1"}, ":v2": {"N": "2"}, ":v10": {"N": "3"}},
     }
     assert breakdown.variant(request, "as_sent") == request

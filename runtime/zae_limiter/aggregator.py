@@ -232,7 +232,8 @@ class Aggregator:
         schema = str(record.get("schema_version") or "0")
         if versioning.parse(schema).major != versioning.parse(SCHEMA_VERSION).major:
             raise IncompatibleSchemaError(
-                versioning.LIBRARY_VERSION, schema,
+                versioning.LIBRARY_VERSION,
+                schema,
                 f"table {self._store.table!r} has schema {schema}; this aggregator "
                 f"({versioning.LIBRARY_VERSION}) reads schema {SCHEMA_VERSION} only, so it fails "
                 "its batches until it is upgraded (`zae-limiter upgrade`)",
@@ -242,7 +243,9 @@ class Aggregator:
             self._warned_version = recorded
             log.warning(
                 "aggregator code is zae-limiter %s but table %s records aggregator_version %s",
-                versioning.LIBRARY_VERSION, self._store.table, recorded,
+                versioning.LIBRARY_VERSION,
+                self._store.table,
+                recorded,
             )
         self._version_record = record
         self._version_checked_at = now
@@ -289,7 +292,9 @@ class Aggregator:
         for position, failure in sorted(outcome.failures.items()):
             log.warning(
                 "stream record %s (sequence %s) failed and will be retried: %s",
-                _event_id_of(records[position]), outcome.sequence_numbers.get(position), failure,
+                _event_id_of(records[position]),
+                outcome.sequence_numbers.get(position),
+                failure,
             )
         outcome.metrics = await self._metrics(applied)
         return outcome
@@ -316,11 +321,17 @@ class Aggregator:
                 await self._store.transact(self._operations(remaining))
             except TransactionCancelled as cancelled:
                 codes = [str(reason.get("Code")) for reason in cancelled.reasons]
-                done = {i for i, code in enumerate(codes[: len(remaining)])
-                        if code == "ConditionalCheckFailed"}
+                done = {
+                    i
+                    for i, code in enumerate(codes[: len(remaining)])
+                    if code == "ConditionalCheckFailed"
+                }
                 entities = _entities(remaining)
-                deleted = [entities[i] for i, code in enumerate(codes[len(remaining):])
-                           if i < len(entities) and code == "ConditionalCheckFailed"]
+                deleted = [
+                    entities[i]
+                    for i, code in enumerate(codes[len(remaining) :])
+                    if i < len(entities) and code == "ConditionalCheckFailed"
+                ]
                 if done or deleted:
                     outcome.duplicates += len(done)
                     remaining = [p for i, p in enumerate(remaining) if i not in done]
@@ -367,7 +378,8 @@ class Aggregator:
             if item is not None:
                 cutoff[(ns, entity_id)] = int(item["deleted_ms"])
         kept = [
-            p for p in remaining
+            p
+            for p in remaining
             if p.change.event_ms > cutoff.get((p.change.ns, p.change.entity_id), -1)
         ]
         outcome.ignored += len(remaining) - len(kept)

@@ -70,8 +70,12 @@ def _s3_archive(bucket: str) -> ArchiveSink:
 
     async def put(key: str, body: bytes) -> None:
         await asyncio.to_thread(
-            s3.put_object, Bucket=bucket, Key=key, Body=body,
-            ContentType="application/x-ndjson", ContentEncoding="gzip",
+            s3.put_object,
+            Bucket=bucket,
+            Key=key,
+            Body=body,
+            ContentType="application/x-ndjson",
+            ContentEncoding="gzip",
         )
 
     return put
@@ -111,7 +115,9 @@ def _publish(outcome: Outcome, deployment: str) -> None:
             metrics.add_metric(name=point.name, unit=MetricUnit(point.unit), value=point.value)
             continue
         with single_metric(
-            name=point.name, unit=MetricUnit(point.unit), value=point.value,
+            name=point.name,
+            unit=MetricUnit(point.unit),
+            value=point.value,
             namespace=METRIC_NAMESPACE,
             default_dimensions={DEPLOYMENT_DIMENSION: deployment, **dict(point.dimensions)},
         ):
@@ -119,9 +125,12 @@ def _publish(outcome: Outcome, deployment: str) -> None:
     logger.info(
         "batch processed",
         extra={
-            "records": outcome.total, "applied": outcome.applied,
-            "duplicates": outcome.duplicates, "ignored": outcome.ignored,
-            "archived": outcome.archived, "failed": len(outcome.failures),
+            "records": outcome.total,
+            "applied": outcome.applied,
+            "duplicates": outcome.duplicates,
+            "ignored": outcome.ignored,
+            "archived": outcome.archived,
+            "failed": len(outcome.failures),
         },
     )
 

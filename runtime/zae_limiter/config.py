@@ -119,8 +119,9 @@ def resolve(
         entity_version=entity.version,
         resource_version=resource_level.version,
         system_version=system.version,
-        changed_at=max(own.changed_at, default.changed_at, resource_level.changed_at,
-                       system.changed_at),
+        changed_at=max(
+            own.changed_at, default.changed_at, resource_level.changed_at, system.changed_at
+        ),
     )
 
 

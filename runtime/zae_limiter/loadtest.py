@@ -78,20 +78,24 @@ def validate(spec: LoadSpec) -> None:
     """Refuse a spec out of bounds, or a non-loopback endpoint without `allow_aws`."""
     if spec.scenario not in SCENARIOS:
         raise ValidationError("scenario", spec.scenario, f"use one of {', '.join(SCENARIOS)}")
-    for name, value, top in (("processes", spec.processes, MAX_PROCESSES),
-                             ("tasks", spec.tasks, MAX_TASKS)):
+    for name, value, top in (
+        ("processes", spec.processes, MAX_PROCESSES),
+        ("tasks", spec.tasks, MAX_TASKS),
+    ):
         if not 1 <= value <= top:
             raise ValidationError(name, value, f"give 1 to {top}")
     if not 0 < spec.duration_s <= MAX_DURATION_S:
-        raise ValidationError("duration", spec.duration_s,
-                              f"give more than 0 and at most {MAX_DURATION_S:g} seconds")
+        raise ValidationError(
+            "duration", spec.duration_s, f"give more than 0 and at most {MAX_DURATION_S:g} seconds"
+        )
     if spec.max_calls < 1:
         raise ValidationError("max_calls", spec.max_calls, "give at least 1")
     if spec.org_rate < 1:
         raise ValidationError("org_rate", spec.org_rate, "give at least 1 unit per second")
     if not spec.allow_aws and not is_loopback(spec.endpoint_url):
         raise ValidationError(
-            "endpoint_url", spec.endpoint_url,
+            "endpoint_url",
+            spec.endpoint_url,
             "not on this machine; give a loopback endpoint (the one `zae-limiter local env` "
             "prints), or --i-mean-aws to send the load to AWS (it costs money)",
         )
@@ -123,8 +127,11 @@ def _call(scenario: str, process: int, task: int) -> tuple[str, str, dict[str, A
     if scenario == "single":
         return entity, "lt-single", {"consume": {"requests": 1}}
     if scenario == "three":
-        return entity, "lt-search", {"consume": {"requests": 1, "units": 100},
-                                     "also": {"lt-budget": {"weekly": 7_000}}}
+        return (
+            entity,
+            "lt-search",
+            {"consume": {"requests": 1, "units": 100}, "also": {"lt-budget": {"weekly": 7_000}}},
+        )
     return entity, "lt-search", {"consume": {"requests": 1, "units": 1}}
 
 
@@ -136,24 +143,25 @@ async def _entities(repo: Repository, spec: LoadSpec, process: int) -> None:
         await limiter.create_entity(entity_id=entity, parent_id=parent)
 
 
-async def _run_process(spec: LoadSpec, namespace: str, process: int, ready: Any,
-                       budget: int) -> ProcessResult:
+async def _run_process(
+    spec: LoadSpec, namespace: str, process: int, ready: Any, budget: int
+) -> ProcessResult:
     result = ProcessResult()
 
     def listen(event: RequestEvent) -> None:
         result.requests += 1
         result.write_units += event.write_units or 0.0
 
-    repo = await Repository.open(namespace, table=spec.table, endpoint_url=spec.endpoint_url,
-                                 region=spec.region)
+    repo = await Repository.open(
+        namespace, table=spec.table, endpoint_url=spec.endpoint_url, region=spec.region
+    )
     try:
         await _entities(repo, spec, process)
         limiter = RateLimiter(repo)
         remaining = [budget]
         errors: Counter[str] = Counter()
 
-        async def one(entity: str, resource: str, kwargs: dict[str, Any], *,
-                      counted: bool) -> None:
+        async def one(entity: str, resource: str, kwargs: dict[str, Any], *, counted: bool) -> None:
             began, began_wall = time.perf_counter_ns(), time.time()
             try:
                 async with limiter.acquire(entity, resource, **kwargs):
@@ -179,8 +187,12 @@ async def _run_process(spec: LoadSpec, namespace: str, process: int, ready: Any,
 
         # one warm-up call per task (not counted, but its units are: the limit saw them), so
         # the figures are the warm path's
-        await asyncio.gather(*(one(*_call(spec.scenario, process, task), counted=False)
-                               for task in range(spec.tasks)))
+        await asyncio.gather(
+            *(
+                one(*_call(spec.scenario, process, task), counted=False)
+                for task in range(spec.tasks)
+            )
+        )
         # every process starts its counted loops at the same moment
         await asyncio.to_thread(ready.wait, READY_TIMEOUT_S)
         result.loops_start = time.time()
@@ -196,8 +208,9 @@ async def _run_process(spec: LoadSpec, namespace: str, process: int, ready: Any,
         await repo.close()
 
 
-def _process_main(spec: LoadSpec, namespace: str, process: int, ready: Any,
-                  budget: int) -> dict[str, Any]:
+def _process_main(
+    spec: LoadSpec, namespace: str, process: int, ready: Any, budget: int
+) -> dict[str, Any]:
     return asdict(asyncio.run(_run_process(spec, namespace, process, ready, budget)))
 
 
@@ -205,35 +218,45 @@ def _process_main(spec: LoadSpec, namespace: str, process: int, ready: Any,
 
 
 async def _prepare(spec: LoadSpec, namespace: str) -> None:
-    admin = await Repository.open(table=spec.table, endpoint_url=spec.endpoint_url,
-                                  region=spec.region)
+    admin = await Repository.open(
+        table=spec.table, endpoint_url=spec.endpoint_url, region=spec.region
+    )
     try:
         await admin.register_namespace(namespace)
     finally:
         await admin.close()
-    repo = await Repository.open(namespace, table=spec.table, endpoint_url=spec.endpoint_url,
-                                 region=spec.region)
+    repo = await Repository.open(
+        namespace, table=spec.table, endpoint_url=spec.endpoint_url, region=spec.region
+    )
     try:
         limiter = RateLimiter(repo)
-        await limiter.set_resource_defaults("lt-single", [Limit.per_minute("requests",
-                                                                            UNREACHABLE)])
-        await limiter.set_resource_defaults("lt-search", [
-            Limit.per_minute("requests", UNREACHABLE), Limit.per_minute("units", UNREACHABLE)])
         await limiter.set_resource_defaults(
-            "lt-budget", [Limit.quota("weekly", UNREACHABLE, cron="0 0 * * 1")])
+            "lt-single", [Limit.per_minute("requests", UNREACHABLE)]
+        )
+        await limiter.set_resource_defaults(
+            "lt-search",
+            [Limit.per_minute("requests", UNREACHABLE), Limit.per_minute("units", UNREACHABLE)],
+        )
+        await limiter.set_resource_defaults(
+            "lt-budget", [Limit.quota("weekly", UNREACHABLE, cron="0 0 * * 1")]
+        )
         if spec.scenario != "single":
             await limiter.create_entity(entity_id=ORG)
             await repo.set_resource_cascade("lt-search", True)
-            org_limit = (Limit.per_second("units", spec.org_rate, burst=spec.org_rate)
-                         if spec.scenario == "hot-org" else Limit.per_day("units", UNREACHABLE))
+            org_limit = (
+                Limit.per_second("units", spec.org_rate, burst=spec.org_rate)
+                if spec.scenario == "hot-org"
+                else Limit.per_day("units", UNREACHABLE)
+            )
             await limiter.set_limits(ORG, [org_limit], resource="lt-search")
     finally:
         await repo.close()
 
 
 async def _cleanup(spec: LoadSpec, namespace: str) -> None:
-    admin = await Repository.open(table=spec.table, endpoint_url=spec.endpoint_url,
-                                  region=spec.region)
+    admin = await Repository.open(
+        table=spec.table, endpoint_url=spec.endpoint_url, region=spec.region
+    )
     try:
         found = await admin.get_namespace(namespace)
         if found is not None:
@@ -263,22 +286,30 @@ def summarise(spec: LoadSpec, results: list[dict[str, Any]]) -> dict[str, Any]:
     elapsed = max(last_end - min(r["loops_start"] for r in results), 1e-9)  # counted loops
     window = max(last_end - min(r["first_start"] for r in results), 0.0)  # warm-up included
     summary: dict[str, Any] = {
-        "scenario": spec.scenario, "processes": spec.processes, "tasks": spec.tasks,
-        "duration_s": round(elapsed, 3), "calls": calls, "admitted": admitted,
-        "rejected": sum(r["rejected"] for r in results), "errors": dict(errors),
-        "calls_per_s": round(calls / elapsed, 1), "admitted_per_s": round(admitted / elapsed, 1),
-        "p50_ms": percentile(latencies, 50) / 1000, "p90_ms": percentile(latencies, 90) / 1000,
-        "p99_ms": percentile(latencies, 99) / 1000, "max_ms": percentile(latencies, 100) / 1000,
+        "scenario": spec.scenario,
+        "processes": spec.processes,
+        "tasks": spec.tasks,
+        "duration_s": round(elapsed, 3),
+        "calls": calls,
+        "admitted": admitted,
+        "rejected": sum(r["rejected"] for r in results),
+        "errors": dict(errors),
+        "calls_per_s": round(calls / elapsed, 1),
+        "admitted_per_s": round(admitted / elapsed, 1),
+        "p50_ms": percentile(latencies, 50) / 1000,
+        "p90_ms": percentile(latencies, 90) / 1000,
+        "p99_ms": percentile(latencies, 99) / 1000,
+        "max_ms": percentile(latencies, 100) / 1000,
         "requests": sum(r["requests"] for r in results),
         "wcu_per_call": round(sum(r["write_units"] for r in results) / calls, 3) if calls else 0,
-        "allowed": None, "over_admitted": 0,
+        "allowed": None,
+        "over_admitted": 0,
     }
     if spec.scenario == "hot-org":
         # burst + what refilled from the first call (warm-up included) to the last
         allowed = spec.org_rate + math.floor(spec.org_rate * window)
         units = sum(r["units_admitted"] for r in results)
-        summary.update(allowed=allowed, units_admitted=units,
-                       over_admitted=max(0, units - allowed))
+        summary.update(allowed=allowed, units_admitted=units, over_admitted=max(0, units - allowed))
     return summary
 
 
@@ -291,19 +322,23 @@ async def run(spec: LoadSpec) -> dict[str, Any]:
         share, extra = divmod(spec.max_calls, spec.processes)
         budgets = [share + (1 if i < extra else 0) for i in range(spec.processes)]
         context = multiprocessing.get_context("spawn")
-        with context.Manager() as manager, ProcessPoolExecutor(
-            spec.processes, mp_context=context
-        ) as pool:
+        with (
+            context.Manager() as manager,
+            ProcessPoolExecutor(spec.processes, mp_context=context) as pool,
+        ):
             ready = manager.Barrier(spec.processes)
-            futures = [pool.submit(_process_main, spec, namespace, i, ready, budgets[i])
-                       for i in range(spec.processes)]
+            futures = [
+                pool.submit(_process_main, spec, namespace, i, ready, budgets[i])
+                for i in range(spec.processes)
+            ]
             try:
                 results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
             except ZAELimiterError:
                 raise
             except Exception as exc:  # a dead process or a broken barrier
-                raise LoadTestFailed(f"a load-test process failed: {type(exc).__name__}: "
-                                     f"{exc}".rstrip(": ")) from exc
+                raise LoadTestFailed(
+                    f"a load-test process failed: {type(exc).__name__}: {exc}".rstrip(": ")
+                ) from exc
     finally:
         await _cleanup(spec, namespace)
     return summarise(spec, list(results))

@@ -56,9 +56,11 @@ class LimiterUser(User):
     def on_start(self) -> None:
         if not self.allow_aws and not is_loopback(self.endpoint_url):
             raise ValidationError(
-                "endpoint_url", self.endpoint_url,
+                "endpoint_url",
+                self.endpoint_url,
                 "not on this machine; give a loopback endpoint, or set allow_aws = True to "
-                "send the load to AWS (it costs money)")
+                "send the load to AWS (it costs money)",
+            )
         self.limiter = SyncRateLimiter(self._repository())
         self.entity_id = f"{self.entity_prefix}{next(LimiterUser._numbers)}"
 
@@ -69,7 +71,8 @@ class LimiterUser(User):
             if repo is None:
                 args = () if self.namespace is None else (self.namespace,)
                 repo = SyncRepository.open(  # type: ignore[attr-defined]
-                    *args, table=self.table, endpoint_url=self.endpoint_url, region=self.region)
+                    *args, table=self.table, endpoint_url=self.endpoint_url, region=self.region
+                )
                 LimiterUser._shared[key] = repo
             return repo
 
@@ -84,10 +87,13 @@ class LimiterUser(User):
         except ZAELimiterError as exc:
             failure = exc
         self.environment.events.request.fire(
-            request_type="acquire", name=self.resource,
-            response_time=(time.perf_counter() - started) * 1000, response_length=0,
-            exception=failure, context={"entity_id": self.entity_id})
-
+            request_type="acquire",
+            name=self.resource,
+            response_time=(time.perf_counter() - started) * 1000,
+            response_length=0,
+            exception=failure,
+            context={"entity_id": self.entity_id},
+        )
 
 
 def _close_repositories(**_: Any) -> None:

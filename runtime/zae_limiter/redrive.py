@@ -261,9 +261,7 @@ async def redrive(repo: Repository, *, dry_run: bool = False) -> RedriveReport:
                 "dynamodbstreams", region_name=repo.region, endpoint_url=repo.endpoint_url
             )
         )
-        sqs = await stack.enter_async_context(
-            session.create_client("sqs", region_name=repo.region)
-        )
+        sqs = await stack.enter_async_context(session.create_client("sqs", region_name=repo.region))
         aggregator = await Aggregator.connect(
             repo.table_name,
             region=repo.region,

@@ -32,8 +32,10 @@ def bounds(event_ms: int, window_type: str) -> tuple[int, int]:
         return _ms(start), _ms(start + timedelta(days=1))
     if window_type == "monthly":
         start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(
-            month=start.month + 1
+        end = (
+            start.replace(year=start.year + 1, month=1)
+            if start.month == 12
+            else start.replace(month=start.month + 1)
         )
         return _ms(start), _ms(end)
     raise ValueError(f"unknown window type {window_type!r}")

@@ -21,10 +21,26 @@ class ZL:
     table: TableRef
     runner: CliRunner
 
-    def __call__(self, *args: str, code: int = 0, input: str | None = None,
-                 env: dict[str, str | None] | None = None, connect: bool = True) -> Result:
-        prefix = ["--table", self.table.name, "--endpoint-url", self.table.endpoint_url,
-                  "--region", self.table.region] if connect else []
+    def __call__(
+        self,
+        *args: str,
+        code: int = 0,
+        input: str | None = None,
+        env: dict[str, str | None] | None = None,
+        connect: bool = True,
+    ) -> Result:
+        prefix = (
+            [
+                "--table",
+                self.table.name,
+                "--endpoint-url",
+                self.table.endpoint_url,
+                "--region",
+                self.table.region,
+            ]
+            if connect
+            else []
+        )
         result = self.runner.invoke(cli, [*prefix, *args], input=input, env=env)
         assert result.exit_code == code, (
             f"zae-limiter {' '.join(args)} exited {result.exit_code}, expected {code}\n"

@@ -21,7 +21,8 @@ def zl(table: TableRef) -> ZL:
 
 @pytest.fixture
 async def live(table: TableRef) -> AsyncIterator[Repository]:
-    repo = await Repository.open(table=table.name, endpoint_url=table.endpoint_url,
-                                 region=table.region, config_cache_ttl=0)
+    repo = await Repository.open(
+        table=table.name, endpoint_url=table.endpoint_url, region=table.region, config_cache_ttl=0
+    )
     yield repo
     await repo.close()

@@ -14,10 +14,22 @@ SESSION_FREE = "session:1000000@after(5h)"
 
 
 async def test_create_show_children_delete(zl: ZL, live: Repository) -> None:
-    assert "entity org-acme created" in zl("entity", "create", "org-acme",
-                                           "--display-name", "Acme").stdout
-    data = zl.json("entity", "create", "user-1", "--parent", "org-acme", "--cascade",
-                   "--meta", "plan=pro", "--meta", "region=eu")
+    assert (
+        "entity org-acme created"
+        in zl("entity", "create", "org-acme", "--display-name", "Acme").stdout
+    )
+    data = zl.json(
+        "entity",
+        "create",
+        "user-1",
+        "--parent",
+        "org-acme",
+        "--cascade",
+        "--meta",
+        "plan=pro",
+        "--meta",
+        "region=eu",
+    )
     assert (data["id"], data["parent_id"], data["cascade"]) == ("user-1", "org-acme", True)
     assert data["metadata"] == {"plan": "pro", "region": "eu"}
     entity = await live.get_entity("user-1")
@@ -46,42 +58,62 @@ async def test_create_and_show_bad_input(zl: ZL) -> None:
     assert "KEY=VALUE" in zl("entity", "create", "u", "--meta", "novalue", code=2).stderr
     zl("entity", "create", "u")
     assert "Entity 'u' already exists" in zl.error("entity", "create", "u")
-    assert "Entity 'ghost' does not exist" in zl.error("entity", "create", "v", "--parent",
-                                                       "ghost")
+    assert "Entity 'ghost' does not exist" in zl.error("entity", "create", "v", "--parent", "ghost")
     assert "Entity 'nobody' does not exist" in zl.error("entity", "show", "nobody")
     assert "Invalid entity_id" in zl.error("entity", "create", "bad!", "--display-name", "x")
 
 
 async def test_limits_at_levels_and_listing(zl: ZL, live: Repository) -> None:
     zl("entity", "set-limits", "user-2", *limit_args("rpm:600", "units:100000"))
-    zl("entity", "set-limits", "user-2", "--resource", "budget", "-l", WEEKLY_FREE,
-       "--soft", "weekly")
-    assert await live.get_limits("user-2") == [Limit.per_minute("rpm", 600),
-                                               Limit.per_minute("units", 100_000)]
+    zl(
+        "entity",
+        "set-limits",
+        "user-2",
+        "--resource",
+        "budget",
+        "-l",
+        WEEKLY_FREE,
+        "--soft",
+        "weekly",
+    )
+    assert await live.get_limits("user-2") == [
+        Limit.per_minute("rpm", 600),
+        Limit.per_minute("units", 100_000),
+    ]
     assert await live.get_limits("user-2", "budget") == [
-        Limit.quota("weekly", 5_000_000, cron="0 0 * * 1", soft=True)]
+        Limit.quota("weekly", 5_000_000, cron="0 0 * * 1", soft=True)
+    ]
     got = zl.json("entity", "get-limits", "user-2", "-r", "budget")
     assert got["limits"][0]["soft"] is True
     assert "rpm:600" in zl("entity", "get-limits", "user-2").stdout
     assert zl.json("entity", "list", "--with-custom-limits", "budget")["entities"] == ["user-2"]
-    assert zl("entity", "list", "--with-custom-limits", "_default_", "--limit", "1"
-              ).stdout.strip() == "user-2"
+    assert (
+        zl("entity", "list", "--with-custom-limits", "_default_", "--limit", "1").stdout.strip()
+        == "user-2"
+    )
     assert zl.json("entity", "list-resources") == {"resources": ["_default_", "budget"]}
     assert "Missing option '--with-custom-limits'" in zl("entity", "list", code=2).stderr
     zl("entity", "delete-limits", "user-2", "-r", "budget", "-y")
     assert await live.get_limits("user-2", "budget") == []
     assert zl.json("entity", "delete-limits", "user-2", "-y")["deleted"] is True
-    assert "no limit named 'tpm'" in zl("entity", "set-limits", "u", "-l", "rpm:1", "--soft",
-                                        "tpm", code=2).stderr
+    assert (
+        "no limit named 'tpm'"
+        in zl("entity", "set-limits", "u", "-l", "rpm:1", "--soft", "tpm", code=2).stderr
+    )
 
 
 async def test_flags_and_cascade(zl: ZL, live: Repository) -> None:
     zl("entity", "create", "user-7")
-    for command, stored in (("disable", True), ("enable", False), ("bypass", "bypass"),
-                            ("clear-disabled", None)):
+    for command, stored in (
+        ("disable", True),
+        ("enable", False),
+        ("bypass", "bypass"),
+        ("clear-disabled", None),
+    ):
         data = zl.json("entity", command, "user-7", "-r", "budget")
         assert data["state"] == {True: "disabled", False: "enabled", None: "inherit"}.get(
-            stored, stored)  # type: ignore[call-overload]
+            stored, stored
+        )  # type: ignore[call-overload]
         assert await live.get_entity_disabled("user-7", "budget") == stored
     zl("entity", "bypass", "user-7")
     assert await live.get_entity_disabled("user-7", "_default_") == "bypass"
@@ -118,8 +150,10 @@ async def test_organisations_and_moving_a_user(zl: ZL, live: Repository) -> None
     entity = await live.get_entity("user-4")
     assert entity is not None and entity.parent_id is None
     for args in ((), ("--parent", "org-south", "--none")):
-        assert "exactly one of --parent ID or --none" in zl(
-            "entity", "set-parent", "user-4", *args, code=2).stderr
+        assert (
+            "exactly one of --parent ID or --none"
+            in zl("entity", "set-parent", "user-4", *args, code=2).stderr
+        )
     assert "does not exist" in zl.error("entity", "set-parent", "user-4", "--parent", "ghost")
 
 
@@ -127,32 +161,59 @@ async def test_plans_purchases_and_resets(zl: ZL) -> None:
     """Seed page "Plans" through the CLI: upgrade, reset, purchase, session reset, downgrade."""
     zl("resource", "set-defaults", "budget", *limit_args(WEEKLY_FREE, SESSION_FREE))
     zl("entity", "create", "user-2")
-    zl("entity", "set-limits", "user-2", "-r", "budget",
-       *limit_args("weekly:50000000@cron(0 0 * * 1)", "session:10000000@after(5h)"))
+    zl(
+        "entity",
+        "set-limits",
+        "user-2",
+        "-r",
+        "budget",
+        *limit_args("weekly:50000000@cron(0 0 * * 1)", "session:10000000@after(5h)"),
+    )
     reset = zl.json("entity", "reset", "user-2", "-r", "budget")
     assert reset["shards"] == 0 or reset["amounts"]
-    bought = zl.json("entity", "top-up", "user-2", "-r", "budget", "-a", "weekly:20000000",
-                     "--idempotency-key", "order-1001")
+    bought = zl.json(
+        "entity",
+        "top-up",
+        "user-2",
+        "-r",
+        "budget",
+        "-a",
+        "weekly:20000000",
+        "--idempotency-key",
+        "order-1001",
+    )
     assert (bought["amounts"], bought["replayed"]) == ({"weekly": 20_000_000}, False)
-    again = zl("entity", "top-up", "user-2", "-r", "budget", "--add", "weekly:20000000",
-               "--idempotency-key", "order-1001").stdout
+    again = zl(
+        "entity",
+        "top-up",
+        "user-2",
+        "-r",
+        "budget",
+        "--add",
+        "weekly:20000000",
+        "--idempotency-key",
+        "order-1001",
+    ).stdout
     assert "replayed" in again
-    assert "reset session" in zl("entity", "reset", "user-2", "-r", "budget", "-l", "session"
-                                 ).stdout
+    assert (
+        "reset session" in zl("entity", "reset", "user-2", "-r", "budget", "-l", "session").stdout
+    )
     zl("entity", "delete-limits", "user-2", "-r", "budget", "-y")
     data = zl.json("entity", "available", "user-2", "-r", "budget", "--need", "weekly:1")
     assert data["available"]["weekly"] == 25_000_000  # the free $5 plus the $20 purchase
     assert data["allowed"] is True
     text = zl("entity", "available", "user-2", "-r", "budget", "--need", "weekly:30000000").stdout
     assert "allowed: no" in text
-    assert "NAME:N" in zl("entity", "top-up", "user-2", "-r", "budget", "-a", "weekly",
-                          code=2).stderr
-    assert "Missing option '-a'" in zl("entity", "top-up", "user-2", "-r", "budget",
-                                       code=2).stderr
+    assert (
+        "NAME:N" in zl("entity", "top-up", "user-2", "-r", "budget", "-a", "weekly", code=2).stderr
+    )
+    assert "Missing option '-a'" in zl("entity", "top-up", "user-2", "-r", "budget", code=2).stderr
     assert "Missing option '-r'" in zl("entity", "reset", "user-2", code=2).stderr
     assert "weekly" in zl.error("entity", "top-up", "user-2", "-r", "budget", "-a", "monthly:5")
-    assert "NAME:N" in zl("entity", "available", "user-2", "-r", "budget", "--need", "x",
-                          code=2).stderr
+    assert (
+        "NAME:N"
+        in zl("entity", "available", "user-2", "-r", "budget", "--need", "x", code=2).stderr
+    )
 
 
 def test_top_up_help_describes_a_purchase(zl: ZL) -> None:
@@ -165,14 +226,16 @@ async def test_soft_limit_and_bypass(zl: ZL, live: Repository) -> None:
     """Seed page "Rolling out without enforcing": `--soft NAME` and `entity bypass`."""
     zl("resource", "set-defaults", "budget", "-l", WEEKLY_FREE, "--soft", "weekly")
     limiter = RateLimiter(live)
-    async with limiter.acquire("user-7", "search", {"rpm": 1},
-                               also={"budget": {"weekly": 9_000_000}}) as lease:
+    async with limiter.acquire(
+        "user-7", "search", {"rpm": 1}, also={"budget": {"weekly": 9_000_000}}
+    ) as lease:
         assert lease.resource("budget").overdrawn == ["weekly"]
     zl("entity", "bypass", "user-7", "-r", "budget")
     data = zl.json("entity", "available", "user-7", "-r", "budget")
     assert data["bypassed"] is True
     assert await live.get_resource_defaults("budget") == [
-        Limit.quota("weekly", 5_000_000, cron="0 0 * * 1", soft=True)]
+        Limit.quota("weekly", 5_000_000, cron="0 0 * * 1", soft=True)
+    ]
     session = Limit.quota("session", 1, reset_after=timedelta(hours=5))
     await live.set_resource_defaults("other", [session])
     assert "session:1@after(5h)" in zl("resource", "get-defaults", "other").stdout

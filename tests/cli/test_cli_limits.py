@@ -69,10 +69,13 @@ async def test_the_seed_manifest(zl: ZL, live: Repository, seed: str) -> None:
         assert await live.get_resource_defaults(resource) == FREE
         assert await live.get_resource_cascade(resource) is True
     assert await live.get_resource_defaults("summarize") == [
-        Limit.per_minute("requests", 60), Limit.per_minute("units", 2000)]
+        Limit.per_minute("requests", 60),
+        Limit.per_minute("units", 2000),
+    ]
     assert await live.get_resource_defaults("budget") == [
         Limit.quota("weekly", 5_000_000, cron="0 0 * * 1"),
-        Limit.quota("session", 1_000_000, reset_after=timedelta(seconds=18000))]
+        Limit.quota("session", 1_000_000, reset_after=timedelta(seconds=18000)),
+    ]
     assert await live.get_resource_cascade("budget") is False
     for resource in ("search", "translate", "summarize"):
         assert await live.get_limits("org-acme", resource) == ORG
@@ -97,8 +100,9 @@ async def test_json_outputs(zl: ZL, seed: str) -> None:
 
 
 async def test_apply_asks_first(zl: ZL, live: Repository, tmp_path: Path) -> None:
-    path = write(tmp_path, "namespace: default\nresources: {search: {limits: {rpm: "
-                           "{capacity: 5}}}}\n")
+    path = write(
+        tmp_path, "namespace: default\nresources: {search: {limits: {rpm: {capacity: 5}}}}\n"
+    )
     declined = zl("limits", "apply", "-f", path, input="n\n", code=1)
     assert "Aborted" in declined.stderr
     assert await live.get_resource_defaults("search") == []
@@ -109,7 +113,9 @@ async def test_apply_asks_first(zl: ZL, live: Repository, tmp_path: Path) -> Non
 async def test_ownership_deletes_only_what_the_manifest_managed(
     zl: ZL, live: Repository, tmp_path: Path
 ) -> None:
-    first = write(tmp_path, """
+    first = write(
+        tmp_path,
+        """
 namespace: default
 system: {limits: {rpm: {capacity: 1000}}, on_unavailable: allow}
 resources:
@@ -117,17 +123,22 @@ resources:
   dropped: {disabled: true, limits: {rpm: {capacity: 60}}}
 entities:
   org: {resources: {kept: {limits: {units: {capacity: 5}}}, dropped: {cascade: true}}}
-""")
+""",
+    )
     zl("limits", "apply", "-f", first, "-y")
     zl("resource", "set-defaults", "manual", "-l", "rpm:1")  # never managed
     zl("entity", "set-limits", "org", "-r", "manual", "-l", "rpm:2")
-    second = write(tmp_path, """
+    second = write(
+        tmp_path,
+        """
 namespace: default
 resources:
   kept: {limits: {rpm: {capacity: 60}}}
 entities:
   org: {resources: {kept: {limits: {units: {capacity: 5}}}}}
-""", "second.yaml")
+""",
+        "second.yaml",
+    )
     plan = zl("limits", "plan", "-f", second).stdout.splitlines()
     assert plan == [
         "- delete system defaults",
@@ -152,24 +163,31 @@ async def test_parents_are_created_moved_and_cleared(
     zl: ZL, live: Repository, tmp_path: Path
 ) -> None:
     zl("entity", "create", "org-north")
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 namespace: default
 entities:
   org-south: {}
   user-1: {parent: org-north}
   user-2: {parent: org-south}
-""")
+""",
+    )
     out = zl("limits", "apply", "-f", path, "-y").stdout
     assert "+ create entity user-2 (parent org-south)" in out
     user1 = await live.get_entity("user-1")
     assert user1 is not None and user1.parent_id == "org-north"
-    moved = write(tmp_path, """
+    moved = write(
+        tmp_path,
+        """
 namespace: default
 entities:
   org-south: {}
   user-1: {parent: org-south}
   user-2: {}
-""", "moved.yaml")
+""",
+        "moved.yaml",
+    )
     assert zl("limits", "plan", "-f", moved).stdout.splitlines()[:2] == [
         "- delete parent of user-2: org-south -> none",
         "~ update parent of user-1: org-north -> org-south",
@@ -185,11 +203,14 @@ entities:
 async def test_checks_against_the_table_come_before_any_write(
     zl: ZL, live: Repository, tmp_path: Path
 ) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 namespace: default
 resources: {search: {limits: {rpm: {capacity: 60}}}}
 entities: {user-1: {parent: org-ghost}}
-""")
+""",
+    )
     zl("limits", "validate", "-f", path, connect=False)  # offline: the table is not consulted
     stderr = zl.error("limits", "apply", "-f", path, "-y")
     assert stderr.startswith("Error: entities.user-1.parent: the parent 'org-ghost' does not")
@@ -201,12 +222,15 @@ async def test_version_gates_are_checked_before_any_write(
     zl: ZL, live: Repository, tmp_path: Path
 ) -> None:
     await live.set_version_record(aggregator_version="0.16.0")
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 namespace: default
 resources:
   plain: {limits: {rpm: {capacity: 60}}}
   budget: {limits: {weekly: {capacity: 5, soft: true, reset_schedule: [{cron: "0 0 * * 1"}]}}}
-""")
+""",
+    )
     stderr = zl.error("limits", "apply", "-f", path, "-y")
     assert "soft_limits needs an aggregator of version 0.17.0" in stderr
     assert await live.list_resources_with_defaults() == []
@@ -225,31 +249,41 @@ async def test_namespace_must_match(zl: ZL, live: Repository, tmp_path: Path) ->
 
 
 async def test_bad_manifests(zl: ZL, tmp_path: Path) -> None:
-    path = write(tmp_path, "namespace: default\nresources: {r: {limits: {rpm: {capacity: 1}, "
-                           "tpm: {capacity: 1, burst: 2}}}}\n")
+    path = write(
+        tmp_path,
+        "namespace: default\nresources: {r: {limits: {rpm: {capacity: 1}, "
+        "tpm: {capacity: 1, burst: 2}}}}\n",
+    )
     stderr = zl.error("limits", "validate", "-f", path, connect=False)
-    assert stderr.strip() == (f"Error: {path}:2: resources.r.limits.tpm.burst: unknown key; "
-                              "expected one of: capacity, refill_amount, refill_period, "
-                              "refill_period_seconds, reset_schedule, reset_after_seconds, "
-                              "schedule, soft")
+    assert stderr.strip() == (
+        f"Error: {path}:2: resources.r.limits.tpm.burst: unknown key; "
+        "expected one of: capacity, refill_amount, refill_period, "
+        "refill_period_seconds, reset_schedule, reset_after_seconds, "
+        "schedule, soft"
+    )
     assert "Missing option '-f'" in zl("limits", "plan", code=2).stderr
     assert "cannot read" in zl.error("limits", "diff", "-f", str(tmp_path / "nope.yaml"))
 
 
 async def test_warnings_go_to_stderr(zl: ZL, tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 namespace: default
 resources:
   search: {cascade: true, limits: {rpm: {capacity: 60}}}
 entities:
   user-9: {resources: {_default_: {limits: {rpm: {capacity: 1}}}}}
-""")
+""",
+    )
     result = zl("limits", "plan", "-f", path, "-q")
     assert result.stdout.strip() == "plan: 3 to create, 0 to update, 0 to delete; 0 unchanged"
     assert "warning: entity user-9: _default_ limits apply to every resource" in result.stderr
     lonely = write(tmp_path, "namespace: default\nresources: {search: {cascade: true}}\n", "l.yaml")
-    assert "warning: resource search: cascade is on but no entity" in zl(
-        "limits", "apply", "-f", lonely, "-y").stderr
+    assert (
+        "warning: resource search: cascade is on but no entity"
+        in zl("limits", "apply", "-f", lonely, "-y").stderr
+    )
 
 
 async def test_full_rewrites_every_declared_level(zl: ZL, live: Repository, seed: str) -> None:
@@ -294,8 +328,7 @@ async def test_a_second_concurrent_apply_fails_without_writing(
 ) -> None:
     manifest = loads(Path(seed).read_text())
     base = await read_ownership(live)
-    await lock(live, base, owner="someone-else", managed=base, pending=(),
-               now_ms=live._clock())
+    await lock(live, base, owner="someone-else", managed=base, pending=(), now_ms=live._clock())
     assert zl("limits", "plan", "-f", seed).stdout.startswith("! an apply is running on this")
     stderr = zl.error("limits", "apply", "-f", seed, "-y")
     assert "another `limits apply` is running on this namespace now" in stderr
@@ -328,8 +361,12 @@ async def test_export_round_trips(zl: ZL, live: Repository, seed: str, tmp_path:
     assert document["system"] == {"limits": {"rpm": {"capacity": 1000}}, "on_unavailable": "block"}
     assert set(document["entities"]) == {"org-acme", "user-3"}
     slim = yaml.safe_load(zl("limits", "export", "--no-entities").stdout)
-    assert "entities" not in slim and set(slim["resources"]) == {"search", "translate",
-                                                                 "summarize", "budget"}
+    assert "entities" not in slim and set(slim["resources"]) == {
+        "search",
+        "translate",
+        "summarize",
+        "budget",
+    }
     assert "no such option" in zl("limits", "export", "--everything", code=2).stderr.lower()
 
 
@@ -353,20 +390,25 @@ async def test_a_cancelled_apply_records_its_progress_and_releases_the_lock(
     result = await apply_manifest(live, manifest)
     assert len(result.resumed) == 5 and result.applied == ()
     assert await live.get_resource_defaults("summarize") == [
-        Limit.per_minute("requests", 60), Limit.per_minute("units", 2000)]
+        Limit.per_minute("requests", 60),
+        Limit.per_minute("units", 2000),
+    ]
 
 
 async def test_a_manifest_pre_splits_an_entity_bucket_and_never_lowers_it(
     zl: ZL, live: Repository, tmp_path: Path
 ) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 namespace: default
 resources: {search: {limits: {units: {capacity: 1000}}}}
 entities:
   org-acme:
     resources:
       search: {shards: 8}
-""")
+""",
+    )
     assert zl("limits", "plan", "-f", path).stdout.splitlines()[-2:] == [
         "~ update shards of org-acme / search: no bucket -> 8",
         "plan: 2 to create, 1 to update, 0 to delete; 1 unchanged",

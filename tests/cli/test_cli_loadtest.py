@@ -25,8 +25,9 @@ async def namespaces(repo: Repository) -> list[str]:
 
 
 async def test_single_is_bounded_by_calls_and_costs_one_wcu(zl: ZL, live: Repository) -> None:
-    summary = run_json(zl, "--scenario", "single", "--tasks", "4", "--max-calls", "60",
-                       "--duration", "120")
+    summary = run_json(
+        zl, "--scenario", "single", "--tasks", "4", "--max-calls", "60", "--duration", "120"
+    )
     assert summary["calls"] == 60  # the call bound stopped it, long before 120 s
     assert summary["admitted"] == 60 and summary["rejected"] == 0 and summary["errors"] == {}
     # warm single-resource acquire + exit: the admission write only (1 WCU); the first call of
@@ -37,8 +38,21 @@ async def test_single_is_bounded_by_calls_and_costs_one_wcu(zl: ZL, live: Reposi
 
 
 async def test_hot_org_never_admits_above_the_org_limit(zl: ZL, live: Repository) -> None:
-    summary = run_json(zl, "--scenario", "hot-org", "--processes", "2", "--tasks", "8",
-                       "--max-calls", "400", "--duration", "3", "--org-rate", "2")
+    summary = run_json(
+        zl,
+        "--scenario",
+        "hot-org",
+        "--processes",
+        "2",
+        "--tasks",
+        "8",
+        "--max-calls",
+        "400",
+        "--duration",
+        "3",
+        "--org-rate",
+        "2",
+    )
     assert summary["errors"] == {}, summary
     assert summary["rejected"] > 0, summary  # 16 tasks against 2 units/s: the limit bites
     allowed = summary["allowed"]
@@ -49,25 +63,44 @@ async def test_hot_org_never_admits_above_the_org_limit(zl: ZL, live: Repository
 
 
 def test_refuses_an_endpoint_off_this_machine(zl: ZL) -> None:
-    result = zl("--endpoint-url", "https://dynamodb.eu-west-1.amazonaws.com", "loadtest",
-                code=1, connect=False)
+    result = zl(
+        "--endpoint-url",
+        "https://dynamodb.eu-west-1.amazonaws.com",
+        "loadtest",
+        code=1,
+        connect=False,
+    )
     assert "--i-mean-aws" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("url, loopback", [
-    ("http://127.0.0.1:8000", True), ("http://127.9.9.9:1", True), ("http://localhost:8000", True),
-    ("http://[::1]:8000", True), ("https://dynamodb.us-east-1.amazonaws.com", False),
-    ("http://10.0.0.1:8000", False), (None, False), ("", False),
-])
+@pytest.mark.parametrize(
+    "url, loopback",
+    [
+        ("http://127.0.0.1:8000", True),
+        ("http://127.9.9.9:1", True),
+        ("http://localhost:8000", True),
+        ("http://[::1]:8000", True),
+        ("https://dynamodb.us-east-1.amazonaws.com", False),
+        ("http://10.0.0.1:8000", False),
+        (None, False),
+        ("", False),
+    ],
+)
 def test_is_loopback(url: str | None, loopback: bool) -> None:
     assert is_loopback(url) is loopback
 
 
-@pytest.mark.parametrize("change, word", [
-    ({"scenario": "nope"}, "scenario"), ({"processes": 0}, "processes"),
-    ({"tasks": 5000}, "tasks"), ({"duration_s": 0}, "duration"), ({"max_calls": 0}, "max_calls"),
-    ({"org_rate": 0}, "org_rate"),
-])
+@pytest.mark.parametrize(
+    "change, word",
+    [
+        ({"scenario": "nope"}, "scenario"),
+        ({"processes": 0}, "processes"),
+        ({"tasks": 5000}, "tasks"),
+        ({"duration_s": 0}, "duration"),
+        ({"max_calls": 0}, "max_calls"),
+        ({"org_rate": 0}, "org_rate"),
+    ],
+)
 def test_validate_names_the_bad_bound(change: dict[str, object], word: str) -> None:
     spec = LoadSpec(endpoint_url="http://127.0.0.1:8000", **change)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match=word):

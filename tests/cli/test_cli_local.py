@@ -12,8 +12,9 @@ from zae_limiter.local import free_port
 
 
 def run(args: list[str], state: Path, code: int = 0) -> Result:
-    result = CliRunner().invoke(cli, args, env={"ZAEL_LOCAL_STATE": str(state),
-                                                "ZAEL_ENDPOINT_URL": None})
+    result = CliRunner().invoke(
+        cli, args, env={"ZAEL_LOCAL_STATE": str(state), "ZAEL_ENDPOINT_URL": None}
+    )
     assert result.exit_code == code, f"{args}: {result.stdout}\n{result.stderr}"
     return result
 
@@ -27,8 +28,11 @@ def test_up_status_env_down(tmp_path: Path) -> None:
         assert "export ZAEL_TABLE='local-cli'" in up.stdout
         assert "# table local-cli: created" in up.stdout
         assert "aggregator started" in up.stderr
-        again = json.loads(run(["local", "up", "--port", str(port), "--table", "local-cli",
-                                "-o", "json"], state).stdout)
+        again = json.loads(
+            run(
+                ["local", "up", "--port", str(port), "--table", "local-cli", "-o", "json"], state
+            ).stdout
+        )
         assert again["running"] is True and again["created_table"] is False
         status = json.loads(run(["local", "status", "-o", "json"], state).stdout)
         assert status["port"] == port and "local-cli" in status["tables"]
@@ -45,13 +49,15 @@ def test_up_status_env_down(tmp_path: Path) -> None:
         assert after["port"] == port and "local-cli" in after["tables"]  # the engine stayed
         env = run(["local", "env", "--format", "dotenv"], state).stdout
         assert f"ZAEL_ENDPOINT_URL=http://127.0.0.1:{port}" in env
-        checked = run(["--table", "local-cli", "--endpoint-url", f"http://127.0.0.1:{port}",
-                       "check"], state)
+        checked = run(
+            ["--table", "local-cli", "--endpoint-url", f"http://127.0.0.1:{port}", "check"], state
+        )
         assert "compatible" in checked.stdout
         # One engine per port: another engine on this port is refused.
-        assert "already running on port" in run(
-            ["local", "up", "--port", str(port), "--engine", "moto"], state, code=1
-        ).stderr
+        assert (
+            "already running on port"
+            in run(["local", "up", "--port", str(port), "--engine", "moto"], state, code=1).stderr
+        )
     finally:
         down = run(["local", "down", "-o", "json"], state)
     assert {p["role"] for p in json.loads(down.stdout)["stopped"]} == {"engine", "aggregator"}
@@ -66,5 +72,7 @@ def test_env_without_an_engine_and_bad_input(tmp_path: Path) -> None:
     assert data["ZAEL_ENDPOINT_URL"] == "http://127.0.0.1:8000"
     assert "is not one of" in run(["local", "env", "--format", "csh"], tmp_path, code=2).stderr
     assert "no local engine is running" in run(["local", "restart"], tmp_path, code=1).stderr
-    assert "not both" in run(["local", "up", "--data-dir", str(tmp_path), "--in-memory"],
-                             tmp_path, code=2).stderr
+    assert (
+        "not both"
+        in run(["local", "up", "--data-dir", str(tmp_path), "--in-memory"], tmp_path, code=2).stderr
+    )

@@ -55,8 +55,9 @@ async def test_audit_list(zl: ZL, live: Repository) -> None:
     assert "limits_set" in text and "$SYSTEM" in text
     zl("resource", "set-defaults", "search", "-l", "rpm:61")
     newest, older = zl.json("audit", "list", "--resource", "search")["events"]
-    after = zl.json("audit", "list", "--resource", "search", "--start-event-id",
-                    newest["event_id"])["events"]
+    after = zl.json(
+        "audit", "list", "--resource", "search", "--start-event-id", newest["event_id"]
+    )["events"]
     assert after == [older]
     assert "exactly one of" in zl("audit", "list", code=2).stderr
     assert "exactly one of" in zl("audit", "list", "-e", "u", "--system", code=2).stderr
@@ -73,8 +74,7 @@ async def test_namespaces(zl: ZL, live: Repository) -> None:
     zl("-N", "staging", "resource", "set-defaults", "r", "-l", "rpm:1")
     ns_id = registered["staging"]
     assert f"namespace recover {ns_id}" in zl("namespace", "delete", "staging", "-y").stdout
-    assert "Namespace 'staging' is not registered" in zl.error("-N", "staging", "resource",
-                                                               "list")
+    assert "Namespace 'staging' is not registered" in zl.error("-N", "staging", "resource", "list")
     assert [o["id"] for o in zl.json("namespace", "orphans")["namespaces"]] == [ns_id]
     assert "staging" in zl("namespace", "orphans").stdout
     zl("namespace", "recover", ns_id)
@@ -117,8 +117,9 @@ async def test_version_check_status(zl: ZL, live: Repository) -> None:
 
 def test_version_commands_on_a_missing_table(zl: ZL) -> None:
     for command in ("version", "check", "status"):
-        assert "was not found" in zl.error("--table", "missing", "--endpoint-url",
-                                           zl.table.endpoint_url, command, connect=False)
+        assert "was not found" in zl.error(
+            "--table", "missing", "--endpoint-url", zl.table.endpoint_url, command, connect=False
+        )
 
 
 async def test_system_limits_shown_after_manifest(zl: ZL, live: Repository) -> None:

@@ -21,13 +21,19 @@ from zae_limiter.cli.limitspec import SpecError
         ("rph:100/hour:150", Limit.per_hour("rph", 100, 150)),
         ("big:1_000_000/2h", Limit.custom("big", 1_000_000, 1_000_000, 7200)),
         ("weekly:5000000@cron(0 0 * * 1)", Limit.quota("weekly", 5_000_000, cron="0 0 * * 1")),
-        ("month:100@cron(0 0 1 * *, Europe/Paris)",
-         Limit.quota("month", 100, cron="0 0 1 * *", tz="Europe/Paris")),
+        (
+            "month:100@cron(0 0 1 * *, Europe/Paris)",
+            Limit.quota("month", 100, cron="0 0 1 * *", tz="Europe/Paris"),
+        ),
         ("twice:10@cron(0 0 * * 1,5)", Limit.quota("twice", 10, cron="0 0 * * 1,5")),
-        ("paris:10@cron(0 0 * * 1,Europe/Paris)",
-         Limit.quota("paris", 10, cron="0 0 * * 1", tz="Europe/Paris")),
-        ("session:1000000@after(5h)",
-         Limit.quota("session", 1_000_000, reset_after=timedelta(hours=5))),
+        (
+            "paris:10@cron(0 0 * * 1,Europe/Paris)",
+            Limit.quota("paris", 10, cron="0 0 * * 1", tz="Europe/Paris"),
+        ),
+        (
+            "session:1000000@after(5h)",
+            Limit.quota("session", 1_000_000, reset_after=timedelta(hours=5)),
+        ),
         ("s:1@after(1d12h)", Limit.quota("s", 1, reset_after=timedelta(hours=36))),
         ("s:1@after(90)", Limit.quota("s", 1, reset_after=timedelta(seconds=90))),
     ],
@@ -64,16 +70,18 @@ def test_soft_and_schedules_apply_to_listed_limits() -> None:
     limits = limitspec.parse_limits(
         ["rpm:100", "weekly:10@cron(0 0 * * 1)"],
         soft=["weekly"],
-        schedules=["rpm@cron(* 9-17 * * MON-FRI, Europe/Paris):scale=2",
-                   "rpm@cron(* 0-5 * * *, Europe/Paris):capacity=200,refill_amount=200,"
-                   "refill_period=60"],
+        schedules=[
+            "rpm@cron(* 9-17 * * MON-FRI, Europe/Paris):scale=2",
+            "rpm@cron(* 0-5 * * *, Europe/Paris):capacity=200,refill_amount=200,refill_period=60",
+        ],
     )
     rpm, weekly = limits
     assert weekly.soft and not rpm.soft
     assert rpm.schedule == (
         ScheduleEntry("* 9-17 * * MON-FRI", "Europe/Paris", scale=2),
-        ScheduleEntry("* 0-5 * * *", "Europe/Paris", capacity=200, refill_amount=200,
-                      refill_period_seconds=60),
+        ScheduleEntry(
+            "* 0-5 * * *", "Europe/Paris", capacity=200, refill_amount=200, refill_period_seconds=60
+        ),
     )
 
 
@@ -89,8 +97,9 @@ def test_soft_and_schedules_apply_to_listed_limits() -> None:
         (["q:1@after(1h)"], [], ["q@cron(* * * * *):refill_amount=5"], "refill"),
     ],
 )
-def test_build_errors(limits: list[str], soft: list[str], schedules: list[str],
-                      message: str) -> None:
+def test_build_errors(
+    limits: list[str], soft: list[str], schedules: list[str], message: str
+) -> None:
     with pytest.raises(SpecError, match=message):
         limitspec.parse_limits(limits, soft, schedules)
 
@@ -107,7 +116,8 @@ def test_build_errors(limits: list[str], soft: list[str], schedules: list[str],
         Limit.quota("month", 100, cron="0 0 1 * *", tz="Europe/Paris"),
         Limit.quota("session", 1_000_000, reset_after=timedelta(hours=5), soft=True),
         Limit.per_minute("sched", 10).with_schedule(
-            (ScheduleEntry("* 9-17 * * *", "Asia/Tokyo", scale=1.5),)),
+            (ScheduleEntry("* 9-17 * * *", "Asia/Tokyo", scale=1.5),)
+        ),
     ],
 )
 def test_printing_round_trips(limit: Limit) -> None:
@@ -122,13 +132,18 @@ def test_describe_and_durations() -> None:
     limit = Limit.quota("weekly", 5, cron="0 0 * * 1", soft=True)
     assert limitspec.describe(limit) == "weekly:5@cron(0 0 * * 1) (soft)"
     assert [limitspec.format_duration(s) for s in (90, 3600, 129600, 5)] == [
-        "1m30s", "1h", "1d12h", "5s"]
+        "1m30s",
+        "1h",
+        "1d12h",
+        "5s",
+    ]
     assert limitspec.parse_duration("1d12h") == 129600
 
 
 @pytest.mark.parametrize(
-    ("specs", "expected"), [(["weekly:20000000"], {"weekly": 20_000_000}),
-                            (["a:1", "b:2"], {"a": 1, "b": 2})])
+    ("specs", "expected"),
+    [(["weekly:20000000"], {"weekly": 20_000_000}), (["a:1", "b:2"], {"a": 1, "b": 2})],
+)
 def test_amounts(specs: list[str], expected: dict[str, int]) -> None:
     assert limitspec.parse_amounts(specs) == expected
 

@@ -47,7 +47,8 @@ def test_the_reference_example() -> None:
     search = manifest.resources["search"]
     assert search == Level(
         (Limit.per_minute("requests", 60), Limit.per_minute("units", 10_000, soft=True)),
-        disabled=False, cascade=True,
+        disabled=False,
+        cascade=True,
     )
     assert manifest.resources["budget"].limits == (
         Limit.quota("weekly", 5_000_000, cron="0 0 * * 1"),
@@ -76,10 +77,14 @@ resources:
       <<: *free
       units: {capacity: 2000}
 """)
-    assert manifest.resources["a"].limits == (Limit.per_minute("requests", 60),
-                                              Limit.per_minute("units", 10_000))
-    assert manifest.resources["b"].limits == (Limit.per_minute("requests", 60),
-                                              Limit.per_minute("units", 2000))
+    assert manifest.resources["a"].limits == (
+        Limit.per_minute("requests", 60),
+        Limit.per_minute("units", 10_000),
+    )
+    assert manifest.resources["b"].limits == (
+        Limit.per_minute("requests", 60),
+        Limit.per_minute("units", 2000),
+    )
 
 
 def test_limit_fields_and_schedules() -> None:
@@ -102,9 +107,9 @@ resources:
     drip, same, scaled, quota = manifest.resources["r"].limits or ()
     assert drip == Limit.custom("drip", 100, 10, 5) and same == Limit.custom("same", 100, 10, 5)
     assert scaled.schedule == (ScheduleEntry("* 9-17 * * MON-FRI", "Europe/Paris", scale=2),)
-    assert quota == Limit.quota("quota", 10, cron="0 0 1 * *", tz="Europe/Paris", soft=True
-                                ).with_schedule((ScheduleEntry("* * * * SAT", "Europe/Paris",
-                                                               capacity=20),))
+    assert quota == Limit.quota(
+        "quota", 10, cron="0 0 1 * *", tz="Europe/Paris", soft=True
+    ).with_schedule((ScheduleEntry("* * * * SAT", "Europe/Paris", capacity=20),))
 
 
 @pytest.mark.parametrize(
@@ -113,52 +118,113 @@ resources:
         ("resources: {}", "namespace", "required"),
         ("namespace: default\nextra: 1", "extra", "unknown top-level key"),
         ("namespace: default\nresources: {r: {limit: {}}}", "resources.r.limit", "unknown key"),
-        ("namespace: default\nresources: {r: {limits: {x: {capacity: 1, burst: 2}}}}",
-         "resources.r.limits.x.burst", "unknown key"),
-        ("namespace: default\nentities: {e: {resources: {r: {limits: {x: {capacity: 1}}, "
-         "flags: 1}}}}", "entities.e.resources.r.flags", "unknown key"),
-        ("namespace: default\nresources: {r: {limits: {x: {capacity: 1.5}}}}",
-         "resources.r.limits.x.capacity", "YAML integer"),
-        ("namespace: default\nresources: {r: {limits: {x: {capacity: '100'}}}}",
-         "resources.r.limits.x.capacity", "YAML integer"),
-        ("namespace: default\nresources: {r: {limits: {x: {capacity: 0}}}}",
-         "resources.r.limits.x", "between 1"),
-        ("namespace: default\nresources: {r: {limits: {x: {refill_amount: 5}}}}",
-         "resources.r.limits.x", "needs a capacity"),
-        ("namespace: default\nresources: {r: {limits: {x: {capacity: 5, soft: 'yes please'}}}}",
-         "resources.r.limits.x.soft", "true or false"),
-        ("namespace: default\nresources: {r: {limits: {x: {capacity: 5, "
-         "reset_schedule: [{cron: '0 0 * *'}]}}}}", "resources.r.limits.x", "cron"),
-        ("namespace: default\nresources: {r: {limits: {x: {capacity: 5, "
-         "reset_schedule: [{cron: '0 0 * * 1', tz: Nowhere/Land}]}}}}",
-         "resources.r.limits.x", "Nowhere/Land"),
-        ("namespace: default\nresources: {r: {limits: {x: {capacity: 5, refill_amount: 5, "
-         "reset_after_seconds: 60}}}}", "resources.r.limits.x", "never drips"),
-        ("namespace: default\nresources: {r: {limits: {x: {capacity: 5, reset_after_seconds: 60, "
-         "reset_schedule: [{cron: '0 0 * * 1'}]}}}}", "resources.r.limits.x", "not both"),
-        ("namespace: default\nresources: {r: {limits: {x: {capacity: 5, refill_period: 60, "
-         "reset_after_seconds: 60}}}}", "resources.r.limits.x.refill_period", "never drips"),
-        ("namespace: default\nresources: {r: {disabled: maybe}}", "resources.r.disabled",
-         "true, false or bypass"),
-        ("namespace: default\nresources: {r: {cascade: bypass}}", "resources.r.cascade",
-         "true or false"),
-        ("namespace: default\nsystem: {limits: {x: {capacity: 1}}, cascade: true}",
-         "system.cascade", "never at system level"),
-        ("namespace: default\nsystem: {limits: {x: {capacity: 1}}, on_unavailable: maybe}",
-         "system.on_unavailable", "allow or block"),
+        (
+            "namespace: default\nresources: {r: {limits: {x: {capacity: 1, burst: 2}}}}",
+            "resources.r.limits.x.burst",
+            "unknown key",
+        ),
+        (
+            "namespace: default\nentities: {e: {resources: {r: {limits: {x: {capacity: 1}}, "
+            "flags: 1}}}}",
+            "entities.e.resources.r.flags",
+            "unknown key",
+        ),
+        (
+            "namespace: default\nresources: {r: {limits: {x: {capacity: 1.5}}}}",
+            "resources.r.limits.x.capacity",
+            "YAML integer",
+        ),
+        (
+            "namespace: default\nresources: {r: {limits: {x: {capacity: '100'}}}}",
+            "resources.r.limits.x.capacity",
+            "YAML integer",
+        ),
+        (
+            "namespace: default\nresources: {r: {limits: {x: {capacity: 0}}}}",
+            "resources.r.limits.x",
+            "between 1",
+        ),
+        (
+            "namespace: default\nresources: {r: {limits: {x: {refill_amount: 5}}}}",
+            "resources.r.limits.x",
+            "needs a capacity",
+        ),
+        (
+            "namespace: default\nresources: {r: {limits: {x: {capacity: 5, soft: 'yes please'}}}}",
+            "resources.r.limits.x.soft",
+            "true or false",
+        ),
+        (
+            "namespace: default\nresources: {r: {limits: {x: {capacity: 5, "
+            "reset_schedule: [{cron: '0 0 * *'}]}}}}",
+            "resources.r.limits.x",
+            "cron",
+        ),
+        (
+            "namespace: default\nresources: {r: {limits: {x: {capacity: 5, "
+            "reset_schedule: [{cron: '0 0 * * 1', tz: Nowhere/Land}]}}}}",
+            "resources.r.limits.x",
+            "Nowhere/Land",
+        ),
+        (
+            "namespace: default\nresources: {r: {limits: {x: {capacity: 5, refill_amount: 5, "
+            "reset_after_seconds: 60}}}}",
+            "resources.r.limits.x",
+            "never drips",
+        ),
+        (
+            "namespace: default\nresources: {r: {limits: {x: {capacity: 5, reset_after_seconds: 60, "
+            "reset_schedule: [{cron: '0 0 * * 1'}]}}}}",
+            "resources.r.limits.x",
+            "not both",
+        ),
+        (
+            "namespace: default\nresources: {r: {limits: {x: {capacity: 5, refill_period: 60, "
+            "reset_after_seconds: 60}}}}",
+            "resources.r.limits.x.refill_period",
+            "never drips",
+        ),
+        (
+            "namespace: default\nresources: {r: {disabled: maybe}}",
+            "resources.r.disabled",
+            "true, false or bypass",
+        ),
+        (
+            "namespace: default\nresources: {r: {cascade: bypass}}",
+            "resources.r.cascade",
+            "true or false",
+        ),
+        (
+            "namespace: default\nsystem: {limits: {x: {capacity: 1}}, cascade: true}",
+            "system.cascade",
+            "never at system level",
+        ),
+        (
+            "namespace: default\nsystem: {limits: {x: {capacity: 1}}, on_unavailable: maybe}",
+            "system.on_unavailable",
+            "allow or block",
+        ),
         ("namespace: default\nsystem: {on_unavailable: allow}", "system", "needs limits"),
         ("namespace: default\nresources: {'9bad': {}}", "resources.9bad", "a letter first"),
         ("namespace: default\nentities: {'-bad': {}}", "entities.-bad", "a letter or digit"),
-        ("namespace: default\nresources: {r: {limits: {}}}", "resources.r.limits",
-         "at least one limit"),
-        ("namespace: default\nresources: {r: {limits: {wcu: {capacity: 1}}}}",
-         "resources.r.limits.wcu", "reserved"),
+        (
+            "namespace: default\nresources: {r: {limits: {}}}",
+            "resources.r.limits",
+            "at least one limit",
+        ),
+        (
+            "namespace: default\nresources: {r: {limits: {wcu: {capacity: 1}}}}",
+            "resources.r.limits.wcu",
+            "reserved",
+        ),
         ("namespace: 'a b'", "namespace", "letters"),
         ("namespace: default\nentities: {a: {parent: a}}", "entities.a.parent", "own parent"),
-        ("namespace: default\nentities: {a: {parent: b}, b: {parent: c}}", "entities.a.parent",
-         "only two levels"),
-        ("namespace: default\nresources: {_default_: {}}", "resources._default_",
-         "a letter first"),
+        (
+            "namespace: default\nentities: {a: {parent: b}, b: {parent: c}}",
+            "entities.a.parent",
+            "only two levels",
+        ),
+        ("namespace: default\nresources: {_default_: {}}", "resources._default_", "a letter first"),
     ],
 )
 def test_errors_name_the_path(text: str, path: str, reason: str) -> None:
@@ -185,9 +251,12 @@ def test_files(tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match="cannot read"):
         load_file(tmp_path / "missing.yaml")
     level = tmp_path / "level.yaml"
-    level.write_text("rpm: {capacity: 100}\nweekly: {capacity: 5, reset_schedule: "
-                     "[{cron: '0 0 * * 1'}]}\n")
-    assert load_file_limits(level) == (Limit.per_minute("rpm", 100),
-                                       Limit.quota("weekly", 5, cron="0 0 * * 1"))
+    level.write_text(
+        "rpm: {capacity: 100}\nweekly: {capacity: 5, reset_schedule: [{cron: '0 0 * * 1'}]}\n"
+    )
+    assert load_file_limits(level) == (
+        Limit.per_minute("rpm", 100),
+        Limit.quota("weekly", 5, cron="0 0 * * 1"),
+    )
     level.write_text("limits:\n  rpm: {capacity: 100}\n")
     assert load_file_limits(level) == (Limit.per_minute("rpm", 100),)

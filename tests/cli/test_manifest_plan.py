@@ -48,10 +48,12 @@ entities:
     assert plan.changes[1].after == "org-1"  # created with its parent
     assert plan.changes[2].after == SystemLevel((RPM,), OnUnavailable.ALLOW)
     assert plan.unchanged == 0 and plan.warnings == ()
-    assert plan.owned == Ownership(system=True, resources=frozenset({"search"}),
-                                   entity_levels=frozenset({("user-1", "search"),
-                                                            ("org-1", "search")}),
-                                   parents=frozenset({"user-1"}))
+    assert plan.owned == Ownership(
+        system=True,
+        resources=frozenset({"search"}),
+        entity_levels=frozenset({("user-1", "search"), ("org-1", "search")}),
+        parents=frozenset({"user-1"}),
+    )
 
 
 def test_only_differences_are_planned_and_order_of_limits_does_not_matter() -> None:
@@ -62,31 +64,39 @@ resources:
   changed: {limits: {rpm: {capacity: 60}}}
   flags: {cascade: true, limits: {rpm: {capacity: 60}}}
 """)
-    stored = Stored(resources={
-        "same": Level((UNITS, RPM)),
-        "changed": Level((Limit.per_minute("rpm", 30),)),
-        "flags": Level((RPM,), cascade=False),
-    })
+    stored = Stored(
+        resources={
+            "same": Level((UNITS, RPM)),
+            "changed": Level((Limit.per_minute("rpm", 30),)),
+            "flags": Level((RPM,), cascade=False),
+        }
+    )
     plan = make_plan(manifest, stored, Ownership())
     assert labels(plan.changes) == ["update resource changed", "update resource flags"]
     assert plan.unchanged == 1
     full = make_plan(manifest, stored, Ownership(), full=True)
-    assert labels(full.changes) == ["update resource same", "update resource changed",
-                                    "update resource flags"]
+    assert labels(full.changes) == [
+        "update resource same",
+        "update resource changed",
+        "update resource flags",
+    ]
 
 
 def test_ownership_deletes_only_what_the_manifest_managed() -> None:
     manifest = loads("namespace: default\nresources: {kept: {limits: {rpm: {capacity: 60}}}}")
     stored = Stored(
         system=SystemLevel((RPM,)),
-        resources={"kept": Level((RPM,)), "dropped": Level((RPM,), disabled=True),
-                   "gone": Level()},
+        resources={"kept": Level((RPM,)), "dropped": Level((RPM,), disabled=True), "gone": Level()},
         entity_levels={("org", "search"): Level((UNITS,)), ("api", "search"): Level((UNITS,))},
         entities={"user": EntityState(True, "org"), "org": EntityState(True)},
     )
-    owned = Ownership(system=True, resources=frozenset({"kept", "dropped", "gone"}),
-                      entity_levels=frozenset({("org", "search")}), parents=frozenset({"user"}),
-                      rev=3)
+    owned = Ownership(
+        system=True,
+        resources=frozenset({"kept", "dropped", "gone"}),
+        entity_levels=frozenset({("org", "search")}),
+        parents=frozenset({"user"}),
+        rev=3,
+    )
     plan = make_plan(manifest, stored, owned)
     assert labels(plan.changes) == [
         "delete parent of user",
@@ -108,28 +118,49 @@ entities:
   user-2: {parent: org-a}
 """)
     stored = Stored(
-        entities={"org-a": EntityState(True, "org-b"), "org-b": EntityState(True),
-                  "user-1": EntityState(True, "org-a"), "user-2": EntityState(True)},
+        entities={
+            "org-a": EntityState(True, "org-b"),
+            "org-b": EntityState(True),
+            "user-1": EntityState(True, "org-a"),
+            "user-2": EntityState(True),
+        },
         children={"user-1": (), "user-2": (), "org-a": ("user-1",)},
     )
     plan = make_plan(manifest, stored, Ownership())
-    assert labels(plan.changes) == ["delete parent of org-a", "update parent of user-1",
-                                    "update parent of user-2"]
-    assert [(c.before, c.after) for c in plan.changes] == [("org-b", None), ("org-a", "org-b"),
-                                                           (None, "org-a")]
+    assert labels(plan.changes) == [
+        "delete parent of org-a",
+        "update parent of user-1",
+        "update parent of user-2",
+    ]
+    assert [(c.before, c.after) for c in plan.changes] == [
+        ("org-b", None),
+        ("org-a", "org-b"),
+        (None, "org-a"),
+    ]
 
 
 @pytest.mark.parametrize(
     ("text", "stored", "message"),
     [
         ("entities: {u: {parent: nobody}}", Stored(), "does not exist"),
-        ("entities: {u: {parent: org}}", Stored(entities={"org": EntityState(True, "top")}),
-         "has a parent itself"),
-        ("entities: {u: {parent: org}}",
-         Stored(entities={"org": EntityState(True), "u": EntityState(True)},
-                children={"u": ("kid",)}), r"has children \(kid\)"),
-        ("entities: {u: {parent: org}, kid: {parent: u}}",
-         Stored(entities={"org": EntityState(True)}), "has a parent itself"),
+        (
+            "entities: {u: {parent: org}}",
+            Stored(entities={"org": EntityState(True, "top")}),
+            "has a parent itself",
+        ),
+        (
+            "entities: {u: {parent: org}}",
+            Stored(
+                entities={"org": EntityState(True), "u": EntityState(True)},
+                children={"u": ("kid",)},
+            ),
+            r"has children \(kid\)",
+        ),
+        (
+            "entities: {u: {parent: org}, kid: {parent: u}}",
+            Stored(entities={"org": EntityState(True)}),
+            "has a parent itself",
+        ),
     ],
 )
 def test_parent_errors(text: str, stored: Stored, message: str) -> None:
@@ -139,8 +170,10 @@ def test_parent_errors(text: str, stored: Stored, message: str) -> None:
 
 def test_a_child_moved_away_by_the_manifest_frees_its_parent() -> None:
     manifest = loads("namespace: default\nentities: {u: {parent: org}, kid: {parent: null}}")
-    stored = Stored(entities={"org": EntityState(True), "u": EntityState(True),
-                              "kid": EntityState(True, "u")}, children={"u": ("kid",)})
+    stored = Stored(
+        entities={"org": EntityState(True), "u": EntityState(True), "kid": EntityState(True, "u")},
+        children={"u": ("kid",)},
+    )
     plan = make_plan(manifest, stored, Ownership())
     assert labels(plan.changes) == ["delete parent of kid", "update parent of u"]
 
@@ -168,14 +201,19 @@ entities:
 
 
 def test_owed_work_is_reported_and_changes_round_trip() -> None:
-    change = Change("update", Target(ENTITY, "org", "search"), Level((RPM,)),
-                    Level((UNITS,), disabled="bypass", cascade=True))
-    for c in (change,
-              Change("create", Target(SYSTEM), SystemLevel(), SystemLevel((RPM,),
-                                                                          OnUnavailable.BLOCK)),
-              Change("delete", Target(RESOURCE, resource="r"), Level((RPM,)), Level()),
-              Change("update", Target(PARENT, "u"), "a", "b"),
-              Change("create", Target(RECORD, "u"), None, None)):
+    change = Change(
+        "update",
+        Target(ENTITY, "org", "search"),
+        Level((RPM,)),
+        Level((UNITS,), disabled="bypass", cascade=True),
+    )
+    for c in (
+        change,
+        Change("create", Target(SYSTEM), SystemLevel(), SystemLevel((RPM,), OnUnavailable.BLOCK)),
+        Change("delete", Target(RESOURCE, resource="r"), Level((RPM,)), Level()),
+        Change("update", Target(PARENT, "u"), "a", "b"),
+        Change("create", Target(RECORD, "u"), None, None),
+    ):
         assert Change.from_dict(c.as_dict()) == c
     owned = Ownership(rev=1, pending=(change, change), done=1)
     plan = make_plan(loads("namespace: default"), Stored(), owned)

@@ -98,7 +98,8 @@ async def test_a_scaled_quota_keeps_its_balance_across_windows(
 async def test_retry_after_walks_into_the_next_window(limiter: RateLimiter, clock: Any) -> None:
     """docs/limits-and-time.md: each window's rate applies while it is in force."""
     await limiter.set_resource_defaults(
-        "api", [Limit.per_hour("units", 60).with_schedule((OFFICE,))]  # 1/min; 2/min from 09:00
+        "api",
+        [Limit.per_hour("units", 60).with_schedule((OFFICE,))],  # 1/min; 2/min from 09:00
     )
     at(clock, "2026-01-05T08:59:30+01:00")
     async with limiter.acquire("u", "api", {"units": 60}):
@@ -118,7 +119,8 @@ async def test_availability_after_an_edge_follows_each_windows_rate(
 ) -> None:
     """Read before any write after the edge: what the next acquire will find."""
     await limiter.set_resource_defaults(
-        "api", [Limit.per_hour("units", 60).with_schedule((OFFICE,))]  # 1/min; 2/min from 09:00
+        "api",
+        [Limit.per_hour("units", 60).with_schedule((OFFICE,))],  # 1/min; 2/min from 09:00
     )
     at(clock, "2026-01-05T08:59:30+01:00")
     async with limiter.acquire("u", "api", {"units": 60}):
@@ -136,7 +138,8 @@ async def test_a_bucket_idle_through_a_whole_window_earns_that_windows_rate(
 ) -> None:
     """Out and back: the window in force is the stamped one again, the balance still walks."""
     await limiter.set_resource_defaults(
-        "api", [Limit.per_day("units", 1440).with_schedule((OFFICE,))]  # 1/min; 2/min 09-18
+        "api",
+        [Limit.per_day("units", 1440).with_schedule((OFFICE,))],  # 1/min; 2/min 09-18
     )
     at(clock, "2026-01-05T08:00:00+01:00")
     async with limiter.acquire("u", "api", {"units": 1440}):

@@ -229,8 +229,9 @@ async def test_deploy_to_moto_then_acquire(
     assert record["schema_version"] == schema.SCHEMA_VERSION
     assert record["updated_by"] == f"cdk:{versioning.LIBRARY_VERSION}"
     assert record["aggregator_function"] == aggregator_name
-    dlq_url = next(r["PhysicalResourceId"] for r in physical.values()
-                   if r["ResourceType"] == "AWS::SQS::Queue")
+    dlq_url = next(
+        r["PhysicalResourceId"] for r in physical.values() if r["ResourceType"] == "AWS::SQS::Queue"
+    )
     assert record["aggregator_dlq_url"] == dlq_url
     mapping = next(
         r for r in physical.values() if r["ResourceType"] == "AWS::Lambda::EventSourceMapping"

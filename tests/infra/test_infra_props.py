@@ -162,8 +162,11 @@ def test_app_py_turns_a_context_mistake_into_one_line(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     result = subprocess.run(
         [sys.executable, str(root / "app.py")],
-        env={**os.environ, "CDK_CONTEXT_JSON": json.dumps({"billing_mode": "provisoned"}),
-             "CDK_OUTDIR": str(tmp_path)},
+        env={
+            **os.environ,
+            "CDK_CONTEXT_JSON": json.dumps({"billing_mode": "provisoned"}),
+            "CDK_OUTDIR": str(tmp_path),
+        },
         capture_output=True,
         text=True,
         timeout=300,

@@ -98,7 +98,9 @@ async def recorded_ledger_holds(repo: Repository) -> None:
 
 
 async def test_recorded_event_applies_and_a_malformed_record_fails_alone(
-    handler: ModuleType, repo: Repository, capsys: pytest.CaptureFixture[str],
+    handler: ModuleType,
+    repo: Repository,
+    capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     event = recorded_event(repo.namespace_id)
@@ -116,11 +118,14 @@ async def test_recorded_event_applies_and_a_malformed_record_fails_alone(
     await recorded_ledger_holds(repo)
     blobs = emf_blobs(capsys.readouterr().out)
     dimension_sets = {
-        tuple(sorted(names)) for blob in blobs for d in blob["_aws"]["CloudWatchMetrics"]
+        tuple(sorted(names))
+        for blob in blobs
+        for d in blob["_aws"]["CloudWatchMetrics"]
         for names in d["Dimensions"]
     }
     assert dimension_sets <= {
-        ("deployment", "limit", "namespace", "resource"), ("deployment", "namespace", "resource"),
+        ("deployment", "limit", "namespace", "resource"),
+        ("deployment", "namespace", "resource"),
         ("deployment", "service"),
     }
     assert {b["deployment"] for b in blobs} == {repo.table_name}
@@ -174,18 +179,24 @@ async def audit_removals(repo: Repository, ddb_client: Any) -> list[dict[str, An
     for seq, entity in enumerate(("user-1", "user-2"), start=1):
         partition = keys.audit_partition(repo.namespace_id, entity)
         page = await ddb_client.query(
-            TableName=repo.table_name, KeyConditionExpression="PK = :pk",
+            TableName=repo.table_name,
+            KeyConditionExpression="PK = :pk",
             ExpressionAttributeValues={":pk": {"S": partition}},
         )
         [item] = page["Items"]
-        removals.append({
-            "eventID": f"remove-{seq}", "eventName": "REMOVE", "userIdentity": TTL_IDENTITY,
-            "dynamodb": {
-                "ApproximateCreationDateTime": 1_767_608_100 + seq,
-                "Keys": {"PK": item["PK"], "SK": item["SK"]}, "OldImage": item,
-                "SequenceNumber": f"{seq:021d}",
-            },
-        })
+        removals.append(
+            {
+                "eventID": f"remove-{seq}",
+                "eventName": "REMOVE",
+                "userIdentity": TTL_IDENTITY,
+                "dynamodb": {
+                    "ApproximateCreationDateTime": 1_767_608_100 + seq,
+                    "Keys": {"PK": item["PK"], "SK": item["SK"]},
+                    "OldImage": item,
+                    "SequenceNumber": f"{seq:021d}",
+                },
+            }
+        )
     deleted = copy.deepcopy(removals[0])
     del deleted["userIdentity"]  # deleted by someone, not expired: not archived
     deleted["eventID"], deleted["dynamodb"]["SequenceNumber"] = "delete-1", f"{3:021d}"
@@ -216,7 +227,10 @@ async def test_expired_audit_events_are_archived(
 
 
 async def test_a_failed_archive_fails_only_the_audit_records(
-    handler: ModuleType, repo: Repository, ddb_client: Any, archive: Any,
+    handler: ModuleType,
+    repo: Repository,
+    ddb_client: Any,
+    archive: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("ARCHIVE_BUCKET", "no-such-bucket")
@@ -226,7 +240,8 @@ async def test_a_failed_archive_fails_only_the_audit_records(
     response = await invoke(handler, event)
     assert response == {
         "batchItemFailures": [
-            {"itemIdentifier": f"{1:021d}"}, {"itemIdentifier": f"{2:021d}"},
+            {"itemIdentifier": f"{1:021d}"},
+            {"itemIdentifier": f"{2:021d}"},
         ]
     }
     await recorded_ledger_holds(repo)

@@ -34,20 +34,31 @@ INVOCATION_RECORD: dict[str, Any] = {
         "condition": "RetryAttemptsExhausted",
         "approximateInvokeCount": 4,
     },
-    "responseContext": {"statusCode": 200, "executedVersion": "$LATEST",
-                        "functionError": "Unhandled"},
+    "responseContext": {
+        "statusCode": 200,
+        "executedVersion": "$LATEST",
+        "functionError": "Unhandled",
+    },
     "version": "1.0",
     "timestamp": "2026-11-30T00:13:49.717Z",
 }
 
 
 def invocation_record(stream_arn: str, shard_id: str, first: str, last: str, size: int) -> str:
-    return json.dumps({**INVOCATION_RECORD, "DDBStreamBatchInfo": {
-        "shardId": shard_id, "startSequenceNumber": first, "endSequenceNumber": last,
-        "approximateArrivalOfFirstRecord": "2026-11-30T00:13:19Z",
-        "approximateArrivalOfLastRecord": "2026-11-30T00:13:19Z",
-        "batchSize": size, "streamArn": stream_arn,
-    }})
+    return json.dumps(
+        {
+            **INVOCATION_RECORD,
+            "DDBStreamBatchInfo": {
+                "shardId": shard_id,
+                "startSequenceNumber": first,
+                "endSequenceNumber": last,
+                "approximateArrivalOfFirstRecord": "2026-11-30T00:13:19Z",
+                "approximateArrivalOfLastRecord": "2026-11-30T00:13:19Z",
+                "batchSize": size,
+                "streamArn": stream_arn,
+            },
+        }
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -97,8 +108,9 @@ async def streams(table: TableRef) -> AsyncIterator[Any]:
 
 async def write_usage(repo: Repository) -> RateLimiter:
     limiter = RateLimiter(repo)
-    await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 100),
-                                                   Limit.per_minute("tpm", 10_000)])
+    await limiter.set_resource_defaults(
+        "search", [Limit.per_minute("rpm", 100), Limit.per_minute("tpm", 10_000)]
+    )
     for tokens in (100, 40, 7):
         async with limiter.acquire("user-1", "search", consume={"rpm": 1, "tpm": tokens}):
             pass
@@ -112,23 +124,31 @@ async def stream_records(streams: Any, repo: Repository) -> tuple[str, str, list
     shards = (await streams.describe_stream(StreamArn=arn))["StreamDescription"]["Shards"]
     assert len(shards) == 1
     shard = shards[0]["ShardId"]
-    iterator = (await streams.get_shard_iterator(
-        StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON"))["ShardIterator"]
-    sequences = [r["dynamodb"]["SequenceNumber"] for r in
-                 (await streams.get_records(ShardIterator=iterator))["Records"]]
+    iterator = (
+        await streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+        )
+    )["ShardIterator"]
+    sequences = [
+        r["dynamodb"]["SequenceNumber"]
+        for r in (await streams.get_records(ShardIterator=iterator))["Records"]
+    ]
     return arn, shard, sequences
 
 
 async def dead_letter_everything(sqs: Any, dlq: str, streams: Any, repo: Repository) -> int:
     arn, shard, sequences = await stream_records(streams, repo)
-    await sqs.send_message(QueueUrl=dlq, MessageBody=invocation_record(
-        arn, shard, sequences[0], sequences[-1], len(sequences)))
+    await sqs.send_message(
+        QueueUrl=dlq,
+        MessageBody=invocation_record(arn, shard, sequences[0], sequences[-1], len(sequences)),
+    )
     return len(sequences)
 
 
 async def snapshot_counters(limiter: RateLimiter) -> dict[str, int]:
     snapshots, _ = await limiter.get_usage_snapshots(
-        entity_id="user-1", resource="search", window_type="daily")
+        entity_id="user-1", resource="search", window_type="daily"
+    )
     return snapshots[0].counters if snapshots else {}
 
 
@@ -137,8 +157,10 @@ async def ledger(repo: Repository) -> dict[str, int]:
 
 
 async def messages_left(sqs: Any, dlq: str) -> int:
-    attributes = await sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=[
-        "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])
+    attributes = await sqs.get_queue_attributes(
+        QueueUrl=dlq,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )
     return sum(int(v) for v in attributes["Attributes"].values())
 
 
@@ -184,8 +206,9 @@ async def test_only_the_named_range_is_read_back(
     await write_usage(repo)
     arn, shard, sequences = await stream_records(streams, repo)
     middle = sequences[1:-1]
-    await sqs.send_message(QueueUrl=dlq, MessageBody=invocation_record(
-        arn, shard, middle[0], middle[-1], len(middle)))
+    await sqs.send_message(
+        QueueUrl=dlq, MessageBody=invocation_record(arn, shard, middle[0], middle[-1], len(middle))
+    )
 
     report = await redrive(repo, dry_run=True)
 
@@ -201,7 +224,8 @@ async def test_a_dry_run_applies_and_deletes_nothing(
     report = await redrive(repo, dry_run=True)
 
     assert report.ok and [(r.status, r.records) for r in report.results] == [
-        ("would apply", records)]
+        ("would apply", records)
+    ]
     assert await snapshot_counters(limiter) == {}
     visible = await sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=0)
     assert len(visible.get("Messages", [])) == 1  # left in the queue, visible at once
@@ -212,8 +236,12 @@ async def test_ranges_that_cannot_be_redriven_are_kept_and_reported(
 ) -> None:
     await write_usage(repo)
     arn, _, _ = await stream_records(streams, repo)
-    await sqs.send_message(QueueUrl=dlq, MessageBody=invocation_record(
-        arn, "shardId-00000001700000000000-deadbeef", "1" * 21, "2" * 21, 2))
+    await sqs.send_message(
+        QueueUrl=dlq,
+        MessageBody=invocation_record(
+            arn, "shardId-00000001700000000000-deadbeef", "1" * 21, "2" * 21, 2
+        ),
+    )
     await sqs.send_message(QueueUrl=dlq, MessageBody='{"not": "an invocation record"}')
 
     report = await redrive(repo)
@@ -226,8 +254,9 @@ async def test_ranges_that_cannot_be_redriven_are_kept_and_reported(
 
 
 async def test_a_table_without_a_dlq_says_so(table: TableRef) -> None:
-    opened = await Repository.open(table=table.name, endpoint_url=table.endpoint_url,
-                                   region=table.region)
+    opened = await Repository.open(
+        table=table.name, endpoint_url=table.endpoint_url, region=table.region
+    )
     try:
         with pytest.raises(NoDeadLetterQueue, match="cdk deploy"):
             await redrive(opened)
@@ -240,8 +269,14 @@ async def test_the_command_line(
 ) -> None:
     limiter = await write_usage(repo)
     await dead_letter_everything(sqs, dlq, streams, repo)
-    connect = ["--table", table.name, "--endpoint-url", table.endpoint_url,
-               "--region", table.region]
+    connect = [
+        "--table",
+        table.name,
+        "--endpoint-url",
+        table.endpoint_url,
+        "--region",
+        table.region,
+    ]
     runner = CliRunner()
 
     dry = runner.invoke(cli, [*connect, "usage", "redrive", "--dry-run"])
@@ -260,15 +295,38 @@ async def test_the_command_line(
 
 
 def test_invocation_records_are_parsed() -> None:
-    found = StreamRange.from_message(invocation_record(
-        "arn:aws:dynamodb:us-east-1:1:table/t/stream/x", "shardId-1", "800000000003126276362",
-        "800000000003126276399", 3))
-    assert found == StreamRange("arn:aws:dynamodb:us-east-1:1:table/t/stream/x", "shardId-1",
-                                "800000000003126276362", "800000000003126276399", 3)
+    found = StreamRange.from_message(
+        invocation_record(
+            "arn:aws:dynamodb:us-east-1:1:table/t/stream/x",
+            "shardId-1",
+            "800000000003126276362",
+            "800000000003126276399",
+            3,
+        )
+    )
+    assert found == StreamRange(
+        "arn:aws:dynamodb:us-east-1:1:table/t/stream/x",
+        "shardId-1",
+        "800000000003126276362",
+        "800000000003126276399",
+        3,
+    )
     assert found.holds("800000000003126276362") and found.holds("800000000003126276399")
     assert not found.holds("800000000003126276400") and found.past("800000000003126276400")
-    for bad in ("", "[]", '{"DDBStreamBatchInfo": {}}', json.dumps({"DDBStreamBatchInfo": {
-            "streamArn": "a", "shardId": "s", "startSequenceNumber": "1" * 21,
-            "endSequenceNumber": "2"}})):
+    for bad in (
+        "",
+        "[]",
+        '{"DDBStreamBatchInfo": {}}',
+        json.dumps(
+            {
+                "DDBStreamBatchInfo": {
+                    "streamArn": "a",
+                    "shardId": "s",
+                    "startSequenceNumber": "1" * 21,
+                    "endSequenceNumber": "2",
+                }
+            }
+        ),
+    ):
         with pytest.raises(ValueError):
             StreamRange.from_message(bad)

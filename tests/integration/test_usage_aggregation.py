@@ -108,7 +108,9 @@ async def test_snapshots_equal_the_ledger(
     for window_type, start in windows:
         snapshot = await only(limiter, "user-1", "search", window_type)
         assert (snapshot.window_start, snapshot.counters, snapshot.total_events) == (
-            start, expected, 2,
+            start,
+            expected,
+            2,
         )
         assert snapshot.overdrawn == {}
     assert await runner.drain() == 0  # its own snapshot writes count nothing
@@ -178,7 +180,9 @@ async def test_bypass_and_soft_overdraw_are_counted(
     assert (search.counters, search.total_events) == ({"rpm": 501}, 2)
     budget = await only(limiter, "user-7", "budget", "daily")
     assert (budget.counters, budget.overdrawn, budget.total_events) == (
-        {"weekly": 9_000_001}, {"weekly": 2}, 2,
+        {"weekly": 9_000_001},
+        {"weekly": 2},
+        2,
     )
 
 
@@ -195,7 +199,9 @@ async def test_monthly_windows_when_configured(
         await runner.drain()
     monthly = await only(limiter, "user-1", "search", "monthly")
     assert (monthly.window_start, monthly.window_end, monthly.counters) == (
-        "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z", {"rpm": 6},
+        "2026-01-01T00:00:00Z",
+        "2026-02-01T00:00:00Z",
+        {"rpm": 6},
     )
     summary = await limiter.get_usage_summary(entity_id="user-1", window_type="monthly")
     assert (summary.snapshot_count, summary.total) == (1, {"rpm": 6})
@@ -222,7 +228,8 @@ async def _assert_users(limiter: RateLimiter) -> None:
         for window_type in ("hourly", "daily"):
             snapshot = await only(limiter, user, "search", window_type)
             assert (snapshot.counters, snapshot.total_events) == (
-                {"rpm": 1, "tpm": 10 * (i + 1) + 1}, 1,
+                {"rpm": 1, "tpm": 10 * (i + 1) + 1},
+                1,
             )
 
 
@@ -320,8 +327,9 @@ async def test_runner_redelivers_failed_records_like_lambda(
     async with StreamRunner.from_repository(repo, max_attempts=2) as running:
         client = running.aggregator.store.transport.client
         plan = [ddb_error("ValidationException", "down")] * 2
-        with inject(client, "TransactWriteItems", plan), pytest.raises(
-            AggregationFailed, match="still fail"
+        with (
+            inject(client, "TransactWriteItems", plan),
+            pytest.raises(AggregationFailed, match="still fail"),
         ):
             await running.drain()
         assert await running.drain() > 0  # the pending records, delivered again
@@ -372,8 +380,11 @@ async def test_listing_by_entity_resource_window_and_time(limiter: RateLimiter) 
         ("user-a", "translate", "hourly", "2026-01-05T10", 1),
     ]
     window, _ = await limiter.get_usage_snapshots(
-        entity_id="user-a", resource="search", window_type="hourly",
-        start_time="2026-01-05T11:00:00Z", end_time=datetime(2026, 1, 6, 9),
+        entity_id="user-a",
+        resource="search",
+        window_type="hourly",
+        start_time="2026-01-05T11:00:00Z",
+        end_time=datetime(2026, 1, 6, 9),
     )
     assert rows(window) == [("user-a", "search", "hourly", "2026-01-05T11", 1)]
     by_resource, _ = await limiter.get_usage_snapshots(resource="search", window_type="hourly")
@@ -428,10 +439,14 @@ async def test_pagination_returns_every_snapshot_once(
 async def test_summary_sums_one_window_type_only(limiter: RateLimiter) -> None:
     daily = await limiter.get_usage_summary(entity_id="user-a", resource="search")
     assert (daily.window_type, daily.snapshot_count, daily.total, daily.average) == (
-        "daily", 2, {"rpm": 3}, {"rpm": 1.5},
+        "daily",
+        2,
+        {"rpm": 3},
+        {"rpm": 1.5},
     )
     assert (daily.min_window_start, daily.max_window_start) == (
-        "2026-01-05T00:00:00Z", "2026-01-06T00:00:00Z",
+        "2026-01-05T00:00:00Z",
+        "2026-01-06T00:00:00Z",
     )
     hourly = await limiter.get_usage_summary(
         entity_id="user-a", resource="search", window_type="hourly"
@@ -467,9 +482,7 @@ async def test_expired_snapshots_are_left_out(limiter: RateLimiter, clock: FakeC
         ({"entity_id": "user-a", "next_key": "not-a-key"}, "next_key"),
     ],
 )
-async def test_listing_validation(
-    limiter: RateLimiter, kwargs: dict[str, Any], field: str
-) -> None:
+async def test_listing_validation(limiter: RateLimiter, kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationError) as raised:
         await limiter.get_usage_snapshots(**kwargs)
     assert raised.value.field == field
@@ -506,7 +519,9 @@ async def test_roll_up_per_organisation(
         await limiter.create_entity(entity_id=user, parent_id="org-acme")
         for units, price in calls:
             async with limiter.acquire(
-                user, "search", consume={"requests": 1, "units": units},
+                user,
+                "search",
+                consume={"requests": 1, "units": units},
                 also={"budget": {"weekly": price}},
             ):
                 pass
@@ -549,8 +564,12 @@ async def test_python_api_flow_with_a_local_aggregator(ddb_endpoint: str, table_
 def background(table: TableRef, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     log_path, status_path = tmp_path / "aggregator.log", tmp_path / "aggregator.json"
     process = start_aggregator_process(
-        table=table.name, endpoint_url=table.endpoint_url, region=table.region,
-        log_path=log_path, status_path=status_path, poll_interval=0.1,
+        table=table.name,
+        endpoint_url=table.endpoint_url,
+        region=table.region,
+        log_path=log_path,
+        status_path=status_path,
+        poll_interval=0.1,
     )
     try:
         yield log_path, status_path

@@ -37,20 +37,42 @@ class ApiUser(LimiterUser):
 
 def run_locust(tmp_path: Path, table: TableRef, endpoint: str) -> subprocess.CompletedProcess[str]:
     locustfile = tmp_path / "locustfile.py"
-    locustfile.write_text(LOCUSTFILE.format(table=table.name, endpoint=endpoint,
-                                            region=table.region))
+    locustfile.write_text(
+        LOCUSTFILE.format(table=table.name, endpoint=endpoint, region=table.region)
+    )
     locust = Path(sys.executable).with_name("locust")
     env = {**os.environ, **ISOLATED_AWS_ENV}
     return subprocess.run(
-        [str(locust), "-f", str(locustfile), "--headless", "-u", str(USERS), "-r", str(USERS),
-         "-t", "3s", "--stop-timeout", "10", "--json", "--only-summary", "--loglevel",
-         "WARNING"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        [
+            str(locust),
+            "-f",
+            str(locustfile),
+            "--headless",
+            "-u",
+            str(USERS),
+            "-r",
+            str(USERS),
+            "-t",
+            "3s",
+            "--stop-timeout",
+            "10",
+            "--json",
+            "--only-summary",
+            "--loglevel",
+            "WARNING",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 async def test_every_reported_acquire_is_debited_once(tmp_path: Path, table: TableRef) -> None:
-    repo = await Repository.open(table=table.name, endpoint_url=table.endpoint_url,
-                                 region=table.region)
+    repo = await Repository.open(
+        table=table.name, endpoint_url=table.endpoint_url, region=table.region
+    )
     try:
         await RateLimiter(repo).set_resource_defaults("api", [Limit.per_minute("t", 10**9)])
         done = run_locust(tmp_path, table, table.endpoint_url)

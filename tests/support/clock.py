@@ -32,8 +32,15 @@ class FakeClock:
     def now_seconds(self) -> float:
         return self._now / 1000
 
-    def advance(self, ms: int = 0, *, seconds: float = 0, minutes: float = 0,
-                hours: float = 0, days: float = 0) -> int:
+    def advance(
+        self,
+        ms: int = 0,
+        *,
+        seconds: float = 0,
+        minutes: float = 0,
+        hours: float = 0,
+        days: float = 0,
+    ) -> int:
         """Move forward (never backward) and return the new time in ms."""
         delta = ms + round((seconds + 60 * minutes + 3600 * hours + 86400 * days) * 1000)
         if delta < 0:

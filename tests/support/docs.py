@@ -94,7 +94,7 @@ def markdown_python_blocks(path: Path) -> list[CodeBlock]:
         body: list[str] = []
         j = i + 1
         while j < len(lines) and not lines[j].strip().startswith(fence):
-            body.append(lines[j][len(indent):] if lines[j].startswith(indent) else lines[j])
+            body.append(lines[j][len(indent) :] if lines[j].startswith(indent) else lines[j])
             j += 1
         if lang in ("python", "py", "python3"):
             blocks.append(
@@ -167,8 +167,9 @@ def seed_python_blocks(path: Path) -> list[CodeBlock]:
         last_start, last_lines = paragraphs[end_index]
         source = "\n".join(lines[start : last_start + len(last_lines)]) + "\n"
         if _parses(source):
-            blocks.append(CodeBlock(path=path, index=len(blocks) + 1, line=start + 1,
-                                    source=source))
+            blocks.append(
+                CodeBlock(path=path, index=len(blocks) + 1, line=start + 1, source=source)
+            )
         i = end_index + 1
     return blocks
 
@@ -337,8 +338,13 @@ async def run_block(
     filename = f"{block.path}"
     builtin_print = print
 
-    def capture(*args: Any, sep: str | None = " ", end: str | None = "\n", file: Any = None,
-                flush: bool = False) -> None:
+    def capture(
+        *args: Any,
+        sep: str | None = " ",
+        end: str | None = "\n",
+        file: Any = None,
+        flush: bool = False,
+    ) -> None:
         if file is not None and file is not sys.stdout:
             builtin_print(*args, sep=sep, end=end, file=file, flush=flush)
             return
@@ -360,8 +366,9 @@ async def run_block(
         **(extra_globals or {}),
     }
     try:
-        code = compile(block.padded_source(), filename, "exec",
-                       flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        code = compile(
+            block.padded_source(), filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        )
         result = eval(code, namespace)  # running the documentation is the point
         if inspect.iscoroutine(result):
             await asyncio.wait_for(result, timeout)
@@ -372,8 +379,9 @@ async def run_block(
     return run
 
 
-async def run_block_on_fresh_table(block: CodeBlock, *, endpoint_url: str, region: str,
-                                   table: str) -> BlockRun:
+async def run_block_on_fresh_table(
+    block: CodeBlock, *, endpoint_url: str, region: str, table: str
+) -> BlockRun:
     """Create `table` with Repository.create_table, run the block on it, delete the table."""
     from zae_limiter import Repository
 

@@ -39,8 +39,7 @@ def ddb_error(code: str, message: str = "injected", status: int = 400, **extra: 
 def ddb_ok(body: dict[str, Any]) -> Any:
     """A successful DynamoDB response with a JSON body."""
     headers = {"Content-Type": "application/x-amz-json-1.0"}
-    return AioAWSResponse("http://fault.invalid", 200, headers,
-                          _RawBody(json.dumps(body).encode()))
+    return AioAWSResponse("http://fault.invalid", 200, headers, _RawBody(json.dumps(body).encode()))
 
 
 class FaultPlan:

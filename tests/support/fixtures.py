@@ -194,5 +194,6 @@ def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """Standard-mode retries without their sleeps."""
     import botocore.retries.standard
 
-    monkeypatch.setattr(botocore.retries.standard.ExponentialBackoff, "delay_amount",
-                        zero_backoff())
+    monkeypatch.setattr(
+        botocore.retries.standard.ExponentialBackoff, "delay_amount", zero_backoff()
+    )

@@ -302,9 +302,7 @@ def _update_holds(
             return False
     if evidence is None:
         return True
-    pruned_still = all(
-        stored.get(items.evidence_name(w)) == value for w, value in evidence.prune
-    )
+    pruned_still = all(stored.get(items.evidence_name(w)) == value for w, value in evidence.prune)
     return pruned_still and _below(stored, evidence.writer, evidence.seq)
 
 

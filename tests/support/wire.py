@@ -178,8 +178,9 @@ class WireBlock:
     @property
     def index_wcu(self) -> float:
         """The index part of `wcu` (writes that landed in an index)."""
-        return sum(r.index_units for r in self.requests if r.operation in WRITE_OPERATIONS
-                   and not r.failed)
+        return sum(
+            r.index_units for r in self.requests if r.operation in WRITE_OPERATIONS and not r.failed
+        )
 
     @property
     def by_operation(self) -> dict[str, int]:
@@ -221,11 +222,15 @@ class WireRecorder:
     def attach(self, client: Any) -> Any:
         """Register the recorder's handlers on one botocore or aiobotocore client."""
         events = client.meta.events  # registering the same unique_id twice is a no-op
-        events.register("before-parameter-build.dynamodb", self._before_parameter_build,
-                        unique_id=f"{_HANDLER_ID}-bpb")
+        events.register(
+            "before-parameter-build.dynamodb",
+            self._before_parameter_build,
+            unique_id=f"{_HANDLER_ID}-bpb",
+        )
         events.register("after-call.dynamodb", self._after_call, unique_id=f"{_HANDLER_ID}-ac")
-        events.register("after-call-error.dynamodb", self._after_call_error,
-                        unique_id=f"{_HANDLER_ID}-ace")
+        events.register(
+            "after-call-error.dynamodb", self._after_call_error, unique_id=f"{_HANDLER_ID}-ace"
+        )
         return client
 
     def install(self) -> None:
@@ -295,8 +300,12 @@ class WireRecorder:
                 block.requests.append(request)
 
     def _after_call(
-        self, http_response: Any, parsed: dict[str, Any], model: Any,
-        context: dict[str, Any], **_: Any
+        self,
+        http_response: Any,
+        parsed: dict[str, Any],
+        model: Any,
+        context: dict[str, Any],
+        **_: Any,
     ) -> None:
         request: WireRequest | None = context.get(_CONTEXT_KEY)
         if request is None:
@@ -313,8 +322,9 @@ class WireRecorder:
             request.items = int(parsed.get("Count", 0) or 0)
         _apply_capacity(request, parsed.get("ConsumedCapacity"))
 
-    def _after_call_error(self, exception: BaseException, context: dict[str, Any],
-                          **_: Any) -> None:
+    def _after_call_error(
+        self, exception: BaseException, context: dict[str, Any], **_: Any
+    ) -> None:
         request: WireRequest | None = context.get(_CONTEXT_KEY)
         if request is None:
             return

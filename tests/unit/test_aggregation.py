@@ -53,13 +53,24 @@ def bucket(
     """A bucket item (plain form) with the given counters (milli)."""
     stamp = bucket_items.Stamp(limits=limits)
     states = {
-        p.name: State(v=0, consumed=consumed.get(p.name, 0),
-                      overdrawn=(overdrawn or {}).get(p.name, 0))
+        p.name: State(
+            v=0, consumed=consumed.get(p.name, 0), overdrawn=(overdrawn or {}).get(p.name, 0)
+        )
         for p in limits
     }
     return bucket_items.full_item(
-        NS, entity, resource, 0, stamp, 1, states, admissions=admissions,
-        generation=generation, now=ts, ttl=None, evidence={"writer01": 1},
+        NS,
+        entity,
+        resource,
+        0,
+        stamp,
+        1,
+        states,
+        admissions=admissions,
+        generation=generation,
+        now=ts,
+        ttl=None,
+        evidence={"writer01": 1},
     )
 
 
@@ -99,10 +110,14 @@ def change_of(raw: dict[str, Any]) -> Any:
 
 
 def test_first_use_counts_everything_in_the_new_image() -> None:
-    change = change_of(record("INSERT", None, bucket(consumed={"rpm": 1000, "tpm": 100_000},
-                                                     admissions=1)))
+    change = change_of(
+        record("INSERT", None, bucket(consumed={"rpm": 1000, "tpm": 100_000}, admissions=1))
+    )
     assert (change.ns, change.entity_id, change.resource, change.event_ms) == (
-        NS, "user-1", "search", T0,
+        NS,
+        "user-1",
+        "search",
+        T0,
     )
     assert change.counts == Counts(consumed={"rpm": 1000, "tpm": 100_000}, events=1)
 
@@ -137,8 +152,13 @@ def test_recreated_item_counts_from_zero() -> None:
 
 def test_bypass_count_only_and_soft_overdraw_are_counted() -> None:
     old = bucket(consumed={"weekly": 0}, admissions=0, limits=(WEEKLY,), resource="budget")
-    new = bucket(consumed={"weekly": 9_000_000_000}, overdrawn={"weekly": 1}, admissions=1,
-                 limits=(WEEKLY,), resource="budget")
+    new = bucket(
+        consumed={"weekly": 9_000_000_000},
+        overdrawn={"weekly": 1},
+        admissions=1,
+        limits=(WEEKLY,),
+        resource="budget",
+    )
     counts = change_of(record("MODIFY", old, new)).counts
     assert counts == Counts(consumed={"weekly": 9_000_000_000}, overdrawn={"weekly": 1}, events=1)
 
@@ -157,15 +177,20 @@ def test_removal_and_other_items_count_nothing() -> None:
         (lambda r: r["dynamodb"]["NewImage"].update(ts={"S": "soon"}), "ts must be an integer"),
         (lambda r: r["dynamodb"]["NewImage"].pop("ts"), "ts must be an integer"),
         (lambda r: r["dynamodb"].pop("OldImage"), "MODIFY without OldImage"),
-        (lambda r: r["dynamodb"]["NewImage"]["L"]["M"]["rpm"]["M"].update(t={"N": "1.5"}),
-         "L.rpm.t must be an integer"),
+        (
+            lambda r: r["dynamodb"]["NewImage"]["L"]["M"]["rpm"]["M"].update(t={"N": "1.5"}),
+            "L.rpm.t must be an integer",
+        ),
         (lambda r: r["dynamodb"]["NewImage"].update(n={"X": "1"}), "undecodable new image"),
         (lambda r: r["dynamodb"]["Keys"].update(PK={"S": f"{NS}#B#only-entity"}), "not enough"),
     ],
 )
 def test_malformed_bucket_records(mutate: Any, message: str) -> None:
-    raw = record("MODIFY", bucket(consumed={"rpm": 1000}, admissions=1),
-                 bucket(consumed={"rpm": 2000}, admissions=2))
+    raw = record(
+        "MODIFY",
+        bucket(consumed={"rpm": 1000}, admissions=1),
+        bucket(consumed={"rpm": 2000}, admissions=2),
+    )
     mutate(raw)
     with pytest.raises(MalformedRecord, match=message):
         change_of(raw)
@@ -178,8 +203,11 @@ def test_malformed_bucket_records(mutate: Any, message: str) -> None:
         {"eventName": "INSERT", "dynamodb": {}},
         {"eventID": "e", "eventName": "UPSERT", "dynamodb": {}},
         {"eventID": "e", "eventName": "INSERT", "dynamodb": {"Keys": {}}},
-        {"eventID": "e", "eventName": "INSERT",
-         "dynamodb": {"SequenceNumber": "1", "Keys": {"PK": {"N": "1"}, "SK": {"S": "x"}}}},
+        {
+            "eventID": "e",
+            "eventName": "INSERT",
+            "dynamodb": {"SequenceNumber": "1", "Keys": {"PK": {"N": "1"}, "SK": {"S": "x"}}},
+        },
     ],
 )
 def test_malformed_envelopes(raw: Any) -> None:
@@ -243,10 +271,18 @@ def test_snapshot_update_and_parse_round_trip() -> None:
     op = snapshot_items.update_operation(
         key, Counts(consumed={"rpm": 2500}, overdrawn={"rpm": 1}, events=2), ttl_s=123
     )["Update"]
-    assert op["Key"] == keys.usage_snapshot(NS, "user-1", "search", "hourly",
-                                            "2026-01-05T10:00:00Z")
+    assert op["Key"] == keys.usage_snapshot(
+        NS, "user-1", "search", "hourly", "2026-01-05T10:00:00Z"
+    )
     assert set(op["ExpressionAttributeNames"].values()) >= {
-        "resource", "ttl", "GSI2PK", "GSI2SK", "GSI4PK", "GSI4SK", "c:rpm", "o:rpm",
+        "resource",
+        "ttl",
+        "GSI2PK",
+        "GSI2SK",
+        "GSI4PK",
+        "GSI4SK",
+        "c:rpm",
+        "o:rpm",
         "total_events",
     }
     # what the update leaves in a new item
@@ -257,7 +293,8 @@ def test_snapshot_update_and_parse_round_trip() -> None:
     assert parsed.snapshot.counters == {"rpm": 2}  # whole units, floor
     assert parsed.consumed_milli == {"rpm": 2500}
     assert (parsed.snapshot.window_end, parsed.snapshot.overdrawn) == (
-        "2026-01-05T11:00:00Z", {"rpm": 1},
+        "2026-01-05T11:00:00Z",
+        {"rpm": 1},
     )
     assert stored["GSI2SK"] == "hourly#2026-01-05T10:00:00Z#user-1"
     assert parsed.expired(124_000) and not parsed.expired(122_999)
@@ -266,11 +303,22 @@ def test_snapshot_update_and_parse_round_trip() -> None:
 def test_chunks_never_exceed_a_transaction() -> None:
     pending = []
     for i in range(120):
-        change = change_of(record("INSERT", None, bucket(consumed={"rpm": 1000}, admissions=1,
-                                                         entity=f"user-{i % 40}")))
+        change = change_of(
+            record(
+                "INSERT",
+                None,
+                bucket(consumed={"rpm": 1000}, admissions=1, entity=f"user-{i % 40}"),
+            )
+        )
         parsed = parse_record(record("INSERT", None, bucket(consumed={"rpm": 1}, admissions=1)))
-        pending.append(_Pending(i, replace(parsed, event_id=f"e{i}"), change,
-                                snapshot_counts(change, ("hourly", "daily"))))
+        pending.append(
+            _Pending(
+                i,
+                replace(parsed, event_id=f"e{i}"),
+                change,
+                snapshot_counts(change, ("hourly", "daily")),
+            )
+        )
     chunks = _chunks(pending)
     assert [p.position for chunk in chunks for p in chunk] == list(range(120))
     for chunk in chunks:
@@ -287,10 +335,14 @@ def test_outcome_reports_failures_in_batch_order() -> None:
 
 
 def test_config_from_env() -> None:
-    config = AggregatorConfig.from_env({
-        "SNAPSHOT_WINDOWS": "hourly, daily,monthly", "USAGE_RETENTION_DAYS": "30",
-        "USAGE_RETENTION_DAYS_MONTHLY": "400", "AGGREGATOR_MARKER_TTL_HOURS": "48",
-    })
+    config = AggregatorConfig.from_env(
+        {
+            "SNAPSHOT_WINDOWS": "hourly, daily,monthly",
+            "USAGE_RETENTION_DAYS": "30",
+            "USAGE_RETENTION_DAYS_MONTHLY": "400",
+            "AGGREGATOR_MARKER_TTL_HOURS": "48",
+        }
+    )
     assert config.windows == ("hourly", "daily", "monthly")
     assert (config.default_retention_days, dict(config.retention_days)) == (30, {"monthly": 400})
     assert config.marker_ttl_hours == 48
@@ -304,8 +356,15 @@ def test_config_from_env() -> None:
 
 
 def audit_item() -> dict[str, Any]:
-    return event_item(NS, action="limits_set", entity_id="user-1", principal="me",
-                      resource="search", details={"limits": []}, now_ms=T0)
+    return event_item(
+        NS,
+        action="limits_set",
+        entity_id="user-1",
+        principal="me",
+        resource="search",
+        details={"limits": []},
+        now_ms=T0,
+    )
 
 
 TTL_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
@@ -316,8 +375,9 @@ def test_only_ttl_removals_of_audit_events_are_archived() -> None:
     assert is_audit_expiry(parse_record(record("REMOVE", item, None, identity=TTL_IDENTITY)))
     assert not is_audit_expiry(parse_record(record("REMOVE", item, None)))  # a delete, not TTL
     assert not is_audit_expiry(parse_record(record("INSERT", None, item)))
-    bucket_removed = record("REMOVE", bucket(consumed={}, admissions=0), None,
-                            identity=TTL_IDENTITY)
+    bucket_removed = record(
+        "REMOVE", bucket(consumed={}, admissions=0), None, identity=TTL_IDENTITY
+    )
     assert not is_audit_expiry(parse_record(bucket_removed))
 
 

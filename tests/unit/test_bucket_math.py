@@ -225,10 +225,12 @@ def restamped_once(p: Params, s: State, last_write: int, at: int) -> int:
 def test_the_wait_across_windows_admits_then_and_not_before(
     capacity: int, refill: int, period: int, held: int, wanted: int, offset: int
 ) -> None:
-    entries = schedule.encode([
-        {"cron": "0-9 * * * *", "tz": "UTC", "scale": 3},
-        {"cron": "30-44 * * * *", "tz": "UTC", "capacity": max(1, capacity // 2)},
-    ])
+    entries = schedule.encode(
+        [
+            {"cron": "0-9 * * * *", "tz": "UTC", "scale": 3},
+            {"cron": "30-44 * * * *", "tz": "UTC", "capacity": max(1, capacity // 2)},
+        ]
+    )
     now = T0 + offset
     p = scheduled(capacity, refill, period, entries, now)
     state = holding(p, now, min(held, capacity // 2) * MILLI)

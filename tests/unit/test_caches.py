@@ -76,8 +76,12 @@ def test_the_split_detector_tracks_a_bounded_number_of_shards() -> None:
     from zae_limiter.core.bucket import MILLI, Kind, Params
     from zae_limiter.dynamo.bucket_items import Stamp
 
-    stamp = Stamp(limits=(Params("rpm", Kind.RATE, 10 * MILLI, 10 * MILLI, 60_000),),
-                  parent=None, cascade=False, shards=1)
+    stamp = Stamp(
+        limits=(Params("rpm", Kind.RATE, 10 * MILLI, 10 * MILLI, 60_000),),
+        parent=None,
+        cascade=False,
+        shards=1,
+    )
     detector = SplitDetector()
     for i in range(TRACKED_MAX_ENTRIES + 500):
         assert not detector.too_hot(blank_image("ns1", f"user-{i}", "search", stamp, 1))

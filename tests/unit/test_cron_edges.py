@@ -158,14 +158,16 @@ def edges_between(expr: str, tz: str, start: str, end: str) -> list[str]:
 def test_an_hourly_schedule_fires_at_both_real_hours_of_the_autumn_repeat() -> None:
     # Paris, 25 October 2026: 03:00 CEST becomes 02:00 CET at 01:00Z, so 02:30 local is 00:30Z
     # and again 01:30Z; neither is dropped (the old search left a two-hour gap here)
-    fired = edges_between("30 * * * *", "Europe/Paris", "2026-10-24T23:00:00+00:00",
-                          "2026-10-25T04:00:00+00:00")
+    fired = edges_between(
+        "30 * * * *", "Europe/Paris", "2026-10-24T23:00:00+00:00", "2026-10-25T04:00:00+00:00"
+    )
     assert fired == ["23:30Z", "00:30Z", "01:30Z", "02:30Z", "03:30Z"]
 
 
 def test_a_fixed_hour_fires_a_repeated_time_once_and_skips_a_missing_one() -> None:
-    assert edges_between("30 2 * * *", "Europe/Paris", "2026-10-24T12:00:00+00:00",
-                         "2026-10-26T12:00:00+00:00") == ["00:30Z", "01:30Z"]  # 25th, 26th
+    assert edges_between(
+        "30 2 * * *", "Europe/Paris", "2026-10-24T12:00:00+00:00", "2026-10-26T12:00:00+00:00"
+    ) == ["00:30Z", "01:30Z"]  # 25th, 26th
     # 29 March 2026 has no 02:30 in Paris: not moved to 03:00, skipped to the 30th
     spring = cron.parse("30 2 * * *", "Europe/Paris")
     assert spring.next_edge_ms(utc_ms("2026-03-28T12:00:00+00:00")) == utc_ms(
@@ -177,8 +179,9 @@ def test_a_fixed_hour_fires_a_repeated_time_once_and_skips_a_missing_one() -> No
 
 
 def test_an_hour_wildcard_skips_only_the_missing_hour_in_spring() -> None:
-    fired = edges_between("30 * * * *", "Europe/Paris", "2026-03-28T23:00:00+00:00",
-                          "2026-03-29T03:00:00+00:00")
+    fired = edges_between(
+        "30 * * * *", "Europe/Paris", "2026-03-28T23:00:00+00:00", "2026-03-29T03:00:00+00:00"
+    )
     assert fired == ["23:30Z", "00:30Z", "01:30Z", "02:30Z"]  # 00:30, 01:30, 03:30, 04:30 local
 
 

@@ -67,12 +67,18 @@ def functions(moto_endpoint: str) -> Iterator[Any]:
 
 
 @pytest.fixture
-async def stack(moto_endpoint: str, moto_client: Any, table_name: str, lambda_role: str,
-                functions: Any) -> AsyncIterator[Stack]:
+async def stack(
+    moto_endpoint: str, moto_client: Any, table_name: str, lambda_role: str, functions: Any
+) -> AsyncIterator[Stack]:
     await Repository.create_table(table=table_name, endpoint_url=moto_endpoint, region=REGION)
     function = f"{table_name}-aggregator"
-    functions.create_function(FunctionName=function, Runtime="python3.12", Role=lambda_role,
-                              Handler=bundle.LAMBDA_HANDLER, Code={"ZipFile": old_code()})
+    functions.create_function(
+        FunctionName=function,
+        Runtime="python3.12",
+        Role=lambda_role,
+        Handler=bundle.LAMBDA_HANDLER,
+        Code={"ZipFile": old_code()},
+    )
     await put_record(moto_client, table_name, aggregator_function=function)
     try:
         yield Stack(TableRef(table_name, moto_endpoint, REGION), function, functions)

@@ -58,7 +58,10 @@ def test_the_zip_is_the_package_plus_the_handler_shim(library: Traversable) -> N
     assert archive.read(SHIM_NAME).decode() == SHIM_SOURCE
     for info in archive.infolist():
         assert (info.date_time, info.external_attr >> 16, info.compress_type) == (
-            ZIP_DATE, FILE_MODE, zipfile.ZIP_STORED)
+            ZIP_DATE,
+            FILE_MODE,
+            zipfile.ZIP_STORED,
+        )
     assert archive.testzip() is None
 
 
@@ -76,12 +79,13 @@ def test_the_zip_and_its_hash_are_stable(library: Traversable, tmp_path: Path) -
     assert build_aggregator_bundle(root).sha256 == first.sha256
 
 
-def test_a_package_without_the_entry_point_is_refused(library: Traversable,
-                                                      tmp_path: Path) -> None:
+def test_a_package_without_the_entry_point_is_refused(library: Traversable, tmp_path: Path) -> None:
     root = package_copy(library, tmp_path)
     (root / f"{ENTRY_MODULE}.py").unlink()
-    with pytest.raises(UpgradeError, match=re.escape(
-            f"no aggregator entry point ({PACKAGE}.{ENTRY_MODULE} is missing)")):
+    with pytest.raises(
+        UpgradeError,
+        match=re.escape(f"no aggregator entry point ({PACKAGE}.{ENTRY_MODULE} is missing)"),
+    ):
         build_aggregator_bundle(root)
     (root / f"{ENTRY_MODULE}.py").write_text("def process(event, context):\n    return {}\n")
     with pytest.raises(UpgradeError, match="defines no `handler`"):
@@ -98,7 +102,8 @@ def test_the_zip_imports_with_only_what_lambda_provides(tmp_path: Path) -> None:
     )
     module, function = LAMBDA_HANDLER.split(".")
     result = lambda_sim.run_python(
-        task, provided,
+        task,
+        provided,
         f"import {module}, zae_limiter; assert callable({module}.{function}); "
         "print(zae_limiter.__file__)",
         env={"AWS_DEFAULT_REGION": "us-east-1"},

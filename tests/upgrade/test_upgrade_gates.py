@@ -41,20 +41,38 @@ GATED: dict[str, tuple[str, Call, bool]] = {
     "soft-acquire": ("soft_limits", lambda _, lim: acquire(lim, [SOFT], {"rpm": 1}), False),
     "bypass-resource": ("bypass", lambda r, _: r.bypass_resource("budget"), True),
     "bypass-entity": ("bypass", lambda r, _: r.bypass_entity("u1", "budget"), True),
-    "bypass-flag": ("bypass", lambda r, _: r.set_limits("u1", [RPM], "api", disabled="bypass"),
-                    True),
-    "cascade-resource": ("cascade_policy", lambda r, _: r.set_resource_cascade("budget", True),
-                         True),
+    "bypass-flag": (
+        "bypass",
+        lambda r, _: r.set_limits("u1", [RPM], "api", disabled="bypass"),
+        True,
+    ),
+    "cascade-resource": (
+        "cascade_policy",
+        lambda r, _: r.set_resource_cascade("budget", True),
+        True,
+    ),
     "cascade-clear": ("cascade_policy", lambda r, _: r.clear_resource_cascade("budget"), True),
-    "cascade-entity": ("cascade_policy", lambda r, _: r.set_entity_cascade("u1", True, "budget"),
-                       True),
+    "cascade-entity": (
+        "cascade_policy",
+        lambda r, _: r.set_entity_cascade("u1", True, "budget"),
+        True,
+    ),
     "cascade-entity-clear": ("cascade_policy", lambda r, _: r.clear_entity_cascade("u1"), True),
-    "cascade-argument": ("cascade_policy",
-                         lambda r, _: r.set_resource_defaults("api", [RPM], cascade=False), True),
-    "session-stored": ("session_quotas", lambda r, _: r.set_limits("u1", [SESSION], "budget"),
-                       True),
-    "session-acquire": ("session_quotas",
-                        lambda _, lim: acquire(lim, [SESSION], {"session": 1}), True),
+    "cascade-argument": (
+        "cascade_policy",
+        lambda r, _: r.set_resource_defaults("api", [RPM], cascade=False),
+        True,
+    ),
+    "session-stored": (
+        "session_quotas",
+        lambda r, _: r.set_limits("u1", [SESSION], "budget"),
+        True,
+    ),
+    "session-acquire": (
+        "session_quotas",
+        lambda _, lim: acquire(lim, [SESSION], {"session": 1}),
+        True,
+    ),
 }
 
 
@@ -91,7 +109,9 @@ def test_the_gate_table_is_the_specification() -> None:
 
 async def record_function(repo: Repository, name: str) -> None:
     await repo._store.update(
-        keys.version_record(), "SET aggregator_function = :f", values={":f": name},
+        keys.version_record(),
+        "SET aggregator_function = :f",
+        values={":f": name},
         return_new=False,
     )
 
@@ -112,14 +132,21 @@ async def test_an_older_aggregator_refuses_before_any_write(
     # the verdict upgrade acts on: it can replace the code only of a recorded function
     verdict = versioning.assess(await stocked.get_version_record() or {})
     assert (error.feature, error.required_version, error.can_auto_update) == (
-        feature, required, function is not None)
+        feature,
+        required,
+        function is not None,
+    )
     assert verdict.can_auto_update is (function is not None)
     assert error.lambda_version == just_below(required)
-    remedy = ("run `zae-limiter upgrade`" if function else
-              "redeploy the stack with `cdk deploy` using zae-limiter 0.17.0")
+    remedy = (
+        "run `zae-limiter upgrade`"
+        if function
+        else "redeploy the stack with `cdk deploy` using zae-limiter 0.17.0"
+    )
     assert str(error) == (
         f"{feature} needs an aggregator of version {required} or later, but the stack runs "
-        f"{just_below(required)}; {remedy}")
+        f"{just_below(required)}; {remedy}"
+    )
     assert not {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"} & set(w.by_operation)
     assert await minimum(stocked) == "0.0.0"
 
@@ -162,8 +189,7 @@ async def test_a_passed_gate_is_cached_per_repository(stocked: Repository, wire:
     with wire.block() as w:
         await stocked.top_up("u1", "budget", {"weekly": 1})
     version_key = keys.version_record()["PK"]
-    assert [r for r in w.operations("GetItem")
-            if r.params["Key"]["PK"]["S"] == version_key] == []
+    assert [r for r in w.operations("GetItem") if r.params["Key"]["PK"]["S"] == version_key] == []
 
 
 @pytest.mark.parametrize(
@@ -172,7 +198,10 @@ async def test_a_passed_gate_is_cached_per_repository(stocked: Repository, wire:
     ids=["raised-meanwhile-below-target", "raised-meanwhile-to-target"],
 )
 async def test_a_concurrent_ratchet_is_not_an_error(
-    stocked: Repository, monkeypatch: pytest.MonkeyPatch, wire: Any, stored: str,
+    stocked: Repository,
+    monkeypatch: pytest.MonkeyPatch,
+    wire: Any,
+    stored: str,
     update_calls: int,
 ) -> None:
     """The gate read 0.0.0, but another client raised the minimum before this one wrote."""

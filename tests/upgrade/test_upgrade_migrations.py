@@ -54,9 +54,15 @@ class Fixture:
             return await tag.run(ctx, cursor)
 
         registry = MigrationRegistry("1.1.0")
-        registry.register(Migration(MIGRATION, "1.0.0", "1.1.0",
-                                    (Step("tag-items", tag_page), Step("mark", self.mark)),
-                                    "fixture items to shape v2"))
+        registry.register(
+            Migration(
+                MIGRATION,
+                "1.0.0",
+                "1.1.0",
+                (Step("tag-items", tag_page), Step("mark", self.mark)),
+                "fixture items to shape v2",
+            )
+        )
         return registry
 
     async def rewrite(self, ctx: MigrationContext, item: dict[str, Any]) -> None:
@@ -68,9 +74,14 @@ class Fixture:
         if self.fail_before_write == sum(self.writes.values()) + 1:
             self.fail_before_write = None
             raise RuntimeError("injected failure")
-        await ctx.store.update(keys.key(item["PK"], item["SK"]), "SET #shape = :new",
-                               condition="#shape = :old", names={"#shape": "shape"},
-                               values={":new": "v2", ":old": "v1"}, return_new=False)
+        await ctx.store.update(
+            keys.key(item["PK"], item["SK"]),
+            "SET #shape = :new",
+            condition="#shape = :old",
+            names={"#shape": "shape"},
+            values={":new": "v2", ":old": "v1"},
+            return_new=False,
+        )
         self.writes[item["PK"]] += 1
 
     async def mark(self, ctx: MigrationContext, cursor: str | None) -> str | None:
@@ -123,14 +134,21 @@ async def test_an_interrupted_paged_step_resumes_without_redoing_pages(
     assert fixture.marks == 1
     done = await progress_of(seeded)
     assert (done.status, done.steps_done, done.step, done.cursor) == (
-        DONE, ("tag-items", "mark"), None, None)
+        DONE,
+        ("tag-items", "mark"),
+        None,
+        None,
+    )
     record = await seeded.get_version_record() or {}
     assert (record["schema_version"], record["updated_by"]) == ("1.1.0", f"cli:{LIBRARY_VERSION}")
 
     again = await upgrade(seeded, registry=registry)
     assert (again.applied, again.plan.steps) == (False, [])
     assert (len(fixture.pages), sum(fixture.writes.values()), fixture.marks) == (
-        len(set(fixture.pages)) + 1, ITEMS, 1)
+        len(set(fixture.pages)) + 1,
+        ITEMS,
+        1,
+    )
 
 
 async def test_a_finished_step_is_not_run_again(seeded: Repository) -> None:
@@ -153,8 +171,13 @@ async def test_a_concurrent_run_of_the_same_migration_stops_this_one(
     seeded: Repository,
 ) -> None:
     async def other_upgrade_saves_progress(ctx: MigrationContext) -> None:
-        await ctx.store.update(keys.migration_progress(MIGRATION), "ADD #rev :one",
-                               names={"#rev": "rev"}, values={":one": 1}, return_new=False)
+        await ctx.store.update(
+            keys.migration_progress(MIGRATION),
+            "ADD #rev :one",
+            names={"#rev": "rev"},
+            values={":one": 1},
+            return_new=False,
+        )
 
     fixture = Fixture(on_first_write=other_upgrade_saves_progress)
     with pytest.raises(UpgradeError, match="another `zae-limiter upgrade` is running"):

@@ -36,7 +36,10 @@ async def test_a_gated_call_is_refused_until_upgrade_then_succeeds(stack: Stack)
             await repo.top_up("u1", "budget", {"weekly": 5})
         error = refused.value
         assert (error.feature, error.required_version, error.can_auto_update) == (
-            "top_up", "0.17.0", True)
+            "top_up",
+            "0.17.0",
+            True,
+        )
         assert error.lambda_version == OLD_AGGREGATOR
         assert "top_up" in str(error) and "zae-limiter upgrade" in str(error)
 
@@ -47,7 +50,10 @@ async def test_a_gated_call_is_refused_until_upgrade_then_succeeds(stack: Stack)
         assert stack.code_sha256() == expected.sha256
         record = await stack.record()
         assert (record["aggregator_version"], record["schema_version"], record["updated_by"]) == (
-            LIBRARY_VERSION, "1.0.0", f"cli:{LIBRARY_VERSION}")
+            LIBRARY_VERSION,
+            "1.0.0",
+            f"cli:{LIBRARY_VERSION}",
+        )
         assert record["aggregator_function"] == stack.function
         assert record["client_min_version"] == "0.0.0"  # kept: upgrade never touches it
 
@@ -59,25 +65,29 @@ async def test_a_gated_call_is_refused_until_upgrade_then_succeeds(stack: Stack)
 
 
 async def test_a_second_upgrade_is_a_no_op(stack: Stack, moto_client: Any) -> None:
-    first = await upgrade(table=stack.table.name, endpoint_url=stack.endpoint,
-                          lambda_endpoint_url=stack.endpoint, poll_interval=0)
+    first = await upgrade(
+        table=stack.table.name,
+        endpoint_url=stack.endpoint,
+        lambda_endpoint_url=stack.endpoint,
+        poll_interval=0,
+    )
     assert first.applied and first.code_pushed
     items = await table_items(moto_client, stack.table.name)
     sha = stack.code_sha256()
 
-    again = await upgrade(table=stack.table.name, endpoint_url=stack.endpoint,
-                          lambda_endpoint_url=NO_LAMBDA)
+    again = await upgrade(
+        table=stack.table.name, endpoint_url=stack.endpoint, lambda_endpoint_url=NO_LAMBDA
+    )
     assert (again.applied, again.code_pushed, again.plan.steps) == (False, False, [])
     assert await table_items(moto_client, stack.table.name) == items
     assert stack.code_sha256() == sha
     output = stack.cli("upgrade", "--yes", "--lambda-endpoint-url", NO_LAMBDA).stdout
     assert output.strip() == (
-        f"table {stack.table.name} is up to date with zae-limiter {LIBRARY_VERSION}")
+        f"table {stack.table.name} is up to date with zae-limiter {LIBRARY_VERSION}"
+    )
 
 
-async def test_dry_run_prints_the_steps_and_writes_nothing(
-    stack: Stack, moto_client: Any
-) -> None:
+async def test_dry_run_prints_the_steps_and_writes_nothing(stack: Stack, moto_client: Any) -> None:
     items = await table_items(moto_client, stack.table.name)
     sha = stack.code_sha256()
 
@@ -98,29 +108,45 @@ async def test_dry_run_prints_the_steps_and_writes_nothing(
 
 
 async def test_force_re_pushes_the_same_version(stack: Stack) -> None:
-    await upgrade(table=stack.table.name, endpoint_url=stack.endpoint,
-                  lambda_endpoint_url=stack.endpoint, poll_interval=0)
+    await upgrade(
+        table=stack.table.name,
+        endpoint_url=stack.endpoint,
+        lambda_endpoint_url=stack.endpoint,
+        poll_interval=0,
+    )
     before = await stack.record()
-    stack.functions.update_function_code(FunctionName=stack.function, ZipFile=b"PK\x05\x06"
-                                         + bytes(18))  # someone replaced it by hand
+    stack.functions.update_function_code(
+        FunctionName=stack.function, ZipFile=b"PK\x05\x06" + bytes(18)
+    )  # someone replaced it by hand
 
-    forced = await upgrade(table=stack.table.name, endpoint_url=stack.endpoint,
-                           lambda_endpoint_url=stack.endpoint, force=True, poll_interval=0)
+    forced = await upgrade(
+        table=stack.table.name,
+        endpoint_url=stack.endpoint,
+        lambda_endpoint_url=stack.endpoint,
+        force=True,
+        poll_interval=0,
+    )
     assert forced.plan.steps[0] == (
-        f"re-push the aggregator code {LIBRARY_VERSION} to {stack.function} (--force)")
+        f"re-push the aggregator code {LIBRARY_VERSION} to {stack.function} (--force)"
+    )
     assert (forced.applied, forced.code_pushed) == (True, True)
     assert stack.code_sha256() == build_aggregator_bundle().sha256
     after = await stack.record()
-    assert {k: after[k] for k in ("schema_version", "aggregator_version", "client_min_version")} \
-        == {k: before[k] for k in ("schema_version", "aggregator_version", "client_min_version")}
+    assert {
+        k: after[k] for k in ("schema_version", "aggregator_version", "client_min_version")
+    } == {k: before[k] for k in ("schema_version", "aggregator_version", "client_min_version")}
 
 
 async def test_code_already_deployed_is_not_pushed_again(stack: Stack) -> None:
     """An upgrade interrupted after the push but before the record finishes without a push."""
     code = build_aggregator_bundle()
     stack.functions.update_function_code(FunctionName=stack.function, ZipFile=code.zip_bytes)
-    result = await upgrade(table=stack.table.name, endpoint_url=stack.endpoint,
-                           lambda_endpoint_url=stack.endpoint, poll_interval=0)
+    result = await upgrade(
+        table=stack.table.name,
+        endpoint_url=stack.endpoint,
+        lambda_endpoint_url=stack.endpoint,
+        poll_interval=0,
+    )
     assert (result.applied, result.code_pushed) == (True, False)
     assert result.record["aggregator_version"] == LIBRARY_VERSION
 
@@ -128,12 +154,21 @@ async def test_code_already_deployed_is_not_pushed_again(stack: Stack) -> None:
 @pytest.mark.parametrize(
     ("fields", "error", "says"),
     [
-        ({"aggregator_version": "0.18.0"}, VersionMismatchError,
-         "aggregator 0.18.0 is newer than zae-limiter 0.17.0"),
-        ({"client_min_version": "0.18.0"}, VersionMismatchError,
-         "older than this table's minimum client version 0.18.0"),
-        ({"schema_version": "1.1.0"}, VersionMismatchError,
-         "table schema 1.1.0 is newer than this library's 1.0.0"),
+        (
+            {"aggregator_version": "0.18.0"},
+            VersionMismatchError,
+            "aggregator 0.18.0 is newer than zae-limiter 0.17.0",
+        ),
+        (
+            {"client_min_version": "0.18.0"},
+            VersionMismatchError,
+            "older than this table's minimum client version 0.18.0",
+        ),
+        (
+            {"schema_version": "1.1.0"},
+            VersionMismatchError,
+            "table schema 1.1.0 is newer than this library's 1.0.0",
+        ),
         ({"schema_version": "2.0.0"}, IncompatibleSchemaError, "differ in major version"),
     ],
     ids=["aggregator-newer", "client-min-newer", "schema-newer", "schema-major"],
@@ -146,8 +181,12 @@ async def test_upgrade_never_lowers_a_version(
     sha = stack.code_sha256()
 
     with pytest.raises(error, match=re.escape(says)):
-        await upgrade(table=stack.table.name, endpoint_url=stack.endpoint,
-                      lambda_endpoint_url=NO_LAMBDA, force=True)
+        await upgrade(
+            table=stack.table.name,
+            endpoint_url=stack.endpoint,
+            lambda_endpoint_url=NO_LAMBDA,
+            force=True,
+        )
     assert says in stack.cli("upgrade", "--yes", code=1).stderr
 
     assert await table_items(moto_client, stack.table.name) == items
@@ -162,7 +201,8 @@ async def test_a_client_below_the_minimum_is_refused_on_open(stack: Stack) -> No
         await stack.open()
     assert str(refused.value) == (
         "zae-limiter 0.17.0 is older than this table's minimum client version 0.18.0; "
-        "upgrade the library (pip install -U zae-limiter)")
+        "upgrade the library (pip install -U zae-limiter)"
+    )
     assert refused.value.can_auto_update is False
 
 
@@ -171,21 +211,29 @@ async def test_a_missing_function_stops_before_writing_the_record(
 ) -> None:
     await put_record(moto_client, stack.table.name, aggregator_function="no-such-function")
     with pytest.raises(UpgradeError, match="named by the version record does not exist"):
-        await upgrade(table=stack.table.name, endpoint_url=stack.endpoint,
-                      lambda_endpoint_url=stack.endpoint, poll_interval=0)
+        await upgrade(
+            table=stack.table.name,
+            endpoint_url=stack.endpoint,
+            lambda_endpoint_url=stack.endpoint,
+            poll_interval=0,
+        )
     assert (await stack.record())["aggregator_version"] == OLD_AGGREGATOR
 
 
 async def test_a_function_that_is_not_the_aggregator_is_left_alone(
     stack: Stack, moto_client: Any
 ) -> None:
-    stack.functions.update_function_configuration(FunctionName=stack.function,
-                                                  Handler="app.main")
+    stack.functions.update_function_configuration(FunctionName=stack.function, Handler="app.main")
     sha = stack.code_sha256()
-    with pytest.raises(UpgradeError,
-                       match=re.escape("runs handler 'app.main', not 'handler.handler'")):
-        await upgrade(table=stack.table.name, endpoint_url=stack.endpoint,
-                      lambda_endpoint_url=stack.endpoint, poll_interval=0)
+    with pytest.raises(
+        UpgradeError, match=re.escape("runs handler 'app.main', not 'handler.handler'")
+    ):
+        await upgrade(
+            table=stack.table.name,
+            endpoint_url=stack.endpoint,
+            lambda_endpoint_url=stack.endpoint,
+            poll_interval=0,
+        )
     assert stack.code_sha256() == sha
     assert (await stack.record())["aggregator_version"] == OLD_AGGREGATOR
 
@@ -194,10 +242,12 @@ async def test_an_old_aggregator_without_a_function_is_refused(
     stack: Stack, moto_client: Any
 ) -> None:
     await put_record(moto_client, stack.table.name, aggregator_function=None)
-    with pytest.raises(UpgradeError,
-                       match=re.escape("records aggregator 0.16.0 but no aggregator function")):
-        await upgrade(table=stack.table.name, endpoint_url=stack.endpoint,
-                      lambda_endpoint_url=NO_LAMBDA)
+    with pytest.raises(
+        UpgradeError, match=re.escape("records aggregator 0.16.0 but no aggregator function")
+    ):
+        await upgrade(
+            table=stack.table.name, endpoint_url=stack.endpoint, lambda_endpoint_url=NO_LAMBDA
+        )
 
 
 async def test_declining_the_confirmation_writes_nothing(stack: Stack, moto_client: Any) -> None:

@@ -21,8 +21,12 @@ FUNCTION = "zl-aggregator"
 
 
 def record(**fields: Any) -> dict[str, Any]:
-    values: dict[str, Any] = {"schema_version": "1.0.0", "aggregator_version": LIBRARY_VERSION,
-                              "aggregator_function": FUNCTION, "client_min_version": "0.0.0"}
+    values: dict[str, Any] = {
+        "schema_version": "1.0.0",
+        "aggregator_version": LIBRARY_VERSION,
+        "aggregator_function": FUNCTION,
+        "client_min_version": "0.0.0",
+    }
     values.update(fields)
     return values
 
@@ -38,16 +42,25 @@ def record(**fields: Any) -> dict[str, Any]:
         ({"aggregator_version": None, "aggregator_function": None}, True, False, 0),
         ({"client_min_version": LIBRARY_VERSION}, False, False, 0),
     ],
-    ids=["current", "force", "older-aggregator", "unknown-version",
-         "no-aggregator", "no-aggregator-force", "min-equal"],
+    ids=[
+        "current",
+        "force",
+        "older-aggregator",
+        "unknown-version",
+        "no-aggregator",
+        "no-aggregator-force",
+        "min-equal",
+    ],
 )
-def test_what_an_upgrade_would_do(fields: dict[str, Any], force: bool, push: bool,
-                                  steps: int) -> None:
+def test_what_an_upgrade_would_do(
+    fields: dict[str, Any], force: bool, push: bool, steps: int
+) -> None:
     plan = plan_upgrade(record(**fields), table="t", force=force)
     assert plan.refusal is None
     assert (plan.push_code, len(plan.steps), plan.migrations) == (push, steps, ())
-    assert plan.aggregator_to == (LIBRARY_VERSION if push else fields.get(
-        "aggregator_version", LIBRARY_VERSION))
+    assert plan.aggregator_to == (
+        LIBRARY_VERSION if push else fields.get("aggregator_version", LIBRARY_VERSION)
+    )
 
 
 def test_a_newer_patch_release_pushes_its_code() -> None:
@@ -66,8 +79,11 @@ def test_a_newer_patch_release_pushes_its_code() -> None:
         ({"client_min_version": "0.17.1"}, VersionMismatchError, "minimum client version 0.17.1"),
         ({"schema_version": "1.0.1"}, VersionMismatchError, "newer than this library's"),
         ({"schema_version": "0.9.0"}, IncompatibleSchemaError, "differ in major version"),
-        ({"aggregator_version": "0.16.0", "aggregator_function": None}, UpgradeError,
-         "but no aggregator function"),
+        (
+            {"aggregator_version": "0.16.0", "aggregator_function": None},
+            UpgradeError,
+            "but no aggregator function",
+        ),
     ],
 )
 def test_refusals(fields: dict[str, Any], error: type[Exception], says: str) -> None:
@@ -108,13 +124,18 @@ class FakeLambda:
     async def get_function_configuration(self, FunctionName: str) -> dict[str, Any]:
         state, update = self.script[min(self.calls, len(self.script) - 1)]
         self.calls += 1
-        return {"FunctionName": FunctionName, "State": state, "LastUpdateStatus": update,
-                "LastUpdateStatusReason": "bad zip" if update == "Failed" else ""}
+        return {
+            "FunctionName": FunctionName,
+            "State": state,
+            "LastUpdateStatus": update,
+            "LastUpdateStatusReason": "bad zip" if update == "Failed" else "",
+        }
 
 
 async def test_waits_until_the_update_succeeded_and_the_function_is_active() -> None:
-    fake = FakeLambda([("Active", "InProgress"), ("Pending", "Successful"),
-                       ("Active", "Successful")])
+    fake = FakeLambda(
+        [("Active", "InProgress"), ("Pending", "Successful"), ("Active", "Successful")]
+    )
     functions = FunctionCode(fake, poll_interval=0, max_polls=10)
     config = await functions.wait_until_ready(FUNCTION, after_update=True)
     assert (config["State"], functions.polls, fake.calls) == ("Active", 3, 3)
@@ -128,8 +149,9 @@ async def test_an_inactive_function_may_be_updated() -> None:
 
 
 async def test_a_failed_update_is_reported() -> None:
-    functions = FunctionCode(FakeLambda([("Active", "InProgress"), ("Active", "Failed")]),
-                             poll_interval=0, max_polls=10)
+    functions = FunctionCode(
+        FakeLambda([("Active", "InProgress"), ("Active", "Failed")]), poll_interval=0, max_polls=10
+    )
     with pytest.raises(UpgradeError, match="update of zl-aggregator failed: bad zip"):
         await functions.wait_until_ready(FUNCTION, after_update=True)
 

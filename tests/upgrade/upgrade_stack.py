@@ -26,7 +26,8 @@ OLD_AGGREGATOR = "0.16.0"
 
 def _load_lambda_sim() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
-        "upgrade_lambda_sim", REPO_ROOT / "tests" / "infra" / "lambda_sim.py")
+        "upgrade_lambda_sim", REPO_ROOT / "tests" / "infra" / "lambda_sim.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -55,12 +56,14 @@ class Stack:
         return self.table.endpoint_url
 
     def code_sha256(self) -> str:
-        return str(self.functions.get_function_configuration(
-            FunctionName=self.function)["CodeSha256"])
+        return str(
+            self.functions.get_function_configuration(FunctionName=self.function)["CodeSha256"]
+        )
 
     async def open(self) -> Repository:
-        return await Repository.open(table=self.table.name, endpoint_url=self.endpoint,
-                                     region=REGION, config_cache_ttl=0)
+        return await Repository.open(
+            table=self.table.name, endpoint_url=self.endpoint, region=REGION, config_cache_ttl=0
+        )
 
     async def record(self) -> dict[str, Any]:
         repo = await self.open()
@@ -71,8 +74,19 @@ class Stack:
 
     def cli(self, *args: str, code: int = 0, input: str | None = None) -> Result:
         """`zae-limiter --table T --endpoint-url MOTO --region R ARGS...`, checking the exit."""
-        result = CliRunner().invoke(cli, ["--table", self.table.name, "--endpoint-url",
-                                          self.endpoint, "--region", REGION, *args], input=input)
+        result = CliRunner().invoke(
+            cli,
+            [
+                "--table",
+                self.table.name,
+                "--endpoint-url",
+                self.endpoint,
+                "--region",
+                REGION,
+                *args,
+            ],
+            input=input,
+        )
         assert result.exit_code == code, (
             f"exit {result.exit_code}\n--- stdout:\n{result.stdout}\n--- stderr:\n"
             f"{result.stderr}\n--- exception: {result.exception!r}"

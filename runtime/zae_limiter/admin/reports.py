@@ -32,7 +32,8 @@ class ReportsMixin(AdminBase):
             not isinstance(start_event_id, str) or not audit.is_event_id(start_event_id)
         ):
             raise ValidationError(
-                "start_event_id", start_event_id,
+                "start_event_id",
+                start_event_id,
                 "pass the event_id of an event from an earlier page (26 characters), or None",
             )
         pk = keys.audit_partition(self._ns, entity_id)

@@ -103,16 +103,12 @@ class ZaeLimiter(Construct):
         """
         return self._grant(grantee, "app", namespace_scoped)
 
-    def grant_admin(
-        self, grantee: iam.IGrantable, *, namespace_scoped: bool = False
-    ) -> iam.Grant:
+    def grant_admin(self, grantee: iam.IGrantable, *, namespace_scoped: bool = False) -> iam.Grant:
         """Let `grantee` administer the deployment (the `admin` policy): every item operation;
         unscoped, also `usage redrive` (stream and DLQ) and `upgrade` (the aggregator's code)."""
         return self._grant(grantee, "admin", namespace_scoped)
 
-    def grant_read(
-        self, grantee: iam.IGrantable, *, namespace_scoped: bool = False
-    ) -> iam.Grant:
+    def grant_read(self, grantee: iam.IGrantable, *, namespace_scoped: bool = False) -> iam.Grant:
         """Let `grantee` read and query every item (the `readonly` policy)."""
         return self._grant(grantee, "readonly", namespace_scoped)
 

@@ -250,9 +250,7 @@ def build_dashboard(
     dashboard.add_widgets(
         graph("Consumption per resource and limit", [usage_search(deployment, "Consumed", "Sum")]),
         graph("Admissions", [usage_search(deployment, "Admissions", "Sum")]),
-        graph(
-            "Overdrawn writes (soft limits)", [usage_search(deployment, "Overdrawn", "Sum")]
-        ),
+        graph("Overdrawn writes (soft limits)", [usage_search(deployment, "Overdrawn", "Sum")]),
     )
     dashboard.add_widgets(
         graph(

@@ -72,13 +72,20 @@ def global_options(*, root: bool) -> list[click.Option]:
     """The global options. On the root they carry env vars and help; on every other command they
     are hidden copies that override what was given before the command."""
 
-    def option(decls: list[str], help_text: str, envvar: str | None = None, **extra: Any
-               ) -> click.Option:
+    def option(
+        decls: list[str], help_text: str, envvar: str | None = None, **extra: Any
+    ) -> click.Option:
         if root:
-            return click.Option(decls, envvar=envvar, show_envvar=envvar is not None,
-                                help=help_text, **extra)
-        return click.Option(decls, hidden=True, expose_value=False, callback=_remember,
-                            **{k: v for k, v in extra.items() if k != "default"})
+            return click.Option(
+                decls, envvar=envvar, show_envvar=envvar is not None, help=help_text, **extra
+            )
+        return click.Option(
+            decls,
+            hidden=True,
+            expose_value=False,
+            callback=_remember,
+            **{k: v for k, v in extra.items() if k != "default"},
+        )
 
     return [
         option(["--table"], "DynamoDB table name [default: zae-limiter].", "ZAEL_TABLE"),
@@ -86,11 +93,22 @@ def global_options(*, root: bool) -> list[click.Option]:
         option(["--region"], "AWS region [default: the SDK's]."),
         option(["--endpoint-url"], "DynamoDB endpoint (DynamoDB Local).", "ZAEL_ENDPOINT_URL"),
         option(["--principal"], "Who to record in audit events [default: your AWS identity]."),
-        option(["-o", "--output"], "Output format.", type=click.Choice(["table", "json"]),
-               default="table"),
+        option(
+            ["-o", "--output"],
+            "Output format.",
+            type=click.Choice(["table", "json"]),
+            default="table",
+        ),
         option(["--debug"], "Show tracebacks.", is_flag=True, default=False),
-        click.Option(["--version"], is_flag=True, expose_value=False, is_eager=True,
-                     callback=_print_version, help="Print the version and exit.", hidden=not root),
+        click.Option(
+            ["--version"],
+            is_flag=True,
+            expose_value=False,
+            is_eager=True,
+            callback=_print_version,
+            help="Print the version and exit.",
+            hidden=not root,
+        ),
     ]
 
 
@@ -171,8 +189,12 @@ async def connect(
         await repo.close()
 
 
-def with_repo(settings: Settings, action: Callable[[Repository], Awaitable[T]], *,
-              namespace: str | None = None) -> T:
+def with_repo(
+    settings: Settings,
+    action: Callable[[Repository], Awaitable[T]],
+    *,
+    namespace: str | None = None,
+) -> T:
     """Open, run one action, close."""
 
     async def body() -> T:

@@ -64,8 +64,16 @@ def generate() -> str:
     from .main import cli
 
     ctx = click.Context(cli, info_name="zae-limiter", **CONTEXT_SETTINGS)
-    lines = [BEGIN, "", "## Global options", "",
-             "Accepted before or after the command.", "", "| Option | Meaning |", "|---|---|"]
+    lines = [
+        BEGIN,
+        "",
+        "## Global options",
+        "",
+        "Accepted before or after the command.",
+        "",
+        "| Option | Meaning |",
+        "|---|---|",
+    ]
     lines += [line for p in cli.get_params(ctx) if (line := _option_line(p, ctx))]
     lines += [""]
     lines += _walk(cli, ["zae-limiter"], None)

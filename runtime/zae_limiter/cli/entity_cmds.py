@@ -36,12 +36,19 @@ def entity() -> None:
 @ENTITY_ARG
 @click.option("--display-name", help="A human-readable name.")
 @click.option("--parent", "parent_id", metavar="ID", help="The organisation (must be a root).")
-@click.option("--cascade/--no-cascade", default=False,
-              help="Entity-wide fallback: debit the parent too.")
+@click.option(
+    "--cascade/--no-cascade", default=False, help="Entity-wide fallback: debit the parent too."
+)
 @click.option("--meta", multiple=True, metavar="KEY=VALUE", help="Metadata (repeatable).")
 @click.pass_obj
-def entity_create(settings: Settings, entity_id: str, display_name: str | None,
-                  parent_id: str | None, cascade: bool, meta: tuple[str, ...]) -> None:
+def entity_create(
+    settings: Settings,
+    entity_id: str,
+    display_name: str | None,
+    parent_id: str | None,
+    cascade: bool,
+    meta: tuple[str, ...],
+) -> None:
     """Create the entity's record."""
     metadata: dict[str, str] = {}
     for pair in meta:
@@ -49,10 +56,17 @@ def entity_create(settings: Settings, entity_id: str, display_name: str | None,
         if not sep or not key:
             raise click.BadParameter(f"{pair!r}: write KEY=VALUE", param_hint="--meta")
         metadata[key] = value
-    created = with_repo(settings, lambda repo: repo.create_entity(
-        entity_id, display_name, parent_id, cascade, metadata, settings.principal))
-    emit(settings, render.entity_dict(created), f"entity {entity_id} created"
-         + (f" under {parent_id}" if parent_id else ""))
+    created = with_repo(
+        settings,
+        lambda repo: repo.create_entity(
+            entity_id, display_name, parent_id, cascade, metadata, settings.principal
+        ),
+    )
+    emit(
+        settings,
+        render.entity_dict(created),
+        f"entity {entity_id} created" + (f" under {parent_id}" if parent_id else ""),
+    )
 
 
 @entity.command("show")
@@ -69,29 +83,42 @@ def entity_show(settings: Settings, entity_id: str) -> None:
 
     record, children, config = with_repo(settings, read)
     levels = {
-        resource: {"limits": [render.limit_dict(x) for x in level.limits or ()],
-                   "disabled": level.disabled, "cascade": level.cascade}
+        resource: {
+            "limits": [render.limit_dict(x) for x in level.limits or ()],
+            "disabled": level.disabled,
+            "cascade": level.cascade,
+        }
         for resource, level in sorted(config.levels.items())
         if level.limits is not None or level.disabled is not None or level.cascade is not None
     }
     if record is None and not levels:
         raise EntityNotFoundError(entity_id)
-    data = {"entity": None if record is None else render.entity_dict(record),
-            "children": len(children), "levels": levels}
-    lines = [fields([
-        ("id", entity_id), ("name", record.name if record else None),
-        ("parent", record.parent_id if record else None),
-        ("cascade", record.cascade if record else None),
-        ("metadata", dict(record.metadata) if record else None),
-        ("created", record.created_at if record else "(no record)"),
-        ("children", len(children)),
-    ])]
+    data = {
+        "entity": None if record is None else render.entity_dict(record),
+        "children": len(children),
+        "levels": levels,
+    }
+    lines = [
+        fields(
+            [
+                ("id", entity_id),
+                ("name", record.name if record else None),
+                ("parent", record.parent_id if record else None),
+                ("cascade", record.cascade if record else None),
+                ("metadata", dict(record.metadata) if record else None),
+                ("created", record.created_at if record else "(no record)"),
+                ("children", len(children)),
+            ]
+        )
+    ]
     for resource, level in sorted(config.levels.items()):
         if resource not in levels:
             continue
         title = "all resources (_default_)" if resource == DEFAULT_RESOURCE else resource
-        lines.append(f"\n[{title}] disabled: {render.disabled_text(level.disabled)}, "
-                     f"cascade: {render.flag_text(level.cascade)}")
+        lines.append(
+            f"\n[{title}] disabled: {render.disabled_text(level.disabled)}, "
+            f"cascade: {render.flag_text(level.cascade)}"
+        )
         if level.limits is not None:
             lines.append(render.limits_table(list(level.limits)))
     emit(settings, data, "\n".join(lines))
@@ -124,13 +151,21 @@ def entity_delete(settings: Settings, entity_id: str, yes: bool) -> None:
 def entity_children(settings: Settings, parent_id: str) -> None:
     """Direct children of PARENT_ID."""
     children = with_repo(settings, lambda repo: repo.get_children(parent_id))
-    emit(settings, {"parent_id": parent_id, "children": [render.entity_dict(e) for e in children]},
-         render.entities_table(children))
+    emit(
+        settings,
+        {"parent_id": parent_id, "children": [render.entity_dict(e) for e in children]},
+        render.entities_table(children),
+    )
 
 
 @entity.command("list")
-@click.option("--with-custom-limits", "resource_name", required=True, metavar="RESOURCE",
-              help="Entities with limits of their own for RESOURCE (or _default_).")
+@click.option(
+    "--with-custom-limits",
+    "resource_name",
+    required=True,
+    metavar="RESOURCE",
+    help="Entities with limits of their own for RESOURCE (or _default_).",
+)
 @click.option("--limit", "count", type=click.IntRange(min=1), help="At most N entities.")
 @click.pass_obj
 def entity_list(settings: Settings, resource_name: str, count: int | None) -> None:
@@ -141,7 +176,8 @@ def entity_list(settings: Settings, resource_name: str, count: int | None) -> No
         cursor: str | None = None
         while count is None or len(found) < count:
             page, cursor = await repo.list_entities_with_custom_limits(
-                resource_name, None if count is None else count - len(found), cursor)
+                resource_name, None if count is None else count - len(found), cursor
+            )
             found += page
             if not cursor:
                 break
@@ -164,22 +200,36 @@ def entity_list_resources(settings: Settings) -> None:
 @resource_option(required=False, default=DEFAULT_RESOURCE, help_text=LEVEL_HELP)
 @limit_options
 @click.pass_obj
-def entity_set_limits(settings: Settings, entity_id: str, resource: str,
-                      limit_specs: tuple[str, ...], limits_file: str | None,
-                      soft: tuple[str, ...], schedule: tuple[str, ...]) -> None:
+def entity_set_limits(
+    settings: Settings,
+    entity_id: str,
+    resource: str,
+    limit_specs: tuple[str, ...],
+    limits_file: str | None,
+    soft: tuple[str, ...],
+    schedule: tuple[str, ...],
+) -> None:
     """Replace the entity's whole list of limits at one level (a paid plan, for example)."""
     limits = limits_from(limit_specs, limits_file, soft, schedule)
 
     async def store(repo: Repository) -> None:
         await repo.set_limits(entity_id, limits, resource, settings.principal)
         if not await repo._entity_known(entity_id):
-            note(f"warning: entity {entity_id!r} has no record and no buckets yet; the limits "
-                 "apply when it first calls (check the id, or `entity create` it)")
+            note(
+                f"warning: entity {entity_id!r} has no record and no buckets yet; the limits "
+                "apply when it first calls (check the id, or `entity create` it)"
+            )
 
     with_repo(settings, store)
-    emit(settings, {"entity_id": entity_id, "resource": resource,
-                    "limits": [render.limit_dict(x) for x in limits]},
-         f"entity {entity_id} / {resource}: {len(limits)} limit(s) set")
+    emit(
+        settings,
+        {
+            "entity_id": entity_id,
+            "resource": resource,
+            "limits": [render.limit_dict(x) for x in limits],
+        },
+        f"entity {entity_id} / {resource}: {len(limits)} limit(s) set",
+    )
 
 
 @entity.command("get-limits")
@@ -189,8 +239,15 @@ def entity_set_limits(settings: Settings, entity_id: str, resource: str,
 def entity_get_limits(settings: Settings, entity_id: str, resource: str) -> None:
     """The entity's limits at one level only (no inheritance)."""
     limits = with_repo(settings, lambda repo: repo.get_limits(entity_id, resource))
-    emit(settings, {"entity_id": entity_id, "resource": resource,
-                    "limits": [render.limit_dict(x) for x in limits]}, render.limits_table(limits))
+    emit(
+        settings,
+        {
+            "entity_id": entity_id,
+            "resource": resource,
+            "limits": [render.limit_dict(x) for x in limits],
+        },
+        render.limits_table(limits),
+    )
 
 
 @entity.command("delete-limits")
@@ -202,8 +259,11 @@ def entity_delete_limits(settings: Settings, entity_id: str, resource: str, yes:
     """Remove the entity's limits at one level; it falls back to the next level."""
     confirm(yes, f"Delete the limits of {entity_id!r} at {resource!r}?")
     with_repo(settings, lambda repo: repo.delete_limits(entity_id, resource, settings.principal))
-    emit(settings, {"entity_id": entity_id, "resource": resource, "deleted": True},
-         f"entity {entity_id} / {resource}: limits deleted")
+    emit(
+        settings,
+        {"entity_id": entity_id, "resource": resource, "deleted": True},
+        f"entity {entity_id} / {resource}: limits deleted",
+    )
 
 
 def _entity_flag(name: str, method: str, done: str, summary: str) -> click.Command:
@@ -212,25 +272,40 @@ def _entity_flag(name: str, method: str, done: str, summary: str) -> click.Comma
     @resource_option(required=False, help_text=FLAG_RESOURCE_HELP)
     @click.pass_obj
     def command(settings: Settings, entity_id: str, resource: str | None) -> None:
-        updated = with_repo(settings, lambda repo: getattr(repo, method)(
-            entity_id, resource, settings.principal))
+        updated = with_repo(
+            settings, lambda repo: getattr(repo, method)(entity_id, resource, settings.principal)
+        )
         where = resource or "all resources"
-        emit(settings, {"entity_id": entity_id, "resource": resource, "state": done,
-                        "items_updated": updated},
-             f"entity {entity_id} / {where}: {done} ({updated} item(s) updated)")
+        emit(
+            settings,
+            {"entity_id": entity_id, "resource": resource, "state": done, "items_updated": updated},
+            f"entity {entity_id} / {where}: {done} ({updated} item(s) updated)",
+        )
 
     return command
 
 
 for _name, _method, _done, _summary in (
     ("disable", "disable_entity", "disabled", "Refuse the entity (ResourceDisabled)."),
-    ("enable", "enable_entity", "enabled",
-     "Explicit enable: readmits the entity to a disabled resource."),
-    ("clear-disabled", "clear_entity_disabled", "inherit",
-     "Back to inherit; also how an entity bypass is lifted."),
-    ("bypass", "bypass_entity", "bypass",
-     "Admit the entity without debiting its balances (usage is still counted); its parent is "
-     "still judged."),
+    (
+        "enable",
+        "enable_entity",
+        "enabled",
+        "Explicit enable: readmits the entity to a disabled resource.",
+    ),
+    (
+        "clear-disabled",
+        "clear_entity_disabled",
+        "inherit",
+        "Back to inherit; also how an entity bypass is lifted.",
+    ),
+    (
+        "bypass",
+        "bypass_entity",
+        "bypass",
+        "Admit the entity without debiting its balances (usage is still counted); its parent is "
+        "still judged.",
+    ),
 ):
     entity.add_command(_entity_flag(_name, _method, _done, _summary))
 
@@ -240,14 +315,26 @@ for _name, _method, _done, _summary in (
 @click.argument("state", type=click.Choice(["on", "off"]))
 @resource_option(required=False, help_text=FLAG_RESOURCE_HELP)
 @click.pass_obj
-def entity_set_cascade(settings: Settings, entity_id: str, state: str,
-                       resource: str | None) -> None:
+def entity_set_cascade(
+    settings: Settings, entity_id: str, state: str, resource: str | None
+) -> None:
     """Per-entity cascade policy (outranks the resource's)."""
-    updated = with_repo(settings, lambda repo: repo.set_entity_cascade(
-        entity_id, state == "on", resource, settings.principal))
-    emit(settings, {"entity_id": entity_id, "resource": resource, "cascade": state == "on",
-                    "items_updated": updated},
-         f"entity {entity_id} / {resource or 'all resources'}: cascade {state}")
+    updated = with_repo(
+        settings,
+        lambda repo: repo.set_entity_cascade(
+            entity_id, state == "on", resource, settings.principal
+        ),
+    )
+    emit(
+        settings,
+        {
+            "entity_id": entity_id,
+            "resource": resource,
+            "cascade": state == "on",
+            "items_updated": updated,
+        },
+        f"entity {entity_id} / {resource or 'all resources'}: cascade {state}",
+    )
 
 
 @entity.command("clear-cascade")
@@ -256,11 +343,14 @@ def entity_set_cascade(settings: Settings, entity_id: str, state: str,
 @click.pass_obj
 def entity_clear_cascade(settings: Settings, entity_id: str, resource: str | None) -> None:
     """Remove the entity's cascade policy at one level."""
-    updated = with_repo(settings, lambda repo: repo.clear_entity_cascade(
-        entity_id, resource, settings.principal))
-    emit(settings, {"entity_id": entity_id, "resource": resource, "cascade": None,
-                    "items_updated": updated},
-         f"entity {entity_id} / {resource or 'all resources'}: cascade policy cleared")
+    updated = with_repo(
+        settings, lambda repo: repo.clear_entity_cascade(entity_id, resource, settings.principal)
+    )
+    emit(
+        settings,
+        {"entity_id": entity_id, "resource": resource, "cascade": None, "items_updated": updated},
+        f"entity {entity_id} / {resource or 'all resources'}: cascade policy cleared",
+    )
 
 
 @entity.command("set-parent")
@@ -268,43 +358,77 @@ def entity_clear_cascade(settings: Settings, entity_id: str, resource: str | Non
 @click.option("--parent", "parent_id", metavar="ID", help="The new parent (a root entity).")
 @click.option("--none", "no_parent", is_flag=True, help="Make the entity a root.")
 @click.pass_obj
-def entity_set_parent(settings: Settings, entity_id: str, parent_id: str | None,
-                      no_parent: bool) -> None:
+def entity_set_parent(
+    settings: Settings, entity_id: str, parent_id: str | None, no_parent: bool
+) -> None:
     """Move the entity under another parent (or none); its next call debits the new one."""
     if (parent_id is None) == (not no_parent):
         raise click.UsageError("give exactly one of --parent ID or --none")
-    updated = with_repo(settings, lambda repo: repo.set_parent(
-        entity_id, parent_id, principal=settings.principal))
-    emit(settings, {"entity_id": entity_id, "parent_id": parent_id, "items_updated": updated},
-         f"entity {entity_id}: parent {parent_id or 'none'} ({updated} item(s) updated)")
+    updated = with_repo(
+        settings, lambda repo: repo.set_parent(entity_id, parent_id, principal=settings.principal)
+    )
+    emit(
+        settings,
+        {"entity_id": entity_id, "parent_id": parent_id, "items_updated": updated},
+        f"entity {entity_id}: parent {parent_id or 'none'} ({updated} item(s) updated)",
+    )
 
 
 @entity.command("available")
 @ENTITY_ARG
 @resource_option(required=True, help_text="Resource.")
-@click.option("--need", multiple=True, metavar="NAME:N",
-              help="An amount to check (repeatable); reports the wait until it fits.")
+@click.option(
+    "--need",
+    multiple=True,
+    metavar="NAME:N",
+    help="An amount to check (repeatable); reports the wait until it fits.",
+)
 @click.pass_obj
-def entity_available(settings: Settings, entity_id: str, resource: str,
-                     need: tuple[str, ...]) -> None:
+def entity_available(
+    settings: Settings, entity_id: str, resource: str, need: tuple[str, ...]
+) -> None:
     """Balances now (summed over shards) and the wait until --need fits. Writes nothing."""
     needed = amounts_from(need, "--need", allow_zero=True)
-    report = with_repo(settings, lambda repo: repo.check_availability(
-        entity_id, resource, needed or None))
-    rows = [{"entity": s.entity_id, "limit": s.limit_name, "available": s.available,
-             "capacity": s.limit.capacity, "max_request": s.max_request, "needed": s.requested,
-             "exceeded": s.exceeded, "retry_after_s": _wait(s.retry_after_seconds)}
-            for s in report.statuses]
-    data = {"entity_id": entity_id, "resource": resource, "allowed": report.allowed,
-            "bypassed": report.bypassed, "available": report.available,
-            "retry_after_seconds": _wait(report.retry_after_seconds),
-            "limits": [{**s.as_dict(), "retry_after_seconds": _wait(s.retry_after_seconds)}
-                       for s in report.statuses]}
+    report = with_repo(
+        settings, lambda repo: repo.check_availability(entity_id, resource, needed or None)
+    )
+    rows = [
+        {
+            "entity": s.entity_id,
+            "limit": s.limit_name,
+            "available": s.available,
+            "capacity": s.limit.capacity,
+            "max_request": s.max_request,
+            "needed": s.requested,
+            "exceeded": s.exceeded,
+            "retry_after_s": _wait(s.retry_after_seconds),
+        }
+        for s in report.statuses
+    ]
+    data = {
+        "entity_id": entity_id,
+        "resource": resource,
+        "allowed": report.allowed,
+        "bypassed": report.bypassed,
+        "available": report.available,
+        "retry_after_seconds": _wait(report.retry_after_seconds),
+        "limits": [
+            {**s.as_dict(), "retry_after_seconds": _wait(s.retry_after_seconds)}
+            for s in report.statuses
+        ],
+    }
     if not rows:
         human = f"{resource} is unmetered for {entity_id} (no limits at any level)"
     else:
-        columns = ["limit", "available", "capacity", "max_request", "needed", "exceeded",
-                   "retry_after_s"]
+        columns = [
+            "limit",
+            "available",
+            "capacity",
+            "max_request",
+            "needed",
+            "exceeded",
+            "retry_after_s",
+        ]
         if any(s.entity_id != entity_id for s in report.statuses):
             columns.insert(0, "entity")  # the cascade parent is judged too
         human = table(rows, columns)
@@ -319,16 +443,31 @@ def entity_available(settings: Settings, entity_id: str, resource: str,
 @entity.command("reset")
 @ENTITY_ARG
 @resource_option(required=True, help_text="Resource.")
-@click.option("-l", "--limit", "limit_names", multiple=True, metavar="NAME",
-              help="A limit to restore (repeatable; default all).")
+@click.option(
+    "-l",
+    "--limit",
+    "limit_names",
+    multiple=True,
+    metavar="NAME",
+    help="A limit to restore (repeatable; default all).",
+)
 @click.option("--idempotency-key", help="Makes a retry safe: the same key changes nothing again.")
 @click.pass_obj
-def entity_reset(settings: Settings, entity_id: str, resource: str, limit_names: tuple[str, ...],
-                 idempotency_key: str | None) -> None:
+def entity_reset(
+    settings: Settings,
+    entity_id: str,
+    resource: str,
+    limit_names: tuple[str, ...],
+    idempotency_key: str | None,
+) -> None:
     """Restore limits to their full allowance now, on every shard (a quota also forgets this
     period's spend; a session quota ends its session). Audited."""
-    result = with_repo(settings, lambda repo: repo.reset_bucket(
-        entity_id, resource, list(limit_names) or None, settings.principal, idempotency_key))
+    result = with_repo(
+        settings,
+        lambda repo: repo.reset_bucket(
+            entity_id, resource, list(limit_names) or None, settings.principal, idempotency_key
+        ),
+    )
     emit(settings, result, _bucket_result("reset", result))
 
 
@@ -340,19 +479,34 @@ nothing else takes it back; a dripping limit gains at most its room below the ce
 `entity set-limits`, never with a top-up."""
 
 
-@entity.command("top-up", help=TOP_UP_HELP,
-                short_help="A purchase: add tokens on top of the limits.")
+@entity.command(
+    "top-up", help=TOP_UP_HELP, short_help="A purchase: add tokens on top of the limits."
+)
 @ENTITY_ARG
 @resource_option(required=True, help_text="Resource.")
-@click.option("-a", "--add", "add", multiple=True, required=True, metavar="NAME:N",
-              help="Tokens to add to one limit (repeatable).")
+@click.option(
+    "-a",
+    "--add",
+    "add",
+    multiple=True,
+    required=True,
+    metavar="NAME:N",
+    help="Tokens to add to one limit (repeatable).",
+)
 @click.option("--idempotency-key", help="The order id: a retry with it changes nothing again.")
 @click.pass_obj
-def entity_top_up(settings: Settings, entity_id: str, resource: str, add: tuple[str, ...],
-                  idempotency_key: str | None) -> None:
+def entity_top_up(
+    settings: Settings,
+    entity_id: str,
+    resource: str,
+    add: tuple[str, ...],
+    idempotency_key: str | None,
+) -> None:
     amounts = amounts_from(add, "--add")
-    result = with_repo(settings, lambda repo: repo.top_up(
-        entity_id, resource, amounts, settings.principal, idempotency_key))
+    result = with_repo(
+        settings,
+        lambda repo: repo.top_up(entity_id, resource, amounts, settings.principal, idempotency_key),
+    )
     emit(settings, result, _bucket_result("topped up", result))
 
 
@@ -364,18 +518,27 @@ it does not exist. Never lowers the count (a bucket that already has more keeps 
 exact over shards, but one call can take at most one shard's share (`max_request`). Audited."""
 
 
-@entity.command("set-shards", help=SET_SHARDS_HELP,
-                short_help="Pre-split a bucket you know will be hot.")
+@entity.command(
+    "set-shards", help=SET_SHARDS_HELP, short_help="Pre-split a bucket you know will be hot."
+)
 @ENTITY_ARG
 @resource_option(required=True, help_text="Resource.")
-@click.option("--count", required=True, type=click.Choice(["1", "2", "4", "8", "16", "32"]),
-              help="Shards wanted: the bucket ends with at least this many.")
+@click.option(
+    "--count",
+    required=True,
+    type=click.Choice(["1", "2", "4", "8", "16", "32"]),
+    help="Shards wanted: the bucket ends with at least this many.",
+)
 @click.pass_obj
 def entity_set_shards(settings: Settings, entity_id: str, resource: str, count: str) -> None:
-    shards = with_repo(settings, lambda repo: repo.set_shards(
-        entity_id, resource, int(count), settings.principal))
-    emit(settings, {"entity_id": entity_id, "resource": resource, "shards": shards},
-         f"{entity_id} / {resource}: {shards} shard(s)")
+    shards = with_repo(
+        settings, lambda repo: repo.set_shards(entity_id, resource, int(count), settings.principal)
+    )
+    emit(
+        settings,
+        {"entity_id": entity_id, "resource": resource, "shards": shards},
+        f"{entity_id} / {resource}: {shards} shard(s)",
+    )
 
 
 def _wait(seconds: float) -> float | None:
@@ -388,8 +551,10 @@ def _refusal(entity_id: str, report: Any) -> str:
     for s in report.statuses:
         if s.exceeded and math.isinf(s.retry_after_seconds):
             whose = "" if s.entity_id == entity_id else f" for {s.entity_id}"
-            return (f"never fits: {s.requested} {s.limit_name} is above the most one call can "
-                    f"take ({s.max_request}{whose}); split the request")
+            return (
+                f"never fits: {s.requested} {s.limit_name} is above the most one call can "
+                f"take ({s.max_request}{whose}); split the request"
+            )
     who = sorted({s.entity_id for s in report.statuses if s.exceeded})
     by = "" if who == [entity_id] else f"rejected by {', '.join(who)}; "
     return f"{by}retry after {report.retry_after_seconds:g} s"

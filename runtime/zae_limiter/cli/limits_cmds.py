@@ -23,8 +23,14 @@ from .options import confirm
 from .output import emit, note
 from .render import change_text, plan_lines
 
-FILE_OPTION = click.option("-f", "--file", "path", required=True, type=click.Path(dir_okay=False),
-                           help="The manifest (YAML).")
+FILE_OPTION = click.option(
+    "-f",
+    "--file",
+    "path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The manifest (YAML).",
+)
 QUIET_OPTION = click.option("-q", "--quiet", is_flag=True, help="Only the summary and warnings.")
 
 
@@ -37,15 +43,19 @@ def _load(settings: Settings, path: str) -> Manifest:
     manifest = load_file(path)
     if settings.namespace is not None and settings.namespace != manifest.namespace:
         raise ManifestError(
-            "namespace", f"the manifest is for namespace {manifest.namespace!r} but "
-                         f"-N/--namespace (or $ZAEL_NAMESPACE) says {settings.namespace!r}",
+            "namespace",
+            f"the manifest is for namespace {manifest.namespace!r} but "
+            f"-N/--namespace (or $ZAEL_NAMESPACE) says {settings.namespace!r}",
         )
     return manifest
 
 
 def _plan(settings: Settings, manifest: Manifest, *, full: bool = False) -> Plan:
-    return with_repo(settings, lambda repo: plan_manifest(repo, manifest, full=full),
-                     namespace=manifest.namespace)
+    return with_repo(
+        settings,
+        lambda repo: plan_manifest(repo, manifest, full=full),
+        namespace=manifest.namespace,
+    )
 
 
 def _now_ms() -> int:
@@ -65,13 +75,22 @@ def limits_validate(settings: Settings, path: str) -> None:
     """Parse and check a manifest offline (no table needed)."""
     manifest = _load(settings, path)
     levels = sum(len(spec.levels) for spec in manifest.entities.values())
-    data = {"valid": True, "namespace": manifest.namespace, "system": manifest.system is not None,
-            "resources": len(manifest.resources), "entities": len(manifest.entities),
-            "entity_levels": levels}
-    emit(settings, data, f"{path}: valid (namespace {manifest.namespace}: "
-                         f"{'system defaults, ' if manifest.system else ''}"
-                         f"{len(manifest.resources)} resource(s), {len(manifest.entities)} "
-                         f"entity(ies) with {levels} level(s))")
+    data = {
+        "valid": True,
+        "namespace": manifest.namespace,
+        "system": manifest.system is not None,
+        "resources": len(manifest.resources),
+        "entities": len(manifest.entities),
+        "entity_levels": levels,
+    }
+    emit(
+        settings,
+        data,
+        f"{path}: valid (namespace {manifest.namespace}: "
+        f"{'system defaults, ' if manifest.system else ''}"
+        f"{len(manifest.resources)} resource(s), {len(manifest.entities)} "
+        f"entity(ies) with {levels} level(s))",
+    )
 
 
 @limits.command("plan")
@@ -93,8 +112,11 @@ def limits_diff(ctx: click.Context, path: str, quiet: bool) -> None:
     """Report drift between the manifest and the table; exit 3 when there is any."""
     settings: Settings = ctx.obj
     plan = _plan(settings, _load(settings, path))
-    emit(settings, {**plan.as_dict(), "drift": plan.has_changes},
-         "\n".join(plan_lines(plan, drift=True, quiet=quiet, now_ms=_now_ms())))
+    emit(
+        settings,
+        {**plan.as_dict(), "drift": plan.has_changes},
+        "\n".join(plan_lines(plan, drift=True, quiet=quiet, now_ms=_now_ms())),
+    )
     _warn(plan)
     if plan.has_changes:
         ctx.exit(EXIT_DRIFT)
@@ -103,9 +125,12 @@ def limits_diff(ctx: click.Context, path: str, quiet: bool) -> None:
 @limits.command("apply")
 @FILE_OPTION
 @QUIET_OPTION
-@click.option("--full", is_flag=True,
-              help="Rewrite every declared level, changed or not (repair: live buckets are "
-                   "restamped; a level already holding the same values records no audit event).")
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Rewrite every declared level, changed or not (repair: live buckets are "
+    "restamped; a level already holding the same values records no audit event).",
+)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
 def limits_apply(settings: Settings, path: str, quiet: bool, full: bool, yes: bool) -> None:
@@ -124,20 +149,28 @@ def limits_apply(settings: Settings, path: str, quiet: bool, full: bool, yes: bo
             _warn(plan)
             if plan.has_changes:
                 confirm(yes, f"Apply these changes to namespace {manifest.namespace!r}?")
-            result = await apply_plan(repo, manifest, plan, principal=settings.principal,
-                                      on_progress=progress)
+            result = await apply_plan(
+                repo, manifest, plan, principal=settings.principal, on_progress=progress
+            )
             counts = result.as_dict()["counts"]
-            emit(settings, result.as_dict(),
-                 (f"resumed {len(result.resumed)} owed change(s); " if result.resumed else "")
-                 + f"applied: {counts['create']} created, {counts['update']} updated, "
-                   f"{counts['delete']} deleted; {result.unchanged} unchanged")
+            emit(
+                settings,
+                result.as_dict(),
+                (f"resumed {len(result.resumed)} owed change(s); " if result.resumed else "")
+                + f"applied: {counts['create']} created, {counts['update']} updated, "
+                f"{counts['delete']} deleted; {result.unchanged} unchanged",
+            )
 
     run(body())
 
 
 @limits.command("export")
-@click.option("--entities/--no-entities", default=True, show_default=True,
-              help="Include entities with limits of their own.")
+@click.option(
+    "--entities/--no-entities",
+    default=True,
+    show_default=True,
+    help="Include entities with limits of their own.",
+)
 @click.pass_obj
 def limits_export(settings: Settings, entities: bool) -> None:
     """Print the namespace's stored config as a manifest."""

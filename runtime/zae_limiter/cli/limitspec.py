@@ -22,16 +22,31 @@ from ..limits import MAX_PERIOD_SECONDS, Limit, ScheduleEntry
 
 UNIT_SECONDS: dict[str, int] = {"sec": 1, "min": 60, "hour": 3600, "day": 86400}
 _UNIT_ALIASES: dict[str, str] = {
-    "s": "sec", "sec": "sec", "secs": "sec", "second": "sec", "seconds": "sec",
-    "m": "min", "min": "min", "mins": "min", "minute": "min", "minutes": "min",
-    "h": "hour", "hr": "hour", "hour": "hour", "hours": "hour",
-    "d": "day", "day": "day", "days": "day",
+    "s": "sec",
+    "sec": "sec",
+    "secs": "sec",
+    "second": "sec",
+    "seconds": "sec",
+    "m": "min",
+    "min": "min",
+    "mins": "min",
+    "minute": "min",
+    "minutes": "min",
+    "h": "hour",
+    "hr": "hour",
+    "hour": "hour",
+    "hours": "hour",
+    "d": "day",
+    "day": "day",
+    "days": "day",
 }
 _DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 _NUMBER = r"\d[\d_]*"
-_RATE = re.compile(rf"^(?P<rate>{_NUMBER})(?:/(?P<n>{_NUMBER})?(?P<unit>[A-Za-z]+))?"
-                   rf"(?::(?P<burst>{_NUMBER}))?$")
+_RATE = re.compile(
+    rf"^(?P<rate>{_NUMBER})(?:/(?P<n>{_NUMBER})?(?P<unit>[A-Za-z]+))?"
+    rf"(?::(?P<burst>{_NUMBER}))?$"
+)
 #: A number that is not a whole amount (`-5`, `1.5`, `1e3`) where the rate should be.
 _LEADING_NUMBER = re.compile(r"^(?=[+-]?\.?\d)[+-]?\d*(?:\.\d*)?(?:[eE][+-]?\d+)?(?=$|[/:])")
 _QUOTA = re.compile(rf"^(?P<amount>{_NUMBER})@(?P<kind>cron|after)\((?P<arg>.*)\)$", re.S)
@@ -222,8 +237,9 @@ def _names(limits: dict[str, Limit]) -> str:
     return ", ".join(limits) if limits else "none"
 
 
-def parse_limits(specs: Sequence[str], soft: Sequence[str] = (), schedules: Sequence[str] = ()
-                 ) -> list[Limit]:
+def parse_limits(
+    specs: Sequence[str], soft: Sequence[str] = (), schedules: Sequence[str] = ()
+) -> list[Limit]:
     """Every `-l` value, then `--soft` and `--schedule`; names must be unique."""
     parsed = [parse_limit(spec) for spec in specs]
     names = [limit.name for limit in parsed]
@@ -291,8 +307,11 @@ def format_schedule(name: str, entry: ScheduleEntry) -> str:
     fields = []
     if entry.scale is not None:
         fields.append(f"scale={entry.scale:g}")
-    for key, value in (("capacity", entry.capacity), ("refill_amount", entry.refill_amount),
-                       ("refill_period", entry.refill_period_seconds)):
+    for key, value in (
+        ("capacity", entry.capacity),
+        ("refill_amount", entry.refill_amount),
+        ("refill_period", entry.refill_period_seconds),
+    ):
         if value is not None:
             fields.append(f"{key}={value}")
     return f"{name}@cron({_cron_arg(entry)}):{','.join(fields)}"

@@ -37,8 +37,9 @@ def _aggregator_running(state: engine.LocalState) -> bool:
     return _aggregator_process(state) is not None
 
 
-def _start_aggregator(table: str, status: engine.LocalStatus, *, restart: bool = False
-                      ) -> int | None:
+def _start_aggregator(
+    table: str, status: engine.LocalStatus, *, restart: bool = False
+) -> int | None:
     """Start the background aggregator unless one recorded here already runs (and is not
     stopping); its pid. `restart` stops the running one first (it resumes from the checkpoint).
     """
@@ -54,15 +55,20 @@ def _start_aggregator(table: str, status: engine.LocalStatus, *, restart: bool =
             return None
         stop_pid(running.pid, markers=(running.marker,))
     process = stream_runner.start_aggregator_process(
-        table=table, endpoint_url=status.endpoint_url,
+        table=table,
+        endpoint_url=status.endpoint_url,
         region=recorded.region or engine.LOCAL_REGION,
         log_path=status.state_dir / AGGREGATOR_LOG,
         status_path=status.state_dir / AGGREGATOR_STATUS,
         checkpoint_path=status.state_dir / AGGREGATOR_CHECKPOINT,
     )
-    engine.add_process(AGGREGATOR_ROLE, process.pid, process.marker,
-                       log=str(process.log_path) if process.log_path else None,
-                       state=status.state_dir)
+    engine.add_process(
+        AGGREGATOR_ROLE,
+        process.pid,
+        process.marker,
+        log=str(process.log_path) if process.log_path else None,
+        state=status.state_dir,
+    )
     return process.pid
 
 
@@ -89,22 +95,39 @@ def _aggregator_status(status: engine.LocalStatus) -> dict[str, Any] | None:
 @click.option("--port", type=int, default=engine.DEFAULT_PORT, show_default=True)
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Keep the data in PATH.")
 @click.option("--in-memory", is_flag=True, help="Keep the data in memory (the default).")
-@click.option("--aggregator/--no-aggregator", default=True, show_default=True,
-              help="Run the aggregator on the table's stream (usage snapshots).")
+@click.option(
+    "--aggregator/--no-aggregator",
+    default=True,
+    show_default=True,
+    help="Run the aggregator on the table's stream (usage snapshots).",
+)
 @click.option("--jar", type=click.Path(dir_okay=False), help="DynamoDBLocal.jar to use.")
-@click.option("--engine", "engine_name", type=click.Choice(list(engine.ENGINES)),
-              default="dynamodb-local", show_default=True,
-              help="moto needs no Java (request-shape tests only).")
+@click.option(
+    "--engine",
+    "engine_name",
+    type=click.Choice(list(engine.ENGINES)),
+    default="dynamodb-local",
+    show_default=True,
+    help="moto needs no Java (request-shape tests only).",
+)
 @click.pass_obj
-def local_up(settings: Settings, port: int, data_dir: str | None, in_memory: bool,
-             aggregator: bool, jar: str | None, engine_name: engine.EngineName) -> None:
+def local_up(
+    settings: Settings,
+    port: int,
+    data_dir: str | None,
+    in_memory: bool,
+    aggregator: bool,
+    jar: str | None,
+    engine_name: engine.EngineName,
+) -> None:
     """Start DynamoDB Local in the background, create the table, print the `export` lines.
     Idempotent."""
     if data_dir and in_memory:
         raise click.UsageError("give --data-dir PATH or --in-memory, not both")
     note(f"starting {engine_name} on 127.0.0.1:{port}...")
-    status = engine.up(port=port, engine=engine_name, data_dir=data_dir, jar=jar,
-                       table=settings.table)
+    status = engine.up(
+        port=port, engine=engine_name, data_dir=data_dir, jar=jar, table=settings.table
+    )
     table = status.table or settings.table or "zae-limiter"
     pid = _start_aggregator(table, status) if aggregator else None
     if pid:
@@ -112,14 +135,24 @@ def local_up(settings: Settings, port: int, data_dir: str | None, in_memory: boo
     elif aggregator:
         note("aggregator already running (`zae-limiter local restart` restarts it)")
     final = engine.status(state=status.state_dir)
-    data = {**_status_dict(final), "table": table, "created_table": status.created_table,
-            "env": engine.env_vars(state=status.state_dir)}
+    data = {
+        **_status_dict(final),
+        "table": table,
+        "created_table": status.created_table,
+        "env": engine.env_vars(state=status.state_dir),
+    }
     exports = engine.format_env(engine.env_vars(state=status.state_dir), "sh")
-    emit(settings, data, "\n".join([
-        *(f"# {line}" for line in final.lines()),
-        f"# table {table}: {'created' if status.created_table else 'already there'}",
-        exports,
-    ]))
+    emit(
+        settings,
+        data,
+        "\n".join(
+            [
+                *(f"# {line}" for line in final.lines()),
+                f"# table {table}: {'created' if status.created_table else 'already there'}",
+                exports,
+            ]
+        ),
+    )
 
 
 PORT_OPTION = click.option(
@@ -133,8 +166,11 @@ PORT_OPTION = click.option(
 def local_down(settings: Settings, port: int | None) -> None:
     """Stop what `local up` started (by recorded process ids only)."""
     stopped = engine.down(port=port)
-    emit(settings, {"stopped": [{"role": p.role, "pid": p.pid} for p in stopped]},
-         "\n".join(f"stopped {p.role} (pid {p.pid})" for p in stopped) or "nothing was running")
+    emit(
+        settings,
+        {"stopped": [{"role": p.role, "pid": p.pid} for p in stopped]},
+        "\n".join(f"stopped {p.role} (pid {p.pid})" for p in stopped) or "nothing was running",
+    )
 
 
 @local.command("restart")
@@ -147,8 +183,7 @@ def local_restart(settings: Settings) -> None:
         raise click.ClickException("no local engine is running; run `zae-limiter local up`")
     table = status.table or settings.table or "zae-limiter"
     pid = _start_aggregator(table, status, restart=True)
-    emit(settings, {"aggregator_pid": pid, "table": table},
-         f"aggregator restarted (pid {pid})")
+    emit(settings, {"aggregator_pid": pid, "table": table}, f"aggregator restarted (pid {pid})")
 
 
 @local.command("status")
@@ -175,8 +210,9 @@ def local_status(settings: Settings, port: int | None) -> None:
 
 
 @local.command("env")
-@click.option("--format", "fmt", type=click.Choice(list(engine.ENV_FORMATS)), default="sh",
-              show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(list(engine.ENV_FORMATS)), default="sh", show_default=True
+)
 @click.option("--port", type=int, help="The engine's port [default: the running one, or 8000].")
 @click.pass_obj
 def local_env(settings: Settings, fmt: engine.EnvFormat, port: int | None) -> None:

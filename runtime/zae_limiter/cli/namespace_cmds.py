@@ -35,10 +35,14 @@ def namespace() -> None:
 @click.pass_obj
 def namespace_register(settings: Settings, names: tuple[str, ...]) -> None:
     """Register namespaces (idempotent)."""
-    ids = _registry(settings,
-                    lambda repo: repo.register_namespaces(list(names), settings.principal))
-    emit(settings, {"namespaces": ids},
-         table([{"name": n, "id": i} for n, i in ids.items()], ["name", "id"]))
+    ids = _registry(
+        settings, lambda repo: repo.register_namespaces(list(names), settings.principal)
+    )
+    emit(
+        settings,
+        {"namespaces": ids},
+        table([{"name": n, "id": i} for n, i in ids.items()], ["name", "id"]),
+    )
 
 
 @namespace.command("list")
@@ -83,9 +87,11 @@ def namespace_delete(settings: Settings, name: str, yes: bool) -> None:
 
     info = _registry(settings, delete)
     ns_id = info["id"] if info else None
-    emit(settings, {"name": name, "id": ns_id, "status": "deleted"},
-         f"namespace {name} deleted (id {ns_id}; "
-         f"`zae-limiter namespace recover {ns_id}` undoes it)")
+    emit(
+        settings,
+        {"name": name, "id": ns_id, "status": "deleted"},
+        f"namespace {name} deleted (id {ns_id}; `zae-limiter namespace recover {ns_id}` undoes it)",
+    )
 
 
 @namespace.command("recover")
@@ -93,10 +99,14 @@ def namespace_delete(settings: Settings, name: str, yes: bool) -> None:
 @click.pass_obj
 def namespace_recover(settings: Settings, namespace_id: str) -> None:
     """Undo a soft delete."""
-    name = _registry(settings,
-                     lambda repo: repo.recover_namespace(namespace_id, settings.principal))
-    emit(settings, {"name": name, "id": namespace_id, "status": "active"},
-         f"namespace {name} recovered")
+    name = _registry(
+        settings, lambda repo: repo.recover_namespace(namespace_id, settings.principal)
+    )
+    emit(
+        settings,
+        {"name": name, "id": namespace_id, "status": "active"},
+        f"namespace {name} recovered",
+    )
 
 
 @namespace.command("purge")

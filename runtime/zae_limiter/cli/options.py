@@ -22,24 +22,43 @@ LIMIT_HELP = (
 
 def limit_options(func: F) -> F:
     """`-l/--limit`, `--limits-file`, `--soft`, `--schedule` (read with `limits_from`)."""
-    for decorator in reversed((
-        click.option("-l", "--limit", "limit_specs", multiple=True, metavar="SPEC",
-                     help=LIMIT_HELP),
-        click.option("--limits-file", type=click.Path(dir_okay=False), metavar="PATH",
-                     help="Read the limits from YAML in the manifest's `limits:` format."),
-        click.option("--soft", multiple=True, metavar="NAME",
-                     help="Mark a listed limit soft: debited, may go into debt, never rejects."),
-        click.option("--schedule", multiple=True, metavar="SPEC",
-                     help="A parameter window: 'NAME@cron(EXPR[, TZ]):scale=2' or "
-                          "'NAME@cron(...):capacity=200,refill_amount=200,refill_period=60' "
-                          "(repeatable; first match wins)."),
-    )):
+    for decorator in reversed(
+        (
+            click.option(
+                "-l", "--limit", "limit_specs", multiple=True, metavar="SPEC", help=LIMIT_HELP
+            ),
+            click.option(
+                "--limits-file",
+                type=click.Path(dir_okay=False),
+                metavar="PATH",
+                help="Read the limits from YAML in the manifest's `limits:` format.",
+            ),
+            click.option(
+                "--soft",
+                multiple=True,
+                metavar="NAME",
+                help="Mark a listed limit soft: debited, may go into debt, never rejects.",
+            ),
+            click.option(
+                "--schedule",
+                multiple=True,
+                metavar="SPEC",
+                help="A parameter window: 'NAME@cron(EXPR[, TZ]):scale=2' or "
+                "'NAME@cron(...):capacity=200,refill_amount=200,refill_period=60' "
+                "(repeatable; first match wins).",
+            ),
+        )
+    ):
         func = decorator(func)
     return func
 
 
-def limits_from(limit_specs: tuple[str, ...], limits_file: str | None, soft: tuple[str, ...],
-                schedule: tuple[str, ...]) -> list[Limit]:
+def limits_from(
+    limit_specs: tuple[str, ...],
+    limits_file: str | None,
+    soft: tuple[str, ...],
+    schedule: tuple[str, ...],
+) -> list[Limit]:
     """The level's limits from the command line, or a usage error saying what is wrong."""
     from ..manifest import ManifestError, load_file_limits
 
@@ -62,8 +81,9 @@ def resource_option(
 ) -> Callable[[F], F]:
     if default is None:  # no default at all: a required option must then be given
         return click.option("-r", "--resource", required=required, help=help_text)
-    return click.option("-r", "--resource", required=required, help=help_text, default=default,
-                        show_default=True)
+    return click.option(
+        "-r", "--resource", required=required, help=help_text, default=default, show_default=True
+    )
 
 
 def yes_option(func: F) -> F:

@@ -43,18 +43,26 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
-          headers: Sequence[str] | None = None) -> str:
+def table(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], headers: Sequence[str] | None = None
+) -> str:
     """Columns aligned on the widest cell; numbers right-aligned."""
     titles = list(headers or [c.upper().replace("_", " ") for c in columns])
     cells = [[cell(row.get(c)) for c in columns] for row in rows]
     widths = [max([len(t)] + [len(r[i]) for r in cells]) for i, t in enumerate(titles)]
-    numeric = [all(isinstance(row.get(c), int | float) and not isinstance(row.get(c), bool)
-                   for row in rows) and bool(rows) for c in columns]
+    numeric = [
+        all(
+            isinstance(row.get(c), int | float) and not isinstance(row.get(c), bool) for row in rows
+        )
+        and bool(rows)
+        for c in columns
+    ]
 
     def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(w) if num else v.ljust(w)
-                 for v, w, num in zip(values, widths, numeric, strict=True)]
+        parts = [
+            v.rjust(w) if num else v.ljust(w)
+            for v, w, num in zip(values, widths, numeric, strict=True)
+        ]
         return "  ".join(parts).rstrip()
 
     return "\n".join([line(titles), *(line(r) for r in cells)])

@@ -14,21 +14,28 @@ from .output import table
 
 
 def limit_dict(limit: Limit) -> dict[str, Any]:
-    return {"name": limit.name, "kind": limit.kind, "spec": limitspec.format_limit(limit),
-            **limit.to_dict()}
+    return {
+        "name": limit.name,
+        "kind": limit.kind,
+        "spec": limitspec.format_limit(limit),
+        **limit.to_dict(),
+    }
 
 
 def limits_table(limits: Sequence[Limit]) -> str:
     if not limits:
         return "(no limits at this level)"
-    rows = [{
-        "name": lim.name,
-        "limit": limitspec.format_limit(lim),
-        "kind": lim.kind,
-        "capacity": lim.capacity,
-        "soft": lim.soft,
-        "schedule": [limitspec.format_schedule(lim.name, e) for e in lim.schedule],
-    } for lim in limits]
+    rows = [
+        {
+            "name": lim.name,
+            "limit": limitspec.format_limit(lim),
+            "kind": lim.kind,
+            "capacity": lim.capacity,
+            "soft": lim.soft,
+            "schedule": [limitspec.format_schedule(lim.name, e) for e in lim.schedule],
+        }
+        for lim in limits
+    ]
     return table(rows, ["name", "limit", "kind", "capacity", "soft", "schedule"])
 
 
@@ -61,22 +68,31 @@ def audit_change(event: AuditEvent) -> str:
         return f"{amounts or 'nothing'} on {details.get('shards', 0)} shard(s)"
     if "limits" in details:
         limits = details["limits"]
-        return "limits removed" if limits is None else "limits: " + (
-            ", ".join(lim.get("name", "?") for lim in limits) or "none")
+        return (
+            "limits removed"
+            if limits is None
+            else "limits: " + (", ".join(lim.get("name", "?") for lim in limits) or "none")
+        )
     return ""
 
 
 def entity_dict(entity: Entity) -> dict[str, Any]:
-    return {"id": entity.id, "name": entity.name, "parent_id": entity.parent_id,
-            "cascade": entity.cascade, "metadata": dict(entity.metadata),
-            "created_at": entity.created_at}
+    return {
+        "id": entity.id,
+        "name": entity.name,
+        "parent_id": entity.parent_id,
+        "cascade": entity.cascade,
+        "metadata": dict(entity.metadata),
+        "created_at": entity.created_at,
+    }
 
 
 def entities_table(entities: Sequence[Entity]) -> str:
     if not entities:
         return "(none)"
-    return table([entity_dict(e) for e in entities], ["id", "name", "parent_id", "cascade",
-                                                      "created_at"])
+    return table(
+        [entity_dict(e) for e in entities], ["id", "name", "parent_id", "cascade", "created_at"]
+    )
 
 
 # --- manifest plans -------------------------------------------------------------------------------
@@ -90,8 +106,11 @@ def _parts(state: Level | SystemLevel) -> dict[str, str]:
     if isinstance(state, SystemLevel):
         mode = state.on_unavailable.value if state.on_unavailable else "inherit"
         return {"limits": _limits_text(state.limits), "on_unavailable": mode}
-    return {"limits": _limits_text(state.limits), "disabled": disabled_text(state.disabled),
-            "cascade": flag_text(state.cascade)}
+    return {
+        "limits": _limits_text(state.limits),
+        "disabled": disabled_text(state.disabled),
+        "cascade": flag_text(state.cascade),
+    }
 
 
 def _describe(state: Level | SystemLevel) -> str:
@@ -122,28 +141,38 @@ def change_text(change: Change) -> str:
     return f"{head}: " + ("; ".join(diffs) if diffs else "rewrite (unchanged)")
 
 
-def plan_lines(plan: Plan, *, drift: bool = False, quiet: bool = False,
-               now_ms: int = 0) -> list[str]:
+def plan_lines(
+    plan: Plan, *, drift: bool = False, quiet: bool = False, now_ms: int = 0
+) -> list[str]:
     """What `limits plan` (or, worded as drift, `limits diff`) prints on stdout."""
     lines: list[str] = []
     if plan.base.lock_owner and plan.base.lock_until_ms > now_ms:
-        lines.append(f"! an apply is running on this namespace now ({len(plan.owed)} change(s) "
-                     "still to write); re-plan once it has finished")
+        lines.append(
+            f"! an apply is running on this namespace now ({len(plan.owed)} change(s) "
+            "still to write); re-plan once it has finished"
+        )
     elif plan.owed:
-        lines.append(f"! {len(plan.owed)} change(s) owed by an interrupted apply (apply finishes "
-                     "them first):")
+        lines.append(
+            f"! {len(plan.owed)} change(s) owed by an interrupted apply (apply finishes "
+            "them first):"
+        )
     if not quiet:
         lines += [f"  {change_text(c)}" for c in plan.owed]
         lines += [change_text(c) for c in plan.changes]
     counts = plan.counts()
     if drift:
-        summary = (f"drift: {len(plan.changes)} difference(s) between the manifest and the table "
-                   f"({counts['create']} missing, {counts['update']} different, "
-                   f"{counts['delete']} no longer declared); {plan.unchanged} in sync"
-                   if plan.changes else f"no drift: {plan.unchanged} declared item(s) in sync")
+        summary = (
+            f"drift: {len(plan.changes)} difference(s) between the manifest and the table "
+            f"({counts['create']} missing, {counts['update']} different, "
+            f"{counts['delete']} no longer declared); {plan.unchanged} in sync"
+            if plan.changes
+            else f"no drift: {plan.unchanged} declared item(s) in sync"
+        )
     elif plan.changes:
-        summary = (f"plan: {counts['create']} to create, {counts['update']} to update, "
-                   f"{counts['delete']} to delete; {plan.unchanged} unchanged")
+        summary = (
+            f"plan: {counts['create']} to create, {counts['update']} to update, "
+            f"{counts['delete']} to delete; {plan.unchanged} unchanged"
+        )
     else:
         summary = f"no changes: {plan.unchanged} unchanged"
     lines.append(summary)

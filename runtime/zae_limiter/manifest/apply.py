@@ -160,20 +160,40 @@ async def _apply_level(
         await _set_cascade(repo, target.kind, entity, resource, after.cascade, principal)
 
 
-async def _set_disabled(repo: Repository, kind: str, entity: str, resource: str,
-                        value: bool | str | None, principal: str | None) -> None:
+async def _set_disabled(
+    repo: Repository,
+    kind: str,
+    entity: str,
+    resource: str,
+    value: bool | str | None,
+    principal: str | None,
+) -> None:
     if kind == RESOURCE:
-        methods = {True: repo.disable_resource, False: repo.enable_resource,
-                   "bypass": repo.bypass_resource, None: repo.clear_resource_disabled}
+        methods = {
+            True: repo.disable_resource,
+            False: repo.enable_resource,
+            "bypass": repo.bypass_resource,
+            None: repo.clear_resource_disabled,
+        }
         await methods[value](resource, principal)
     else:
-        entity_methods = {True: repo.disable_entity, False: repo.enable_entity,
-                          "bypass": repo.bypass_entity, None: repo.clear_entity_disabled}
+        entity_methods = {
+            True: repo.disable_entity,
+            False: repo.enable_entity,
+            "bypass": repo.bypass_entity,
+            None: repo.clear_entity_disabled,
+        }
         await entity_methods[value](entity, resource, principal)
 
 
-async def _set_cascade(repo: Repository, kind: str, entity: str, resource: str,
-                       value: bool | None, principal: str | None) -> None:
+async def _set_cascade(
+    repo: Repository,
+    kind: str,
+    entity: str,
+    resource: str,
+    value: bool | None,
+    principal: str | None,
+) -> None:
     if kind == RESOURCE:
         if value is None:
             await repo.clear_resource_cascade(resource, principal)
@@ -223,8 +243,14 @@ async def apply_change(
 
 
 async def _run(
-    repo: Repository, base: Ownership, changes: tuple[Change, ...], *, during: Ownership,
-    after: Ownership, rewrite: Callable[[Change], bool], principal: str | None,
+    repo: Repository,
+    base: Ownership,
+    changes: tuple[Change, ...],
+    *,
+    during: Ownership,
+    after: Ownership,
+    rewrite: Callable[[Change], bool],
+    principal: str | None,
     on_progress: Progress | None,
 ) -> None:
     owner = ulid(repo._clock())
@@ -247,7 +273,11 @@ async def _run(
 
 
 async def apply_plan(
-    repo: Repository, manifest: Manifest, plan: Plan, *, principal: str | None = None,
+    repo: Repository,
+    manifest: Manifest,
+    plan: Plan,
+    *,
+    principal: str | None = None,
     on_progress: Progress | None = None,
 ) -> ApplyResult:
     """Apply `plan` (made by `plan_manifest` for `manifest`). Owed work is finished first, then
@@ -265,14 +295,29 @@ async def apply_plan(
     resumed: tuple[Change, ...] = ()
     if plan.owed:
         resumed = plan.owed
-        await _run(repo, plan.base, plan.owed, during=plan.base, after=plan.base,
-                   rewrite=lambda _: True, principal=principal, on_progress=on_progress)
+        await _run(
+            repo,
+            plan.base,
+            plan.owed,
+            during=plan.base,
+            after=plan.base,
+            rewrite=lambda _: True,
+            principal=principal,
+            on_progress=on_progress,
+        )
         plan = await plan_manifest(repo, manifest, full=plan.full)
         await check_gates(repo, plan.changes)
     if plan.changes or plan.base.rev is None or plan.owned != _managed_only(plan.base):
-        await _run(repo, plan.base, plan.changes, during=plan.base.union(plan.owned),
-                   after=plan.owned, rewrite=lambda c: plan.full and c.action == "update",
-                   principal=principal, on_progress=on_progress)
+        await _run(
+            repo,
+            plan.base,
+            plan.changes,
+            during=plan.base.union(plan.owned),
+            after=plan.owned,
+            rewrite=lambda c: plan.full and c.action == "update",
+            principal=principal,
+            on_progress=on_progress,
+        )
     return ApplyResult(plan.changes, resumed, plan.unchanged, plan.warnings)
 
 
@@ -281,7 +326,11 @@ def _managed_only(owned: Ownership) -> Ownership:
 
 
 async def apply_manifest(
-    repo: Repository, manifest: Manifest, *, full: bool = False, principal: str | None = None,
+    repo: Repository,
+    manifest: Manifest,
+    *,
+    full: bool = False,
+    principal: str | None = None,
     on_progress: Progress | None = None,
 ) -> ApplyResult:
     """Plan and apply in one call (what `limits apply -y` does)."""

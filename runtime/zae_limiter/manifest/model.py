@@ -128,8 +128,11 @@ class Manifest:
 
     def child_parents(self) -> dict[str, str]:
         """{entity: parent} for every entity the manifest gives a parent."""
-        return {e: spec.parent for e, spec in self.entities.items()
-                if spec.manages_parent and spec.parent is not None}
+        return {
+            e: spec.parent
+            for e, spec in self.entities.items()
+            if spec.manages_parent and spec.parent is not None
+        }
 
 
 # --- addressing levels -------------------------------------------------------------------------

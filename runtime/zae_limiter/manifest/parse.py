@@ -28,11 +28,26 @@ LEVEL_KEYS = ("limits", "cascade", "disabled")
 SYSTEM_KEYS = ("limits", "on_unavailable")
 ENTITY_KEYS = ("parent", "resources")
 SHARD_COUNTS = (1, 2, 4, 8, 16, 32)
-LIMIT_KEYS = ("capacity", "refill_amount", "refill_period", "refill_period_seconds",
-              "reset_schedule", "reset_after_seconds", "schedule", "soft")
+LIMIT_KEYS = (
+    "capacity",
+    "refill_amount",
+    "refill_period",
+    "refill_period_seconds",
+    "reset_schedule",
+    "reset_after_seconds",
+    "schedule",
+    "soft",
+)
 RESET_KEYS = ("cron", "tz")
-SCHEDULE_KEYS = ("cron", "tz", "scale", "capacity", "refill_amount", "refill_period",
-                 "refill_period_seconds")
+SCHEDULE_KEYS = (
+    "cron",
+    "tz",
+    "scale",
+    "capacity",
+    "refill_amount",
+    "refill_period",
+    "refill_period_seconds",
+)
 
 
 class _Loader(yaml.SafeLoader):
@@ -141,9 +156,12 @@ def load_file_limits(path: str | Path) -> tuple[Limit, ...]:
         document = load_yaml(file.read_text(), str(file))
     except OSError as exc:
         raise ManifestError("", f"cannot read {file}: {exc.strerror or exc}") from None
-    if (isinstance(document, dict) and list(document) == ["limits"]
-            and isinstance(document["limits"], dict)
-            and all(isinstance(v, dict) for v in document["limits"].values())):
+    if (
+        isinstance(document, dict)
+        and list(document) == ["limits"]
+        and isinstance(document["limits"], dict)
+        and all(isinstance(v, dict) for v in document["limits"].values())
+    ):
         return parse_limits(document["limits"], "limits")
     return parse_limits(document, str(file.name))
 
@@ -189,8 +207,14 @@ def _mapping(value: Any, path: str, allowed: tuple[str, ...] | None = None) -> d
 def _kind(value: Any) -> str:
     if value is None:
         return "nothing (null)"
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }.get(type(value), type(value).__name__)
 
 
 def _integer(value: Any, path: str) -> int:
@@ -227,7 +251,7 @@ def _checked(path: str, check: Callable[[], Any]) -> Any:
 def _edge(raw: Any, path: str, keys: tuple[str, ...]) -> dict[str, Any]:
     entry = _mapping(raw, path, keys)
     if "cron" not in entry:
-        raise ManifestError(path, "needs a cron expression (cron: \"0 0 * * 1\")")
+        raise ManifestError(path, 'needs a cron expression (cron: "0 0 * * 1")')
     out: dict[str, Any] = {"cron": _string(entry["cron"], _join(path, "cron"))}
     if "tz" in entry:
         out["tz"] = _string(entry["tz"], _join(path, "tz"))
@@ -247,8 +271,9 @@ def _edge(raw: Any, path: str, keys: tuple[str, ...]) -> dict[str, Any]:
 
 def _edges(raw: Any, path: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
     if not isinstance(raw, list) or not raw:
-        raise ManifestError(path, f"must be a non-empty list of {{cron, tz}} entries, "
-                                  f"not {_kind(raw)}")
+        raise ManifestError(
+            path, f"must be a non-empty list of {{cron, tz}} entries, not {_kind(raw)}"
+        )
     return [_edge(entry, f"{path}[{i}]", keys) for i, entry in enumerate(raw)]
 
 
@@ -267,13 +292,15 @@ def parse_limit(name: Any, raw: Any, path: str) -> Limit:
     if "soft" in fields:
         data["soft"] = _boolean(fields["soft"], _join(path, "soft"))
     if "reset_schedule" in fields:
-        data["reset_schedule"] = _edges(fields["reset_schedule"], _join(path, "reset_schedule"),
-                                        RESET_KEYS)
+        data["reset_schedule"] = _edges(
+            fields["reset_schedule"], _join(path, "reset_schedule"), RESET_KEYS
+        )
     if "schedule" in fields:
         data["schedule"] = _edges(fields["schedule"], _join(path, "schedule"), SCHEDULE_KEYS)
     if "reset_schedule" in data and "reset_after_seconds" in data:
-        raise ManifestError(path, "a quota resets on reset_schedule or after reset_after_seconds, "
-                                  "not both")
+        raise ManifestError(
+            path, "a quota resets on reset_schedule or after reset_after_seconds, not both"
+        )
     period = "refill_period" if "refill_period" in data else "refill_period_seconds"
     if period in data and ("reset_schedule" in data or "reset_after_seconds" in data):
         raise ManifestError(f"{path}.{period}", "a quota never drips: leave the refill period out")
@@ -325,8 +352,9 @@ def _system(raw: Any) -> SystemLevel:
     fields = _mapping(raw, "system")
     for key in fields:
         if key in ("cascade", "disabled"):
-            raise ManifestError(f"system.{key}", f"{key} is set per resource or entity, "
-                                                 "never at system level")
+            raise ManifestError(
+                f"system.{key}", f"{key} is set per resource or entity, never at system level"
+            )
     _mapping(fields, "system", SYSTEM_KEYS)
     if "limits" not in fields:
         raise ManifestError("system", "needs limits (on_unavailable is stored with them)")
@@ -427,9 +455,13 @@ def parse(document: Any) -> Manifest:
     problems = _Problems()
     for key in top:
         if key not in TOP_LEVEL and not key.startswith("x-"):
-            problems.errors.append(ManifestError(
-                key, f"unknown top-level key; expected {', '.join(TOP_LEVEL)} "
-                     "(or an x-... key for anchors)"))
+            problems.errors.append(
+                ManifestError(
+                    key,
+                    f"unknown top-level key; expected {', '.join(TOP_LEVEL)} "
+                    "(or an x-... key for anchors)",
+                )
+            )
     if "namespace" not in top:
         problems.errors.append(ManifestError("namespace", "is required (e.g. namespace: default)"))
     namespace = problems.check(lambda: _namespace(top["namespace"])) if "namespace" in top else ""

@@ -105,7 +105,7 @@ class Ownership:
     @property
     def owed(self) -> tuple[Change, ...]:
         """Changes an interrupted apply started and did not confirm."""
-        return self.pending[self.done:]
+        return self.pending[self.done :]
 
     def union(self, other: Ownership) -> Ownership:
         return Ownership(
@@ -208,18 +208,31 @@ def check_parents(manifest: Manifest, stored: Stored) -> None:
     for entity_id, parent in manifest.child_parents().items():
         path = f"entities.{entity_id}.parent"
         if parent not in manifest.entities and not stored.entity(parent).exists:
-            raise ManifestError(path, f"the parent {parent!r} does not exist; declare it under "
-                                      "entities or create it first", parent)
+            raise ManifestError(
+                path,
+                f"the parent {parent!r} does not exist; declare it under "
+                "entities or create it first",
+                parent,
+            )
         grand = managed[parent] if parent in managed else stored.entity(parent).parent
         if grand is not None:
-            raise ManifestError(path, f"{parent!r} has a parent itself ({grand!r}); only two "
-                                      "levels (user and organisation) are allowed", parent)
+            raise ManifestError(
+                path,
+                f"{parent!r} has a parent itself ({grand!r}); only two "
+                "levels (user and organisation) are allowed",
+                parent,
+            )
         kids = {c for c, p in managed.items() if p == entity_id}
-        kids |= {c for c in stored.children.get(entity_id, ()) if managed.get(c, entity_id)
-                 == entity_id}
+        kids |= {
+            c for c in stored.children.get(entity_id, ()) if managed.get(c, entity_id) == entity_id
+        }
         if kids:
-            raise ManifestError(path, f"{entity_id!r} has children ({', '.join(sorted(kids))}), "
-                                      "so it cannot be given a parent", parent)
+            raise ManifestError(
+                path,
+                f"{entity_id!r} has children ({', '.join(sorted(kids))}), "
+                "so it cannot be given a parent",
+                parent,
+            )
 
 
 # --- planning ------------------------------------------------------------------------------------
@@ -260,16 +273,24 @@ def make_plan(
     elif owned_before.system and not stored.system.empty:
         levels.append(Change("delete", Target(SYSTEM), stored.system, SystemLevel()))
     for resource, level in manifest.resources.items():
-        add(_compare(Target(RESOURCE, resource=resource),
-                     stored.resources.get(resource, Level()), level, full), levels)
+        add(
+            _compare(
+                Target(RESOURCE, resource=resource),
+                stored.resources.get(resource, Level()),
+                level,
+                full,
+            ),
+            levels,
+        )
     for resource in sorted(owned_before.resources - set(manifest.resources)):
         before = stored.resources.get(resource, Level())
         if not before.empty:
             levels.append(Change("delete", Target(RESOURCE, resource=resource), before, Level()))
 
     # entity records and parent links
-    for entity_id, spec in sorted(manifest.entities.items(), key=lambda kv: kv[1].manages_parent
-                                  and kv[1].parent is not None):
+    for entity_id, spec in sorted(
+        manifest.entities.items(), key=lambda kv: kv[1].manages_parent and kv[1].parent is not None
+    ):
         state = stored.entity(entity_id)
         wanted = spec.parent if spec.manages_parent else None
         if not state.exists:
@@ -279,8 +300,15 @@ def make_plan(
             if state.parent == wanted:
                 add(None, moves)
             else:
-                add(Change("update" if wanted else "delete", Target(PARENT, entity_id),
-                           state.parent, wanted), moves if wanted else clears)
+                add(
+                    Change(
+                        "update" if wanted else "delete",
+                        Target(PARENT, entity_id),
+                        state.parent,
+                        wanted,
+                    ),
+                    moves if wanted else clears,
+                )
     for entity_id in sorted(owned_before.parents):
         declared = manifest.entities.get(entity_id)
         state = stored.entity(entity_id)
@@ -294,8 +322,15 @@ def make_plan(
     for entity_id, spec in manifest.entities.items():
         for resource, level in spec.levels.items():
             wanted_levels.add((entity_id, resource))
-            add(_compare(Target(ENTITY, entity_id, resource), stored.level(entity_id, resource),
-                         level, full), levels)
+            add(
+                _compare(
+                    Target(ENTITY, entity_id, resource),
+                    stored.level(entity_id, resource),
+                    level,
+                    full,
+                ),
+                levels,
+            )
     for entity_id, resource in sorted(owned_before.entity_levels - wanted_levels):
         before = stored.level(entity_id, resource)
         if not before.empty:
@@ -345,10 +380,13 @@ def warnings(manifest: Manifest, stored: Stored) -> list[str]:
             continue
         declared = any(
             spec.levels.get(where, Level()).limits is not None
-            for spec in manifest.entities.values() for where in (resource, DEFAULT_RESOURCE)
+            for spec in manifest.entities.values()
+            for where in (resource, DEFAULT_RESOURCE)
         )
-        if not declared and not stored.custom_limits.get(resource) and not stored.custom_limits.get(
-            DEFAULT_RESOURCE
+        if (
+            not declared
+            and not stored.custom_limits.get(resource)
+            and not stored.custom_limits.get(DEFAULT_RESOURCE)
         ):
             out.append(
                 f"resource {resource}: cascade is on but no entity has limits of its own for it; "
@@ -370,7 +408,8 @@ def warnings(manifest: Manifest, stored: Stored) -> list[str]:
             soft = [lim.name for lim in level.limits or () if lim.soft]
             cascades = (
                 any(_cascading(manifest, stored, r) for r in manifest.resources)
-                if resource == DEFAULT_RESOURCE else _cascading(manifest, stored, resource)
+                if resource == DEFAULT_RESOURCE
+                else _cascading(manifest, stored, resource)
             )
             if soft and cascades:
                 out.append(

@@ -47,7 +47,8 @@ async def gather_limited(reads: Iterable[Awaitable[T]]) -> list[T]:
 
 async def resource_level(repo: Repository, resource: str) -> Level:
     limits, disabled, cascade = await asyncio.gather(
-        repo.get_resource_defaults(resource), repo.get_resource_disabled(resource),
+        repo.get_resource_defaults(resource),
+        repo.get_resource_disabled(resource),
         repo.get_resource_cascade(resource),
     )
     return Level(tuple(limits) or None, disabled, cascade)
@@ -55,7 +56,8 @@ async def resource_level(repo: Repository, resource: str) -> Level:
 
 async def entity_level(repo: Repository, entity_id: str, resource: str) -> Level:
     limits, disabled, cascade = await asyncio.gather(
-        repo.get_limits(entity_id, resource), repo.get_entity_disabled(entity_id, resource),
+        repo.get_limits(entity_id, resource),
+        repo.get_entity_disabled(entity_id, resource),
         repo.get_entity_cascade(entity_id, resource),
     )
     return Level(tuple(limits) or None, disabled, cascade)
@@ -88,21 +90,26 @@ async def _shard_count(repo: Repository, entity_id: str, resource: str) -> int:
 async def read_stored(repo: Repository, manifest: Manifest, owned: Ownership) -> Stored:
     """Everything a plan compares: declared and previously managed levels, entities, parents."""
     resources = set(manifest.resources) | set(owned.resources)
-    resources |= {r for spec in manifest.entities.values() for r in spec.levels
-                  if r != DEFAULT_RESOURCE}
+    resources |= {
+        r for spec in manifest.entities.values() for r in spec.levels if r != DEFAULT_RESOURCE
+    }
     levels = {(e, r) for e, spec in manifest.entities.items() for r in spec.levels}
     levels |= set(owned.entity_levels)
     entities = set(manifest.entities) | set(manifest.child_parents().values()) | set(owned.parents)
     with_children = set(manifest.child_parents()) | {
-        e for e, spec in manifest.entities.items()
+        e
+        for e, spec in manifest.entities.items()
         if any(lim.soft for level in spec.levels.values() for lim in level.limits or ())
     }
     cascading = {r for r, level in manifest.resources.items() if level.cascade is True}
     if cascading:
         cascading.add(DEFAULT_RESOURCE)
     resource_list, level_list = sorted(resources), sorted(levels)
-    entity_list, children_list, custom_list = sorted(entities), sorted(with_children), sorted(
-        cascading)
+    entity_list, children_list, custom_list = (
+        sorted(entities),
+        sorted(with_children),
+        sorted(cascading),
+    )
     reads: list[Awaitable[Any]] = [system_level(repo)]
     reads += [resource_level(repo, r) for r in resource_list]
     reads += [entity_level(repo, e, r) for e, r in level_list]
@@ -126,12 +133,15 @@ async def read_stored(repo: Repository, manifest: Manifest, owned: Ownership) ->
 
 
 def _managed_json(owned: Ownership) -> str:
-    return json.dumps({
-        "system": owned.system,
-        "resources": sorted(owned.resources),
-        "entity_levels": sorted([e, r] for e, r in owned.entity_levels),
-        "parents": sorted(owned.parents),
-    }, sort_keys=True)
+    return json.dumps(
+        {
+            "system": owned.system,
+            "resources": sorted(owned.resources),
+            "entity_levels": sorted([e, r] for e, r in owned.entity_levels),
+            "parents": sorted(owned.parents),
+        },
+        sort_keys=True,
+    )
 
 
 async def read_ownership(repo: Repository) -> Ownership:
@@ -155,16 +165,25 @@ async def read_ownership(repo: Repository) -> Ownership:
 
 
 async def lock(
-    repo: Repository, base: Ownership, *, owner: str, managed: Ownership,
-    pending: tuple[Change, ...], now_ms: int,
+    repo: Repository,
+    base: Ownership,
+    *,
+    owner: str,
+    managed: Ownership,
+    pending: tuple[Change, ...],
+    now_ms: int,
 ) -> None:
     """Take the record for one apply: only if nobody changed it since `base` was read."""
     key = keys.manifest_state(repo.namespace_id)
     values: dict[str, Any] = {
         ":managed": _managed_json(managed),
         ":pending": json.dumps([c.as_dict(with_before=False) for c in pending]),
-        ":zero": 0, ":owner": owner, ":until": now_ms + LOCK_MS, ":one": 1,
-        ":ns": repo.namespace_id, ":g4": f"{key['PK']}#{key['SK']}",
+        ":zero": 0,
+        ":owner": owner,
+        ":until": now_ms + LOCK_MS,
+        ":one": 1,
+        ":ns": repo.namespace_id,
+        ":g4": f"{key['PK']}#{key['SK']}",
     }
     if base.rev is None:
         condition = "attribute_not_exists(PK)"
@@ -176,7 +195,9 @@ async def lock(
             key,
             "SET managed = :managed, pending = :pending, done = :zero, lock_owner = :owner, "
             "lock_until = :until, GSI4PK = :ns, GSI4SK = :g4 ADD rev :one",
-            condition=condition, values=values, return_new=False,
+            condition=condition,
+            values=values,
+            return_new=False,
         )
     except ConditionFailed:
         raise ConcurrentApplyError(
@@ -186,12 +207,14 @@ async def lock(
         ) from None
 
 
-async def progress(repo: Repository, *, owner: str, done: int, now_ms: int,
-                   release: bool = False) -> None:
+async def progress(
+    repo: Repository, *, owner: str, done: int, now_ms: int, release: bool = False
+) -> None:
     """Record that the first `done` owed changes are complete, and extend (or release) the lock."""
     try:
         await repo._store.update(
-            keys.manifest_state(repo.namespace_id), "SET done = :done, lock_until = :until",
+            keys.manifest_state(repo.namespace_id),
+            "SET done = :done, lock_until = :until",
             condition="lock_owner = :owner",
             values={":done": done, ":until": 0 if release else now_ms + LOCK_MS, ":owner": owner},
             return_new=False,

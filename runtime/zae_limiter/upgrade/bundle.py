@@ -94,8 +94,10 @@ def _check_entry_point(package: Traversable) -> None:
         elif isinstance(node, ast.ImportFrom | ast.Import):
             names.update((alias.asname or alias.name) for alias in node.names)
     if ENTRY_FUNCTION not in names:
-        raise UpgradeError(f"{where} defines no `{ENTRY_FUNCTION}`: it is not the aggregator's "
-                           "Lambda entry point; reinstall zae-limiter")
+        raise UpgradeError(
+            f"{where} defines no `{ENTRY_FUNCTION}`: it is not the aggregator's "
+            "Lambda entry point; reinstall zae-limiter"
+        )
 
 
 def build_aggregator_bundle(package: Traversable | None = None) -> AggregatorBundle:

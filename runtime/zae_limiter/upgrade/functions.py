@@ -24,8 +24,9 @@ def _client_config() -> Any:
     from aiobotocore.config import AioConfig
 
     # UpdateFunctionCode with the same bytes twice is harmless, so SDK retries are safe here.
-    return AioConfig(retries={"mode": "standard", "total_max_attempts": 3},
-                     connect_timeout=5, read_timeout=120)
+    return AioConfig(
+        retries={"mode": "standard", "total_max_attempts": 3}, connect_timeout=5, read_timeout=120
+    )
 
 
 class FunctionCode:
@@ -55,13 +56,21 @@ class FunctionCode:
             yield cls(client, poll_interval=poll_interval, max_polls=max_polls)
 
     async def configuration(self, function: str) -> dict[str, Any]:
-        return await self._call("GetFunctionConfiguration", function,
-                                self._client.get_function_configuration(FunctionName=function))
+        return await self._call(
+            "GetFunctionConfiguration",
+            function,
+            self._client.get_function_configuration(FunctionName=function),
+        )
 
     async def replace_code(self, function: str, zip_bytes: bytes) -> dict[str, Any]:
         """UpdateFunctionCode ($LATEST, which the stream's event source mapping invokes)."""
-        return await self._call("UpdateFunctionCode", function, self._client.update_function_code(
-            FunctionName=function, ZipFile=zip_bytes, Publish=False))
+        return await self._call(
+            "UpdateFunctionCode",
+            function,
+            self._client.update_function_code(
+                FunctionName=function, ZipFile=zip_bytes, Publish=False
+            ),
+        )
 
     async def wait_until_ready(self, function: str, *, after_update: bool) -> dict[str, Any]:
         """Poll until no update is in progress (and, after an update, it succeeded and the

@@ -69,8 +69,9 @@ class Migration:
 
     def __post_init__(self) -> None:
         if versioning.parse(self.to_version) <= versioning.parse(self.from_version):
-            raise ValueError(f"migration {self.id}: {self.to_version} is not after "
-                             f"{self.from_version}")
+            raise ValueError(
+                f"migration {self.id}: {self.to_version} is not after {self.from_version}"
+            )
         names = [step.name for step in self.steps]
         if not names or len(set(names)) != len(names):
             raise ValueError(f"migration {self.id}: give at least one step, each named once")
@@ -90,8 +91,10 @@ class MigrationRegistry:
     def register(self, migration: Migration) -> Migration:
         """Append `migration`; migrations must be registered in schema order, not overlapping."""
         if versioning.parse(migration.to_version) > versioning.parse(self.schema_version):
-            raise ValueError(f"migration {migration.id} leads to {migration.to_version}, past "
-                             f"this registry's schema {self.schema_version}")
+            raise ValueError(
+                f"migration {migration.id} leads to {migration.to_version}, past "
+                f"this registry's schema {self.schema_version}"
+            )
         if self._migrations and versioning.parse(migration.from_version) < versioning.parse(
             self._migrations[-1].to_version
         ):
@@ -154,8 +157,13 @@ class _ProgressWriter:
     """Writes a migration's progress item; each write is conditioned on the revision it read,
     so two upgrades running the same migration cannot both proceed."""
 
-    def __init__(self, ctx: MigrationContext, migration: Migration, progress: Progress | None,
-                 updated_by: str) -> None:
+    def __init__(
+        self,
+        ctx: MigrationContext,
+        migration: Migration,
+        progress: Progress | None,
+        updated_by: str,
+    ) -> None:
         self.ctx = ctx
         self.migration = migration
         self.updated_by = updated_by
@@ -165,8 +173,13 @@ class _ProgressWriter:
 
     async def save(self, **changes: Any) -> None:
         previous = self.progress
-        updated = replace(previous, rev=previous.rev + 1, updated_at=iso(self.ctx.clock()),
-                          updated_by=self.updated_by, **changes)
+        updated = replace(
+            previous,
+            rev=previous.rev + 1,
+            updated_at=iso(self.ctx.clock()),
+            updated_by=self.updated_by,
+            **changes,
+        )
         item: dict[str, Any] = {
             **keys.migration_progress(self.migration.id),
             "migration_id": self.migration.id,
@@ -208,11 +221,15 @@ async def run_migration(ctx: MigrationContext, migration: Migration, *, updated_
     writer = _ProgressWriter(ctx, migration, progress, updated_by)
     if progress is None:
         await writer.save()
-        ctx.report(f"migration {migration.id} ({migration.from_version} -> "
-                   f"{migration.to_version}): started")
+        ctx.report(
+            f"migration {migration.id} ({migration.from_version} -> "
+            f"{migration.to_version}): started"
+        )
     else:
-        ctx.report(f"migration {migration.id}: resuming after {progress.pages} pages "
-                   f"(steps done: {', '.join(progress.steps_done) or 'none'})")
+        ctx.report(
+            f"migration {migration.id}: resuming after {progress.pages} pages "
+            f"(steps done: {', '.join(progress.steps_done) or 'none'})"
+        )
     pages = 0
     for step in migration.steps:
         if step.name in writer.progress.steps_done:
@@ -230,13 +247,19 @@ async def run_migration(ctx: MigrationContext, migration: Migration, *, updated_
                 ) from exc
             pages += 1
             if following is None:
-                await writer.save(steps_done=(*writer.progress.steps_done, step.name), step=None,
-                                  cursor=None, pages=writer.progress.pages + 1)
+                await writer.save(
+                    steps_done=(*writer.progress.steps_done, step.name),
+                    step=None,
+                    cursor=None,
+                    pages=writer.progress.pages + 1,
+                )
                 ctx.report(f"migration {migration.id}: step {step.name} done")
                 break
             if following == cursor:
-                raise UpgradeError(f"migration {migration.id}, step {step.name!r} returned the "
-                                   "cursor it was given: it would never finish")
+                raise UpgradeError(
+                    f"migration {migration.id}, step {step.name!r} returned the "
+                    "cursor it was given: it would never finish"
+                )
             await writer.save(step=step.name, cursor=following, pages=writer.progress.pages + 1)
             cursor = following
     await writer.save(status=DONE)

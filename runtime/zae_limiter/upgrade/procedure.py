@@ -79,20 +79,31 @@ class UpgradePlan:
         ]
         if self.push_code:
             if self.aggregator_from == self.library_version:
-                lines.append(f"re-push the aggregator code {self.library_version} to "
-                             f"{self.aggregator_function} (--force)")
+                lines.append(
+                    f"re-push the aggregator code {self.library_version} to "
+                    f"{self.aggregator_function} (--force)"
+                )
             else:
-                lines.append(f"replace the code of aggregator function "
-                             f"{self.aggregator_function} "
-                             f"({self.aggregator_from or 'unknown version'} -> "
-                             f"{self.library_version}) and wait until it is active")
+                lines.append(
+                    f"replace the code of aggregator function "
+                    f"{self.aggregator_function} "
+                    f"({self.aggregator_from or 'unknown version'} -> "
+                    f"{self.library_version}) and wait until it is active"
+                )
         if self.writes_record:
-            changes = [f"{name} {before} -> {after}" for name, before, after in (
-                ("schema_version", self.schema_from, self.schema_to),
-                ("aggregator_version", self.aggregator_from, self.aggregator_to),
-            ) if before != after]
-            lines.append("update the version record ("
-                         + ", ".join([*changes, f"updated_by cli:{self.library_version}"]) + ")")
+            changes = [
+                f"{name} {before} -> {after}"
+                for name, before, after in (
+                    ("schema_version", self.schema_from, self.schema_to),
+                    ("aggregator_version", self.aggregator_from, self.aggregator_to),
+                )
+                if before != after
+            ]
+            lines.append(
+                "update the version record ("
+                + ", ".join([*changes, f"updated_by cli:{self.library_version}"])
+                + ")"
+            )
         return lines
 
 
@@ -130,8 +141,9 @@ def plan_upgrade(
     )
 
 
-def _refusal(verdict: versioning.Verdict, record: Mapping[str, Any], library: str
-             ) -> ZAELimiterError | None:
+def _refusal(
+    verdict: versioning.Verdict, record: Mapping[str, Any], library: str
+) -> ZAELimiterError | None:
     """The verdict's refusal as the error `upgrade` raises (None: it may run)."""
     if not verdict.refusal:
         return None
@@ -170,8 +182,9 @@ class _Target:
 
 
 @asynccontextmanager
-async def _connect(repo: Repository | None, table: str | None, region: str | None,
-                   endpoint_url: str | None) -> AsyncIterator[_Target]:
+async def _connect(
+    repo: Repository | None, table: str | None, region: str | None, endpoint_url: str | None
+) -> AsyncIterator[_Target]:
     """The repository's table, or a connection of our own (no namespace needed)."""
     if repo is not None:
         yield _Target(repo._store, repo.region, repo._clock)
@@ -219,8 +232,10 @@ async def upgrade(
         if plan.push_code:
             code = bundle or build_aggregator_bundle()
         if not plan.steps:
-            say(f"table {plan.table} is up to date (zae-limiter {plan.library_version}); "
-                "nothing to do")
+            say(
+                f"table {plan.table} is up to date (zae-limiter {plan.library_version}); "
+                "nothing to do"
+            )
             return UpgradeResult(plan, False, record=record)
         sha = None if code is None else code.sha256
         if dry_run:
@@ -229,8 +244,10 @@ async def upgrade(
         for number, step in enumerate(plan.steps, 1):
             say(f"  {number}. {step}")
         if code is not None:
-            say(f"  aggregator zip: {code.size} bytes, {len(code.files)} files, "
-                f"sha256 {code.sha256}")
+            say(
+                f"  aggregator zip: {code.size} bytes, {len(code.files)} files, "
+                f"sha256 {code.sha256}"
+            )
         if confirm is not None and not confirm(plan):
             return UpgradeResult(plan, False, code_sha256=sha, record=record)
 
@@ -238,27 +255,41 @@ async def upgrade(
         context = MigrationContext(target.store, target.clock, say)
         for migration in plan.migrations:
             await run_migration(context, migration, updated_by=by)
-            record = await _write_record(target, record, schema_version=migration.to_version,
-                                         aggregator_version=record.get("aggregator_version"),
-                                         updated_by=by)
+            record = await _write_record(
+                target,
+                record,
+                schema_version=migration.to_version,
+                aggregator_version=record.get("aggregator_version"),
+                updated_by=by,
+            )
         pushed = False
         if code is not None and plan.aggregator_function is not None:
-            async with FunctionCode.connect(region=target.region, endpoint_url=lambda_endpoint_url,
-                                            poll_interval=poll_interval,
-                                            max_polls=max_polls) as functions:
+            async with FunctionCode.connect(
+                region=target.region,
+                endpoint_url=lambda_endpoint_url,
+                poll_interval=poll_interval,
+                max_polls=max_polls,
+            ) as functions:
                 pushed = await _push(functions, plan.aggregator_function, code, force, say)
-        record = await _write_record(target, record, schema_version=plan.schema_to,
-                                     aggregator_version=plan.aggregator_to, updated_by=by)
-        say(f"table {plan.table} upgraded: schema {record.get('schema_version')}, aggregator "
-            f"{record.get('aggregator_version')}")
+        record = await _write_record(
+            target,
+            record,
+            schema_version=plan.schema_to,
+            aggregator_version=plan.aggregator_to,
+            updated_by=by,
+        )
+        say(
+            f"table {plan.table} upgraded: schema {record.get('schema_version')}, aggregator "
+            f"{record.get('aggregator_version')}"
+        )
         if repo is not None:
             repo._shared.version_record = dict(record)
-        return UpgradeResult(plan, True, tuple(m.id for m in plan.migrations), pushed, sha,
-                             record)
+        return UpgradeResult(plan, True, tuple(m.id for m in plan.migrations), pushed, sha, record)
 
 
-async def _push(functions: FunctionCode, function: str, code: AggregatorBundle, force: bool,
-                say: Report) -> bool:
+async def _push(
+    functions: FunctionCode, function: str, code: AggregatorBundle, force: bool, say: Report
+) -> bool:
     """Replace the function's code unless it already is this zip (or `force`). Pushed or not."""
     config = await functions.wait_until_ready(function, after_update=False)
     handler = config.get("Handler")
@@ -282,19 +313,35 @@ async def _push(functions: FunctionCode, function: str, code: AggregatorBundle, 
     return True
 
 
-async def _write_record(target: _Target, current: Mapping[str, Any], *, schema_version: str,
-                        aggregator_version: Any, updated_by: str) -> dict[str, Any]:
+async def _write_record(
+    target: _Target,
+    current: Mapping[str, Any],
+    *,
+    schema_version: str,
+    aggregator_version: Any,
+    updated_by: str,
+) -> dict[str, Any]:
     """SET the versions, conditioned on the values read; `client_min_version` is kept as is."""
-    names = {"#pk": PARTITION_KEY, "#schema": "schema_version", "#agg": "aggregator_version",
-             "#at": "updated_at", "#by": "updated_by"}
-    values: dict[str, Any] = {":schema": schema_version, ":agg": aggregator_version,
-                              ":at": iso(target.clock()), ":by": updated_by}
+    names = {
+        "#pk": PARTITION_KEY,
+        "#schema": "schema_version",
+        "#agg": "aggregator_version",
+        "#at": "updated_at",
+        "#by": "updated_by",
+    }
+    values: dict[str, Any] = {
+        ":schema": schema_version,
+        ":agg": aggregator_version,
+        ":at": iso(target.clock()),
+        ":by": updated_by,
+    }
     checks = ["attribute_exists(#pk)"]
     for placeholder, attribute in (("#schema", "schema_version"), ("#agg", "aggregator_version")):
         old = current.get(attribute)
         if old is None:
-            checks.append(f"(attribute_not_exists({placeholder}) OR "
-                          f"attribute_type({placeholder}, :null))")
+            checks.append(
+                f"(attribute_not_exists({placeholder}) OR attribute_type({placeholder}, :null))"
+            )
             values[":null"] = "NULL"
         else:
             checks.append(f"{placeholder} = :old{placeholder[1:]}")
