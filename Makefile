@@ -35,7 +35,7 @@ $(PY):
 	bash scripts/make-venv.sh "$(PYTHON)" "$(VENV)"
 
 $(STAMPS)/python-all: pyproject.toml constraints.txt | $(PY)
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,lambda,cdk,local]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,lambda,cdk,local,loadtest]'
 	@mkdir -p $(STAMPS) && touch $@ $(STAMPS)/python-runtime
 
 $(STAMPS)/python-runtime: pyproject.toml constraints.txt | $(PY)
@@ -82,9 +82,9 @@ $(STAMPS)/python-bench: pyproject.toml constraints.txt | $(PY)
 constraints:
 	rm -rf .constraints-venv
 	"$(PYTHON)" -m venv .constraints-venv
-	.constraints-venv/bin/pip install -q -e '.[dev,lambda,cdk,local]'
-	{ echo "# Pinned versions of every Python package zae-limiter installs with all extras (dev, lambda, cdk, local)."; \
-	  echo "# Regenerate: make constraints   (a clean venv, pip install -e '.[dev,lambda,cdk,local]', pip freeze)."; \
+	.constraints-venv/bin/pip install -q -e '.[dev,lambda,cdk,local,loadtest]'
+	{ echo "# Pinned versions of every Python package zae-limiter installs with all extras (dev, lambda, cdk, local, loadtest)."; \
+	  echo "# Regenerate: make constraints   (a clean venv, pip install -e '.[dev,lambda,cdk,local,loadtest]', pip freeze)."; \
 	  .constraints-venv/bin/pip freeze --exclude-editable; } > constraints.txt
 	rm -rf .constraints-venv
 

@@ -22,11 +22,11 @@ CASE_LABEL = {
     "three": "three-bucket acquire (seed call: search + org cascade + budget)",
 }
 KIND_LABEL = {
-    "distinct": "32 tasks, distinct entities",
-    "one_entity": "32 tasks, one entity",
-    "org_cap": "32 users under one organisation cap",
+    "distinct": "concurrent tasks, distinct entities",
+    "one_entity": "concurrent tasks, one entity",
+    "org_cap": "concurrent users under one organisation cap",
 }
-CPU_TARGET_RATIO = 0.5
+CPU_TARGET_RATIO = 0.4  # issue 25: for the single-resource and the three-bucket call
 
 
 # --- formatting ----------------------------------------------------------------------------------
@@ -120,10 +120,11 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     if "timing" in results:
         cases = results["timing"]["cases"]
         cpu = cases["single"]["ratios"]["cpu_us_per_call"]
+        cpu_three = cases["three"]["ratios"]["cpu_us_per_call"]
         verdicts.append(
             {
-                "target": f"client CPU per warm acquire ≤ {CPU_TARGET_RATIO}× 0.17.0's",
-                "met": cpu is not None and cpu <= CPU_TARGET_RATIO,
+                "target": f"client CPU per warm acquire ≤ {CPU_TARGET_RATIO}× 0.17.0's (both calls)",
+                "met": all(r is not None and r <= CPU_TARGET_RATIO for r in (cpu, cpu_three)),
                 "detail": (
                     f"single resource {num(cases['single']['ours']['cpu_us_per_call'])} vs "
                     f"{num(cases['single']['theirs']['cpu_us_per_call'])} µs = {times(cpu)}; "
@@ -418,7 +419,9 @@ def targets_section(results: dict[str, Any]) -> str:
     )
 
 
-def markdown(results: dict[str, Any], plot_name: str | None) -> str:
+def markdown(
+    results: dict[str, Any], plot_name: str | None, scale_plots: dict[str, str] | None = None
+) -> str:
     meta = results["meta"]
     parts = [
         f"# Benchmark: ours vs zae-limiter 0.17.0 — {meta['date']} ({meta['mode']})",
@@ -451,6 +454,7 @@ def markdown(results: dict[str, Any], plot_name: str | None) -> str:
         ]
     if "hot" in results:
         parts += ["## One hot item far below its limit (real clock)", hot_section(results["hot"])]
+    parts += report_scale.sections(results, scale_plots or {})
     return "\n\n".join(parts) + "\n"
 
 
@@ -542,10 +546,20 @@ def write(results: dict[str, Any], json_path: Path) -> list[Path]:
     plotted = None
     if "timing" in results:
         plotted = plot_latency(results, json_path.with_name(f"{stem}-latency.png"))
+    scale_plots = report_scale.plot_all(results, json_path.with_name(stem))
     json_path.write_text(json.dumps(results, indent=1) + "\n")
     md_path = json_path.with_name(f"{stem}.md")
-    md_path.write_text(markdown(results, plotted.name if plotted else None))
-    return [p for p in (json_path, md_path, plotted) if p is not None]
+    md_path.write_text(
+        markdown(
+            results,
+            plotted.name if plotted else None,
+            {phase: p.name for phase, p in scale_plots.items()},
+        )
+    )
+    return [p for p in (json_path, md_path, plotted, *scale_plots.values()) if p is not None]
+
+
+from benchmarks import report_scale  # noqa: E402  (it imports this module's helpers)
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Run the benchmark: ours vs zae-limiter 0.17.0, alternating, on DynamoDB Local.
 
-    python -m benchmarks.run            # the full run (about 7 minutes idle, 13 on 2 busy cores)
-    python -m benchmarks.run --quick    # a smoke run (about 1–2 minutes), results *-quick.*
+    python -m benchmarks.run            # the full run (under 15 minutes on 2 busy cores)
+    python -m benchmarks.run --quick    # a smoke run (under 3 minutes), results *-quick.*
 
 Makes (once, about 30–150 s) `benchmarks/.venv-0.17.0` with zae-limiter==0.17.0 and the same
 aiobotocore as ours. For each phase it starts a fresh DynamoDB Local on 127.0.0.1 and one worker
@@ -12,7 +12,10 @@ happens, and drives the workers in turn:
 2. timing: warm single-resource and three-bucket acquires in blocks, alternating ours and
    theirs (and who goes first), plus the transport floor in ours' process;
 3. contention: 32 concurrent tasks on distinct entities, on one entity, and under one
-   organisation cap, alternating.
+   organisation cap, alternating;
+4. hot: one hot item far below its limit, 1 to 64 tasks;
+5. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
+   entities, hot_procs, hot_org, aggregator, manifest.
 
 Writes benchmarks/results/<date>[-quick].json, .md and -latency.png (benchmarks/report.py).
 """
@@ -35,7 +38,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from benchmarks import report, stats
+from benchmarks import report, run_scale, stats
 from benchmarks.scenarios import CONTENTION_KINDS, HOT_TASKS, TIMING_CASES
 from benchmarks.targets import COST_ROWS, check
 from zae_limiter.local.engine import AMBIENT_AWS_VARIABLES, ISOLATED_AWS_ENV
@@ -45,6 +48,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 THEIRS_VERSION = "0.17.0"
 THEIRS_VENV = ROOT / "benchmarks" / f".venv-{THEIRS_VERSION}"
 IMPLS = ("ours", "theirs")
+ALL_PHASES = ("costs", "timing", "contention", "hot", *run_scale.PHASES)
 
 #: The same local credentials for both workers (DynamoDB Local wants an alphanumeric key id).
 LOCAL_ENV = {**ISOLATED_AWS_ENV, "PYTHONUNBUFFERED": "1"}
@@ -84,8 +88,8 @@ class Plan:
 
 
 FULL = Plan(
-    calls_single=3000,
-    calls_three=2000,
+    calls_single=1200,
+    calls_three=800,
     block=200,
     warm_rounds=5,
     contention_rounds=1,
@@ -96,12 +100,12 @@ FULL = Plan(
     shared_capacity=400,
 )
 QUICK = Plan(
-    calls_single=200,
-    calls_three=200,
-    block=100,
+    calls_single=100,
+    calls_three=100,
+    block=50,
     warm_rounds=2,
     contention_rounds=1,
-    tasks=32,
+    tasks=8,
     distinct_attempts=4,
     distinct_capacity=3,
     shared_attempts=3,
@@ -146,9 +150,11 @@ class WorkerError(RuntimeError):
 class WorkerProcess:
     """One `benchmarks.worker` child process, spoken to in JSON lines."""
 
-    def __init__(self, impl: str, python: Path | str, endpoint_url: str, log_dir: Path) -> None:
+    def __init__(
+        self, impl: str, python: Path | str, endpoint_url: str, log_dir: Path, suffix: str = ""
+    ) -> None:
         self.impl = impl
-        self.log_path = log_dir / f"worker-{impl}.log"
+        self.log_path = log_dir / f"worker-{impl}{suffix}.log"
         self._log: IO[str] = self.log_path.open("w")
         env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV} | LOCAL_ENV
         self.process = subprocess.Popen(
@@ -162,9 +168,18 @@ class WorkerProcess:
         )
 
     def call(self, op: str, **args: Any) -> Any:
-        assert self.process.stdin is not None and self.process.stdout is not None
+        self.send(op, **args)
+        return self.receive(op)
+
+    def send(self, op: str, **args: Any) -> None:
+        """Send a request without waiting (several workers can then work at once)."""
+        assert self.process.stdin is not None
         self.process.stdin.write(json.dumps({"op": op, **args}) + "\n")
         self.process.stdin.flush()
+
+    def receive(self, op: str) -> Any:
+        """The answer to the request sent last."""
+        assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if not line:
             raise WorkerError(f"{self.impl} worker exited during {op}:\n{self.log_tail()}")
@@ -192,12 +207,35 @@ class WorkerProcess:
         self._log.close()
 
 
+class Spawner:
+    """Starts more workers for a session: on its engine, or at another endpoint (a proxy)."""
+
+    def __init__(self, pythons: dict[str, Path], endpoint_url: str, log_dir: Path) -> None:
+        self.pythons = pythons
+        self.endpoint_url = endpoint_url
+        self.log_dir = log_dir
+        self._numbers = itertools.count(1)
+
+    def __call__(self, impl: str, endpoint_url: str | None = None) -> WorkerProcess:
+        return WorkerProcess(
+            impl,
+            self.pythons[impl],
+            endpoint_url or self.endpoint_url,
+            self.log_dir,
+            suffix=f"-{next(self._numbers)}",
+        )
+
+
+Session = tuple[dict[str, WorkerProcess], Spawner]
+
+
 @contextlib.contextmanager
-def fresh_session(theirs_python: Path) -> Iterator[dict[str, WorkerProcess]]:
+def fresh_session(theirs_python: Path) -> Iterator[Session]:
     """A new DynamoDB Local and a new worker per implementation, all stopped afterwards.
 
     Each phase gets its own, so that what one phase left behind (tables, items, the JVM's
-    heap) cannot tilt the next one's figures.
+    heap) cannot tilt the next one's figures. Also yields `spawn(impl)`: another worker on the
+    same engine (the caller closes it).
     """
     from zae_limiter.local import start_engine
 
@@ -206,10 +244,12 @@ def fresh_session(theirs_python: Path) -> Iterator[dict[str, WorkerProcess]]:
     workers: dict[str, WorkerProcess] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="zae-bench-") as log_dir:
+            pythons = {"ours": Path(sys.executable), "theirs": theirs_python}
+            spawn = Spawner(pythons, engine.endpoint_url, Path(log_dir))
             try:
-                for impl, python in (("ours", Path(sys.executable)), ("theirs", theirs_python)):
+                for impl, python in pythons.items():
                     workers[impl] = WorkerProcess(impl, python, engine.endpoint_url, Path(log_dir))
-                yield workers
+                yield workers, spawn
             finally:
                 for worker in workers.values():
                     worker.close()
@@ -325,17 +365,21 @@ def run_contention(workers: dict[str, WorkerProcess], plan: Plan) -> dict[str, A
     return out
 
 
-HOT_SECONDS = 6.0
+HOT_SECONDS = 3.0
 
 
-def run_hot(workers: dict[str, WorkerProcess]) -> dict[str, Any]:
+def run_hot(
+    workers: dict[str, WorkerProcess],
+    seconds: float = HOT_SECONDS,
+    levels: tuple[int, ...] = HOT_TASKS,
+) -> dict[str, Any]:
     """One hot bucket far below its limit: admitted/s at 1, 8, 32 and 64 tasks, both sides."""
     out: dict[str, Any] = {}
     turns = itertools.count()
-    for tasks in HOT_TASKS:
+    for tasks in levels:
         row: dict[str, Any] = {}
         for impl in alternate(next(turns)):
-            result = workers[impl].call("hot_item", tasks=tasks, seconds=HOT_SECONDS)
+            result = workers[impl].call("hot_item", tasks=tasks, seconds=seconds)
             row[impl] = result
             log(
                 f"hot item {tasks} tasks {impl}: {result['admitted_per_s']:.0f} admitted/s, "
@@ -364,14 +408,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
     parser.add_argument(
         "--phases",
-        default="costs,timing,contention,hot",
-        help="comma-separated subset of costs,timing,contention,hot",
+        default=",".join(ALL_PHASES),
+        help=f"comma-separated subset of {','.join(ALL_PHASES)}",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
     parser.add_argument(
         "--calls", type=int, help="timing calls per case per implementation (both cases)"
     )
     parser.add_argument("--block", type=int, help="timing calls per alternating block")
+    parser.add_argument(
+        "--manifest-entities",
+        type=int,
+        nargs="+",
+        help="entities of the manifest phase's manifests (default 150 1000; 20 quick)",
+    )
+    parser.add_argument(
+        "--name", help="the results' file stem (default: the date, with -quick for a quick run)"
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     overrides = {
@@ -398,39 +451,66 @@ def main(argv: list[str] | None = None) -> int:
             "machine_start": machine(),
         }
     }
-    runs: dict[str, Callable[[dict[str, WorkerProcess]], dict[str, Any]]] = {
-        "costs": run_costs,
-        "timing": lambda workers: run_timing(workers, plan),
-        "contention": lambda workers: run_contention(workers, plan),
-        "hot": run_hot,
+    scale_plan = run_scale.QUICK_SCALE if args.quick else run_scale.FULL_SCALE
+    if args.manifest_entities:
+        scale_plan = replace(scale_plan, manifest_entities=tuple(args.manifest_entities))
+    results["meta"]["scale_plan"] = asdict(scale_plan)
+    runs: dict[str, Callable[[dict[str, WorkerProcess], Spawner], Any]] = {
+        "costs": lambda workers, _: run_costs(workers),
+        "timing": lambda workers, _: run_timing(workers, plan),
+        "contention": lambda workers, _: run_contention(workers, plan),
+        "hot": lambda workers, _: (
+            run_hot(workers, 1.0, (1, 32)) if args.quick else run_hot(workers)
+        ),
+        **run_scale.phases(scale_plan, log),
     }
     results["meta"]["load_before"] = {}
-    for phase, run in runs.items():
-        if phase not in phases:
-            continue
-        results["meta"]["load_before"][phase] = list(os.getloadavg())
-        t0 = time.time()
-        with fresh_session(theirs_python) as workers:
+    for group in session_groups([p for p in runs if p in phases], quick=args.quick):
+        with fresh_session(theirs_python) as (workers, spawn):
             results["meta"].setdefault(
                 "libraries", {impl: workers[impl].call("info") for impl in IMPLS}
             )
-            log(f"phase {phase}")
-            results[phase] = run(workers)
-        results["meta"][f"{phase}_s"] = round(time.time() - t0, 1)
+            for phase in group:
+                results["meta"]["load_before"][phase] = list(os.getloadavg())
+                t0 = time.time()
+                log(f"phase {phase}")
+                results[phase] = runs[phase](workers, spawn)
+                results["meta"][f"{phase}_s"] = round(time.time() - t0, 1)
+                if phase == "timing":  # whole percentiles: enough to redraw the plot
+                    timing = results["timing"]
+                    timing["latency_percentiles_us"] = report.latency_percentiles(
+                        timing.pop("latencies_us")
+                    )
+                checkpoint(results, args.out, args.name)
     results["meta"]["machine_end"] = machine()
     results["meta"]["duration_s"] = round(time.time() - started, 1)
-    paths = write(results, args.out)
+    paths = write(results, args.out, args.name)
     log(f"done in {results['meta']['duration_s']} s: " + ", ".join(str(p) for p in paths))
     return 0
 
 
-def write(results: dict[str, Any], out: Path) -> list[Path]:
+def session_groups(phases: list[str], *, quick: bool) -> list[list[str]]:
+    """Phases that share one DynamoDB Local: each its own in a full run; a quick run (a smoke
+    run, where each engine start would cost several seconds of its budget) shares one."""
+    return [phases] if quick and phases else [[p] for p in phases]
+
+
+def json_path(results: dict[str, Any], out: Path, name: str | None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    stem = results["meta"]["date"] + ("-quick" if results["meta"]["mode"] == "quick" else "")
-    if "timing" in results:
-        timing = results["timing"]
-        timing["latency_percentiles_us"] = report.latency_percentiles(timing.pop("latencies_us"))
-    return report.write(results, out / f"{stem}.json")
+    stem = name or results["meta"]["date"] + (
+        "-quick" if results["meta"]["mode"] == "quick" else ""
+    )
+    return out / f"{stem}.json"
+
+
+def checkpoint(results: dict[str, Any], out: Path, name: str | None) -> None:
+    """The results so far, after each phase: an interrupted run keeps what it measured
+    (`python -m benchmarks.report FILE.json` draws its report)."""
+    json_path(results, out, name).write_text(json.dumps(results, indent=1) + "\n")
+
+
+def write(results: dict[str, Any], out: Path, name: str | None = None) -> list[Path]:
+    return report.write(results, json_path(results, out, name))
 
 
 if __name__ == "__main__":

@@ -547,6 +547,25 @@ async def contention(
 HOT_TASKS = (1, 8, 32, 64)
 
 
+async def counted_acquire(
+    limiter: RateLimiter,
+    entity: str,
+    resource: str,
+    consume: dict[str, int],
+    outcomes: Counter[str],
+    errors: Counter[str],
+) -> None:
+    """One acquire and release, counted as admitted or rejected, or its error by type."""
+    try:
+        async with limiter.acquire(entity, resource, consume=consume):
+            pass
+        outcomes["admitted"] += 1
+    except RateLimitExceeded:
+        outcomes["rejected"] += 1
+    except Exception as exc:  # counted and reported, never hidden
+        errors[type(exc).__name__] += 1
+
+
 async def hot_item(impl: Impl, recorder: Any, *, tasks: int, seconds: float) -> dict[str, Any]:
     """`tasks` tasks acquiring 1 from one bucket far below its limit (10,000,000 per minute),
     with the real clock, for `seconds`: every call should be admitted."""
@@ -556,31 +575,23 @@ async def hot_item(impl: Impl, recorder: Any, *, tasks: int, seconds: float) -> 
         await limiter.set_resource_defaults("api", [Limit.per_minute("rpm", 10_000_000)])
         async with limiter.acquire("hot", "api", consume={"rpm": 1}):
             pass  # the item exists before the clock starts
-        admitted = 0
-        contended = 0
+        outcomes: Counter[str] = Counter()
         errors: Counter[str] = Counter()
         until = time.perf_counter() + seconds
 
         async def worker() -> None:
-            nonlocal admitted, contended
             while time.perf_counter() < until:
-                try:
-                    async with limiter.acquire("hot", "api", consume={"rpm": 1}):
-                        pass
-                    admitted += 1
-                except RateLimitExceeded:
-                    contended += 1
-                except Exception as exc:
-                    errors[type(exc).__name__] += 1
+                await counted_acquire(limiter, "hot", "api", {"rpm": 1}, outcomes, errors)
 
         with recorder.block() as block:
             wall0 = time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(tasks)))
             wall = time.perf_counter() - wall0
+        admitted = outcomes["admitted"]
         return {
             "tasks": tasks,
             "admitted": admitted,
-            "rejected": contended,
+            "rejected": outcomes["rejected"],
             "errors": dict(errors),
             "wall_s": wall,
             "admitted_per_s": admitted / wall,

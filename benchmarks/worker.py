@@ -5,7 +5,9 @@
 run from the repository root by the interpreter of the implementation's venv. Each request is one
 line `{"op": NAME, ...arguments}`; each answer one line `{"ok": true, "result": ...}` or
 `{"ok": false, "error": "..."}`. Anything the libraries print goes to stderr. Ops: info, costs,
-timing_setup, timing_block, floor_setup, floor_block, contention, hot_item, quit.
+timing_setup, timing_block, floor_setup, floor_block, contention, hot_item, the scale phases'
+(benchmarks/scale.py: spans, resources, entities, shared_setup, shared_run, shards; ours only,
+benchmarks/scale_ours.py: aggregator, manifest), quit.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The wire recorder lives with the tests (tests/support/wire.py); it needs only botocore.
 sys.path.insert(0, str(ROOT / "tests"))
 
-from benchmarks import scenarios  # noqa: E402
+from benchmarks import scale, scenarios  # noqa: E402
 from benchmarks.impls import library_info, make_impl  # noqa: E402
 from support.wire import WireRecorder  # noqa: E402
 
@@ -63,6 +65,8 @@ class Worker:
             return await scenarios.hot_item(
                 self.impl, self.recorder, tasks=int(args["tasks"]), seconds=float(args["seconds"])
             )
+        if op in SCALE_OPS:
+            return await SCALE_OPS[op](self, args)
         raise ValueError(f"unknown op {op!r}")
 
     def _timing(self) -> scenarios.TimingBench:
@@ -73,6 +77,84 @@ class Worker:
     async def close(self) -> None:
         if self.timing is not None:
             await self.timing.close()
+
+
+async def _resources(worker: Worker, args: dict[str, Any]) -> Any:
+    return await scale.resources_per_call(
+        worker.impl, worker.recorder, count=int(args["count"]), calls=int(args["calls"])
+    )
+
+
+async def _entities(worker: Worker, args: dict[str, Any]) -> Any:
+    return await scale.entities_growth(
+        worker.impl,
+        worker.recorder,
+        levels=[int(n) for n in args["levels"]],
+        sample=int(args["sample"]),
+    )
+
+
+async def _shared_setup(worker: Worker, args: dict[str, Any]) -> Any:
+    return await scale.shared_setup(worker.impl, **args)
+
+
+async def _shared_run(worker: Worker, args: dict[str, Any]) -> Any:
+    return await scale.shared_run(worker.impl, worker.recorder, **args)
+
+
+async def _shards(worker: Worker, args: dict[str, Any]) -> Any:
+    """Ours only: the shard count of each of a bucket's limits (1 = never split)."""
+    repo = await worker.impl.open(args["table"])
+    try:
+        states = await repo.get_buckets(args["entity"], args["resource"])
+        return max((s.shard_count for s in states), default=0)
+    finally:
+        await repo.close()
+
+
+async def _aggregator(worker: Worker, args: dict[str, Any]) -> Any:
+    from benchmarks import scale_ours
+
+    return await scale_ours.aggregator_batches(
+        worker.impl.endpoint_url, worker.recorder, sizes=tuple(int(n) for n in args["sizes"])
+    )
+
+
+async def _manifest(worker: Worker, args: dict[str, Any]) -> Any:
+    from benchmarks import scale_ours
+
+    return await scale_ours.manifest_apply(
+        worker.impl.endpoint_url, worker.recorder, entities=int(args["entities"])
+    )
+
+
+async def _spans(worker: Worker, args: dict[str, Any]) -> Any:
+    from benchmarks.breakdown import call_spans
+
+    return await call_spans(worker._timing().caller(args["case"]), int(args["n"]))
+
+
+async def _variant_spans(worker: Worker, args: dict[str, Any]) -> Any:
+    from benchmarks.breakdown import variant_spans
+
+    bench = worker._timing()
+    (request,) = bench.floor["single"]
+    return await variant_spans(
+        await worker.impl.client(bench.repo), request, args["which"], int(args["n"])
+    )
+
+
+SCALE_OPS = {
+    "spans": _spans,
+    "variant_spans": _variant_spans,
+    "resources": _resources,
+    "entities": _entities,
+    "shared_setup": _shared_setup,
+    "shared_run": _shared_run,
+    "shards": _shards,
+    "aggregator": _aggregator,
+    "manifest": _manifest,
+}
 
 
 def serve(worker: Worker, requests: TextIO, answers: TextIO) -> None:

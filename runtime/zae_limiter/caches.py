@@ -1,6 +1,9 @@
-"""In-process caches: resolved config (TTL) and bucket images (warm path and rejection cache).
+"""In-process caches: resolved config (TTL) and bucket images (warm path and rejection cache),
+and the bounded containers every other per-entity memory of a process uses (BoundedDict,
+BoundedSet): however many entities a process meets, its memory stays bounded
+(docs/performance.md "Memory").
 
-Both are timed by the repository's injectable clock.
+The two caches are timed by the repository's injectable clock.
 """
 
 from __future__ import annotations
@@ -79,6 +82,53 @@ class ConfigCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+K = TypeVar("K")
+
+#: Entries a per-bucket tracker (the split detector's write rates) or a warn-once set keeps at
+#: most. Forgetting an entry costs little: a rate is measured again from the next write, a
+#: warning may be logged again.
+TRACKED_MAX_ENTRIES = 10_000
+
+
+class BoundedDict(Generic[K, T]):
+    """A mapping that keeps at most `max_entries` (the least recently set evicted first)."""
+
+    def __init__(self, max_entries: int = TRACKED_MAX_ENTRIES) -> None:
+        self.max_entries = max(max_entries, 1)
+        self._entries: OrderedDict[K, T] = OrderedDict()
+
+    def get(self, key: K) -> T | None:
+        return self._entries.get(key)
+
+    def __setitem__(self, key: K, value: T) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class BoundedSet(Generic[K]):
+    """A set that keeps at most `max_entries` members (the oldest added evicted first)."""
+
+    def __init__(self, max_entries: int = TRACKED_MAX_ENTRIES) -> None:
+        self._members: BoundedDict[K, None] = BoundedDict(max_entries)
+
+    def add(self, member: K) -> None:
+        self._members[member] = None
+
+    def __contains__(self, member: object) -> bool:
+        return member in self._members
+
+    def __len__(self) -> int:
+        return len(self._members)
 
 
 ImageKey = tuple[str, str, str, int]  # namespace id, entity, resource, shard

@@ -21,6 +21,7 @@ import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
+from .caches import BoundedSet
 from .errors import ValidationError
 
 log = logging.getLogger("zae_limiter")
@@ -51,7 +52,7 @@ class Unmetered:
         self.namespace_name = namespace_name
         self._configured = configured
         self.admissions: Counter[str] = Counter()
-        self._warned: set[str] = set()
+        self._warned: BoundedSet[str] = BoundedSet()
 
     async def admit(self, resource: str) -> None:
         """Apply the policy to one call on an unmetered resource: count it, warn, or refuse."""

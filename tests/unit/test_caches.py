@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from zae_limiter.caches import CONFIG_CACHE_MAX_ENTRIES, ConfigCache
 
 
@@ -49,3 +51,75 @@ async def test_turns_serialise_one_key_and_forget_it_when_unused() -> None:
     assert most == 1 and len(turns) == 0  # one at a time, and no lock left behind
     await asyncio.gather(one(1, "a"), one(2, "b"))
     assert len(turns) == 0
+
+
+# --- every other per-entity memory of a process is bounded too --------------------------------
+
+
+def test_bounded_dict_and_set_keep_at_most_their_bound() -> None:
+    from zae_limiter.caches import BoundedDict, BoundedSet
+
+    rates: BoundedDict[str, int] = BoundedDict(3)
+    warned: BoundedSet[str] = BoundedSet(3)
+    for i in range(10):
+        rates[f"k{i}"] = i
+        warned.add(f"k{i}")
+    assert len(rates) == 3 and len(warned) == 3
+    assert rates.get("k9") == 9 and rates.get("k0") is None  # the oldest set is evicted
+    assert "k9" in warned and "k0" not in warned
+
+
+def test_the_split_detector_tracks_a_bounded_number_of_shards() -> None:
+    from zae_limiter.acquire.planning import blank_image
+    from zae_limiter.acquire.shards import SplitDetector
+    from zae_limiter.caches import TRACKED_MAX_ENTRIES
+    from zae_limiter.core.bucket import MILLI, Kind, Params
+    from zae_limiter.dynamo.bucket_items import Stamp
+
+    stamp = Stamp(
+        limits=(Params("rpm", Kind.RATE, 10 * MILLI, 10 * MILLI, 60_000),),
+        parent=None,
+        cascade=False,
+        shards=1,
+    )
+    detector = SplitDetector()
+    for i in range(TRACKED_MAX_ENTRIES + 500):
+        assert not detector.too_hot(blank_image("ns1", f"user-{i}", "search", stamp, 1))
+    assert len(detector._rates) == TRACKED_MAX_ENTRIES
+
+
+def test_warn_once_sets_are_bounded() -> None:
+    import asyncio
+
+    from zae_limiter.caches import TRACKED_MAX_ENTRIES
+    from zae_limiter.unmetered import Unmetered
+
+    async def none() -> list[str]:
+        return []
+
+    policy = Unmetered("allow", "default", none)
+
+    async def admit_all() -> None:
+        for i in range(TRACKED_MAX_ENTRIES + 500):
+            await policy.admit(f"typo-{i}")
+
+    logging.disable(logging.WARNING)
+    try:
+        asyncio.run(admit_all())
+    finally:
+        logging.disable(logging.NOTSET)
+    assert len(policy._warned) == TRACKED_MAX_ENTRIES
+
+
+def test_the_parent_fallback_warnings_are_bounded() -> None:
+    from support.acquire_env import AcquireEnv
+    from zae_limiter.caches import TRACKED_MAX_ENTRIES
+
+    finder = AcquireEnv().admission.finder
+    logging.disable(logging.WARNING)
+    try:
+        for i in range(TRACKED_MAX_ENTRIES + 500):
+            finder._note_parent_fallback(f"org-{i}", "search")
+    finally:
+        logging.disable(logging.NOTSET)
+    assert len(finder._warned_parent_fallback) == TRACKED_MAX_ENTRIES

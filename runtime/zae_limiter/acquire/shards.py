@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..caches import ImageCache
+from ..caches import BoundedDict, ImageCache
 from ..core import bucket
 from ..core.bucket import LimitWrite, Slot, State
 from ..core.shard_split import split_limit
@@ -160,7 +160,7 @@ class SplitDetector:
     def __init__(self, threshold: float = SPLIT_WRITES_PER_SECOND) -> None:
         self.threshold = threshold
         self.window_ms = RATE_WINDOW_MS
-        self._rates: dict[tuple[str, str, str, int], _Rate] = {}
+        self._rates: BoundedDict[tuple[str, str, str, int], _Rate] = BoundedDict()
 
     def too_hot(self, image: BucketImage) -> bool:
         """Record `image`; whether its shard wrote faster than the threshold over the window."""

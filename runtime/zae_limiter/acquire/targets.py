@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from .. import config as cfg
-from ..caches import ImageCache
+from ..caches import BoundedSet, ImageCache
 from ..core.bucket import MILLI
 from ..core.evolve import evolve
 from ..dynamo import keys
@@ -67,7 +67,7 @@ class TargetFinder:
         ] = {}
         #: the unmetered policy (unmetered.py); the repository sets it
         self.unmetered: Unmetered | None = None
-        self._warned_parent_fallback: set[tuple[str, str]] = set()
+        self._warned_parent_fallback: BoundedSet[tuple[str, str]] = BoundedSet()
 
     # --- warm: the image cache ---------------------------------------------------------------
 
