@@ -123,7 +123,9 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         cpu_three = cases["three"]["ratios"]["cpu_us_per_call"]
         verdicts.append(
             {
-                "target": f"client CPU per warm acquire ≤ {CPU_TARGET_RATIO}× 0.17.0's (both calls)",
+                "target": (
+                    f"client CPU per warm acquire ≤ {CPU_TARGET_RATIO}× 0.17.0's (both calls)"
+                ),
                 "met": all(r is not None and r <= CPU_TARGET_RATIO for r in (cpu, cpu_three)),
                 "detail": (
                     f"single resource {num(cases['single']['ours']['cpu_us_per_call'])} vs "

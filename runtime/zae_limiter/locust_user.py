@@ -70,7 +70,7 @@ class LimiterUser(User):
             repo = LimiterUser._shared.get(key)
             if repo is None:
                 args = () if self.namespace is None else (self.namespace,)
-                repo = SyncRepository.open(  # type: ignore[attr-defined]
+                repo = SyncRepository.open(
                     *args, table=self.table, endpoint_url=self.endpoint_url, region=self.region
                 )
                 LimiterUser._shared[key] = repo
@@ -101,7 +101,7 @@ def _close_repositories(**_: Any) -> None:
         shared = list(LimiterUser._shared.values())
         LimiterUser._shared.clear()
     for repo in shared:
-        repo.close()  # type: ignore[attr-defined]
+        repo.close()
 
 
 cast(Any, events.test_stop).add_listener(_close_repositories)
