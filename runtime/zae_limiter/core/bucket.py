@@ -159,66 +159,7 @@ def view(params: Params, state: State, now: int, slot: Slot) -> View:
     return View(cap, cap, period, True)
 
 
-def retry_after_ms(params: Params, state: State, now: int, slot: Slot, requested: int) -> int:
-    """Smallest wait after which `requested` fits on this limit, ignoring the ceiling.
-
-    A dripping limit with a schedule walks forward across its windows: each window's rate
-    applies while it is in force, and a window's start cuts the balance to its ceiling.
-    """
-    current = view(params, state, now, slot)
-    if current.balance >= requested:
-        return 0
-    if params.kind == Kind.RATE:
-        if params.schedule:
-            return _walk_windows(params, state, now, slot, requested)
-        return _rate_wait(params, state, now, slot, requested)
-    if params.kind == Kind.CALENDAR:
-        edge = params.next_reset_ms(now, state.w)
-        return (edge - now + 1) if edge is not None else NEVER_MS
-    # session
-    if current.fresh_period:
-        return 0 if params.shard_capacity(slot) >= requested else params.reset_after_ms
-    assert state.w is not None
-    return max(1, state.w + params.reset_after_ms - now)
-
-
-def _rate_wait(params: Params, state: State, now: int, slot: Slot, requested: int) -> int:
-    """The wait at the rate in force now, for as long as it takes."""
-    refill = params.shard_refill(slot)
-    cap = params.shard_capacity(slot)
-    if refill == 0:
-        return NEVER_MS  # a shard that holds none of this limit
-    # balance at t: cap - (max(v, t*A) - t*A)/P >= requested  <=>  t*A >= v - (cap - req)*P.
-    # The wait is the first whole millisecond strictly after that instant.
-    base = max(state.v, now * refill)
-    target = base - (cap - requested) * params.period_ms
-    return max(1, target // refill + 1 - now)
-
-
-def _walk_windows(params: Params, state: State, now: int, slot: Slot, requested: int) -> int:
-    """The wait across schedule windows: each window's rate while it is in force."""
-    debt = Fraction(max(0, state.v - now * params.shard_refill(slot)), params.period_ms)
-    balance = params.shard_capacity(slot) - debt  # milli-units at `now`, exact
-    at, in_force, fits_at = now, params, Fraction(now)
-    for _ in range(MAX_WINDOWS_WALKED):
-        in_force = in_force.in_window(at)
-        cap = in_force.shard_capacity(slot)
-        rate = Fraction(in_force.shard_refill(slot), in_force.period_ms)  # milli per ms
-        balance = min(balance, Fraction(cap))  # a window's start cuts to its ceiling
-        if rate == 0:
-            return NEVER_MS  # this shard holds none of the limit in this window
-        fits_at = at + (requested - balance) / rate  # ignoring the ceiling, as without windows
-        # Above this window's ceiling the request waits for the next window, if one comes.
-        horizon = fits_at if requested <= cap else at + MAX_WAIT_SCANNED_MS
-        change = _next_change(in_force, at, horizon)
-        if change is None or (requested <= cap and change >= fits_at):
-            break
-        balance = min(balance + (change - at) * rate, Fraction(cap))
-        at = change
-    return max(1, math.floor(fits_at) + 1 - now)
-
-
-def _next_change(params: Params, at: int, until: Fraction | int) -> int | None:
+def next_window_change(params: Params, at: int, until: Fraction | int) -> int | None:
     """When the window in force at `at` next changes, if before `until` (to the minute)."""
     minute = at // schedule.MINUTE_MS
     minutes = math.ceil(Fraction(until) / schedule.MINUTE_MS) - minute
@@ -236,7 +177,7 @@ def _balance_through_windows(
         cap = Fraction(in_force.shard_capacity(slot))
         rate = Fraction(in_force.shard_refill(slot), in_force.period_ms)
         balance = min(balance, cap)
-        change = _next_change(in_force, at, until)
+        change = next_window_change(in_force, at, until)
         if change is None:  # none within the scan: the window lasts to `until` or a week
             change = min(until, at + MAX_WAIT_SCANNED_MS)
         end = min(change, until)
@@ -431,7 +372,7 @@ def convert(
     in force) lets the balance follow each window's rate from the first window change on.
     """
     if since and _same_scheduled_limit(old, new):
-        ended = _next_change(old, since, now)
+        ended = next_window_change(old, since, now)
         if ended is not None and ended < now:
             debt = Fraction(max(0, state.v - ended * old.shard_refill(slot)), old.period_ms)
             walked = _balance_through_windows(
@@ -497,7 +438,7 @@ def window_passed(params: Params, since: int | None, now: int) -> bool:
         return False
     if since // schedule.MINUTE_MS >= now // schedule.MINUTE_MS:
         return False  # windows change on minute starts: none between two times in one minute
-    change = _next_change(params, since, now)
+    change = next_window_change(params, since, now)
     return change is not None and change <= now
 
 

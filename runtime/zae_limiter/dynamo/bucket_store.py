@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core.bucket import LimitWrite
 from . import bucket_items as items
-from . import codec
+from . import bucket_wire, codec
 from .bucket_items import BucketImage
 from .store import Store
 
@@ -68,28 +68,28 @@ class DynamoBucketStore:
             admissions=admissions,
             evidence=evidence,
         )
-        return items.parse_updated(await self.store.send_update(request), image)
+        return bucket_wire.parse_updated(await self.store.send_update(request), image)
 
     async def fence(
         self, image: BucketImage, evidence: items.Evidence, blocked: int
     ) -> BucketImage:
         """Move the writer's entry past `blocked` unless that write landed (one small write)."""
         request = items.fence_request(self.store.table, image.key, evidence, blocked)
-        return items.parse_wire(await self.store.send_update(request))
+        return bucket_wire.parse_wire(await self.store.send_update(request))
 
     async def create(self, item: dict[str, Any], *, expired_before_s: int) -> BucketImage:
         """Write `item` if no item is stored under its key (or the stored one expired)."""
         request = items.put_request(
             self.store.table, item, replaces=None, expired_before_s=expired_before_s
         )
-        return items.parse_wire(await self.store.send_update(request))
+        return bucket_wire.parse_wire(await self.store.send_update(request))
 
     async def replace(self, item: dict[str, Any], *, replaces: BucketImage) -> BucketImage:
         """Write `item` over the stored one if that is still exactly `replaces`."""
         request = items.put_request(
             self.store.table, item, replaces=replaces, expired_before_s=None
         )
-        return items.parse_wire(await self.store.send_update(request))
+        return bucket_wire.parse_wire(await self.store.send_update(request))
 
     async def split(
         self, parts: Sequence[ShardSplit], *, token: str, extra: Sequence[dict[str, Any]] = ()

@@ -1,0 +1,62 @@
+"""Reading a bucket item from DynamoDB's wire form (what an update returns), decoding only
+what a `BucketImage` holds; `parse_updated` keeps the planned image's stamp when it cannot have
+changed (the warm path's parse)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import codec
+from .bucket_items import EVIDENCE_PREFIX, BucketImage, image_of, parse, state_from_item
+
+#: The attributes `parse` reads (besides writers' evidence entries).
+IMAGE_ATTRIBUTES = frozenset(
+    {"PK", "L", "lo", "par", "cas", "dis", "sc", "ev", "rv", "sv", "ov", "cv", "n", "g", "ts"}
+    | {"ttl", "k"}
+)
+
+
+#: What an update can change besides the states: counters, time, expiry (and evidence).
+_COUNTERS = frozenset({"n", "g", "ts", "ttl", "k"})
+_STATE_ATTRIBUTES = frozenset({"v", "w", "tu", "t", "o"})
+
+
+def parse_updated(wire: dict[str, Any], planned: BucketImage) -> BucketImage:
+    """The item an update of `planned` returned (wire form), as `parse_wire` reads it.
+
+    An update guarded by the stamp sequence leaves the stamp as it was (only a restamp or a
+    split changes one, and both bump the sequence), so while the sequence still matches, the
+    stamp and key are `planned`'s and only states, counters and evidence are decoded.
+    """
+    seq = wire.get("cv")
+    raw_limits = wire.get("L")
+    if seq is None or raw_limits is None or codec.decode(seq) != planned.stamp_seq:
+        return parse_wire(wire)
+    entries = raw_limits.get("M", {})
+    states = {}
+    for name in planned.stamp.names:
+        entry = entries.get(name)
+        if entry is None or "M" not in entry:
+            return parse_wire(wire)
+        states[name] = state_from_item(
+            {k: codec.decode(v) for k, v in entry["M"].items() if k in _STATE_ATTRIBUTES}
+        )
+    item = {
+        name: codec.decode(value)
+        for name, value in wire.items()
+        if name in _COUNTERS or name.startswith(EVIDENCE_PREFIX)
+    }
+    key = (planned.ns, planned.entity_id, planned.resource, planned.shard)
+    return image_of(key, planned.stamp, planned.stamp_seq, states, item)
+
+
+def parse_wire(wire: dict[str, Any]) -> BucketImage:
+    """A bucket item in DynamoDB's wire form -> BucketImage: `parse` of it, decoding only the
+    attributes an image holds (not the index keys)."""
+    return parse(
+        {
+            name: codec.decode(value)
+            for name, value in wire.items()
+            if name in IMAGE_ATTRIBUTES or name.startswith(EVIDENCE_PREFIX)
+        }
+    )
