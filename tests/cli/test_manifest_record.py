@@ -181,8 +181,11 @@ async def test_a_record_written_by_the_previous_version_is_still_read(
 async def test_dynamodb_failures_in_plan_and_apply_are_public_errors(
     live: Repository, second: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    manifest = big_manifest(1000)
-    changes = make_plan(manifest, Stored(), Ownership()).changes
+    await Repository.delete_table(table=second.table_name, endpoint_url=second.endpoint_url)
+    with pytest.raises(ZAELimiterError, match="reading the manifest's record"):
+        await plan_manifest(second, big_manifest(1))
+    await Repository.create_table(table=second.table_name, endpoint_url=second.endpoint_url)
+    changes = make_plan(big_manifest(1000), Stored(), Ownership()).changes
     # a chunk larger than DynamoDB's 400 KB item limit: DynamoDB refuses the write
     monkeypatch.setattr(state, "CHUNK_CHARS", 10_000_000)
     base = await read_ownership(live)
@@ -190,7 +193,3 @@ async def test_dynamodb_failures_in_plan_and_apply_are_public_errors(
         await lock(live, base, owner="me", managed=base, pending=changes, now_ms=live._clock())
     record = await read_ownership(live)
     assert (record.pending, record.lock_until_ms) == ((), 0)  # the lock was released
-    await Repository.delete_table(table=second.table_name, endpoint_url=second.endpoint_url)
-    with pytest.raises(ZAELimiterError, match="reading the manifest's record"):
-        await plan_manifest(second, big_manifest(1))
-    await Repository.create_table(table=second.table_name, endpoint_url=second.endpoint_url)

@@ -144,8 +144,8 @@ PENDING, MANAGED = "PENDING", "MANAGED"
 
 
 @contextmanager
-def _dynamo_errors(repo: Repository, what: str) -> Iterator[None]:
-    """A DynamoDB failure while reading or writing the record, as the public error."""
+def dynamo_errors(repo: Repository, what: str) -> Iterator[None]:
+    """A DynamoDB failure while planning or applying, as the public error (docs/errors.md)."""
     try:
         yield
     except DynamoError as exc:
@@ -204,7 +204,7 @@ def _document(ns: str, head: dict[str, Any], chunks: dict[str, Any], part: str) 
 async def read_ownership(repo: Repository) -> Ownership:
     """The manifest's record for this namespace (an empty Ownership if there is none)."""
     ns = repo.namespace_id
-    with _dynamo_errors(repo, "reading the manifest's record"):
+    with dynamo_errors(repo, "reading the manifest's record"):
         items = await repo.scope.store.query_all(
             keys.manifest_partition(ns), sk_prefix=keys.MANIFEST_STATE, consistent=True
         )
@@ -271,7 +271,7 @@ async def lock(
     else:
         condition = "rev = :rev AND (attribute_not_exists(lock_until) OR lock_until < :now)"
         values |= {":rev": base.rev, ":now": now_ms}
-    with _dynamo_errors(repo, "locking the manifest's record"):
+    with dynamo_errors(repo, "locking the manifest's record"):
         await _update_head(
             repo,
             "SET lock_owner = :owner, lock_until = :until, GSI4PK = :ns, GSI4SK = :g4 ADD rev :one",
@@ -323,7 +323,7 @@ async def progress(
 
     One write of the small head item (1 WCU).
     """
-    with _dynamo_errors(repo, "recording the apply's progress"):
+    with dynamo_errors(repo, "recording the apply's progress"):
         await _update_head(
             repo,
             "SET done = :done, lock_until = :until",
@@ -341,7 +341,7 @@ async def finish(repo: Repository, *, owner: str, managed: Ownership) -> None:
     """
     lost = "this apply lost its lock on the manifest state before it finished; re-plan and apply"
     ns = repo.namespace_id
-    with _dynamo_errors(repo, "recording the finished apply"):
+    with dynamo_errors(repo, "recording the finished apply"):
         tag, count = await _write_chunks(repo, MANAGED, _managed_json(managed))
         await _update_head(
             repo,
