@@ -8,7 +8,9 @@ by the previous version (one item) is still read; DynamoDB failures come out as 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,22 +32,19 @@ from zae_limiter.manifest import (
 )
 from zae_limiter.manifest.state import lock
 
-RESOURCES = ("search", "upload", "export")
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import scale_ours  # noqa: E402
+
+RESOURCES = scale_ours.MANIFEST_RESOURCES
 
 
-def big_manifest(entities: int, prefix: str = "m") -> Manifest:
-    """`entities` entities, each with limits of its own on three resources (the scale
-    benchmark's manifest)."""
-    lines = ["namespace: default", "resources:"]
-    lines += [f"  {r}: {{limits: {{rpm: {{capacity: 60}}}}}}" for r in RESOURCES]
-    lines.append("entities:")
-    for i in range(entities):
-        levels = ", ".join(
-            f"{r}: {{limits: {{rpm: {{capacity: {100 + i % 50 + n}}}}}}}"
-            for n, r in enumerate(RESOURCES)
-        )
-        lines.append(f"  {prefix}-{i}: {{resources: {{{levels}}}}}")
-    return loads("\n".join(lines) + "\n")
+def big_manifest(entities: int) -> Manifest:
+    """The scale benchmark's manifest: `entities` entities, each with limits of its own on three
+    resources."""
+    return loads(scale_ours.manifest_text(entities))
 
 
 async def record_items(repo: Repository) -> list[dict[str, Any]]:
