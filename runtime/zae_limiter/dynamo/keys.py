@@ -183,8 +183,23 @@ def operation_record(ns: str, idempotency_key: str) -> dict[str, str]:
     return key(f"{ns}#OP#{idempotency_key}", "#OP")
 
 
+MANIFEST_STATE = "#STATE"
+
+
+def manifest_partition(ns: str) -> str:
+    """The partition of the manifest's record: its head item and its chunks."""
+    return f"{ns}#M"
+
+
 def manifest_state(ns: str) -> dict[str, str]:
-    return key(f"{ns}#M", "#STATE")
+    """The head of the manifest's record (rev, lock, done, and where its chunks are)."""
+    return key(manifest_partition(ns), MANIFEST_STATE)
+
+
+def manifest_chunk(ns: str, part: str, tag: str, index: int) -> dict[str, str]:
+    """Piece `index` of one JSON document (`part`: PENDING or MANAGED) of the manifest's
+    record, written as one set under a fresh `tag`."""
+    return key(manifest_partition(ns), f"{MANIFEST_STATE}#{part}#{tag}#{index:05d}")
 
 
 def is_bucket(item: dict[str, Any]) -> bool:

@@ -11,10 +11,11 @@ from typing import Any
 
 from ..schema import PARTITION_KEY, SORT_KEY
 from . import codec
-from .transport import Transport
+from .transport import Transport, Unavailable
 
 BATCH_GET_MAX = 100
 TRANSACT_MAX = 100
+BATCH_WRITE_MAX = 25
 
 
 class Store:
@@ -190,18 +191,28 @@ class Store:
         # With a client token a retry after an unknown outcome is idempotent (10 minutes).
         await self.transport.call("TransactWriteItems", request, write=token is None)
 
+    async def batch_put(self, items: Sequence[dict[str, Any]]) -> None:
+        """Write every item (unconditional puts), 25 to a BatchWriteItem request."""
+        await self._batch_write([{"PutRequest": {"Item": codec.encode_item(i)}} for i in items])
+
     async def batch_delete(self, keys: Sequence[dict[str, str]]) -> None:
-        for i in range(0, len(keys), 25):
-            pending: dict[str, Any] = {
-                self.table: [
-                    {"DeleteRequest": {"Key": codec.encode_item(k)}} for k in keys[i : i + 25]
-                ]
-            }
+        await self._batch_write([{"DeleteRequest": {"Key": codec.encode_item(k)}} for k in keys])
+
+    async def _batch_write(self, requests: list[dict[str, Any]]) -> None:
+        """BatchWriteItem, resending what DynamoDB left unprocessed; `Unavailable` if it keeps
+        leaving items unwritten."""
+        for i in range(0, len(requests), BATCH_WRITE_MAX):
+            pending: dict[str, Any] = {self.table: requests[i : i + BATCH_WRITE_MAX]}
             for _ in range(10):
                 response = await self.transport.call("BatchWriteItem", {"RequestItems": pending})
                 pending = response.get("UnprocessedItems") or {}
                 if not pending:
                     break
+            else:
+                raise Unavailable(
+                    RuntimeError("BatchWriteItem left items unprocessed 10 times"),
+                    "DynamoDB is throttling this table's writes; retry later or raise its capacity",
+                )
 
     # --- table administration ------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from .model import (
 from .plan import Change, Ownership, Plan, make_plan
 from .state import (
     ConcurrentApplyError,
+    dynamo_errors,
     entity_level,
     finish,
     lock,
@@ -83,8 +84,9 @@ class ApplyResult:
 
 async def plan_manifest(repo: Repository, manifest: Manifest, *, full: bool = False) -> Plan:
     """Read what the table holds and what the manifest managed before, and plan. Read-only."""
-    owned = await read_ownership(repo)
-    stored = await read_stored(repo, manifest, owned)
+    with dynamo_errors(repo, "planning the manifest"):
+        owned = await read_ownership(repo)
+        stored = await read_stored(repo, manifest, owned)
     return make_plan(manifest, stored, owned, full=full)
 
 
@@ -286,6 +288,17 @@ async def apply_plan(
 
     Raises ConcurrentApplyError, without writing, if the manifest state changed since the plan.
     """
+    with dynamo_errors(repo, "applying the manifest"):
+        return await _apply_plan(repo, manifest, plan, principal, on_progress)
+
+
+async def _apply_plan(
+    repo: Repository,
+    manifest: Manifest,
+    plan: Plan,
+    principal: str | None,
+    on_progress: Progress | None,
+) -> ApplyResult:
     now = repo.scope.clock()
     if plan.base.lock_owner and plan.base.lock_until_ms > now:
         raise ConcurrentApplyError(

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..audit import ulid
+from ..connection import public_error
 from ..dynamo import keys
-from ..dynamo.transport import ConditionFailed
+from ..dynamo.transport import ConditionFailed, DynamoError
 from ..errors import ZAELimiterError
 from ..validation import DEFAULT_RESOURCE
 from .model import Level, Manifest, SystemLevel
@@ -130,6 +133,28 @@ async def read_stored(repo: Repository, manifest: Manifest, owned: Ownership) ->
 
 
 # --- the manifest's record ------------------------------------------------------------------------
+#
+# A small head item (rev, lock, done, and which chunk sets hold the two JSON documents) plus the
+# documents themselves, `managed` and `pending`, cut into chunk items under the same partition.
+# Progress writes touch only the head. A head written by an earlier version holds the documents
+# as its own `managed` and `pending` attributes; it is still read, and rewritten by the next lock.
+
+CHUNK_CHARS = 60_000  # json.dumps output is ASCII, so characters are bytes: well under 400 KB
+PENDING, MANAGED = "PENDING", "MANAGED"
+
+
+@contextmanager
+def dynamo_errors(repo: Repository, what: str) -> Iterator[None]:
+    """A DynamoDB failure while planning or applying, as the public error (docs/errors.md)."""
+    try:
+        yield
+    except DynamoError as exc:
+        raise public_error(
+            f"{what} failed; re-run `zae-limiter limits apply` when DynamoDB answers again "
+            "(an interrupted apply resumes where it stopped)",
+            exc,
+            repo.table_name,
+        ) from exc
 
 
 def _managed_json(owned: Ownership) -> str:
@@ -144,24 +169,78 @@ def _managed_json(owned: Ownership) -> str:
     )
 
 
+async def _write_chunks(repo: Repository, part: str, text: str) -> tuple[str, int]:
+    """Write `text` as a fresh chunk set; returns its (tag, count) for the head to point at."""
+    ns = repo.namespace_id
+    tag = ulid(repo.scope.clock())
+    pieces = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)] or [""]
+    items = []
+    for index, piece in enumerate(pieces):
+        key = keys.manifest_chunk(ns, part, tag, index)
+        items.append(
+            {**key, **keys.namespace_index_attributes(ns, key["PK"], key["SK"]), "data": piece}
+        )
+    await repo.scope.store.batch_put(items)
+    return tag, len(pieces)
+
+
+def _document(ns: str, head: dict[str, Any], chunks: dict[str, Any], part: str) -> str | None:
+    """One JSON document of the record: from the head (old format) or assembled from chunks."""
+    name = part.lower()
+    if name in head:
+        return str(head[name])
+    tag, count = head.get(f"{name}_tag"), int(head.get(f"{name}_n", 0))
+    if not tag:
+        return None
+    pieces = [chunks.get(keys.manifest_chunk(ns, part, str(tag), i)["SK"]) for i in range(count)]
+    if any(piece is None for piece in pieces):
+        raise ZAELimiterError(
+            f"the manifest's record in namespace {ns!r} is missing a {name} chunk; delete the "
+            "items of partition " + keys.manifest_partition(ns) + " and apply the manifest again"
+        )
+    return "".join(str(piece) for piece in pieces)
+
+
 async def read_ownership(repo: Repository) -> Ownership:
     """The manifest's record for this namespace (an empty Ownership if there is none)."""
-    item = await repo.scope.store.get(keys.manifest_state(repo.namespace_id), consistent=True)
-    if item is None:
+    ns = repo.namespace_id
+    with dynamo_errors(repo, "reading the manifest's record"):
+        items = await repo.scope.store.query_all(
+            keys.manifest_partition(ns), sk_prefix=keys.MANIFEST_STATE, consistent=True
+        )
+    chunks = {str(item["SK"]): item.get("data") for item in items}
+    head = next((i for i in items if i["SK"] == keys.MANIFEST_STATE), None)
+    if head is None:
         return Ownership()
-    managed = json.loads(item.get("managed") or "{}")
-    pending = tuple(Change.from_dict(c) for c in json.loads(item.get("pending") or "[]"))
+    managed = json.loads(_document(ns, head, chunks, MANAGED) or "{}")
+    pending_json = _document(ns, head, chunks, PENDING) or "[]"
     return Ownership(
         system=bool(managed.get("system")),
         resources=frozenset(managed.get("resources", ())),
         entity_levels=frozenset((e, r) for e, r in managed.get("entity_levels", ())),
         parents=frozenset(managed.get("parents", ())),
-        rev=int(item.get("rev", 0)),
-        pending=pending,
-        done=int(item.get("done", 0)),
-        lock_owner=str(item.get("lock_owner") or ""),
-        lock_until_ms=int(item.get("lock_until", 0)),
+        rev=int(head.get("rev", 0)),
+        pending=tuple(Change.from_dict(c) for c in json.loads(pending_json)),
+        done=int(head.get("done", 0)),
+        lock_owner=str(head.get("lock_owner") or ""),
+        lock_until_ms=int(head.get("lock_until", 0)),
     )
+
+
+async def _update_head(
+    repo: Repository, expression: str, values: dict[str, Any], lost: str, condition: str = ""
+) -> None:
+    """A conditional write of the head (by default: only while `:owner` holds the lock)."""
+    try:
+        await repo.scope.store.update(
+            keys.manifest_state(repo.namespace_id),
+            expression,
+            condition=condition or "lock_owner = :owner",
+            values=values,
+            return_new=False,
+        )
+    except ConditionFailed:
+        raise ConcurrentApplyError(lost) from None
 
 
 async def lock(
@@ -173,12 +252,14 @@ async def lock(
     pending: tuple[Change, ...],
     now_ms: int,
 ) -> None:
-    """Take the record for one apply: only if nobody changed it since `base` was read."""
+    """Take the record for one apply: only if nobody changed it since `base` was read.
+
+    The lock is taken first (one head write: a concurrent apply fails here, having written
+    nothing), then the owed work and the managed set are written as chunks, then the head is
+    pointed at them. Until that last write the head still describes the state before the lock.
+    """
     key = keys.manifest_state(repo.namespace_id)
     values: dict[str, Any] = {
-        ":managed": _managed_json(managed),
-        ":pending": json.dumps([c.as_dict(with_before=False) for c in pending]),
-        ":zero": 0,
         ":owner": owner,
         ":until": now_ms + LOCK_MS,
         ":one": 1,
@@ -190,54 +271,91 @@ async def lock(
     else:
         condition = "rev = :rev AND (attribute_not_exists(lock_until) OR lock_until < :now)"
         values |= {":rev": base.rev, ":now": now_ms}
-    try:
-        await repo.scope.store.update(
-            key,
-            "SET managed = :managed, pending = :pending, done = :zero, lock_owner = :owner, "
-            "lock_until = :until, GSI4PK = :ns, GSI4SK = :g4 ADD rev :one",
-            condition=condition,
-            values=values,
-            return_new=False,
-        )
-    except ConditionFailed:
-        raise ConcurrentApplyError(
+    with dynamo_errors(repo, "locking the manifest's record"):
+        await _update_head(
+            repo,
+            "SET lock_owner = :owner, lock_until = :until, GSI4PK = :ns, GSI4SK = :g4 ADD rev :one",
+            values,
             "another `limits apply` changed this namespace's manifest state since the plan was "
             "made, or is running now; nothing was written. Re-plan (`zae-limiter limits plan`) "
-            "and apply again."
-        ) from None
+            "and apply again.",
+            condition,
+        )
+        try:
+            await _record_plan(repo, owner, managed, pending)
+        except BaseException as exc:  # the head still describes the state before the lock
+            try:
+                await _update_head(
+                    repo, "SET lock_until = :zero", {":zero": 0, ":owner": owner}, "lock lost"
+                )
+            except Exception as release_error:  # the lock then expires on its own
+                exc.add_note(f"releasing the lock failed too: {release_error}")
+            raise
+
+
+async def _record_plan(
+    repo: Repository, owner: str, managed: Ownership, pending: tuple[Change, ...]
+) -> None:
+    pending_json = json.dumps([c.as_dict(with_before=False) for c in pending])
+    pending_tag, pending_n = await _write_chunks(repo, PENDING, pending_json)
+    managed_tag, managed_n = await _write_chunks(repo, MANAGED, _managed_json(managed))
+    await _update_head(
+        repo,
+        "SET pending_tag = :pt, pending_n = :pn, managed_tag = :mt, managed_n = :mn, "
+        "done = :zero REMOVE pending, managed",
+        {
+            ":pt": pending_tag,
+            ":pn": pending_n,
+            ":mt": managed_tag,
+            ":mn": managed_n,
+            ":zero": 0,
+            ":owner": owner,
+        },
+        "this apply lost its lock on the manifest state while recording its plan; re-plan "
+        "and apply again",
+    )
 
 
 async def progress(
     repo: Repository, *, owner: str, done: int, now_ms: int, release: bool = False
 ) -> None:
-    """Record that the first `done` owed changes are complete, and extend (or release) the lock."""
-    try:
-        await repo.scope.store.update(
-            keys.manifest_state(repo.namespace_id),
+    """Record that the first `done` owed changes are complete, and extend (or release) the lock.
+
+    One write of the small head item (1 WCU).
+    """
+    with dynamo_errors(repo, "recording the apply's progress"):
+        await _update_head(
+            repo,
             "SET done = :done, lock_until = :until",
-            condition="lock_owner = :owner",
-            values={":done": done, ":until": 0 if release else now_ms + LOCK_MS, ":owner": owner},
-            return_new=False,
-        )
-    except ConditionFailed:
-        raise ConcurrentApplyError(
+            {":done": done, ":until": 0 if release else now_ms + LOCK_MS, ":owner": owner},
             "this apply lost its lock on the manifest state (it was held too long and another "
-            "apply took over); re-plan and apply again"
-        ) from None
+            "apply took over); re-plan and apply again",
+        )
 
 
 async def finish(repo: Repository, *, owner: str, managed: Ownership) -> None:
-    """Record what the manifest now manages, clear the owed work and release the lock."""
-    try:
-        await repo.scope.store.update(
-            keys.manifest_state(repo.namespace_id),
-            "SET managed = :managed ADD rev :one REMOVE pending, done, lock_owner, lock_until",
-            condition="lock_owner = :owner",
-            values={":managed": _managed_json(managed), ":one": 1, ":owner": owner},
-            return_new=False,
+    """Record what the manifest now manages, clear the owed work and release the lock.
+
+    While still holding the lock, the chunks the head no longer points at (this apply's owed
+    work, earlier sets, sets left by a crashed apply) are deleted.
+    """
+    lost = "this apply lost its lock on the manifest state before it finished; re-plan and apply"
+    ns = repo.namespace_id
+    with dynamo_errors(repo, "recording the finished apply"):
+        tag, count = await _write_chunks(repo, MANAGED, _managed_json(managed))
+        await _update_head(
+            repo,
+            "SET managed_tag = :mt, managed_n = :mn ADD rev :one "
+            "REMOVE pending_tag, pending_n, done, pending, managed",
+            {":mt": tag, ":mn": count, ":one": 1, ":owner": owner},
+            lost + " again",
         )
-    except ConditionFailed:
-        raise ConcurrentApplyError(
-            "this apply lost its lock on the manifest state before it finished; re-plan and "
-            "apply again"
-        ) from None
+        keep = {keys.manifest_chunk(ns, MANAGED, tag, i)["SK"] for i in range(count)}
+        items = await repo.scope.store.query_all(
+            keys.manifest_partition(ns), sk_prefix=keys.MANIFEST_STATE + "#", consistent=True
+        )
+        stale = [keys.key(str(i["PK"]), str(i["SK"])) for i in items if i["SK"] not in keep]
+        await repo.scope.store.batch_delete(stale)
+        await _update_head(
+            repo, "REMOVE lock_owner, lock_until", {":owner": owner}, lost + " again"
+        )
