@@ -5,9 +5,13 @@ errors (docs/getting-started.md)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
+import inspect
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from . import schema, versioning
 from .audit import iso
@@ -33,6 +37,7 @@ from .errors import (
 )
 
 log = logging.getLogger("zae_limiter")
+T = TypeVar("T")
 
 
 def system_clock() -> int:
@@ -113,6 +118,41 @@ def public_error(what: str, exc: DynamoError, table: str) -> RateLimiterUnavaila
     if isinstance(exc, Unavailable) and exc.hint:
         return RateLimiterUnavailable(f"{what}: {exc.hint}", exc.cause, table_name=table)
     return RateLimiterUnavailable(what, exc, table_name=table)
+
+
+def public_errors(cls: type[T]) -> type[T]:
+    """Every public coroutine method of `cls` lets no transport failure escape: a `DynamoError`
+    becomes the public error (`public_error`), named after the method (docs/errors.md)."""
+    for name in dir(cls):
+        method = inspect.getattr_static(cls, name)
+        if name.startswith("_") or not inspect.iscoroutinefunction(method):
+            continue
+        setattr(cls, name, _mapped(name, method))
+    return cls
+
+
+#: Set while a mapped method runs: calls it makes to other public methods keep the internal
+#: errors they catch (a cancelled transaction, a failed condition); only the outermost maps.
+_MAPPING: contextvars.ContextVar[bool] = contextvars.ContextVar("zael_mapping", default=False)
+
+
+def _mapped(name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _MAPPING.get():
+            return await method(self, *args, **kwargs)
+        token = _MAPPING.set(True)
+        try:
+            return await method(self, *args, **kwargs)
+        except TableMissing:
+            raise InfrastructureNotFoundError(str(self.table_name)) from None
+        except DynamoError as exc:
+            table = str(self.table_name)
+            raise public_error(f"{name} failed on table {table!r}", exc, table) from exc
+        finally:
+            _MAPPING.reset(token)
+
+    return call
 
 
 async def read_version_record(store: Store) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from .connection import (
     connect,
     namespace_id_of,
     public_error,
+    public_errors,
     read_version_record,
     set_up_table,
     system_clock,
@@ -53,6 +54,7 @@ from .unmetered import Unmetered
 log = logging.getLogger("zae_limiter")
 
 
+@public_errors
 class Repository(
     NamespacesMixin,
     EntitiesMixin,

@@ -282,3 +282,38 @@ async def test_delete_table_whose_answer_was_lost_still_succeeds(ddb_endpoint: s
         assert proxy.counts["lost"] == 1
     with pytest.raises(InfrastructureNotFoundError):
         await Repository.open(table=table, endpoint_url=ddb_endpoint)
+
+
+async def test_reads_and_writes_on_a_table_gone_raise_only_public_errors(ddb_endpoint: str) -> None:
+    """Nothing but ZAELimiterError escapes the public API: reads too (a deleted table)."""
+    table = unique_table_name()
+    await Repository.create_table(table=table, endpoint_url=ddb_endpoint)
+    repo = await Repository.open(table=table, endpoint_url=ddb_endpoint)
+    limiter = RateLimiter(repo)
+    try:
+        await repo.create_entity("gone-1")
+        await Repository.delete_table(table=table, endpoint_url=ddb_endpoint)
+        calls = {
+            "get_limits": lambda: repo.get_limits("gone-1", "search"),
+            "get_entity": lambda: repo.get_entity("gone-1"),
+            "get_buckets": lambda: repo.get_buckets("gone-1"),
+            "top_up": lambda: repo.top_up("gone-1", "search", {"rpm": 1}),
+            "custom": lambda: repo.list_entities_with_custom_limits("search"),
+            "usage": lambda: limiter.get_usage_summary(entity_id="gone-1", resource="search"),
+            "defaults": lambda: limiter.set_resource_defaults(
+                "search", [Limit.per_minute("rpm", 10)]
+            ),
+        }
+        escaped = {}
+        for name, call in calls.items():
+            try:
+                await call()
+            except ZAELimiterError:
+                continue
+            except Exception as exc:
+                escaped[name] = type(exc).__name__
+        assert escaped == {}
+        with pytest.raises(InfrastructureNotFoundError, match=table):
+            await repo.get_entity("gone-1")
+    finally:
+        await repo.close()
