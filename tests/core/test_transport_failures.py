@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -293,7 +293,7 @@ async def test_reads_and_writes_on_a_table_gone_raise_only_public_errors(ddb_end
     try:
         await repo.create_entity("gone-1")
         await Repository.delete_table(table=table, endpoint_url=ddb_endpoint)
-        calls = {
+        calls: dict[str, Callable[[], Awaitable[Any]]] = {
             "get_limits": lambda: repo.get_limits("gone-1", "search"),
             "get_entity": lambda: repo.get_entity("gone-1"),
             "get_buckets": lambda: repo.get_buckets("gone-1"),
@@ -304,7 +304,7 @@ async def test_reads_and_writes_on_a_table_gone_raise_only_public_errors(ddb_end
                 "search", [Limit.per_minute("rpm", 10)]
             ),
         }
-        escaped = {}
+        escaped: dict[str, str] = {}
         for name, call in calls.items():
             try:
                 await call()
