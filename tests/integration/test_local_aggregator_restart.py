@@ -119,13 +119,13 @@ async def test_run_abandons_its_batch_on_stop_and_the_next_run_applies_it_once(
     assert await consumed(repo) == 50
 
 
-async def wait_for(predicate: Any, ceiling_s: float) -> float:
-    """Poll until `predicate()` holds; the seconds it took (fails past the ceiling)."""
+async def wait_for(predicate: Any, ceiling_s: float) -> None:
+    """Poll until `predicate()` holds. The ceiling only keeps a hung process from hanging the
+    suite; no assertion is made on how long it took."""
     started = time.monotonic()
     while not await predicate():
-        assert time.monotonic() - started < ceiling_s, "not within the ceiling"
+        assert time.monotonic() - started < ceiling_s, "still not true at the ceiling: hung?"
         await asyncio.sleep(0.02)
-    return time.monotonic() - started
 
 
 async def test_the_background_aggregator_stops_on_sigterm_and_restarts_at_the_live_end(
