@@ -158,6 +158,12 @@ def shared_section(data: dict[str, Any], *, by_processes: bool) -> str:
     )
 
 
+def _yes(counted: Any, expected: Any) -> str:
+    if counted is None or expected is None:
+        return "–"  # a result file from before this column
+    return "yes" if counted == expected else f"**no**: {counted} for {expected}"
+
+
 def aggregator_section(rows: list[dict[str, Any]]) -> str:
     lines = []
     for row in rows:
@@ -167,8 +173,10 @@ def aggregator_section(rows: list[dict[str, Any]]) -> str:
                 [
                     num(row["batch"]) if attempt == "first" else "",
                     "first delivery" if attempt == "first" else "replay (same batch)",
+                    num(r.get("deliveries", 1)),
                     num(r["applied"]),
                     num(r["duplicates"]),
+                    _yes(r.get("counted"), row.get("expected")),
                     num(r["records_per_s"]),
                     f"{num(r['transactions'])} ({num(r.get('cancelled_transactions'))} cancelled)",
                     num(r["snapshot_writes"]),
@@ -181,8 +189,10 @@ def aggregator_section(rows: list[dict[str, Any]]) -> str:
         [
             "batch",
             "delivery",
+            "invocations",
             "applied",
             "duplicates",
+            "counted as the records say",
             "records/s",
             "transactions",
             "snapshot writes",
@@ -192,8 +202,12 @@ def aggregator_section(rows: list[dict[str, Any]]) -> str:
         ],
         lines,
     ) + (
-        "\n\nOne `Aggregator.process` call per batch (one Lambda invocation), "
-        "records of 50 entities, default windows. Snapshot writes count the "
+        "\n\nOne `Aggregator.process` call per batch (one Lambda invocation); when "
+        "records fail (an engine too slow to answer), the batch is delivered again from the "
+        "first failed record, as Lambda does with ReportBatchItemFailures, and `invocations` "
+        "counts the deliveries. `counted as the records say`: the resource's snapshot totals "
+        "grew by exactly what the batch's records debited. "
+        "Records of 50 entities, default windows. Snapshot writes count the "
         "updates of applied transactions; a replay's transactions are "
         "cancelled by the records' markers (0 changes), and a cancelled "
         "transaction is still billed its items' WCU. " + NO_AGGREGATOR

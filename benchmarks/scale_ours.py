@@ -48,6 +48,43 @@ async def _stream_records(endpoint_url: str, table: str, wanted: int) -> list[di
     return records
 
 
+#: Deliveries of one batch at most: the first, then Lambda's redeliveries of what failed.
+MAX_DELIVERIES = 5
+
+
+async def _deliver(aggregator: Any, batch: list[dict[str, Any]]) -> list[Any]:
+    """One batch as Lambda's stream event source mapping delivers it with
+    ReportBatchItemFailures: when records fail (an engine too slow to answer), the batch is
+    delivered again from the first failed record. Returns each delivery's outcome."""
+    outcomes = [await aggregator.process(batch)]
+    while outcomes[-1].failures and len(outcomes) < MAX_DELIVERIES:
+        batch = batch[min(outcomes[-1].failures) :]
+        outcomes.append(await aggregator.process(batch))
+    return outcomes
+
+
+def _consumed(batch: list[dict[str, Any]]) -> dict[str, int]:
+    """What the batch's records debited (milli-units, by limit): each counted once."""
+    from zae_limiter import aggregation
+
+    total: Counter[str] = Counter()
+    for raw in batch:
+        change = aggregation.bucket_change(aggregation.parse_record(raw))
+        if change is not None:
+            total.update(change.counts.consumed)
+    return dict(total)
+
+
+async def _counted(limiter: Any) -> dict[str, int]:
+    """What the snapshots count on the resource (milli-units, by limit), every entity."""
+    summary = await limiter.get_usage_summary(resource="api")
+    return {name: round(value * 1000) for name, value in summary.total.items()}
+
+
+def _minus(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
+
 async def aggregator_batches(
     endpoint_url: str, recorder: Any, *, sizes: tuple[int, ...] = AGGREGATOR_BATCHES
 ) -> list[dict[str, Any]]:
@@ -81,20 +118,23 @@ async def aggregator_batches(
             aggregator = runner.aggregator
             await aggregator.check_version()
             offset = 0
+            counted_before = await _counted(limiter)
             for size in sizes:
                 batch = records[offset : offset + size]
                 offset += size
-                row: dict[str, Any] = {"batch": len(batch)}
+                row: dict[str, Any] = {"batch": len(batch), "expected": _consumed(batch)}
                 for attempt in ("first", "replay"):
                     with recorder.block() as block:
                         t0 = time.perf_counter()
-                        outcome = await aggregator.process(batch)
+                        outcomes = await _deliver(aggregator, batch)
                         wall = time.perf_counter() - t0
                     kinds = _transaction_items(block)
                     row[attempt] = {
-                        "applied": outcome.applied,
-                        "duplicates": outcome.duplicates,
-                        "failures": len(outcome.failures),
+                        "deliveries": len(outcomes),
+                        "applied": sum(o.applied for o in outcomes),
+                        "duplicates": sum(o.duplicates for o in outcomes),
+                        "failures": len(outcomes[-1].failures),
+                        "counted": _minus(await _counted(limiter), counted_before),
                         "wall_s": wall,
                         "records_per_s": len(batch) / wall if wall else None,
                         "requests": len(block.requests),
@@ -106,6 +146,7 @@ async def aggregator_batches(
                         "wcu_per_record": block.wcu / len(batch),
                         "items": dict(kinds),
                     }
+                counted_before = await _counted(limiter)
                 rows.append(row)
         return rows
     finally:

@@ -10,7 +10,9 @@ else `$ZAEL_UNMETERED`, else `"allow"`):
   names that do have limits.
 
 Every policy counts the unmetered admissions per resource (`get_cache_stats()`), so a typo
-shows up in monitoring.
+shows up in monitoring. At most `COUNTED_RESOURCES` names are counted one by one; calls on any
+further name are counted under `OTHER_RESOURCES` (resource names that come from user input must
+not grow a process's memory without bound, and no admission goes uncounted).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ log = logging.getLogger("zae_limiter")
 
 POLICIES = ("allow", "warn", "reject")
 ENV_VARIABLE = "ZAEL_UNMETERED"
+COUNTED_RESOURCES = 1_000
+OTHER_RESOURCES = "(other resources)"
 
 
 def policy_from(value: str | None) -> str:
@@ -70,7 +74,8 @@ class Unmetered:
                 f"has no limits at any level in namespace {self.namespace_name!r} and unmetered "
                 f"resources are rejected; {hint} (or configure it with set_resource_defaults)",
             )
-        self.admissions[resource] += 1
+        counted = resource in self.admissions or len(self.admissions) < COUNTED_RESOURCES
+        self.admissions[resource if counted else OTHER_RESOURCES] += 1
         if self.policy == "warn" or resource not in self._warned:
             self._warned.add(resource)
             log.warning(

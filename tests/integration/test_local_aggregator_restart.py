@@ -16,7 +16,12 @@ import pytest
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository
 from zae_limiter.local.engine import process_cmdline, stop_pid
-from zae_limiter.local.stream_runner import StreamRunner, read_status, start_aggregator_process
+from zae_limiter.local.stream_runner import (
+    PROCESS_MARKER,
+    StreamRunner,
+    read_status,
+    start_aggregator_process,
+)
 
 pytestmark = pytest.mark.ddb
 
@@ -144,6 +149,10 @@ async def test_the_background_aggregator_stops_on_sigterm_and_restarts_at_the_li
             poll_interval=0.05,
         ).pid
 
+    def stop(pid: int) -> None:
+        # the aggregator's own marker: stop_pid's default markers are the engines'
+        assert stop_pid(pid, markers=(PROCESS_MARKER,)), f"aggregator {pid} was not running"
+
     async def caught_up(pid: int, records: int) -> bool:
         status = read_status(status_path, pid=pid)
         return bool(status and status["records"] >= records and status["lag_ms"] == 0)
@@ -179,7 +188,7 @@ async def test_the_background_aggregator_stops_on_sigterm_and_restarts_at_the_li
         status = read_status(status_path, pid=pid)
         assert status is not None and status["records_read"] == status["records"]
     finally:
-        stop_pid(pid)
+        stop(pid)
     # what a replay reads: the whole stream. The successor read only what its predecessor had
     # not acknowledged (plus the records of its own writes, which a replay reads too).
     async with StreamRunner.from_repository(repo) as replay:

@@ -18,6 +18,9 @@ Helpers
   clock          FakeClock: clock() -> epoch ms; clock.advance(ms) / clock.set(ms)
   wire           the session's WireRecorder (attached to every DynamoDB client): `with wire.block()`
   no_backoff     standard-mode retries without sleeping (for fault-injection tests)
+Guards (autouse)
+  no_leftover_aggregators  a test that leaves a background aggregator running fails (and the
+                 process is stopped, so it does not load the engine for the tests after it)
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from aiobotocore.session import get_session
 
 from support.clock import FakeClock
 from support.faults import zero_backoff
+from support.leaks import leftover_aggregators
 from support.tables import TableRef, create_raw_table, delete_table_quietly, unique_table_name
 from support.wire import WireRecorder
 from zae_limiter.local import (
@@ -41,6 +45,8 @@ from zae_limiter.local import (
     RunningEngine,
     start_engine,
 )
+from zae_limiter.local.processes import stop_pid
+from zae_limiter.local.stream_runner import PROCESS_MARKER
 
 REGION = LOCAL_REGION
 EXTERNAL_ENDPOINT_ENV = "ZAEL_TEST_ENDPOINT_URL"
@@ -187,6 +193,16 @@ def wire() -> Iterator[WireRecorder]:
         yield recorder
     finally:
         recorder.uninstall()
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_aggregators() -> Iterator[None]:
+    before = set(leftover_aggregators())
+    yield
+    left = {pid: cmd for pid, cmd in leftover_aggregators().items() if pid not in before}
+    for pid in left:
+        stop_pid(pid, markers=(PROCESS_MARKER,))
+    assert not left, f"the test left background aggregators running: {left}"
 
 
 @pytest.fixture

@@ -111,6 +111,32 @@ def test_warn_once_sets_are_bounded() -> None:
     assert len(policy._warned) == TRACKED_MAX_ENTRIES
 
 
+def test_unmetered_counts_are_bounded_and_count_every_admission() -> None:
+    import asyncio
+
+    from zae_limiter.unmetered import COUNTED_RESOURCES, OTHER_RESOURCES, Unmetered
+
+    async def none() -> list[str]:
+        return []
+
+    policy = Unmetered("allow", "default", none)
+    names = [f"typo-{i}" for i in range(COUNTED_RESOURCES + 700)]
+
+    async def admit_all() -> None:
+        for name in names + names[:3] + names[-2:]:
+            await policy.admit(name)
+
+    logging.disable(logging.WARNING)
+    try:
+        asyncio.run(admit_all())
+    finally:
+        logging.disable(logging.NOTSET)
+    assert len(policy.admissions) == COUNTED_RESOURCES + 1
+    assert sum(policy.admissions.values()) == len(names) + 5  # none uncounted
+    assert policy.admissions["typo-0"] == 2  # a counted name keeps its own count
+    assert policy.admissions[OTHER_RESOURCES] == 700 + 2
+
+
 def test_the_parent_fallback_warnings_are_bounded() -> None:
     from support.acquire_env import AcquireEnv
     from zae_limiter.caches import TRACKED_MAX_ENTRIES
