@@ -1,7 +1,7 @@
 """The scale phases' workloads still run against our library (a smoke test, tiny sizes).
 
 Like tests/test_benchmarks_smoke.py: the benchmark is never part of the suite; this runs each
-scale workload (benchmarks/scale.py, benchmarks/scale_ours.py) for ours on the session's
+scale workload (benchmarks/scale.py, benchmarks/scale_ours.py) for ours on the module's
 DynamoDB Local and checks the counts each one reports.
 """
 

@@ -1,7 +1,7 @@
 """The benchmark's workloads still run against our library (a smoke test, a few seconds).
 
 The benchmark itself (`python -m benchmarks.run`, docs/performance.md) is never part of the test
-suite; this only runs its scenario code for ours, tiny, on the session's DynamoDB Local, so that
+suite; this only runs its scenario code for ours, tiny, on the module's DynamoDB Local, so that
 a change to the library or to the wire recorder cannot silently break `make bench`.
 """
 

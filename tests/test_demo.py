@@ -1,4 +1,4 @@
-"""`make demo` against the session's DynamoDB Local: its meter shows what DynamoDB reported."""
+"""`make demo` against the module's DynamoDB Local: its meter shows what DynamoDB reported."""
 
 from __future__ import annotations
 

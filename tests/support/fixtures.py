@@ -1,13 +1,14 @@
 """Shared pytest fixtures (loaded by tests/conftest.py through `pytest_plugins`).
 
 Engines
-  ddb_endpoint   session: one DynamoDB Local JVM per test session on a free 127.0.0.1 port
-                 (started by zae_limiter.local.start_engine). Set ZAEL_TEST_ENDPOINT_URL to reuse
-                 an engine that is already running (e.g. `zae-limiter local up`).
-  ddb_local      session: the RunningEngine behind ddb_endpoint (None when reusing one).
+  ddb_endpoint   module: one DynamoDB Local JVM per test module on a free 127.0.0.1 port
+                 (started by zae_limiter.local.start_engine; ENGINE_SCOPE says why). Set
+                 ZAEL_TEST_ENDPOINT_URL to reuse an engine that is already running (e.g.
+                 `zae-limiter local up`).
+  ddb_local      module: the RunningEngine behind ddb_endpoint (None when reusing one).
   moto_endpoint  session: moto's ThreadedMotoServer in this process, for request-shape tests
                  only (it is not atomic under concurrency; see docs/contributing.md).
-Clients (session loop, retries off so counts are exact)
+Clients (session loop, retries off so counts are exact; ddb_client per module, as its engine)
   ddb_client, moto_client
 Tables (function scope, deleted afterwards)
   table_name     a unique name; creates nothing.
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from aiobotocore.config import AioConfig
@@ -74,7 +75,14 @@ def local_client_kwargs(endpoint_url: str) -> dict[str, Any]:
 # --- engines ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+#: One DynamoDB Local per test module, not per session: the engine's cost per write grows with
+#: every stream record it has kept (it keeps them 24 hours, deleted tables' too; its table
+#: lookups take `MIN(SequenceNumber)` over them). Over the whole suite that grew a 100-item
+#: transaction past the client's 5 s read timeout; a module's worth of records stays small.
+ENGINE_SCOPE: Final = "module"
+
+
+@pytest.fixture(scope=ENGINE_SCOPE)
 def ddb_local() -> Iterator[RunningEngine | None]:
     if os.environ.get(EXTERNAL_ENDPOINT_ENV):
         yield None
@@ -86,7 +94,7 @@ def ddb_local() -> Iterator[RunningEngine | None]:
         engine.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope=ENGINE_SCOPE)
 def ddb_endpoint(ddb_local: RunningEngine | None) -> Iterator[str]:
     endpoint = ddb_local.endpoint_url if ddb_local else os.environ[EXTERNAL_ENDPOINT_ENV]
     # Anything that resolves the endpoint from the environment lands here, never on AWS.
@@ -117,7 +125,7 @@ def moto_endpoint() -> Iterator[str]:
 # --- clients ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope=ENGINE_SCOPE)
 async def ddb_client(ddb_endpoint: str, wire: WireRecorder) -> AsyncIterator[Any]:
     async with get_session().create_client("dynamodb", **local_client_kwargs(ddb_endpoint)) as c:
         wire.attach(c)

@@ -1,4 +1,4 @@
-"""No test leaves a background aggregator running (it would poll the session's engine for the
+"""No test leaves a background aggregator running (it would poll the engine for the
 rest of the run, and outlive pytest).
 
 `leftover_aggregators()` lists this process's children whose command line is the aggregator's
