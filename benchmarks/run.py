@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -405,11 +406,7 @@ def summed_hot_runs(results: list[dict[str, Any]]) -> dict[str, Any]:
     total = dict(results[0])
     for key in ("admitted", "rejected", "wall_s", "wire_requests", "wire_rcu", "wire_wcu"):
         total[key] = sum(r[key] for r in results)
-    errors: dict[str, int] = {}
-    for r in results:
-        for name, count in r["errors"].items():
-            errors[name] = errors.get(name, 0) + count
-    total["errors"] = errors
+    total["errors"] = dict(sum((Counter(r["errors"]) for r in results), Counter()))
     total["admitted_per_s"] = total["admitted"] / total["wall_s"]
     return total
 

@@ -129,12 +129,13 @@ async def aggregator_batches(
                         outcomes = await _deliver(aggregator, batch)
                         wall = time.perf_counter() - t0
                     kinds = _transaction_items(block)
+                    counted_after = await _counted(limiter)
                     row[attempt] = {
                         "deliveries": len(outcomes),
                         "applied": sum(o.applied for o in outcomes),
                         "duplicates": sum(o.duplicates for o in outcomes),
                         "failures": len(outcomes[-1].failures),
-                        "counted": _minus(await _counted(limiter), counted_before),
+                        "counted": _minus(counted_after, counted_before),
                         "wall_s": wall,
                         "records_per_s": len(batch) / wall if wall else None,
                         "requests": len(block.requests),
@@ -146,7 +147,7 @@ async def aggregator_batches(
                         "wcu_per_record": block.wcu / len(batch),
                         "items": dict(kinds),
                     }
-                counted_before = await _counted(limiter)
+                counted_before = counted_after
                 rows.append(row)
         return rows
     finally:

@@ -16,12 +16,7 @@ import pytest
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository
 from zae_limiter.local.engine import process_cmdline, stop_pid
-from zae_limiter.local.stream_runner import (
-    PROCESS_MARKER,
-    StreamRunner,
-    read_status,
-    start_aggregator_process,
-)
+from zae_limiter.local.stream_runner import StreamRunner, read_status, start_aggregator_process
 
 pytestmark = pytest.mark.ddb
 
@@ -150,8 +145,7 @@ async def test_the_background_aggregator_stops_on_sigterm_and_restarts_at_the_li
         ).pid
 
     def stop(pid: int) -> None:
-        # the aggregator's own marker: stop_pid's default markers are the engines'
-        assert stop_pid(pid, markers=(PROCESS_MARKER,)), f"aggregator {pid} was not running"
+        assert stop_pid(pid), f"aggregator {pid} was not running"
 
     async def caught_up(pid: int, records: int) -> bool:
         status = read_status(status_path, pid=pid)

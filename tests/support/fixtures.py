@@ -47,7 +47,6 @@ from zae_limiter.local import (
     start_engine,
 )
 from zae_limiter.local.processes import stop_pid
-from zae_limiter.local.stream_runner import PROCESS_MARKER
 
 REGION = LOCAL_REGION
 EXTERNAL_ENDPOINT_ENV = "ZAEL_TEST_ENDPOINT_URL"
@@ -210,7 +209,7 @@ def no_leftover_aggregators() -> Iterator[None]:
     yield
     left = {pid: cmd for pid, cmd in leftover_aggregators().items() if pid not in before}
     for pid in left:
-        stop_pid(pid, markers=(PROCESS_MARKER,))
+        stop_pid(pid)
     assert not left, f"the test left background aggregators running: {left}"
 
 

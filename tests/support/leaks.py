@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from zae_limiter.local.processes import process_cmdline
-from zae_limiter.local.stream_runner import PROCESS_MARKER
+from zae_limiter.local.processes import AGGREGATOR_MARKER, process_cmdline
 
 
 def _children(parent: int) -> list[int]:
@@ -33,6 +32,6 @@ def leftover_aggregators(parent: int | None = None) -> dict[int, str]:
     found = {}
     for pid in _children(os.getpid() if parent is None else parent):
         cmdline = process_cmdline(pid)
-        if cmdline is not None and PROCESS_MARKER in cmdline:
+        if cmdline is not None and AGGREGATOR_MARKER in cmdline:
             found[pid] = cmdline
     return found

@@ -15,8 +15,16 @@ from pathlib import Path
 
 from zae_limiter.local.java import JAR_NAME, LAUNCHER_CLASS
 
-# Markers used to recognise our own processes before signalling a recorded pid.
-PROCESS_MARKERS: tuple[str, ...] = (LAUNCHER_CLASS, JAR_NAME, "zae_limiter.local._moto_main")
+#: In the background aggregator's command line (`python -m zae_limiter.local.stream_runner`).
+AGGREGATOR_MARKER = "zae_limiter.local.stream_runner"
+# Markers used to recognise our own processes (engines and the aggregator) before signalling a
+# recorded pid.
+PROCESS_MARKERS: tuple[str, ...] = (
+    LAUNCHER_CLASS,
+    JAR_NAME,
+    "zae_limiter.local._moto_main",
+    AGGREGATOR_MARKER,
+)
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from aiobotocore.session import get_session
 from zae_limiter.aggregator import Aggregator, AggregatorConfig, ArchiveSink
 from zae_limiter.dynamo import transport
 from zae_limiter.local.engine import LOCAL_REGION
+from zae_limiter.local.processes import AGGREGATOR_MARKER
 from zae_limiter.stream_records import lambda_record
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("zae_limiter.local.stream_runner")
 
 #: Appears in the background process's command line; `local down` checks it before signalling.
-PROCESS_MARKER = "zae_limiter.local.stream_runner"
+PROCESS_MARKER = AGGREGATOR_MARKER
 DEFAULT_BATCH_SIZE = 100
 DEFAULT_POLL_INTERVAL = 0.25
 MAX_BACKOFF_S = 10.0
