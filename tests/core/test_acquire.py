@@ -198,3 +198,40 @@ async def test_stored_on_unavailable_is_used_when_the_call_gives_none(open_repo)
     await repo._store.transport.close()
     async with limiter.acquire("u1", "api", {"rpm": 1}) as lease:
         assert lease.degraded
+
+
+async def test_a_refusal_names_its_limit_even_if_the_balance_refills_just_after(
+    open_repo: Any, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34, item 1: the lane refused the write at one instant and the caller built its
+    rejection later (other tasks ran in between); the balance had refilled past the request by
+    then, and the 429 said `contended` with no violation and a 0.1 s wait. Here 1 ms passes
+    right after the planner refuses: the rejection is still judged where it was refused."""
+    from zae_limiter.acquire import planning
+
+    admit = planning.admit_planner
+
+    def admit_then_time_passes(admissions: int) -> Any:
+        plan = admit(admissions)
+
+        def planned(target: Any, now: int) -> Any:
+            result = plan(target, now)
+            if result is None:
+                clock.advance(1)  # the event loop was busy before the caller resumed
+            return result
+
+        return planned
+
+    repo = await open_repo(rejection_cache_ttl=0.0)  # decided on the lane, not from the cache
+    limiter = RateLimiter(repo)
+    await limiter.set_resource_defaults("api", [Limit.per_minute("rpm", 60)])
+    async with limiter.acquire("u1", "api", {"rpm": 60}):
+        pass
+    clock.advance(999)  # 0.999 rpm dripped back: one more is refused, for 1 ms
+    monkeypatch.setattr(planning, "admit_planner", admit_then_time_passes)
+    with pytest.raises(RateLimitExceeded) as info:
+        async with limiter.acquire("u1", "api", {"rpm": 1}):
+            pass
+    assert not info.value.contended
+    assert [(s.limit_name, s.available) for s in info.value.violations] == [("rpm", 0)]
+    assert info.value.retry_after_seconds == 0.002 and info.value.retry_after_header == "1"

@@ -105,7 +105,8 @@ class Admission:
         if isinstance(result.error, Contended):
             raise RateLimitExceeded(self.statuses(result.latest, self.clock()), contended=True)
         if result.refused:
-            raise self.rejection(result.latest, self.clock())
+            judged_at = result.refused_at if result.refused_at is not None else self.clock()
+            raise self.rejection(result.latest, judged_at)
         assert result.error is not None
         raise result.error
 

@@ -80,13 +80,14 @@ class Call:
 @dataclass(frozen=True)
 class Outcome:
     """`image` and `writes` when the call's write landed; `refused` when its planner refused on
-    a fresh image; else `error`."""
+    a fresh image (`at`: the time it was judged at); else `error`."""
 
     target: Target
     image: BucketImage | None = None
     writes: dict[str, LimitWrite] = field(default_factory=dict)
     refused: bool = False
     error: BaseException | None = None
+    at: int | None = None
 
 
 @dataclass
@@ -264,7 +265,7 @@ class _Lane:
                 if calls:
                     break  # may fit alone, on the image the batch returns
                 self.queue.popleft()
-                call.future.set_result(Outcome(target, refused=True))
+                call.future.set_result(Outcome(target, refused=True, at=now))
                 return None
             writes, delta = result
             joined = then_all(combined, writes) if calls else dict(writes)

@@ -48,12 +48,15 @@ class Written:
 @dataclass(frozen=True)
 class WaveResult:
     """What `write_all` did: writes that landed, targets refused, the error that stopped it,
-    and every job's target as last known (job order), for statuses."""
+    and every job's target as last known (job order), for statuses. `refused_at`: the earliest
+    time a refusal was judged at: the statuses of a rejection are judged then, not later (a
+    balance that refilled since would show no violation)."""
 
     written: list[Written]
     refused: list[Target]
     error: BaseException | None
     latest: list[Target]
+    refused_at: int | None = None
 
 
 class Waves:
@@ -103,9 +106,11 @@ class Waves:
         latest = [target for target, _ in jobs]
         error: BaseException | None = None
         if len(jobs) > 1 and not settle:
-            jobs, refused = await self._refused_before_sending(jobs, latest)
+            judged_at = self.clock()
+            jobs, refused = await self._refused_before_sending(jobs, latest, judged_at)
             if refused:
-                return WaveResult(written, refused, error, latest)
+                return WaveResult(written, refused, error, latest, judged_at)
+        refused_at: int | None = None
         rounds = SETTLE_ROUNDS if settle else MAX_ROUNDS
         pending = list(enumerate(jobs))
         while pending:
@@ -125,6 +130,9 @@ class Waves:
                 if outcome.image is not None:
                     written.append(Written(target, outcome.image, outcome.writes))
                 elif outcome.refused:
+                    if outcome.at is not None:
+                        at = outcome.at
+                        refused_at = at if refused_at is None else min(refused_at, at)
                     moved = self.shards.another(target, self.clock())
                     if moved is None:
                         moved = await self._survey(target)
@@ -138,15 +146,14 @@ class Waves:
                         self.images.forget(self.ns, target.entity_id, target.resource)
                     error = error or _job_error(outcome.error)
             pending = retry
-        return WaveResult(written, refused, error, latest)
+        return WaveResult(written, refused, error, latest, refused_at)
 
     async def _refused_before_sending(
-        self, jobs: list[tuple[Target, Planner]], latest: list[Target]
+        self, jobs: list[tuple[Target, Planner]], latest: list[Target], now: int
     ) -> tuple[list[tuple[Target, Planner]], list[Target]]:
         """The jobs moved to shards that admit them on the images at hand (reading every shard of
         a sharded target once when what the process knows is not enough), and the targets that
-        still refuse."""
-        now = self.clock()
+        still refuse, judged at `now`."""
         refused = []
         moved_jobs = []
         for index, (target, planner) in enumerate(jobs):
