@@ -43,3 +43,12 @@ async def test_capacity_of_an_undeclared_limit_is_refused(zl: ZL) -> None:
     error = zl.error("resource", "capacity", "search", "-l", "nosuch")
     assert "'search' has no limit of that name" in error and "['requests']" in error
     assert "total capacity" in zl("resource", "capacity", "search", "-l", "requests").stdout
+
+
+async def test_a_top_up_of_a_misspelt_resource_blames_the_resource(zl: ZL) -> None:
+    zl("resource", "set-defaults", "budget", *limit_args("units:1000/hour"))
+    zl("entity", "create", "user-1")
+    error = zl.error("entity", "top-up", "user-1", "-r", "budgte", "-a", "units:5")
+    assert "resource 'budgte' has no limits for 'user-1'" in error, error
+    assert "declares []" not in error
+    assert "zae-limiter resource list" in error or "set-defaults" in error, error

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
@@ -103,7 +103,7 @@ class BalancesMixin(AdminBase):
         self,
         entity_id: str,
         resource: str,
-        amounts: dict[str, int],
+        amounts: Mapping[str, int],
         principal: str | None = None,
         idempotency_key: str | None = None,
     ) -> BucketOperationResult:
@@ -278,6 +278,15 @@ class BalancesMixin(AdminBase):
         stamp = bucket.stamp
         declared = stamp.names if stamp is not None else ()
         unknown = [name for name in call.names or () if name not in declared]
+        if unknown and not declared:  # the resource is what is wrong, not the limit name
+            raise ValidationError(
+                "resource",
+                call.resource,
+                f"resource {call.resource!r} has no limits for {call.entity_id!r} (none on the "
+                "entity, in its defaults or on the resource): check the name with "
+                "`zae-limiter resource list`, or set its limits first (`zae-limiter resource "
+                "set-defaults`)",
+            )
         if unknown:
             raise ValidationError(
                 "limit name",
