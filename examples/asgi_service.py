@@ -1,22 +1,33 @@
-"""A small ASGI search service limited by zae-limiter (pure ASGI: no framework needed).
+"""A small search service limited by zae-limiter: Starlette, served by `uvicorn module:app`.
 
-Each caller is named by its `X-Api-Key` header; requests without one are not limited (a health
-check, say). Every request costs one `rpm`; the handler then adjusts `results` by what it
-really returned. Run it on DynamoDB Local:
+The limiter is opened in the app's lifespan (`limiter_lifespan`), not at import time, and closed
+when the server stops; the middleware finds it there. Each caller is named by its `X-Api-Key`
+header; requests without one are not limited (a health check, say). Every request costs one
+`rpm`; the handler then adjusts `results` by what it really returned. Run it on DynamoDB Local:
 
-    eval "$(zae-limiter local env)" && python examples/asgi_service.py
+    eval "$(zae-limiter local env)"
+    uvicorn --app-dir examples asgi_service:app --port 8080   # or:
+    python examples/asgi_service.py --port 8080              # 0 (the default): a free port
 
-The test `tests/integrations/test_examples.py` drives it over HTTP on 127.0.0.1.
+The limits below are set as the resource's defaults only when it has none: limits an operator
+set (`zae-limiter resource set-defaults search ...`) are kept. The test
+`tests/integrations/test_asgi_middleware.py` serves this app over HTTP on 127.0.0.1.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
+import argparse
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
 from zae_limiter import Limit, RateLimiter, Repository
-from zae_limiter.asgi import LEASE_KEY, RateLimitMiddleware
+from zae_limiter.asgi import RateLimitMiddleware, limiter_lifespan
 
 LIMITS = [Limit.per_minute("rpm", 10), Limit.per_minute("results", 1_000)]
 
@@ -29,38 +40,46 @@ def api_key(scope: dict[str, Any]) -> str | None:
     return None
 
 
-async def search(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """The application: answers 10 results, and bills them on the caller's lease."""
-    lease = scope.get("state", {}).get(LEASE_KEY)
+async def search(request: Request) -> JSONResponse:
+    """Answers 10 results, and bills them on the caller's lease."""
     results = [f"result-{i}" for i in range(10)]
+    lease = getattr(request.state, "zae_lease", None)  # None when the request is not limited
     if lease is not None:
         await lease.adjust(results=len(results))
-    body = json.dumps({"results": results}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [(b"content-type", b"application/json")],
-        }
+    return JSONResponse({"results": results})
+
+
+async def open_limiter(**repository: Any) -> RateLimiter:
+    """Open the limiter (at startup), giving `search` its limits unless it has some."""
+    limiter = RateLimiter(await Repository.open(**repository))
+    if not await limiter.get_resource_defaults("search"):
+        await limiter.set_resource_defaults("search", LIMITS)
+    return limiter
+
+
+def build_app(opener: Callable[[], Awaitable[RateLimiter]] = open_limiter) -> Starlette:
+    """The service; `opener` opens its limiter when the server starts."""
+    return Starlette(
+        routes=[Route("/search", search)],
+        middleware=[
+            Middleware(RateLimitMiddleware, resource="search", entity=api_key, consume={"rpm": 1})
+        ],
+        lifespan=limiter_lifespan(opener),
     )
-    await send({"type": "http.response.body", "body": body})
 
 
-def build_app(limiter: RateLimiter) -> RateLimitMiddleware:
-    return RateLimitMiddleware(
-        search, limiter=limiter, resource="search", entity=api_key, consume={"rpm": 1}
-    )
+app = build_app()  # `uvicorn asgi_service:app`: nothing is opened until the server starts
 
 
-async def main(host: str = "127.0.0.1", port: int = 8000) -> None:
+def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
-    repo = await Repository.open()
-    async with RateLimiter(repo) as limiter:
-        await limiter.set_resource_defaults("search", LIMITS)
-        config = uvicorn.Config(build_app(limiter), host=host, port=port, lifespan="off")
-        await uvicorn.Server(config).serve()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: a free port (the log says which)")
+    args = parser.parse_args(argv)
+    uvicorn.run(app, host=args.host, port=args.port)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

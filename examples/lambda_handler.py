@@ -3,7 +3,7 @@
 Powertools' event handler routes the request; `rate_limited` admits it first (one `rpm` per
 call, the caller named by its `x-api-key` header), answers 429/403 itself, and adds the
 RateLimit headers to the route's response. The route bills what it returned with
-`current_lease().adjust(...)`.
+`current_lease(SyncLease).adjust(...)`.
 
 In the function, build it once at cold start:
 
@@ -23,7 +23,7 @@ from aws_lambda_powertools.event_handler import (
     APIGatewayRestResolver,
 )
 
-from zae_limiter import Limit, SyncRateLimiter
+from zae_limiter import Limit, SyncLease, SyncRateLimiter
 from zae_limiter.aws_lambda import current_lease, rate_limited
 
 LIMITS = [Limit.per_minute("rpm", 10), Limit.per_minute("results", 1_000)]
@@ -42,7 +42,7 @@ def build_handler(limiter: SyncRateLimiter, integration: str = "rest") -> Any:
     @app.get("/search")
     def search() -> dict[str, Any]:
         results = [f"result-{i}" for i in range(10)]
-        lease = current_lease()
+        lease = current_lease(SyncLease)
         if lease is not None:
             lease.adjust(results=len(results))
         return {"results": results}

@@ -1,9 +1,10 @@
 """`rate_limited`: a decorator for Lambda handlers behind API Gateway (REST, HTTP API) or an ALB.
 
 The handler runs only when `limiter.acquire` admits; its proxy-format response gets the
-RateLimit headers; a rejection is answered 429 (a disabled resource 403) with the headers and a
-problem body. `current_lease()` gives the handler the lease to `adjust()`. Works with a plain
-handler and with Powertools' event handler (`return app.resolve(event, context)`).
+RateLimit headers; a rejection is answered 429 (a disabled resource 403, an unavailable limiter
+503 with `Retry-After`) with the headers and a problem body. `current_lease(SyncLease)` (or
+`current_lease(Lease)`) gives the handler its lease to `adjust()`. Works with a plain handler
+and with Powertools' event handler (`return app.resolve(event, context)`).
 See docs/integrations.md.
 """
 
@@ -15,29 +16,48 @@ import functools
 import inspect
 import json
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
-from .errors import RateLimitExceeded, ResourceDisabled
-from .http import error_response, ratelimit_headers, resolve_request
+from .acquire.lease import Lease
+from .errors import PermissionDenied, RateLimiterUnavailable, RateLimitExceeded, ResourceDisabled
+from .http import Refusal, error_response, ratelimit_headers, resolve_request
 from .limiter import RateLimiter
 from .sync import SyncRateLimiter
+from .sync_lease import SyncLease
 
 Event = dict[str, Any]
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
-_LEASE: contextvars.ContextVar[Any] = contextvars.ContextVar("zae_limiter_lease", default=None)
+AnyLease = TypeVar("AnyLease", Lease, SyncLease)
 
-_REASONS = {403: "Forbidden", 429: "Too Many Requests"}
+_LEASE: contextvars.ContextVar[Lease | SyncLease | None] = contextvars.ContextVar(
+    "zae_limiter_lease", default=None
+)
+
+_REASONS = {403: "Forbidden", 429: "Too Many Requests", 503: "Service Unavailable"}
+_REFUSALS = (RateLimitExceeded, ResourceDisabled, RateLimiterUnavailable)
 
 
-def current_lease() -> Any:
-    """The lease of the request being handled (a `Lease` or `SyncLease`), or None outside one
-    (or when the entity function returned None: the request is not limited)."""
-    return _LEASE.get()
+@overload
+def current_lease() -> Lease | SyncLease | None: ...
+@overload
+def current_lease(kind: type[AnyLease]) -> AnyLease | None: ...
+def current_lease(kind: type[Any] | None = None) -> Lease | SyncLease | None:
+    """The lease of the request being handled, or None outside one (or when the entity function
+    returned None: the request is not limited).
+
+    Pass the kind your handler uses, `current_lease(SyncLease)` or `current_lease(Lease)`, for
+    a typed lease (a `TypeError` if the handler's limiter gives the other kind)."""
+    lease = _LEASE.get()
+    if kind is not None and lease is not None and not isinstance(lease, kind):
+        raise TypeError(
+            f"current_lease({kind.__name__}): this handler's lease is a {type(lease).__name__}"
+        )
+    return lease
 
 
 @contextlib.contextmanager
-def _holding(lease: Any) -> Iterator[None]:
+def _holding(lease: Lease | SyncLease) -> Iterator[None]:
     """`current_lease()` is `lease` inside the block."""
     token = _LEASE.set(lease)
     try:
@@ -75,8 +95,8 @@ def rate_limited(
             event, response, ratelimit_headers(lease, units=units, pk_secret=pk_secret)
         )
 
-    def refusal(event: Event, exc: RateLimitExceeded | ResourceDisabled) -> dict[str, Any]:
-        return error_proxy_response(event, exc, units=units, pk_secret=pk_secret)
+    def refusal(event: Event, exc: Refusal) -> dict[str, Any]:
+        return _answer_or_raise(event, exc, units, pk_secret)
 
     def decorate(handler: Handler) -> Handler:
         if inspect.iscoroutinefunction(handler):
@@ -94,7 +114,7 @@ def rate_limited(
                             return answered(
                                 event, lease, await handler(event, context, *args, **kwargs)
                             )
-                except (RateLimitExceeded, ResourceDisabled) as exc:
+                except _REFUSALS as exc:
                     return refusal(event, exc)
 
             return run_async  # type: ignore[return-value]
@@ -110,7 +130,7 @@ def rate_limited(
             try:
                 with gate as lease, _holding(lease):
                     return answered(event, lease, handler(event, context, *args, **kwargs))
-            except (RateLimitExceeded, ResourceDisabled) as exc:
+            except _REFUSALS as exc:
                 return refusal(event, exc)
 
         return run  # type: ignore[return-value]
@@ -121,25 +141,35 @@ def rate_limited(
 # --- proxy-format responses --------------------------------------------------------------------
 
 
+def _answer_or_raise(
+    event: Event, exc: Refusal, units: Mapping[str, str] | None, pk_secret: bytes | None
+) -> dict[str, Any]:
+    if isinstance(exc, PermissionDenied):
+        raise exc  # a misconfiguration, not an outage: not answered as one (docs/errors.md)
+    return error_proxy_response(event, exc, units=units, pk_secret=pk_secret)
+
+
 def _is_alb(event: Event) -> bool:
     return "elb" in (event.get("requestContext") or {})
 
 
-def _multi_value(event: Event, response: Mapping[str, Any] | None = None) -> bool:
-    """An ALB target group with multi-value headers expects `multiValueHeaders` back."""
-    if response is not None and "multiValueHeaders" in response and "headers" not in response:
-        return True
-    return _is_alb(event) and "multiValueHeaders" in event
+def _multi_value(event: Event, response: Mapping[str, Any]) -> bool:
+    """An ALB target group reads one form, the event's: `multiValueHeaders` when it has
+    multi-value headers on, else `headers`. API Gateway reads both: keep the handler's form."""
+    if _is_alb(event):
+        return "multiValueHeaders" in event
+    return "multiValueHeaders" in response and "headers" not in response
 
 
 def error_proxy_response(
     event: Event,
-    exc: RateLimitExceeded | ResourceDisabled,
+    exc: Refusal,
     *,
     units: Mapping[str, str] | None = None,
     pk_secret: bytes | None = None,
 ) -> dict[str, Any]:
-    """The proxy-format 429/403 for `event`'s integration (API Gateway REST or HTTP API, ALB)."""
+    """The proxy-format 429/403/503 for `event`'s integration (API Gateway REST or HTTP API,
+    ALB)."""
     status, headers, body = error_response(exc, units=units, pk_secret=pk_secret)
     response: dict[str, Any] = {
         "statusCode": status,
@@ -166,11 +196,20 @@ def with_headers(event: Event, response: Any, headers: Mapping[str, str]) -> Any
             "body": response if isinstance(response, str) else json.dumps(response),
         }
     out = dict(response)
+    alb = _is_alb(event)
     if _multi_value(event, out):
         multi = {k: list(v) for k, v in (out.get("multiValueHeaders") or {}).items()}
+        if alb:  # the handler's single-value headers, in the form the target group reads
+            for name, value in (out.pop("headers", None) or {}).items():
+                multi.setdefault(name, [value])
         for name, value in headers.items():
             multi[name] = [value]
         out["multiValueHeaders"] = multi
     else:
-        out["headers"] = {**(out.get("headers") or {}), **headers}
+        single = dict(out.get("headers") or {})
+        if alb:
+            for name, values in (out.pop("multiValueHeaders", None) or {}).items():
+                if values:
+                    single.setdefault(name, values[-1])
+        out["headers"] = {**single, **headers}
     return out

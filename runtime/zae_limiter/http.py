@@ -2,9 +2,11 @@
 
 Headers follow the IETF HTTP API WG draft "RateLimit header fields for HTTP"
 (draft-ietf-httpapi-ratelimit-headers-11): `RateLimit-Policy` and `RateLimit` are Structured
-Field lists with one item per limit of the primary resource, named `<resource>.<limit>`.
+Field lists with one item per limit of the primary resource (and, on a rejection, per limit of
+the caller's that refused on another resource), named `<resource>.<limit>`.
 Problem bodies follow RFC 9457 (`application/problem+json`), with the draft's
-`quota-exceeded` type for a 429. See docs/integrations.md.
+`quota-exceeded` type for a 429 and `temporary-reduced-capacity` for a 503 (the limiter could
+not reach DynamoDB). See docs/integrations.md.
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from .connection import system_clock
-from .errors import RateLimitExceeded, ResourceDisabled, ValidationError
+from .errors import RateLimiterUnavailable, RateLimitExceeded, ResourceDisabled, ValidationError
 from .lease_view import LimitView, is_lease, primary_limits
 
 PROBLEM_JSON = "application/problem+json"
 QUOTA_EXCEEDED_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 QUOTA_EXCEEDED_TITLE = "Request cannot be satisfied as assigned quota has been exceeded"
+REDUCED_CAPACITY_TYPE = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+REDUCED_CAPACITY_TITLE = "Service capacity is temporarily reduced"
+#: `Retry-After` of a 503 for an unavailable limiter: DynamoDB's blips are usually that short.
+UNAVAILABLE_RETRY_SECONDS = 1
 #: Quota units of the draft's registry; "requests" is its default and is not written.
 REGISTERED_UNITS = frozenset({"requests", "content-bytes", "concurrent-requests"})
 #: Limit names that count requests (LimitName's R* helpers and the plain word).
@@ -99,9 +105,23 @@ def ratelimit_headers(
     return headers
 
 
-def problem_details(exc: RateLimitExceeded | ResourceDisabled) -> dict[str, Any]:
-    """An RFC 9457 body built on `exc.as_dict(public=True)`: 429 `quota-exceeded` with
-    `violated-policies`, or 403 for a disabled resource. Send it as `PROBLEM_JSON`."""
+#: What `problem_details`, `status_code` and `error_response` answer.
+Refusal = RateLimitExceeded | ResourceDisabled | RateLimiterUnavailable
+
+
+def problem_details(exc: Refusal) -> dict[str, Any]:
+    """An RFC 9457 body: 429 `quota-exceeded` with `violated-policies` (built on
+    `exc.as_dict(public=True)`), 403 for a disabled resource, or 503
+    `temporary-reduced-capacity` when the limiter is unavailable (the cause is not sent: it
+    names the table). Send it as `PROBLEM_JSON`."""
+    if isinstance(exc, RateLimiterUnavailable):
+        return {
+            "type": REDUCED_CAPACITY_TYPE,
+            "title": REDUCED_CAPACITY_TITLE,
+            "status": 503,
+            "detail": "The rate limiter cannot decide right now; retry shortly",
+            "retry_after_seconds": UNAVAILABLE_RETRY_SECONDS,
+        }
     public = exc.as_dict(public=True)
     if isinstance(exc, RateLimitExceeded):
         violated = [
@@ -124,11 +144,16 @@ def problem_details(exc: RateLimitExceeded | ResourceDisabled) -> dict[str, Any]
             "detail": public["message"],
             **public,
         }
-    raise TypeError(f"problem_details takes RateLimitExceeded or ResourceDisabled, not {exc!r}")
+    raise TypeError(
+        "problem_details takes RateLimitExceeded, ResourceDisabled or RateLimiterUnavailable, "
+        f"not {exc!r}"
+    )
 
 
-def status_code(exc: RateLimitExceeded | ResourceDisabled) -> int:
-    """429 for a rejection, 403 for a disabled resource."""
+def status_code(exc: Refusal) -> int:
+    """429 for a rejection, 403 for a disabled resource, 503 for an unavailable limiter."""
+    if isinstance(exc, RateLimiterUnavailable):
+        return 503
     return 429 if isinstance(exc, RateLimitExceeded) else 403
 
 
@@ -136,14 +161,16 @@ def status_code(exc: RateLimitExceeded | ResourceDisabled) -> int:
 
 
 def _primary_of_rejection(exc: RateLimitExceeded) -> tuple[str, list[LimitView]]:
-    """The caller and its own limits on the first resource the decision evaluated."""
+    """The caller and its own limits on the first resource the decision evaluated, then its own
+    limits that refused on another resource (`also=`): the headers name the policy that refused.
+    A cascade parent's limits are never described (its figures are not the caller's)."""
     if not exc.statuses:
         return "", []
     first = exc.statuses[0]
     return first.entity_id, [
         LimitView.of_status(s)
         for s in exc.statuses
-        if s.resource == first.resource and s.entity_id == first.entity_id
+        if s.entity_id == first.entity_id and (s.resource == first.resource or s.exceeded)
     ]
 
 
@@ -219,18 +246,19 @@ def _sf_string(text: str) -> str:
 
 
 def error_response(
-    exc: RateLimitExceeded | ResourceDisabled,
+    exc: Refusal,
     *,
     now_ms: int | None = None,
     units: Mapping[str, str] | None = None,
     pk_secret: bytes | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
-    """(status, headers, body) answering a rejection (429) or a disabled resource (403)."""
-    headers = (
-        ratelimit_headers(exc, now_ms=now_ms, units=units, pk_secret=pk_secret)
-        if isinstance(exc, RateLimitExceeded)
-        else {}
-    )
+    """(status, headers, body) answering a rejection (429), a disabled resource (403) or an
+    unavailable limiter (503, with `Retry-After`)."""
+    headers: dict[str, str] = {}
+    if isinstance(exc, RateLimitExceeded):
+        headers = ratelimit_headers(exc, now_ms=now_ms, units=units, pk_secret=pk_secret)
+    elif isinstance(exc, RateLimiterUnavailable):
+        headers["Retry-After"] = str(UNAVAILABLE_RETRY_SECONDS)
     body = json.dumps(problem_details(exc), separators=(",", ":")).encode()
     headers["Content-Type"] = PROBLEM_JSON
     return status_code(exc), headers, body

@@ -10,7 +10,9 @@ import aiohttp
 import pytest
 
 from support.asgi_server import load_example, serving
+from support.clock import FakeClock
 from support.ratelimit_fields import checked
+from support.tables import TableRef
 from zae_limiter import Limit, OnUnavailable, RateLimiter, Repository
 from zae_limiter.asgi import LEASE_KEY, RateLimitMiddleware
 
@@ -32,10 +34,18 @@ async def fetch(http: aiohttp.ClientSession, url: str, **kwargs: Any) -> tuple[i
         return response.status, response.headers, await response.read()
 
 
-async def test_sixty_requests_at_ten_a_minute_admit_exactly_ten(limiter: RateLimiter) -> None:
-    await limiter.set_resource_defaults("search", service.LIMITS)
+async def test_sixty_requests_at_ten_a_minute_admit_exactly_ten(
+    limiter: RateLimiter, table: TableRef, clock: FakeClock
+) -> None:
+    async def opener() -> RateLimiter:  # the example's own (its lifespan), on the test's clock
+        opened: RateLimiter = await service.open_limiter(
+            table=table.name, endpoint_url=table.endpoint_url, clock=clock
+        )
+        return opened
+
     statuses: list[int] = []
-    async with serving(service.build_app(limiter)) as url, aiohttp.ClientSession() as http:
+    app = service.build_app(opener)
+    async with serving(app, lifespan="on") as url, aiohttp.ClientSession() as http:
         for _ in range(60):
             status, headers, body = await fetch(http, url + "/search", headers=KEY)
             statuses.append(status)
@@ -215,6 +225,8 @@ async def test_an_outage_under_allow_passes_with_a_degraded_lease(
     assert status == 200 and "RateLimit" not in headers
     assert [lease.degraded for lease in leases] == [True]
     async with serving(middleware(None)) as url, aiohttp.ClientSession() as http:
-        status, _, _ = await fetch(http, url, headers=KEY)
-    assert status == 500  # BLOCK: RateLimiterUnavailable reaches the server; the app never ran
+        status, headers, body = await fetch(http, url, headers=KEY)
+    # BLOCK: the middleware answers 503 itself (docs/errors.md); the app never ran.
+    assert (status, headers["Retry-After"]) == (503, "1")
+    assert json.loads(body)["type"].endswith("#temporary-reduced-capacity")
     assert len(leases) == 1

@@ -14,18 +14,30 @@ import pytest
 
 from support.asgi_server import load_example
 from support.clock import FakeClock
+from support.faultproxy import fault_proxy
 from support.ratelimit_fields import checked
 from support.tables import TableRef
-from zae_limiter import Limit, RateLimiter, Repository, SyncRateLimiter, SyncRepository
+from zae_limiter import (
+    Lease,
+    Limit,
+    RateLimiter,
+    Repository,
+    SyncLease,
+    SyncRateLimiter,
+    SyncRepository,
+)
 from zae_limiter.aws_lambda import current_lease, rate_limited
+from zae_limiter.http import REDUCED_CAPACITY_TYPE
 
 EVENTS = Path(__file__).resolve().parents[1] / "fixtures" / "lambda_events"
 INTEGRATIONS = {"rest": "apigw_rest.json", "http": "apigw_http.json", "alb": "alb.json"}
+ALB_MULTI_VALUE = "alb_multi_value.json"
 example = load_example("lambda_handler")
 
 
 def event(integration: str, api_key: str | None = "key-1") -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads((EVENTS / INTEGRATIONS[integration]).read_text())
+    name = INTEGRATIONS.get(integration, integration)
+    loaded: dict[str, Any] = json.loads((EVENTS / name).read_text())
     for field in ("headers", "multiValueHeaders"):
         headers = loaded.get(field)
         if headers is None:
@@ -116,7 +128,9 @@ def test_an_exception_in_the_handler_refunds(sync_limiter: SyncRateLimiter) -> N
         sync_limiter, resource="search", entity=example.api_key, consume=lambda e: {"tokens": 50}
     )
     def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-        current_lease().adjust(tokens=100)
+        lease = current_lease(SyncLease)
+        assert lease is not None
+        lease.adjust(tokens=100)
         raise RuntimeError("the work failed")
 
     with pytest.raises(RuntimeError, match="the work failed"):
@@ -133,12 +147,18 @@ def test_no_entity_passes_unlimited(sync_limiter: SyncRateLimiter) -> None:
     assert all(rate_headers(r) == {} for r in responses)
 
 
-def test_alb_with_multi_value_headers_gets_them_back(sync_limiter: SyncRateLimiter) -> None:
+@pytest.mark.parametrize("returned", ["headers", "multiValueHeaders", "both"])
+def test_a_multi_value_alb_event_is_answered_with_multi_value_headers_only(
+    sync_limiter: SyncRateLimiter, returned: str
+) -> None:
+    """Whatever form the handler used, a target group with multi-value headers gets only
+    `multiValueHeaders` back (its own headers kept), admitted or rejected."""
     sync_limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 1)])
-    multi = event("alb")
-    multi["multiValueHeaders"] = {k: [v] for k, v in multi.pop("headers").items()}
-    multi["multiValueQueryStringParameters"] = {"q": ["shoes"]}
-    multi.pop("queryStringParameters")
+    own: dict[str, Any] = {}
+    if returned in ("headers", "both"):
+        own["headers"] = {"X-Seen": "yes"}
+    if returned in ("multiValueHeaders", "both"):
+        own["multiValueHeaders"] = {"X-Seen": ["yes"], "Set-Cookie": ["a=1", "b=2"]}
 
     @rate_limited(
         sync_limiter,
@@ -147,15 +167,32 @@ def test_alb_with_multi_value_headers_gets_them_back(sync_limiter: SyncRateLimit
         entity=lambda e: e["multiValueHeaders"]["x-api-key"][0],
     )
     def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return {"statusCode": 200, "body": "ok", **copy.deepcopy(own)}
+
+    admitted = handler(event(ALB_MULTI_VALUE), None)
+    rejected = handler(event(ALB_MULTI_VALUE), None)
+    for response in (admitted, rejected):
+        assert "headers" not in response, response
+    assert admitted["multiValueHeaders"]["X-Seen"] == ["yes"]
+    assert checked(rate_headers(admitted))[1]["search.rpm"]["r"] == 0
+    assert rejected["statusCode"] == 429
+    assert rejected["statusDescription"] == "429 Too Many Requests"
+    assert rejected["multiValueHeaders"]["Retry-After"] == ["61"]
+
+
+def test_a_single_value_alb_event_is_answered_with_headers_only(
+    sync_limiter: SyncRateLimiter,
+) -> None:
+    sync_limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 5)])
+
+    @rate_limited(sync_limiter, resource="search", entity=example.api_key, consume={"rpm": 1})
+    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return {"statusCode": 200, "multiValueHeaders": {"X-Seen": ["yes"]}, "body": "ok"}
 
-    admitted = handler(copy.deepcopy(multi), None)
-    rejected = handler(copy.deepcopy(multi), None)
-    assert "headers" not in admitted and "headers" not in rejected
-    assert admitted["multiValueHeaders"]["X-Seen"] == ["yes"]
-    checked({k: v[0] for k, v in admitted["multiValueHeaders"].items()})
-    assert rejected["statusCode"] == 429
-    assert rejected["multiValueHeaders"]["Retry-After"] == ["61"]  # 60 s for one rpm, +1 ms
+    admitted = handler(event("alb"), None)
+    assert "multiValueHeaders" not in admitted
+    assert admitted["headers"]["X-Seen"] == "yes"
+    assert checked(rate_headers(admitted))[1]["search.rpm"]["r"] == 4
 
 
 def test_an_http_api_handler_returning_a_plain_value(sync_limiter: SyncRateLimiter) -> None:
@@ -176,7 +213,7 @@ async def test_an_async_handler_with_the_async_limiter(limiter: RateLimiter) -> 
 
     @rate_limited(limiter, resource="search", entity=example.api_key, consume={"rpm": 1})
     async def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-        assert current_lease() is not None
+        assert current_lease(Lease) is not None
         return {"statusCode": 200, "headers": {"X-Seen": "yes"}, "body": "ok"}
 
     admitted = await handler(event("rest"), None)
@@ -184,6 +221,31 @@ async def test_an_async_handler_with_the_async_limiter(limiter: RateLimiter) -> 
     assert admitted["headers"]["X-Seen"] == "yes"
     assert checked(rate_headers(admitted))[1]["search.rpm"]["r"] == 0
     assert rejected["statusCode"] == 429 and header(rejected, "Retry-After") == "61"
+
+
+async def test_an_unreachable_dynamodb_is_a_503_with_retry_after(table: TableRef) -> None:
+    """The engine behind a loopback proxy, then the proxy closed: every call is refused."""
+    async with fault_proxy(table.endpoint_url, seed=1, rate=0.0) as proxy:
+        repo = await Repository.open(table=table.name, endpoint_url=proxy.url)
+        limiter = RateLimiter(repo)
+        await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 10)])
+
+        @rate_limited(limiter, resource="search", entity=example.api_key, consume={"rpm": 1})
+        async def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            return {"statusCode": 200, "body": "ok"}
+
+        assert (await handler(event("alb"), None))["statusCode"] == 200
+        await proxy.close()  # from here on, a closed port
+        responses = [await handler(event(kind), None) for kind in ("rest", "alb")]
+        await repo.close()
+    for response in responses:
+        assert response["statusCode"] == 503
+        assert header(response, "Retry-After") == "1"
+        assert header(response, "Content-Type") == "application/problem+json"
+        problem = json.loads(response["body"])
+        assert problem["type"] == REDUCED_CAPACITY_TYPE and problem["status"] == 503
+        assert table.name not in response["body"]
+    assert responses[1]["statusDescription"] == "503 Service Unavailable"
 
 
 def test_the_limiter_must_match_the_handler(

@@ -204,7 +204,13 @@ async def test_the_callers_own_violation_on_another_resource(limiter: RateLimite
         {"resource": "budget", "limit_name": "units", "parent": False}
     ]
     assert problem_details(exc)["violated-policies"] == ["budget.units"]
-    assert "budget" not in ratelimit_headers(exc)["RateLimit"]  # headers: the primary resource
+    # The headers list the policy that refused, beside the primary resource's own.
+    policy, limits = checked(ratelimit_headers(exc))
+    assert policy == {
+        "search.rpm": {"q": 100, "w": 60},
+        "budget.units": {"q": 100, "zael-unit": "units", "w": 86400},
+    }
+    assert limits["search.rpm"]["r"] == 100 and limits["budget.units"]["r"] == 100
 
 
 async def test_a_disabled_resource_is_a_403_problem_without_whose_flag(

@@ -8,7 +8,7 @@ import importlib.util
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
@@ -16,9 +16,10 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @contextlib.asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """Run `app` until the block exits; yields its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
+async def serving(app: Any, *, lifespan: Literal["on", "off"] = "off") -> AsyncIterator[str]:
+    """Run `app` until the block exits (`lifespan="on"`: through its startup and shutdown, as
+    `uvicorn module:app` does); yields its base URL."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan=lifespan, log_level="warning")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
