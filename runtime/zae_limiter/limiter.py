@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -55,7 +55,7 @@ def _validate_acquire(
     if on_unavailable is not None and not isinstance(on_unavailable, OnUnavailable):
         raise ValidationError("on_unavailable", on_unavailable, "use OnUnavailable.ALLOW or BLOCK")
     if also:
-        if not isinstance(also, dict):
+        if not isinstance(also, Mapping):
             raise ValidationError("also", also, "must be a dict of resource to amounts")
         if limits is not None:
             raise ValidationError(
@@ -286,11 +286,11 @@ class RateLimiter:
         self,
         entity_id: str,
         resource: str,
-        consume: dict[str, int],
+        consume: Mapping[str, int],
         limits: list[Limit] | None = None,
         on_unavailable: OnUnavailable | None = None,
         *,
-        also: dict[str, dict[str, int]] | None = None,
+        also: Mapping[str, Mapping[str, int]] | None = None,
     ) -> Acquisition:
         """Admit and debit `consume` on `resource` (and every resource in `also`), all or none."""
         requests = _validate_acquire(entity_id, resource, consume, limits, on_unavailable, also)
@@ -305,7 +305,7 @@ class RateLimiter:
         self,
         entity_id: str,
         resource: str,
-        needed: dict[str, int],
+        needed: Mapping[str, int],
         limits: list[Limit] | None = None,
     ) -> float:
         return (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -40,7 +40,7 @@ class SyncRepository:
         self,
         entity_id: str,
         resource: str,
-        needed: dict[str, int] | None = ...,
+        needed: Mapping[str, int] | None = ...,
         limits: list[Limit] | None = ...,
     ) -> Availability: ...
     def clear_entity_cascade(
@@ -240,7 +240,7 @@ class SyncRepository:
         self,
         entity_id: str,
         resource: str,
-        amounts: dict[str, int],
+        amounts: Mapping[str, int],
         principal: str | None = ...,
         idempotency_key: str | None = ...,
     ) -> BucketOperationResult: ...
@@ -268,11 +268,11 @@ class SyncRateLimiter:
         self,
         entity_id: str,
         resource: str,
-        consume: dict[str, int],
+        consume: Mapping[str, int],
         limits: list[Limit] | None = ...,
         on_unavailable: OnUnavailable | None = ...,
         *,
-        also: dict[str, dict[str, int]] | None = ...,
+        also: Mapping[str, Mapping[str, int]] | None = ...,
     ) -> SyncAcquisition: ...
     def available(
         self, entity_id: str, resource: str, limits: list[Limit] | None = ...
@@ -281,7 +281,7 @@ class SyncRateLimiter:
         self,
         entity_id: str,
         resource: str,
-        needed: dict[str, int] | None = ...,
+        needed: Mapping[str, int] | None = ...,
         limits: list[Limit] | None = ...,
     ) -> Availability: ...
     def close(self) -> None: ...
@@ -369,7 +369,7 @@ class SyncRateLimiter:
         self,
         entity_id: str,
         resource: str,
-        needed: dict[str, int],
+        needed: Mapping[str, int],
         limits: list[Limit] | None = ...,
     ) -> float: ...
 

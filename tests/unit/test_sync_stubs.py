@@ -6,13 +6,12 @@ The sync classes are filled in at import time (`syncgen.twin`); `sync.pyi` and `
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import zae_limiter
+from support.typecheck import mypy_strict
 from zae_limiter import syncgen
 
 ROOT = Path(zae_limiter.__file__).parent
@@ -40,26 +39,6 @@ from zae_limiter import SyncRateLimiter, SyncRepository
 limiter = SyncRateLimiter(SyncRepository.open(table="zae-limiter"))
 limiter.set_resource_defaults("search", "rpm")
 """
-
-
-def mypy_strict(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
-    user = tmp_path / "app.py"
-    user.write_text(source, encoding="utf-8")
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "app.py",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize("name", sorted(syncgen.STUBS))

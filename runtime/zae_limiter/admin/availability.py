@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 
 from .. import validation
@@ -26,7 +27,7 @@ class AvailabilityMixin(AdminBase):
         self,
         entity_id: str,
         resource: str,
-        needed: dict[str, int] | None = None,
+        needed: Mapping[str, int] | None = None,
         limits: list[Limit] | None = None,
     ) -> Availability:
         """Balances summed over shards, and the wait until `needed` fits. Not a reservation.
@@ -40,7 +41,7 @@ class AvailabilityMixin(AdminBase):
         self,
         entity_id: str,
         resource: str,
-        needed: dict[str, int] | None,
+        needed: Mapping[str, int] | None,
         limits: list[Limit] | None,
         *,
         as_parent: bool,
