@@ -43,7 +43,7 @@ SERVICE = "dynamodb"
 TARGET_PREFIX = "DynamoDB_20120810."
 CONTENT_TYPE = "application/x-amz-json-1.0"
 USER_AGENT = f"zae-limiter/{LIBRARY_VERSION}"
-#: Turns of the event loop before each request (see `HttpPath._post`).
+#: Turns of the event loop before each request through aiohttp (see `HttpPath._post`).
 STALE_CHECK_TURNS = 2
 #: Idle connections older than this are closed rather than reused (servers drop idle ones).
 IDLE_LIMIT_S = 15.0
@@ -242,14 +242,15 @@ class HttpPath:
 
     async def _post(self, prepared: PreparedRequest) -> Answer:
         headers = {**prepared.headers, "user-agent": USER_AGENT}
-        # Two turns of the event loop first: a close the server sent after its last answer (a
-        # proxy that closes without `Connection: close`) is then seen before an idle connection
-        # is reused, which is urllib3's dropped-connection check in asyncio terms.
-        for _ in range(STALE_CHECK_TURNS):
-            await asyncio.sleep(0)
         if self.connections is not None and prepared.url == self.url:
+            # the connections ask the socket itself whether a close waits (`dynamo.connections`)
             answer = await self.connections.post(request_bytes("/", headers, prepared.body))
         else:  # ZAEL_TRANSPORT=aiohttp, or a `before-send` handler sent it elsewhere
+            # Turns of the event loop first: a close the server sent after its last answer (a
+            # proxy that closes without `Connection: close`) is then seen before aiohttp reuses
+            # an idle connection, which is urllib3's dropped-connection check in asyncio terms.
+            for _ in range(STALE_CHECK_TURNS):
+                await asyncio.sleep(0)
             answer = await self._session_post(prepared.url, headers, prepared.body)
         _check_crc32(answer.headers, answer.content, prepared.url)
         return answer
