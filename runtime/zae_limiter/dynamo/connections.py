@@ -1,6 +1,6 @@
 """The lean path's HTTP/1.1 connections: keep-alive, one request at a time per connection.
 
-Why our own pool: through one `aiohttp.ClientSession` a warm acquire costs about 0.3 ms more
+Why our own pool: through one `aiohttp.ClientSession` a warm acquire costs about 0.5 ms more
 client CPU (measured in one process, the options alternating, docs/performance.md); the session
 builds a request object, header multidicts, timers and a body-writer task per request, none of
 which DynamoDB's small JSON POSTs need. The framing of answers is not ours: `httptools` (the
@@ -15,7 +15,8 @@ never an answer. This module does the rest:
   `Connection: close`), and it has been idle for less than `idle_limit_s`; one that was handed
   a request it did not answer completely (timeout, cancellation, a broken answer) is closed;
 * 1xx interim answers are skipped; an answer framed by neither length nor chunks ends with the
-  close (the one place where the end of an answer is ours to see: llhttp has no EOF input);
+  close (the one place where the end of an answer is ours to see: httptools does not expose
+  llhttp's end-of-input call);
 * connect and read timeouts (the read timeout restarts with every chunk of the answer);
 * TLS through asyncio with the caller's `ssl.SSLContext`, and TCP keep-alive probes on request.
 

@@ -3,14 +3,14 @@
 botocore spends about 3 ms of CPU per request on this machine (serialising, validating, signing,
 parsing, user-agent and header bookkeeping); the library's requests are already in DynamoDB's
 wire form, so this path only signs (with a signing key cached per day), posts the bytes and
-decodes. The bytes go over the library's own connections (`dynamo.connections`: about 0.45 ms
-less client CPU per warm acquire than an `aiohttp.ClientSession`, which `ZAEL_TRANSPORT=aiohttp`
-selects instead). It keeps botocore's pieces that matter: the credential chain, the endpoint and
-TLS settings the SDK resolved (through public configuration), the operation models, and the
-client's event hooks (`before-parameter-build`, `before-send`, `after-call`, `after-call-error`),
-so instrumentation and fault injection written for botocore keep working. Endpoints reached
-through a proxy, or with a path, go through botocore instead (`lean_path`). Failures come out as
-botocore's exceptions, which `dynamo.failures` maps once for every path.
+decodes. The bytes go over the library's own connections (`dynamo.connections`, answers framed by
+httptools: about 0.5 ms less client CPU per warm acquire than an `aiohttp.ClientSession`, which
+`ZAEL_TRANSPORT=aiohttp` selects instead). It keeps botocore's pieces that matter: the credential
+chain, the endpoint and TLS settings the SDK resolved (through public configuration), the operation
+models, and the client's event hooks (`before-parameter-build`, `before-send`, `after-call`,
+`after-call-error`), so instrumentation and fault injection written for botocore keep working.
+Endpoints reached through a proxy, or with a path, go through botocore instead (`lean_path`).
+Failures come out as botocore's exceptions, which `dynamo.failures` maps once for every path.
 """
 
 from __future__ import annotations
