@@ -286,3 +286,25 @@ async def test_a_204_answer_has_no_body_and_keeps_its_connection(opened: list[Tr
         for _ in range(2):
             assert "Echo" not in await transport.call("GetItem", REQUEST)
     assert server.connections == 1
+
+
+@pytest.mark.parametrize("carrier", ["http", "aiohttp"])
+@pytest.mark.parametrize(
+    "framing",
+    [b"Content-Length: 9\r\nTransfer-Encoding: chunked", b"Content-Length: 5\r\nContent-Length: 9"],
+    ids=["length and chunked", "two lengths"],
+)
+async def test_conflicting_framing_is_an_unknown_outcome_never_an_answer(
+    opened: list[Transport], monkeypatch: pytest.MonkeyPatch, carrier: str, framing: bytes
+) -> None:
+    async def conflicting(body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\n" + framing + b"\r\n\r\n5\r\n{}{}{\r\n0\r\n\r\n")
+
+    monkeypatch.setenv("ZAEL_TRANSPORT", carrier)
+    async with scripted(conflicting) as server:
+        transport = await connect(server.url)
+        opened.append(transport)
+        with pytest.raises(UnknownOutcome) as caught:
+            await transport.call("UpdateItem", REQUEST, write=True)
+    assert isinstance(caught.value.__cause__, bce.ConnectionClosedError)
+    assert len(server.requests) == 1

@@ -1,28 +1,36 @@
 """The lean path's HTTP/1.1 connections: keep-alive, one request at a time per connection.
 
-Why our own: through one `aiohttp.ClientSession` a warm acquire costs about 0.45 ms more client
-CPU (measured in one process, requests alternating between the two, docs/performance.md); the
-session builds a request object, header multidicts, timers and a body-writer task per request,
-none of which DynamoDB's small JSON POSTs need. This module does only what they need:
+Why our own pool: through one `aiohttp.ClientSession` a warm acquire costs about 0.5 ms more
+client CPU (measured in one process, the options alternating, docs/performance.md); the session
+builds a request object, header multidicts, timers and a body-writer task per request, none of
+which DynamoDB's small JSON POSTs need. The framing of answers is not ours: `httptools` (the
+binding of llhttp, Node's HTTP parser) reads every byte of them, so conflicting framing
+(`Content-Length` beside chunked, two `Content-Length`s), a bad chunk or a bad head is an error,
+never an answer. This module does the rest:
 
 * a pool per endpoint, most recently used connection first, at most `limit` requests in flight;
-* a connection whose peer closed it (EOF seen by the event loop), that is closing, or that was
-  idle longer than `idle_limit_s`, is never reused; one that was handed a request it did not
-  answer completely (timeout, cancellation, a damaged answer) is closed;
-* answers framed by `Content-Length` or chunked encoding, or (without either) by the close;
-  `Connection: close` is honoured; 1xx interim answers are skipped; 204 and 304 carry no body;
+* a connection is reused only if, at the moment it is taken, nothing is waiting to be read on
+  its socket (a close, a reset or stray bytes the event loop has not handled yet), the event
+  loop has not seen its peer close it, the last answer kept it alive (HTTP/1.1 without
+  `Connection: close`), and it has been idle for less than `idle_limit_s`; one that was handed
+  a request it did not answer completely (timeout, cancellation, a broken answer) is closed;
+* 1xx interim answers are skipped; an answer framed by neither length nor chunks ends with the
+  close (the one place where the end of an answer is ours to see: httptools does not expose
+  llhttp's end-of-input call);
 * connect and read timeouts (the read timeout restarts with every chunk of the answer);
 * TLS through asyncio with the caller's `ssl.SSLContext`, and TCP keep-alive probes on request.
 
 Failures come out as botocore's exceptions, which `dynamo.failures` maps once for every path: a
-request found unsendable before any byte was written is `EndpointConnectionError` (certainly not
-sent); a connection lost, or an answer that stopped or broke, after writing is
-`ConnectionClosedError` or `ReadTimeoutError` (sent, outcome unknown).
+request found unsendable before any of its bytes reached the socket is `EndpointConnectionError`
+(certainly not sent); a connection lost, or an answer that stopped or broke, after the request
+reached the socket is `ConnectionClosedError` or `ReadTimeoutError` (sent, outcome unknown: the
+server may have read it, even if it closed without a byte of answer).
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import ssl
 import time
@@ -30,16 +38,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import httptools
 from botocore import exceptions as bce
 
-#: An answer's head (status line and headers) may not be longer than this.
+#: At most this many bytes may arrive before an answer's head (status line and headers) ends.
 MAX_HEAD_BYTES = 64 * 1024
 
 
 @dataclass
 class Answer:
     """One HTTP response, with the attribute names botocore's `after-call` handlers read:
-    status code, headers (names lower-cased) and body."""
+    status code, headers (names lower-cased; trailers of a chunked answer included) and body."""
 
     status_code: int
     headers: dict[str, str]
@@ -51,64 +60,62 @@ class BrokenAnswer(Exception):
 
 
 class _Connection(asyncio.Protocol):
-    """One connection; reads one answer at a time into `waiter`."""
+    """One connection; reads one answer at a time into `waiter`.
+
+    The framing hooks (`_start`, `_feed`, `_feed_eof`) are the parser's; everything else is
+    the exchange: the waiter, the read timeout, and whether the connection may be reused."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, url: str, read_timeout: float) -> None:
         self.loop = loop
         self.url = url
         self.read_timeout = read_timeout
         self.transport: asyncio.Transport | None = None
+        self.poller: select.poll | None = None  # asks the socket whether anything waits
         self.closed = False  # the peer closed it, or it was lost
-        self.reusable = True  # False once an answer says `Connection: close`
+        self.reusable = True  # False once an answer did not keep it alive
         self.idle_since = 0.0
         self.waiter: asyncio.Future[Answer] | None = None
-        self._buffer = bytearray()
-        self._head: tuple[int, dict[str, str]] | None = None
-        self._body_at = 0
         self._last_data = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._start()
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and hasattr(select, "poll"):
+            self.poller = select.poll()
+            self.poller.register(sock.fileno(), select.POLLIN)
 
     def data_received(self, data: bytes) -> None:
-        self._buffer += data
         if self.waiter is None:
             self.reusable = False  # bytes nobody asked for: never reused
             return
         self._last_data = self.loop.time()
         try:
-            answer = self._parse(eof=False)
+            self._feed(data)
         except BrokenAnswer as exc:
-            self._fail(bce.ConnectionClosedError(endpoint_url=self.url, error=str(exc)))
-            return
-        if answer is not None:
-            self._finish(answer)
+            self._broken(str(exc))
 
     def eof_received(self) -> bool | None:
         self.closed = True
         if self.waiter is not None:
             try:
-                answer = self._parse(eof=True)
+                answer = self._feed_eof()
             except BrokenAnswer as exc:
-                answer = None
-                reason = str(exc)
+                self._broken(str(exc))
             else:
-                reason = "the connection closed before the answer was complete"
-            if answer is not None:
                 self._finish(answer)
-            else:
-                self._fail(bce.ConnectionClosedError(endpoint_url=self.url, error=reason))
         return None  # the transport closes itself
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.waiter is not None:
             reason = f"the connection was lost: {exc}" if exc else "the connection was closed"
-            self._fail(bce.ConnectionClosedError(endpoint_url=self.url, error=reason))
+            self._broken(reason)
 
     # --- one exchange -------------------------------------------------------------------------
 
@@ -116,16 +123,20 @@ class _Connection(asyncio.Protocol):
         """Write one request; the future gets its answer."""
         transport = self.transport
         if self.closed or transport is None or transport.is_closing():
-            raise bce.EndpointConnectionError(
-                endpoint_url=self.url, error="the kept-alive connection was closed before writing"
-            )
-        self.waiter = waiter = self.loop.create_future()
-        self._buffer.clear()
-        self._head = None
+            raise self._unsent("the kept-alive connection was closed before writing")
         transport.write(data)
+        if transport.is_closing():
+            # The socket refused the first write (a reset or broken pipe): asyncio closes the
+            # transport only when that first `send` fails, and then no byte left this host.
+            raise self._unsent("the connection was reset before the request left")
+        self.waiter = waiter = self.loop.create_future()
         self._last_data = self.loop.time()
         self._timer = self.loop.call_later(self.read_timeout, self._check_timeout)
         return waiter
+
+    def _unsent(self, reason: str) -> bce.EndpointConnectionError:
+        self.reusable = False
+        return bce.EndpointConnectionError(endpoint_url=self.url, error=reason)
 
     def _check_timeout(self) -> None:
         self._timer = None
@@ -144,10 +155,12 @@ class _Connection(asyncio.Protocol):
     def _finish(self, answer: Answer) -> None:
         waiter, self.waiter = self.waiter, None
         self._stop_timer()
-        if answer.headers.get("connection", "").lower() == "close" or self._buffer:
-            self.reusable = False
+        self._start()
         if waiter is not None and not waiter.done():
             waiter.set_result(answer)
+
+    def _broken(self, reason: str) -> None:
+        self._fail(bce.ConnectionClosedError(endpoint_url=self.url, error=reason))
 
     def _fail(self, error: Exception) -> None:
         waiter, self.waiter = self.waiter, None
@@ -167,97 +180,70 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    # --- framing ------------------------------------------------------------------------------
+    # --- framing: httptools' callbacks --------------------------------------------------------
 
-    def _parse(self, *, eof: bool) -> Answer | None:
-        """The answer, once the buffer holds all of it (None: not yet)."""
-        buffer = self._buffer
-        while self._head is None:
-            end = buffer.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buffer) > MAX_HEAD_BYTES:
-                    raise BrokenAnswer("the answer's head is too long")
-                if eof and buffer:
-                    raise BrokenAnswer("the connection closed inside the answer's head")
-                return None
-            status, headers = _head(bytes(buffer[:end]))
-            if 100 <= status < 200:  # an interim answer: the real one follows
-                del buffer[: end + 4]
-                continue
-            self._head = (status, headers)
-            self._body_at = end + 4
-        status, headers = self._head
-        start = self._body_at
-        if status in (204, 304):  # never a body
-            del buffer[:start]
-            return Answer(status, headers, b"")
-        length = headers.get("content-length")
-        if length is not None:
-            if not length.isdigit():
-                raise BrokenAnswer(f"bad Content-Length {length!r}")
-            end = start + int(length)
-            if len(buffer) < end:
-                if eof:
-                    raise BrokenAnswer("the connection closed inside the answer's body")
-                return None
-            body = bytes(buffer[start:end])
-            del buffer[:end]
-            return Answer(status, headers, body)
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            return self._chunked(status, headers, eof)
-        if not eof:
-            return None  # framed by the close
-        self.reusable = False
-        body = bytes(buffer[start:])
-        buffer.clear()
-        return Answer(status, headers, body)
+    def _start(self) -> None:
+        """Ready for the next answer."""
+        self._headers: dict[str, str] = {}
+        self._body: list[bytes] = []
+        self._head_done = False
+        self._head_bytes = 0
 
-    def _chunked(self, status: int, headers: dict[str, str], eof: bool) -> Answer | None:
-        buffer = self._buffer
-        at = self._body_at
-        parts: list[bytes] = []
-        while True:
-            line_end = buffer.find(b"\r\n", at)
-            if line_end < 0:
-                break
-            size_text = bytes(buffer[at:line_end]).split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise BrokenAnswer(f"bad chunk size {size_text!r}") from None
-            if size == 0:
-                trailer_end = buffer.find(b"\r\n\r\n", line_end)
-                if trailer_end < 0 and buffer[line_end : line_end + 4] != b"\r\n\r\n":
-                    break
-                end = (trailer_end if trailer_end >= 0 else line_end) + 4
-                del buffer[:end]
-                return Answer(status, headers, b"".join(parts))
-            data_end = line_end + 2 + size
-            if len(buffer) < data_end + 2:
-                break
-            parts.append(bytes(buffer[line_end + 2 : data_end]))
-            at = data_end + 2
-        if eof:
-            raise BrokenAnswer("the connection closed inside a chunked body")
-        return None
+    def _feed(self, data: bytes) -> None:
+        """Hand bytes to the parser; its callbacks finish the exchange once the answer is whole."""
+        if not self._head_done:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                raise BrokenAnswer("the answer's head is too long")
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            raise BrokenAnswer("the server switched protocols") from None
+        except httptools.HttpParserError as exc:
+            if self.waiter is not None:
+                raise BrokenAnswer(f"the answer is not HTTP/1.1: {exc}") from None
+            self.reusable = False  # the answer was whole; what followed it was not
 
+    def _feed_eof(self) -> Answer:
+        """The answer, if the close ends it (RFC 9112 §6.3: no length, no chunks)."""
+        headers = self._headers
+        unframed = "content-length" not in headers and "transfer-encoding" not in headers
+        if self._head_done and unframed:
+            self.reusable = False
+            return Answer(self._parser.get_status_code(), headers, b"".join(self._body))
+        raise BrokenAnswer("the connection closed before the answer was complete")
 
-def _head(raw: bytes) -> tuple[int, dict[str, str]]:
-    lines = raw.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-        raise BrokenAnswer(f"not an HTTP/1.1 status line: {lines[0][:80]!r}")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, colon, value = line.partition(":")
-        if not colon:
-            raise BrokenAnswer(f"bad header line {line[:80]!r}")
-        headers[name.strip().lower()] = value.strip()
-    return int(parts[1]), headers
+    def on_message_begin(self) -> None:
+        if self.waiter is None:
+            self.reusable = False  # a second answer to one request
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self._head_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self.waiter is None:
+            return
+        parser = self._parser
+        status = parser.get_status_code()
+        if status < 200:  # an interim answer (100 Continue, 103 Early Hints): the real one follows
+            self._start()
+            return
+        if not parser.should_keep_alive():  # `Connection: close`, or HTTP/1.0 without keep-alive
+            self.reusable = False
+        self._finish(Answer(status, self._headers, b"".join(self._body)))
 
 
 class Connections:
     """Keep-alive connections to one endpoint (see the module docstring)."""
+
+    #: what each connection is (benchmarks swap in other parsers to compare them)
+    connection_class: type[_Connection] = _Connection
 
     def __init__(
         self,
@@ -315,6 +301,7 @@ class Connections:
                 or connection.transport is None
                 or connection.transport.is_closing()
                 or time.monotonic() - connection.idle_since > self.idle_limit_s
+                or _readable(connection)
             ):
                 self._discard(connection)
                 continue
@@ -327,7 +314,7 @@ class Connections:
         try:
             _, connection = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: _Connection(loop, url, read_timeout),
+                    lambda: self.connection_class(loop, url, read_timeout),
                     self.host,
                     self.port,
                     ssl=self.ssl_context,
@@ -358,6 +345,18 @@ class Connections:
         for connection in list(self._open):
             self._discard(connection)
         self._idle.clear()
+
+
+def _readable(connection: _Connection) -> bool:
+    """True if something waits on an idle connection's socket: a close, a reset, or bytes
+    nobody asked for, which the event loop has not handed to the connection yet."""
+    poller = connection.poller
+    if poller is None:  # no poll(2) (Windows): the event loop's view alone decides
+        return False
+    try:
+        return bool(poller.poll(0))
+    except OSError:
+        return True
 
 
 def request_bytes(path: str, headers: Mapping[str, str], body: bytes) -> bytes:

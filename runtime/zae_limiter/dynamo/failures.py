@@ -3,8 +3,10 @@
 Every exception a request can end in (botocore's, aiohttp's, ssl's, the socket's) becomes one of:
 
 * certainly not sent, or refused before applying (throttling, connection refused, DNS): retried;
-* sent with an unknown outcome (read timeout, dropped answer, 5xx): a write raises
-  `UnknownOutcome` and its caller retries with a guard; a read is retried;
+* sent with an unknown outcome (read timeout, a connection closed or reset after the request
+  left, even before a byte of answer; an answer that is not valid HTTP, such as conflicting
+  framing; 5xx): a write raises `UnknownOutcome` and its caller retries with a guard; a read is
+  retried;
 * a definite answer the caller handles (`ConditionFailed`, `TransactionCancelled`, `AccessDenied`,
   `TableMissing`, `Rejected`);
 * `Unavailable` with a message that says what failed and what to do (credentials, TLS, a bad

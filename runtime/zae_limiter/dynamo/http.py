@@ -3,14 +3,14 @@
 botocore spends about 3 ms of CPU per request on this machine (serialising, validating, signing,
 parsing, user-agent and header bookkeeping); the library's requests are already in DynamoDB's
 wire form, so this path only signs (with a signing key cached per day), posts the bytes and
-decodes. The bytes go over the library's own connections (`dynamo.connections`: about 0.45 ms
-less client CPU per warm acquire than an `aiohttp.ClientSession`, which `ZAEL_TRANSPORT=aiohttp`
-selects instead). It keeps botocore's pieces that matter: the credential chain, the endpoint and
-TLS settings the SDK resolved (through public configuration), the operation models, and the
-client's event hooks (`before-parameter-build`, `before-send`, `after-call`, `after-call-error`),
-so instrumentation and fault injection written for botocore keep working. Endpoints reached
-through a proxy, or with a path, go through botocore instead (`lean_path`). Failures come out as
-botocore's exceptions, which `dynamo.failures` maps once for every path.
+decodes. The bytes go over the library's own connections (`dynamo.connections`, answers framed by
+httptools: about 0.5 ms less client CPU per warm acquire than an `aiohttp.ClientSession`, which
+`ZAEL_TRANSPORT=aiohttp` selects instead). It keeps botocore's pieces that matter: the credential
+chain, the endpoint and TLS settings the SDK resolved (through public configuration), the operation
+models, and the client's event hooks (`before-parameter-build`, `before-send`, `after-call`,
+`after-call-error`), so instrumentation and fault injection written for botocore keep working.
+Endpoints reached through a proxy, or with a path, go through botocore instead (`lean_path`).
+Failures come out as botocore's exceptions, which `dynamo.failures` maps once for every path.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ SERVICE = "dynamodb"
 TARGET_PREFIX = "DynamoDB_20120810."
 CONTENT_TYPE = "application/x-amz-json-1.0"
 USER_AGENT = f"zae-limiter/{LIBRARY_VERSION}"
-#: Turns of the event loop before each request (see `HttpPath._post`).
+#: Turns of the event loop before each request through aiohttp (see `HttpPath._post`).
 STALE_CHECK_TURNS = 2
 #: Idle connections older than this are closed rather than reused (servers drop idle ones).
 IDLE_LIMIT_S = 15.0
@@ -242,14 +242,15 @@ class HttpPath:
 
     async def _post(self, prepared: PreparedRequest) -> Answer:
         headers = {**prepared.headers, "user-agent": USER_AGENT}
-        # Two turns of the event loop first: a close the server sent after its last answer (a
-        # proxy that closes without `Connection: close`) is then seen before an idle connection
-        # is reused, which is urllib3's dropped-connection check in asyncio terms.
-        for _ in range(STALE_CHECK_TURNS):
-            await asyncio.sleep(0)
         if self.connections is not None and prepared.url == self.url:
+            # the connections ask the socket itself whether a close waits (`dynamo.connections`)
             answer = await self.connections.post(request_bytes("/", headers, prepared.body))
         else:  # ZAEL_TRANSPORT=aiohttp, or a `before-send` handler sent it elsewhere
+            # Turns of the event loop first: a close the server sent after its last answer (a
+            # proxy that closes without `Connection: close`) is then seen before aiohttp reuses
+            # an idle connection, which is urllib3's dropped-connection check in asyncio terms.
+            for _ in range(STALE_CHECK_TURNS):
+                await asyncio.sleep(0)
             answer = await self._session_post(prepared.url, headers, prepared.body)
         _check_crc32(answer.headers, answer.content, prepared.url)
         return answer
