@@ -12,8 +12,11 @@ import email
 import importlib.metadata
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
 import zipfile
 from pathlib import Path
@@ -86,6 +89,80 @@ def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(site)
     return wheel, site
+
+
+def test_the_sdist_holds_the_examples(tmp_path: Path) -> None:
+    """The examples the README points at ship in the source distribution."""
+    # From a copy of what git would commit: an egg-info left in the checkout by an earlier build
+    # would otherwise add what it listed then.
+    source = tmp_path / "source"
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "-o", str(tmp_path), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    [sdist] = tmp_path.glob("zae_limiter-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    examples = {
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").iterdir() if p.suffix == ".py"
+    }
+    assert examples and examples <= names, sorted(examples - names)
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_constraints_pin_only_what_is_installed() -> None:
+    """Every pin in constraints.txt is a package the full install has (nothing left behind)."""
+    pins = [
+        line.split("==", 1)[0]
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    ]
+    missing = []
+    for name in pins:
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    assert not missing, f"pinned but not installed by `make install`: {missing}"
+
+
+DOCS_PATH = re.compile(r"\bdocs/[\w./-]+?\.md\b")
+
+
+def _sources() -> list[Path]:
+    return sorted(
+        p
+        for folder in ("runtime", "tests")
+        for p in (ROOT / folder).rglob("*.py*")
+        if p.suffix in {".py", ".pyi"}
+    )
+
+
+def test_every_docs_page_cited_in_code_exists() -> None:
+    """Docstrings and comments point at pages of this repository that exist, and at nothing
+    outside it (the specification the project was written from does not ship)."""
+    missing, outside = [], []
+    for path in _sources():
+        text = path.read_text()
+        where = path.relative_to(ROOT)
+        missing += [f"{where}: {m}" for m in DOCS_PATH.findall(text) if not (ROOT / m).is_file()]
+        if "reference" + ".md" in text:
+            outside.append(str(where))
+    assert not missing, missing
+    assert not outside, f"cite the docs page or say what is tested: {outside}"
 
 
 def test_the_wheel_holds_the_construct_and_both_lambdas(unpacked_wheel: tuple[Path, Path]) -> None:

@@ -1,4 +1,4 @@
-"""Standard 5-field cron edges in an IANA time zone (docs/limits.md, "Quota edges"). Pure, no I/O.
+"""Standard 5-field cron edges in an IANA time zone (docs/quotas.md). Pure, no I/O.
 
 A thin wrapper over `cronsim` that enforces our documented rules:
 
