@@ -458,6 +458,17 @@ async def test_a_respelled_schedule_is_no_change_and_an_edit_keeps_the_spend(
             pass
 
 
+async def test_another_name_of_the_same_time_zone_is_no_change(zl: ZL, tmp_path: Path) -> None:
+    """`Etc/UTC` and `UTC` (or `US/Eastern` and `America/New_York`) name one zone: no update."""
+    for stored, written in (("Etc/UTC", "UTC"), ("US/Eastern", "America/New_York")):
+        first = write(tmp_path, WEEKLY_MANIFEST.format(cron="0 0 * * 1", tz=stored))
+        zl("limits", "apply", "-f", first, "-y")
+        again = write(tmp_path, WEEKLY_MANIFEST.format(cron="0 0 * * 1", tz=written))
+        assert zl("limits", "plan", "-f", again).stdout.splitlines() == ["no changes: 1 unchanged"]
+    moved = write(tmp_path, WEEKLY_MANIFEST.format(cron="0 0 * * 1", tz="America/Chicago"))
+    assert "~ update resource budget" in zl("limits", "plan", "-f", moved).stdout
+
+
 TWO_MISTAKES_AND_AN_ANCHOR = """namespace: default
 x-free: &free
   requests: {capacity: 60}
