@@ -222,7 +222,7 @@ def test_the_wheel_synthesizes_the_documented_app(
         ("AWS::SQS::Queue", 1),
         ("AWS::CloudWatch::Alarm", 7),
         ("AWS::CloudWatch::Dashboard", 1),
-        ("AWS::IAM::ManagedPolicy", 3),
+        ("AWS::IAM::ManagedPolicy", 5),  # app, admin, readonly, usage, audit
     ):
         assert types.count(kind) == count, kind
     api_policy = next(
