@@ -165,6 +165,35 @@ def test_every_docs_page_cited_in_code_exists() -> None:
     assert not outside, f"cite the docs page or say what is tested: {outside}"
 
 
+@pytest.mark.parametrize(
+    ("version", "warned"),
+    [("v20.20.2", True), ("v18.20.4", True), ("v22.1.0", False), ("v26.10.0", False)],
+)
+def test_make_install_checks_the_node_version(tmp_path: Path, version: str, warned: bool) -> None:
+    """An end-of-life Node (20, as `cdk synth` reports) is named with what to install; the
+    install carries on with it. The README asks for the same LTS line the check recommends."""
+    fake = tmp_path / "node"
+    fake.write_text(f"#!/bin/sh\necho {version}\n")
+    fake.chmod(0o755)
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "check-node.sh")],
+        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lts = re.search(r"^NODE_LTS=(\d+)", (ROOT / "scripts" / "check-node.sh").read_text(), re.M)
+    assert lts is not None
+    if warned:
+        assert f"Node.js {version} is end-of-life" in result.stderr
+        assert f"Install Node.js {lts[1]}, the current LTS" in result.stderr
+    else:
+        assert result.stderr == ""
+    assert f"Node.js {lts[1]} (the current LTS" in (ROOT / "README.md").read_text()
+    assert "Node 20" not in (ROOT / "README.md").read_text()
+    assert "check-node.sh" in (ROOT / "Makefile").read_text()
+
+
 def test_the_wheel_holds_the_construct_and_both_lambdas(unpacked_wheel: tuple[Path, Path]) -> None:
     wheel, _ = unpacked_wheel
     names = zipfile.ZipFile(wheel).namelist()
