@@ -43,6 +43,7 @@ $(STAMPS)/python-runtime: pyproject.toml constraints.txt | $(PY)
 	@mkdir -p $(STAMPS) && touch $@
 
 node: $(NPM_STAMP)
+	@bash scripts/check-node.sh
 
 $(NPM_STAMP): package.json package-lock.json
 	bash scripts/ensure-node-deps.sh

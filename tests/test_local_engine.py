@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -32,13 +33,14 @@ from zae_limiter.local import (
     up,
 )
 from zae_limiter.local.commands import format_env
-from zae_limiter.local.engine import answers, is_our_process, list_tables
+from zae_limiter.local.engine import answers, is_our_process, list_tables, port_is_free
 from zae_limiter.local.errors import LocalEngineError, MotoNotInstalledError, NpmNotFoundError
 from zae_limiter.local.state import DEFAULT_PORT, state_dir
 
 
-def _listen_addresses(port: int) -> set[str]:
-    """Local addresses (hex, as in /proc/net/tcp*) of sockets listening on `port`."""
+def _listen_addresses(port: int, state: str = "0A") -> set[str]:
+    """Local addresses (hex, as in /proc/net/tcp*) of sockets on `port` in `state` (0A = LISTEN,
+    06 = TIME_WAIT)."""
     found: set[str] = set()
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -48,7 +50,7 @@ def _listen_addresses(port: int) -> set[str]:
         for line in lines:
             fields = line.split()
             address, port_hex = fields[1].rsplit(":", 1)
-            if int(port_hex, 16) == port and fields[3] == "0A":  # 0A = LISTEN
+            if int(port_hex, 16) == port and fields[3] == state:
                 found.add(address)
     return found
 
@@ -87,6 +89,42 @@ def test_port_in_use_is_a_clear_error(listener: int, engine: str) -> None:
     message = str(caught.value)
     assert f"Port {listener}" in message and "already in use" in message
     assert "--port" in message
+
+
+@pytest.fixture
+def time_wait_port() -> int:
+    """A port nothing listens on, left in TIME_WAIT as a crashed engine leaves it: the server
+    side of an accepted connection closed first, then the listener went away."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        # as both engines listen (Linux lets a bind reuse a TIME_WAIT only if both sides ask)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = int(server.getsockname()[1])
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            accepted.close()  # the server closes first: its side ends in TIME_WAIT
+            client.settimeout(5.0)
+            assert client.recv(1) == b""  # the server's FIN arrived
+    for _ in range(500):  # the last ACK crosses loopback almost at once
+        if _listen_addresses(port, "06"):
+            break
+        time.sleep(0.01)
+    assert _listen_addresses(port, "06"), "the port should be in TIME_WAIT"
+    assert not _listen_addresses(port)
+    return port
+
+
+@pytest.mark.parametrize("engine", ["dynamodb-local", "moto"])
+def test_a_port_in_time_wait_is_free(time_wait_port: int, engine: str) -> None:
+    """After an engine crash its port lingers in TIME_WAIT for a minute with nothing listening:
+    `local up --port` must take it (a real listener is still refused, test above)."""
+    assert port_is_free(time_wait_port)
+    running = start_engine(port=time_wait_port, engine=engine)  # type: ignore[arg-type]
+    try:
+        assert running.answers()
+    finally:
+        running.stop()
 
 
 def test_missing_java_names_the_install_command(

@@ -12,8 +12,11 @@ import email
 import importlib.metadata
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
 import zipfile
 from pathlib import Path
@@ -88,6 +91,109 @@ def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     return wheel, site
 
 
+def test_the_sdist_holds_the_examples(tmp_path: Path) -> None:
+    """The examples the README points at ship in the source distribution."""
+    # From a copy of what git would commit: an egg-info left in the checkout by an earlier build
+    # would otherwise add what it listed then.
+    source = tmp_path / "source"
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "-o", str(tmp_path), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    [sdist] = tmp_path.glob("zae_limiter-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    examples = {
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").iterdir() if p.suffix == ".py"
+    }
+    assert examples and examples <= names, sorted(examples - names)
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_constraints_pin_only_what_is_installed() -> None:
+    """Every pin in constraints.txt is a package the full install has (nothing left behind)."""
+    pins = [
+        line.split("==", 1)[0]
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    ]
+    missing = []
+    for name in pins:
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    assert not missing, f"pinned but not installed by `make install`: {missing}"
+
+
+DOCS_PATH = re.compile(r"\bdocs/[\w./-]+?\.md\b")
+
+
+def _sources() -> list[Path]:
+    return sorted(
+        p
+        for folder in ("runtime", "tests")
+        for p in (ROOT / folder).rglob("*.py*")
+        if p.suffix in {".py", ".pyi"}
+    )
+
+
+def test_every_docs_page_cited_in_code_exists() -> None:
+    """Docstrings and comments point at pages of this repository that exist, and at nothing
+    outside it (the specification the project was written from does not ship)."""
+    missing, outside = [], []
+    for path in _sources():
+        text = path.read_text()
+        where = path.relative_to(ROOT)
+        missing += [f"{where}: {m}" for m in DOCS_PATH.findall(text) if not (ROOT / m).is_file()]
+        if "reference" + ".md" in text:
+            outside.append(str(where))
+    assert not missing, missing
+    assert not outside, f"cite the docs page or say what is tested: {outside}"
+
+
+@pytest.mark.parametrize(
+    ("version", "warned"),
+    [("v20.20.2", True), ("v18.20.4", True), ("v22.1.0", False), ("v26.10.0", False)],
+)
+def test_make_install_checks_the_node_version(tmp_path: Path, version: str, warned: bool) -> None:
+    """An end-of-life Node (20, as `cdk synth` reports) is named with what to install; the
+    install carries on with it. The README asks for the same LTS line the check recommends."""
+    fake = tmp_path / "node"
+    fake.write_text(f"#!/bin/sh\necho {version}\n")
+    fake.chmod(0o755)
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "check-node.sh")],
+        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lts = re.search(r"^NODE_LTS=(\d+)", (ROOT / "scripts" / "check-node.sh").read_text(), re.M)
+    assert lts is not None
+    if warned:
+        assert f"Node.js {version} is end-of-life" in result.stderr
+        assert f"Install Node.js {lts[1]}, the current LTS" in result.stderr
+    else:
+        assert result.stderr == ""
+    assert f"Node.js {lts[1]} (the current LTS" in (ROOT / "README.md").read_text()
+    assert "Node 20" not in (ROOT / "README.md").read_text()
+    assert "check-node.sh" in (ROOT / "Makefile").read_text()
+
+
 def test_the_wheel_holds_the_construct_and_both_lambdas(unpacked_wheel: tuple[Path, Path]) -> None:
     wheel, _ = unpacked_wheel
     names = zipfile.ZipFile(wheel).namelist()
@@ -145,7 +251,7 @@ def test_the_wheel_synthesizes_the_documented_app(
         ("AWS::SQS::Queue", 1),
         ("AWS::CloudWatch::Alarm", 7),
         ("AWS::CloudWatch::Dashboard", 1),
-        ("AWS::IAM::ManagedPolicy", 3),
+        ("AWS::IAM::ManagedPolicy", 5),  # app, admin, readonly, usage, audit
     ):
         assert types.count(kind) == count, kind
     api_policy = next(

@@ -7,6 +7,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
+from . import validation
 from .dynamo import keys
 from .models import AuditEvent
 
@@ -45,6 +46,9 @@ def event_item(
     item: dict[str, Any] = {
         **pk_sk,
         **keys.namespace_index_attributes(ns, pk_sk["PK"], pk_sk["SK"]),
+        # the namespace's log, newest first by a Query of one index partition (`audit list`)
+        f"{keys.GSI1}PK": keys.audit_log_index_key(ns),
+        f"{keys.GSI1}SK": event_id,
         "event_id": event_id,
         "timestamp": iso(now_ms),
         "action": action,
@@ -86,3 +90,16 @@ def is_event_id(value: str) -> bool:
 
 
 SYSTEM_SUBJECT = "$SYSTEM"
+RESOURCE_PREFIX, NAMESPACE_PREFIX = resource_subject(""), namespace_subject("")
+
+
+def check_subject(subject: str) -> str:
+    """An entity id, `$SYSTEM`, `$RESOURCE:<resource>` or `$NAMESPACE:<namespace>`; else the
+    `ValidationError` of the part that is wrong (docs/audit.md)."""
+    if subject.startswith(RESOURCE_PREFIX):
+        validation.resource_name(subject[len(RESOURCE_PREFIX) :], allow_default=True)
+    elif subject.startswith(NAMESPACE_PREFIX):
+        validation.namespace_name(subject[len(NAMESPACE_PREFIX) :])
+    elif subject != SYSTEM_SUBJECT:
+        validation.entity_id(subject)
+    return subject

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from .caches import BoundedSet
+from .dynamo.failures import AccessDenied
 from .errors import ValidationError
 
 log = logging.getLogger("zae_limiter")
@@ -61,11 +62,16 @@ class Unmetered:
     async def admit(self, resource: str) -> None:
         """Apply the policy to one call on an unmetered resource: count it, warn, or refuse."""
         if self.policy == "reject":
-            names = await self._configured()
-            close = difflib.get_close_matches(resource, names, n=3, cutoff=0.5)
+            try:
+                names = await self._configured()
+            except AccessDenied:  # the `app` policy reads what acquire needs, not every index
+                names = None
+            close = difflib.get_close_matches(resource, names or [], n=3, cutoff=0.5)
             hint = (
                 f"did you mean {' or '.join(repr(n) for n in close)}?"
                 if close
+                else "this role may not list the resources with limits"
+                if names is None
                 else f"resources with limits: {sorted(names)[:10] or 'none'}"
             )
             raise ValidationError(

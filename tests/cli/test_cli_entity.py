@@ -194,9 +194,8 @@ async def test_plans_purchases_and_resets(zl: ZL) -> None:
         "order-1001",
     ).stdout
     assert "replayed" in again
-    assert (
-        "reset session" in zl("entity", "reset", "user-2", "-r", "budget", "-l", "session").stdout
-    )
+    session = zl("entity", "reset", "user-2", "-r", "budget", "-l", "session").stdout
+    assert "session: nothing restored (it was full)" in session and "weekly" not in session
     zl("entity", "delete-limits", "user-2", "-r", "budget", "-y")
     data = zl.json("entity", "available", "user-2", "-r", "budget", "--need", "weekly:1")
     assert data["available"]["weekly"] == 25_000_000  # the free $5 plus the $20 purchase
@@ -274,3 +273,19 @@ async def test_available_judges_the_cascade_parent_and_a_need_that_never_fits(zl
     assert (data["allowed"], data["retry_after_seconds"]) == (False, None)
     text = zl("entity", "available", "user-c1", "-r", "budget", "--need", "weekly:6000000").stdout
     assert "never fits: 6000000 weekly is above the most one call can take (5000000)" in text
+
+
+async def test_reset_says_what_it_restored(zl: ZL, live: Repository) -> None:
+    """`weekly=0` read as "weekly set to 0": the output names the tokens given back per limit
+    and says when a limit was already full."""
+    zl("resource", "set-defaults", "budget", *limit_args(WEEKLY_FREE, SESSION_FREE))
+    zl("entity", "create", "user-5")
+    async with RateLimiter(live).acquire("user-5", "budget", {"weekly": 300}):
+        pass
+    out = zl("entity", "reset", "user-5", "-r", "budget").stdout
+    assert "weekly=" not in out and "session=" not in out
+    assert "user-5 / budget: back to the full allowance on 1 shard(s)" in out
+    assert "weekly: 300 tokens restored" in out
+    assert "session: nothing restored (it was full)" in out
+    bought = zl("entity", "top-up", "user-5", "-r", "budget", "-a", "weekly:20").stdout
+    assert "user-5 / budget: topped up on 1 shard(s): weekly: +20 tokens" in bought

@@ -256,7 +256,7 @@ async def test_bad_manifests(zl: ZL, tmp_path: Path) -> None:
     )
     stderr = zl.error("limits", "validate", "-f", path, connect=False)
     assert stderr.strip() == (
-        f"Error: {path}:2: resources.r.limits.tpm.burst: unknown key; "
+        f"Error: {path}:2:65: resources.r.limits.tpm.burst: unknown key; "
         "expected one of: capacity, refill_amount, refill_period, "
         "refill_period_seconds, reset_schedule, reset_after_seconds, "
         "schedule, soft"
@@ -458,6 +458,17 @@ async def test_a_respelled_schedule_is_no_change_and_an_edit_keeps_the_spend(
             pass
 
 
+async def test_another_name_of_the_same_time_zone_is_no_change(zl: ZL, tmp_path: Path) -> None:
+    """`Etc/UTC` and `UTC` (or `US/Eastern` and `America/New_York`) name one zone: no update."""
+    for stored, written in (("Etc/UTC", "UTC"), ("US/Eastern", "America/New_York")):
+        first = write(tmp_path, WEEKLY_MANIFEST.format(cron="0 0 * * 1", tz=stored))
+        zl("limits", "apply", "-f", first, "-y")
+        again = write(tmp_path, WEEKLY_MANIFEST.format(cron="0 0 * * 1", tz=written))
+        assert zl("limits", "plan", "-f", again).stdout.splitlines() == ["no changes: 1 unchanged"]
+    moved = write(tmp_path, WEEKLY_MANIFEST.format(cron="0 0 * * 1", tz="America/Chicago"))
+    assert "~ update resource budget" in zl("limits", "plan", "-f", moved).stdout
+
+
 TWO_MISTAKES_AND_AN_ANCHOR = """namespace: default
 x-free: &free
   requests: {capacity: 60}
@@ -472,16 +483,62 @@ resources:
 """
 
 
+EVERY_KIND_OF_MISTAKE = """namespace: default
+entities:
+  user-1: {parent: user-1}
+resources:
+  search:
+    cascde: true
+    limits:
+      rpm: {capacity: -1}
+  budget:
+    disabled: maybe
+    limits: {weekly: {capacity: 1}}
+    limits: {weekly: {capacity: 2}}
+  docs: {limits: {rpm: {capacity: 1, burts: 2, refill_amount: 1.5}}}
+"""
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "apply"])
+async def test_no_mistake_hides_another_and_they_come_in_file_order(
+    zl: ZL, tmp_path: Path, command: str
+) -> None:
+    """A misspelt key beside a bad limit, a key written twice, an entity declared before the
+    resources: every problem, sorted by line, each at file:line:column (not `<unicode string>`)."""
+    path = write(tmp_path, EVERY_KIND_OF_MISTAKE)
+    stderr = zl.error("limits", command, "-f", path, *(["-y"] if command == "apply" else []))
+    assert stderr.splitlines() == [
+        "Error: 7 problems in the manifest:",
+        f"  {path}:3:12: entities.user-1.parent: an entity cannot be its own parent",
+        f"  {path}:6:5: resources.search.cascde: unknown key; expected one of: limits, cascade, "
+        "disabled",
+        f"  {path}:8:7: resources.search.limits.rpm: Invalid capacity -1: must be between 1 "
+        "and 1000000000000000",
+        f"  {path}:10:5: resources.budget.disabled: must be true, false or bypass (leave it out "
+        "to inherit)",
+        f"  {path}:12:5: resources.budget.limits: duplicate key 'limits' (first at line 11)",
+        f"  {path}:13:38: resources.docs.limits.rpm.burts: unknown key; expected one of: "
+        "capacity, refill_amount, refill_period, refill_period_seconds, reset_schedule, "
+        "reset_after_seconds, schedule, soft",
+        f"  {path}:13:48: resources.docs.limits.rpm.refill_amount: must be a YAML integer, not "
+        "a number",
+    ]
+    broken = write(tmp_path, "namespace: default\nresources: [unclosed\n")
+    [line] = zl.error("limits", "validate", "-f", broken, connect=False).splitlines()
+    assert line.startswith(f"Error: {broken}:3:1: not valid YAML: ")
+    assert "<unicode string>" not in line
+
+
 async def test_every_manifest_mistake_is_reported_with_its_file_and_line(
     zl: ZL, tmp_path: Path
 ) -> None:
-    """§8: all mistakes at once, each at file:line; one inside an anchor at the anchor's line."""
+    """All mistakes at once, each at file:line:column; one inside an anchor at the anchor's."""
     path = write(tmp_path, TWO_MISTAKES_AND_AN_ANCHOR)
     stderr = zl.error("limits", "validate", "-f", path, connect=False)
     assert stderr.splitlines()[0] == "Error: 3 problems in the manifest:"
-    assert f"  {path}:4: resources.search.limits.units: Invalid capacity -5" in stderr
-    assert f"  {path}:9: resources.translate.limits.requests.burst: unknown key" in stderr
-    assert f"  {path}:11: resources.budget.disabled: must be true, false or bypass" in stderr
+    assert f"  {path}:4:3: resources.search.limits.units: Invalid capacity -5" in stderr
+    assert f"  {path}:9:39: resources.translate.limits.requests.burst: unknown key" in stderr
+    assert f"  {path}:11:5: resources.budget.disabled: must be true, false or bypass" in stderr
     with pytest.raises(ManifestError) as info:
         loads(TWO_MISTAKES_AND_AN_ANCHOR)
     assert [e.line for e in info.value.errors] == [4, 9, 11]

@@ -53,6 +53,17 @@ def test_up_status_env_down(tmp_path: Path) -> None:
             ["--table", "local-cli", "--endpoint-url", f"http://127.0.0.1:{port}", "check"], state
         )
         assert "compatible" in checked.stdout
+        endpoint = ["--table", "local-cli", "--endpoint-url", f"http://localhost:{port}"]
+        overview = run([*endpoint, "status"], state).stdout
+        [line] = [x for x in overview.splitlines() if x.startswith("aggregator function:")]
+        assert f"local process (pid {after['aggregator']['pid']}" in line
+        assert "(local process, not recorded)" in overview and "none recorded" not in overview
+        assert (
+            json.loads(run([*endpoint, "status", "-o", "json"], state).stdout)["local_aggregator"][
+                "pid"
+            ]
+            == after["aggregator"]["pid"]
+        )
         # One engine per port: another engine on this port is refused.
         assert (
             "already running on port"

@@ -59,8 +59,37 @@ async def test_audit_list(zl: ZL, live: Repository) -> None:
         "audit", "list", "--resource", "search", "--start-event-id", newest["event_id"]
     )["events"]
     assert after == [older]
-    assert "exactly one of" in zl("audit", "list", code=2).stderr
-    assert "exactly one of" in zl("audit", "list", "-e", "u", "--system", code=2).stderr
+    assert "at most one of" in zl("audit", "list", "-e", "u", "--system", code=2).stderr
+
+
+async def test_audit_list_of_a_namespace_and_of_special_subjects(zl: ZL, live: Repository) -> None:
+    """Without a filter: the namespace's recent changes, every subject, newest first, paged;
+    `-e` takes the subjects the docs name (`$NAMESPACE:...`, `$RESOURCE:...`, `$SYSTEM`)."""
+    zl("--principal", "ops", "entity", "create", "user-1")
+    zl("resource", "set-defaults", "search", "-l", "rpm:60")
+    zl("system", "set-defaults", "-l", "rpm:1000")
+    zl("namespace", "register", "ops")
+    zl("-N", "ops", "resource", "set-defaults", "elsewhere", "-l", "rpm:1")  # another namespace
+    recent = zl.json("audit", "list")["events"]
+    assert [(e["action"], e["entity_id"]) for e in recent] == [
+        ("namespace_registered", "$NAMESPACE:ops"),
+        ("limits_set", "$SYSTEM"),
+        ("limits_set", "$RESOURCE:search"),
+        ("entity_created", "user-1"),
+    ]
+    first, second = zl.json("audit", "list", "-l", "2")["events"]
+    rest = zl.json("audit", "list", "--start-event-id", second["event_id"])["events"]
+    assert [first, second, *rest] == recent
+    assert "limits_set" in zl("audit", "list").stdout
+    [registered] = zl.json("audit", "list", "-e", "$NAMESPACE:ops")["events"]
+    assert registered["action"] == "namespace_registered"
+    [search] = zl.json("audit", "list", "-e", "$RESOURCE:search")["events"]
+    assert search["resource"] == "search"
+    assert zl.json("audit", "list", "-e", "$SYSTEM")["events"][0]["action"] == "limits_set"
+    elsewhere = zl.json("-N", "ops", "audit", "list")["events"]
+    assert [e["entity_id"] for e in elsewhere] == ["$RESOURCE:elsewhere"]
+    assert "namespace" in zl.error("audit", "list", "-e", "$NAMESPACE:bad name")
+    assert "entity_id" in zl.error("audit", "list", "-e", "$OTHER")
 
 
 async def test_namespaces(zl: ZL, live: Repository) -> None:

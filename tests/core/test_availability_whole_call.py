@@ -1,4 +1,4 @@
-"""`check_availability` answers the acquire's question (reference.md §5.16): the cascade parent
+"""`check_availability` answers the acquire's question (docs/limits-and-time.md): the cascade parent
 is judged too, and a need above `max_request` never fits instead of quoting a wait."""
 
 from __future__ import annotations

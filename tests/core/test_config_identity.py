@@ -1,4 +1,4 @@
-"""A limit is identified by its name: a schedule edit never refills a quota (reference.md §5.8).
+"""A limit is identified by its name: a schedule edit never refills a quota (docs/quotas.md).
 
 Resource defaults `weekly` 5,000,000 on Mondays in Paris; a user spends 4,900,000; then the same
 limit is stored again with its cron respelled, its zone moved to one with the same offset, its

@@ -1,4 +1,4 @@
-"""Exactly once under concurrent writers and faults (reference.md §12.1-12.4).
+"""Exactly once under concurrent writers and faults: no lost, doubled or phantom debit.
 
 The rules are in docs/on-unavailable.md ("Exactly once, with any number of writers").
 

@@ -1,4 +1,4 @@
-"""One hot bucket item under many concurrent writers, with the real clock (reference.md §12.1-12.2).
+"""One hot bucket item under many concurrent writers, with the real clock: exact and never over.
 
 Far below its limit every call is admitted (no `contended` rejection, whatever the concurrency) and
 the stored consumption equals the admissions; at a tight limit nothing is admitted beyond burst

@@ -1,6 +1,6 @@
 """After the block: read-only lease members keep their final values; only the members that
-change the lease raise `LeaseExpiredError` (reference.md §2.4). And the config cache is dropped
-by a coroutine, like every other `Repository` method (§2.6)."""
+change the lease raise `LeaseExpiredError`. And the config cache is dropped by a coroutine,
+like every other `Repository` method."""
 
 from __future__ import annotations
 

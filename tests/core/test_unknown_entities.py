@@ -1,4 +1,4 @@
-"""A mistyped customer id never buys credit or looks disabled (reference.md §5.9).
+"""A mistyped customer id never buys credit or looks disabled (docs/reset-and-top-up.md).
 
 An entity with neither a record nor a bucket item is unknown: `top_up`, `reset_bucket`,
 `bypass_entity` and `disable_entity` raise `EntityNotFoundError` and write nothing. A created

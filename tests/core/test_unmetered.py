@@ -1,4 +1,4 @@
-"""The unmetered policy (reference.md §4.6): a mistyped resource is not silently free.
+"""The unmetered policy (docs/configuration.md): a mistyped resource is not silently free.
 
 `also={"budgte": ...}` names a resource no level has limits for. "allow" admits it and warns
 once, "warn" warns every call, "reject" refuses it before any write with the closest names that

@@ -10,7 +10,7 @@ new kind of condition cannot pass unexamined.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,3 +91,65 @@ def allowed_kinds(
         for kind, partition_key in items.items()
         if allows(statements, Request(action, resource, partition_key, tags or {}))
     }
+
+
+#: The IAM action of each kind of item in a TransactWriteItems request.
+TRANSACT_ACTIONS = {
+    "Put": "dynamodb:PutItem",
+    "Update": "dynamodb:UpdateItem",
+    "Delete": "dynamodb:DeleteItem",
+    "ConditionCheck": "dynamodb:ConditionCheckItem",
+}
+
+
+def _pk(item: Mapping[str, Any], name: str = "PK") -> str:
+    value: str = item[name]["S"]
+    return value
+
+
+def item_requests(
+    operation: str, payload: Mapping[str, Any], table: Any, index: Callable[[str], Any]
+) -> list[tuple[str, Any, str | None]]:
+    """What IAM authorizes for one DynamoDB request as sent on the wire: (action, resource,
+    partition key) per item touched. `index(name)` is the template value of an index's ARN."""
+    action = f"dynamodb:{operation}"
+    if operation in ("GetItem", "UpdateItem", "DeleteItem"):
+        return [(action, table, _pk(payload["Key"]))]
+    if operation == "PutItem":
+        return [(action, table, _pk(payload["Item"]))]
+    if operation == "BatchGetItem":
+        return [
+            (action, table, _pk(key))
+            for request in payload["RequestItems"].values()
+            for key in request["Keys"]
+        ]
+    if operation == "Query":
+        name = payload.get("IndexName")
+        resource = table if name is None else index(name)
+        return [(action, resource, payload["ExpressionAttributeValues"][":pk"]["S"])]
+    if operation == "TransactWriteItems":
+        found: list[tuple[str, Any, str | None]] = []
+        for entry in payload["TransactItems"]:
+            ((kind, body),) = entry.items()
+            item = body["Item"] if kind == "Put" else body["Key"]
+            found.append((TRANSACT_ACTIONS[kind], table, _pk(item)))
+        return found
+    if operation == "DescribeTable":
+        return [(action, table, None)]
+    raise AssertionError(f"item_requests does not know {operation}")
+
+
+def denied_requests(
+    statements: Sequence[Mapping[str, Any]],
+    calls: Iterable[tuple[str, Mapping[str, Any]]],
+    table: Any,
+    index: Callable[[str], Any],
+    tags: Mapping[str, str] | None = None,
+) -> list[tuple[str, str | None]]:
+    """The (action, partition key) of every item request in `calls` the statements refuse."""
+    return [
+        (action, key)
+        for operation, payload in calls
+        for action, resource, key in item_requests(operation, payload, table, index)
+        if not allows(statements, Request(action, resource, key, tags or {}))
+    ]

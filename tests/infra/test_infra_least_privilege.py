@@ -8,6 +8,7 @@ shows up here.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import aws_cdk as cdk
@@ -15,12 +16,13 @@ import pytest
 from aws_cdk import aws_iam as iam
 from cdk_helpers import logical_id, resources, statements
 from cdk_stacks import Synthesized
-from iam_eval import allowed_kinds
+from iam_eval import Request, allowed_kinds, allows, denied_requests
 
-from zae_limiter import schema
+from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository, schema
 from zae_limiter.cdk import ZaeLimiter
 from zae_limiter.cdk.access import NAMESPACE_TAG
 from zae_limiter.dynamo import keys, records
+from zae_limiter.dynamo.transport import Transport
 
 NS = records.new_namespace_id()
 OTHER = records.new_namespace_id()
@@ -42,6 +44,7 @@ def namespaced_items(ns: str) -> dict[str, str]:
         "entity": partition(keys.entity_meta(ns, "user-1")),
         "entity named B": partition(keys.entity_meta(ns, "B")),
         "entity config": partition(keys.entity_config(ns, "user-1", "search")),
+        "entity config resources": keys.entity_config_resources_partition(ns),
         "usage snapshot": partition(
             keys.usage_snapshot(ns, "user-1", "search", "hourly", "2026-01-01T00:00:00Z")
         ),
@@ -67,6 +70,16 @@ ALL = set(ITEMS)
 MINE = set(namespaced_items(NS))
 OTHERS = {f"other: {kind}" for kind in namespaced_items(OTHER)}
 BUCKETS = {"bucket", "bucket, shard 3", "bucket of entity U"}
+#: What the acquire path reads in its namespace (and nothing else of it).
+ACQUIRE_READS = BUCKETS | {
+    "system config",
+    "resource config",
+    "entity",
+    "entity named B",
+    "entity config",
+    "entity config resources",
+}
+REGISTRY = {"version record", "namespace by name", "namespace by id"}
 WRITES = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 
 
@@ -121,8 +134,11 @@ def test_app_writes_bucket_items_only(synthesized: Synthesized, action: str) -> 
         set() if action.endswith("DeleteItem") else BUCKETS | {f"other: {kind}" for kind in BUCKETS}
     )
     assert writable(policy, template, action) == expected
-    # Reads stay open: the acquire path reads config, entities and the version record.
-    assert writable(policy, template, "dynamodb:GetItem") == ALL
+    # Reads: what the acquire path reads (config, entities, buckets, registry), in any namespace.
+    for read in ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"):
+        assert writable(policy, template, read) == (
+            ACQUIRE_READS | {f"other: {kind}" for kind in ACQUIRE_READS} | REGISTRY
+        )
 
 
 @pytest.mark.parametrize("action", WRITES)
@@ -133,9 +149,7 @@ def test_namespace_scoped_app_writes_its_own_buckets_only(
     policy = managed(template, "AppNamespacePolicy")
     expected = set() if action.endswith("DeleteItem") else BUCKETS
     assert writable(policy, template, action, tags=TAGS) == expected
-    assert writable(policy, template, "dynamodb:GetItem", tags=TAGS) == (
-        MINE | {"version record", "namespace by name", "namespace by id"}
-    )
+    assert writable(policy, template, "dynamodb:GetItem", tags=TAGS) == ACQUIRE_READS | REGISTRY
     assert writable(policy, template, action, tags={}) == set()  # untagged: nothing
 
 
@@ -235,8 +249,154 @@ def test_grants_give_a_role_what_the_managed_policies_give() -> None:
     assert writable(policy("Service"), template, put) == BUCKETS | {
         f"other: {kind}" for kind in BUCKETS
     }
-    assert writable(policy("Service"), template, "dynamodb:GetItem") == ALL
+    assert "usage snapshot" not in writable(policy("Service"), template, "dynamodb:GetItem")
     assert writable(policy("Operator"), template, put) == ALL
     assert writable(policy("Analyst"), template, put) == set()
     assert writable(policy("Analyst"), template, "dynamodb:GetItem") == ALL
     assert writable(policy("Tenant"), template, put, tags=TAGS) == BUCKETS
+
+
+def index_arn(template: Any, name: str) -> dict[str, Any]:
+    return {"Fn::Join": ["", [table_arn(template), f"/index/{name}"]]}
+
+
+def index_partitions(ns: str) -> dict[str, tuple[str, str]]:
+    """One index partition of every kind: kind -> (index, partition key value)."""
+    return {
+        "children": (keys.GSI1, keys.children_index_key(ns, "org-1")),
+        "audit log": (keys.GSI1, keys.audit_log_index_key(ns)),
+        "resource buckets": (keys.GSI2, keys.resource_buckets_index_key(ns, "search")),
+        "resource usage": (keys.GSI2, keys.resource_usage_index_key(ns, "search")),
+        "entity buckets": (keys.GSI3, keys.entity_buckets_index_key(ns, "user-1")),
+        "entities with config": (keys.GSI3, keys.entity_config_index_key(ns, "search")),
+        "namespace items": (keys.GSI4, ns),
+    }
+
+
+def queryable(policy: list[dict[str, Any]], template: Any, tags: dict[str, str]) -> set[str]:
+    """The index partitions (of NS and OTHER) `policy` lets a principal with `tags` Query."""
+    found = set()
+    for prefix, ns in (("", NS), ("other: ", OTHER)):
+        for kind, (index, value) in index_partitions(ns).items():
+            request = Request("dynamodb:Query", index_arn(template, index), value, tags)
+            if allows(policy, request):
+                found.add(prefix + kind)
+    return found
+
+
+def test_app_reads_no_usage_audit_or_index(synthesized: Synthesized) -> None:
+    """The acquire path reads config, entity, registry and bucket items by key: the `app`
+    policies allow no index at all, no usage snapshot, audit event, operation or manifest
+    record, and (namespace-scoped) nothing of another namespace."""
+    for template, part, tags in (
+        (synthesized.default, "AppPolicy", {}),
+        (synthesized.full, "AppNamespacePolicy", TAGS),
+    ):
+        policy = managed(template, part)
+        assert queryable(policy, template, tags) == set()
+        for read in ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"):
+            seen = writable(policy, template, read, tags=tags)
+            assert not seen & {"usage snapshot", "audit event", "operation record"}, read
+            assert not seen & {"manifest state", "other: audit event"}, read
+    scoped = managed(synthesized.full, "AppNamespacePolicy")
+    assert not writable(scoped, synthesized.full, "dynamodb:GetItem", tags=TAGS) & OTHERS
+    assert writable(scoped, synthesized.full, "dynamodb:UpdateItem", tags=TAGS) == BUCKETS
+
+
+def test_usage_and_audit_policies_read_their_items_only(synthesized: Synthesized) -> None:
+    for template, suffix, tags, others in (
+        (synthesized.default, "", {}, True),
+        (synthesized.full, "Namespace", TAGS, False),
+    ):
+        usage = managed(template, f"Usage{suffix}Policy")
+        audit = managed(template, f"Audit{suffix}Policy")
+        mine = {"usage snapshot"} | ({"other: usage snapshot"} if others else set())
+        assert writable(usage, template, "dynamodb:GetItem", tags=tags) == mine | REGISTRY
+        assert queryable(usage, template, tags) == {"resource usage"} | (
+            {"other: resource usage"} if others else set()
+        )
+        mine = {"audit event"} | ({"other: audit event"} if others else set())
+        assert writable(audit, template, "dynamodb:Query", tags=tags) == mine | REGISTRY
+        assert queryable(audit, template, tags) == {"audit log"} | (
+            {"other: audit log"} if others else set()
+        )
+        for policy in (usage, audit):
+            for action in (*WRITES, "dynamodb:BatchWriteItem"):
+                assert writable(policy, template, action, tags=tags) == set()
+
+
+def test_grants_for_usage_and_audit_match_their_policies() -> None:
+    app = cdk.App()
+    stack = cdk.Stack(app, "ReportsStack")
+    limiter = ZaeLimiter(stack, "Limiter", table_name="zl-reports", create_policies=False)
+    for name, grant in (
+        ("Billing", limiter.grant_read_usage),
+        ("Auditor", limiter.grant_read_audit),
+    ):
+        role = iam.Role(stack, name, assumed_by=iam.AccountRootPrincipal())
+        assert grant(role, namespace_scoped=True).success
+    template = cdk.assertions.Template.from_stack(stack)
+    billing = role_statements(template, "BillingDefaultPolicy")
+    auditor = role_statements(template, "AuditorDefaultPolicy")
+    get = "dynamodb:GetItem"
+    assert writable(billing, template, get, tags=TAGS) == {"usage snapshot"} | REGISTRY
+    assert writable(auditor, template, get, tags=TAGS) == {"audit event"} | REGISTRY
+    assert queryable(billing, template, TAGS) == {"resource usage"}
+    assert queryable(auditor, template, TAGS) == {"audit log"}
+
+
+async def test_the_acquire_path_needs_nothing_the_app_policy_refuses(
+    synthesized: Synthesized, repo: Repository, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every request a fresh process makes to open the table and acquire (one resource, a
+    cascade to the parent, `also=` a quota, an adjust, a refusal, a check of what is
+    available, a lease given back by an exception), as sent on the wire, is allowed by the
+    synthesized `app` policy, unscoped and namespace-scoped."""
+    await repo.set_resource_defaults("search", [Limit.per_minute("rpm", 3)])
+    await repo.set_resource_defaults("budget", [Limit.quota("weekly", 1000, cron="0 0 * * 1")])
+    await repo.set_resource_cascade("search", True)
+    await repo.create_entity("org-1")
+    await repo.create_entity("user-1", parent_id="org-1")
+    await repo.set_limits("org-1", [Limit.per_minute("rpm", 100)], resource="search")
+    calls: list[tuple[str, dict[str, Any]]] = []
+    send = Transport.call
+
+    async def recorded(self: Transport, operation: str, request: dict[str, Any], **kw: Any) -> Any:
+        calls.append((operation, copy.deepcopy(request)))
+        return await send(self, operation, request, **kw)
+
+    monkeypatch.setattr(Transport, "call", recorded)
+    table = repo.table_name
+    endpoint = repo.transport.client.meta.endpoint_url
+    app = await Repository.open(table=table, endpoint_url=endpoint, clock=clock)
+    try:
+        limiter = RateLimiter(app)
+        async with limiter.acquire(
+            "user-1", "search", {"rpm": 1}, also={"budget": {"weekly": 10}}
+        ) as lease:
+            await lease.adjust(rpm=1)
+        with pytest.raises(RuntimeError):
+            async with limiter.acquire("user-2", "search", {"rpm": 1}):
+                raise RuntimeError("the handler failed: the debit is given back")
+        with pytest.raises(RateLimitExceeded):
+            async with limiter.acquire("user-2", "search", {"rpm": 5}):
+                pass
+        await limiter.available("user-1", "search")
+    finally:
+        await app.close()
+    monkeypatch.undo()
+    operations = {operation for operation, _ in calls}
+    assert {"GetItem", "Query", "UpdateItem"} <= operations
+    template = synthesized.default
+    for part, template, tags in (
+        ("AppPolicy", synthesized.default, {}),
+        ("AppNamespacePolicy", synthesized.full, {NAMESPACE_TAG: repo.namespace_id}),
+    ):
+        denied = denied_requests(
+            managed(template, part),
+            calls,
+            table_arn(template),
+            lambda name, t=template: index_arn(t, name),
+            tags,
+        )
+        assert not denied, f"{part} refuses {denied}"

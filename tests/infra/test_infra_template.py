@@ -545,21 +545,63 @@ def policies_by_name(template: Any, construct_part: str) -> dict[str, Any]:
 
 
 def test_app_policy_exact_actions(synthesized: Synthesized) -> None:
+    """The acquire path's reads, by key on the table only (no index): config, entity records,
+    the resources with entity config, buckets; the registry; bucket writes."""
     template = synthesized.default
     sids = by_sid(policies_by_name(template, "AppPolicy"))
-    assert sorted(sids) == ["Read", "WriteBuckets"]
+    assert sorted(sids) == ["Read", "Registry", "WriteBuckets"]
     assert actions(sids["Read"]) == [
         "dynamodb:BatchGetItem",
         "dynamodb:ConditionCheckItem",
-        "dynamodb:DescribeTable",
         "dynamodb:GetItem",
         "dynamodb:Query",
     ]
-    assert sids["Read"]["Resource"] == all_item_arns(template)
+    assert sids["Read"]["Resource"] == table_ref(template)
+    ns = "??????????"
+    assert sids["Read"]["Condition"] == {
+        "ForAllValues:StringLike": {
+            "dynamodb:LeadingKeys": [
+                f"{ns}#S",
+                f"{ns}#R#*",
+                f"{ns}#E#*",
+                f"{ns}#CFGRES",
+                f"{ns}#B#*",
+            ]
+        }
+    }
+    assert sids["Registry"]["Condition"] == {
+        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["_#VERSION", "_#NS", "_#NSID"]}
+    }
     assert actions(sids["WriteBuckets"]) == ["dynamodb:PutItem", "dynamodb:UpdateItem"]
     assert sids["WriteBuckets"]["Resource"] == table_ref(template)
     assert sids["WriteBuckets"]["Condition"] == {
-        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#B#*"]}
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{ns}#B#*"]}
+    }
+
+
+def test_usage_and_audit_policies_exact_actions(synthesized: Synthesized) -> None:
+    template = synthesized.default
+    ns = "??????????"
+    usage = by_sid(policies_by_name(template, "UsagePolicy"))
+    assert sorted(usage) == ["ReadUsage", "Registry", "UsageByResource"]
+    assert usage["ReadUsage"]["Condition"] == {
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{ns}#U#*"]}
+    }
+    assert actions(usage["UsageByResource"]) == ["dynamodb:Query"]
+    assert usage["UsageByResource"]["Resource"] == index_arn(template, "GSI2")
+    audit = by_sid(policies_by_name(template, "AuditPolicy"))
+    assert sorted(audit) == ["AuditLog", "ReadAudit", "Registry"]
+    assert actions(audit["ReadAudit"]) == [
+        "dynamodb:BatchGetItem",
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+    ]
+    assert audit["ReadAudit"]["Condition"] == {
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{ns}#A#*"]}
+    }
+    assert audit["AuditLog"]["Resource"] == index_arn(template, "GSI1")
+    assert audit["AuditLog"]["Condition"] == {
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{ns}#AL"]}
     }
 
 
@@ -632,7 +674,17 @@ def test_namespace_scoped_policies(synthesized: Synthesized) -> None:
 
     app = by_sid(policies_by_name(template, "AppNamespacePolicy"))
     assert sorted(app) == ["Read", "Registry", "TableKey", "WriteBuckets"]
-    assert app["Read"]["Condition"] == scoped
+    assert app["Read"]["Condition"] == {
+        "ForAllValues:StringLike": {
+            "dynamodb:LeadingKeys": [
+                f"{namespace}#S",
+                f"{namespace}#R#*",
+                f"{namespace}#E#*",
+                f"{namespace}#CFGRES",
+                f"{namespace}#B#*",
+            ]
+        }
+    }
     assert app["WriteBuckets"]["Condition"] == {
         "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{namespace}#B#*"]}
     }
@@ -677,9 +729,13 @@ def test_policy_and_role_names_and_boundary(synthesized: Synthesized) -> None:
             "app",
             "admin",
             "readonly",
+            "usage",
+            "audit",
             "app-namespace",
             "admin-namespace",
             "readonly-namespace",
+            "usage-namespace",
+            "audit-namespace",
         )
     )
     roles = resources(template, "AWS::IAM::Role")
@@ -791,6 +847,8 @@ def test_outputs(synthesized: Synthesized) -> None:
         "AppPolicyArn",
         "AdminPolicyArn",
         "ReadonlyPolicyArn",
+        "UsagePolicyArn",
+        "AuditPolicyArn",
     ):
         assert has(synthesized.default, name), name
         assert has(synthesized.full, name), name

@@ -1,4 +1,4 @@
-"""Fault injection for aiobotocore clients (shared/notes/transport.md §5).
+"""Fault injection for aiobotocore clients: planned errors and answers per operation.
 
 `inject(client, "UpdateItem", [ddb_error("ProvisionedThroughputExceededException"), None])`
 answers the next UpdateItem calls from the plan: an `AioAWSResponse` is returned instead of

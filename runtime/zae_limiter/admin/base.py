@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 
 
 async def entity_known(scope: Scope, entity_id: str, resource: str | None = None) -> bool:
-    """Whether the entity has a record or any bucket item (docs/entities.md): one wave of
-    strongly consistent reads (the bucket of `resource`, when given, covers an acquire that
+    """Whether the entity has a record or any bucket item (docs/reset-and-top-up.md): one wave
+    of strongly consistent reads (the bucket of `resource`, when given, covers an acquire that
     the entity-buckets index has not caught up with yet)."""
     store, ns = scope.store, scope.namespace_id
     bucket_key = None if resource is None else keys.bucket(ns, entity_id, resource)

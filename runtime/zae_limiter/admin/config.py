@@ -252,13 +252,13 @@ class ConfigMixin(AdminBase):
         return ids, next_cursor
 
     async def _register_entity_config_resource(self, resource: str) -> None:
-        key = keys.key(f"{self._ns}#CFGRES", resource)
+        key = keys.key(keys.entity_config_resources_partition(self._ns), resource)
         await self._store.put(
             {**key, **keys.namespace_index_attributes(self._ns, key["PK"], key["SK"])}
         )
 
     async def list_resources_with_entity_configs(self) -> list[str]:
-        rows = await self._store.query_all(f"{self._ns}#CFGRES")
+        rows = await self._store.query_all(keys.entity_config_resources_partition(self._ns))
         out = []
         for row in rows:
             ids, _ = await self.list_entities_with_custom_limits(row["SK"], limit=1)

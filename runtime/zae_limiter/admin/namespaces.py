@@ -1,4 +1,4 @@
-"""Namespaces: register, list, soft delete, recover, purge (docs/namespaces.md).
+"""Namespaces: register, list, soft delete, recover, purge (docs/cli.md, `namespace`).
 
 Each change writes one audit event, atomically with it, in the audit log of the namespace the call
 is made from, subject `$NAMESPACE:<name>` (docs/audit.md): the namespace itself may be purged.

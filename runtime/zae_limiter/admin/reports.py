@@ -21,12 +21,14 @@ MAX_AUDIT_LIMIT = 1000
 
 class ReportsMixin(AdminBase):
     async def get_audit_events(
-        self, entity_id: str, limit: int = 100, start_event_id: str | None = None
+        self, entity_id: str | None = None, limit: int = 100, start_event_id: str | None = None
     ) -> list[AuditEvent]:
-        """Newest first; `start_event_id` (an event id from an earlier page) is an exclusive
+        """Newest first: one subject's events (an entity id, `$RESOURCE:<name>`, `$SYSTEM`,
+        `$NAMESPACE:<name>`), or with `entity_id=None` the namespace's recent changes, whatever
+        their subject. `start_event_id` (an event id from an earlier page) is an exclusive
         cursor. Every argument is checked before any request (docs/audit.md)."""
-        if not isinstance(entity_id, str) or not entity_id:
-            raise ValidationError("entity_id", entity_id, "give an entity id")
+        if entity_id is not None and (not isinstance(entity_id, str) or not entity_id):
+            raise ValidationError("entity_id", entity_id, "give an entity id, or None for all")
         validation.whole_number(limit, "limit", 1, MAX_AUDIT_LIMIT)
         if start_event_id is not None and (
             not isinstance(start_event_id, str) or not audit.is_event_id(start_event_id)
@@ -36,22 +38,31 @@ class ReportsMixin(AdminBase):
                 start_event_id,
                 "pass the event_id of an event from an earlier page (26 characters), or None",
             )
-        pk = keys.audit_partition(self._ns, entity_id)
+        if entity_id is None:  # the namespace's log: one partition of the audit log index
+            pk, index = keys.audit_log_index_key(self._ns), keys.GSI1
+        else:
+            pk, index = keys.audit_partition(self._ns, entity_id), None
+        sort_key = f"{index}SK" if index else "SK"
         rows: list[dict[str, Any]] = []
         start_key: dict[str, Any] | None = None
         while len(rows) < limit:
             # strictly older than the cursor: the key range ends just below it
             page, start_key = await self._store.query(
                 pk,
+                index=index,
                 newest_first=True,
                 limit=limit - len(rows),
                 sk_between=None if start_event_id is None else ("0", start_event_id),
                 start_key=start_key,
             )
-            rows += [r for r in page if r["SK"] != start_event_id]
+            rows += [r for r in page if r[sort_key] != start_event_id]
             if not start_key:
                 break
-        return [audit.event_from_item(r) for r in rows[:limit]]
+        rows = rows[:limit]
+        if index is not None:  # the index holds keys only
+            found = await self._store.batch_get([keys.key(r["PK"], r["SK"]) for r in rows])
+            rows = sorted(found, key=lambda item: str(item["event_id"]), reverse=True)
+        return [audit.event_from_item(r) for r in rows]
 
     async def get_buckets(self, entity_id: str, resource: str | None = None) -> list[BucketState]:
         """Diagnostic: the stored state of every shard, whole units, brought to now."""

@@ -1,10 +1,14 @@
-"""IAM managed policies (app, admin, read-only; optionally namespace-scoped) and optional roles.
+"""IAM managed policies (app, admin, read-only, usage, audit; optionally namespace-scoped) and
+optional roles.
 
-Index ARNs are listed one by one, never `/index/*`. `app` writes bucket items only: never the
-version record, config, entity, namespace or audit items. Namespace-scoped variants restrict
-every item to partition keys starting with the caller's namespace id, taken from the principal
-tag `zael-namespace-id`, plus read access to the reserved registry and version record. Every
-partition-key pattern comes from the key layout (`zae_limiter.dynamo.keys`); see docs/deploying.md.
+Index ARNs are listed one by one, never `/index/*`. `app` reads only what the acquire path reads
+(config, entity records, the namespace registry, the version record and bucket items) and writes
+bucket items only: never usage snapshots, audit events or another kind of item. Usage and audit
+reads have their own policies (`usage`, `audit`). Namespace-scoped variants restrict every item
+to partition keys starting with the caller's namespace id, taken from the principal tag
+`zael-namespace-id`, plus read access to the reserved registry and version record. Every
+partition-key pattern comes from the key layout (`zae_limiter.dynamo.keys`); see
+docs/deploying.md.
 """
 
 from __future__ import annotations
@@ -15,15 +19,20 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from ..dynamo import keys
 from .permissions import (
+    ANY,
     ANY_NAMESPACE,
     RESERVED_PARTITIONS,
     VERSION_RECORD_PARTITION,
+    acquire_partitions,
+    audit_partitions,
     bucket_partitions,
     dynamodb_actions,
     kms_statement,
     leading_keys,
     statement,
+    usage_partitions,
 )
 from .props import ZaeLimiterProps
 
@@ -32,9 +41,7 @@ PRINCIPAL_NAMESPACE = "${aws:PrincipalTag/" + NAMESPACE_TAG + "}"
 
 #: The acquire path: read config, entity, namespace and version items; write bucket items only.
 #: (Raising `client_min_version` for a gated feature is an admin's write.)
-APP_READ_ACTIONS = dynamodb_actions(
-    "BatchGetItem", "ConditionCheckItem", "DescribeTable", "GetItem", "Query"
-)
+APP_READ_ACTIONS = dynamodb_actions("BatchGetItem", "ConditionCheckItem", "GetItem", "Query")
 APP_WRITE_ACTIONS = dynamodb_actions("PutItem", "UpdateItem")
 ADMIN_ITEM_ACTIONS = dynamodb_actions(
     "BatchGetItem",
@@ -66,8 +73,11 @@ ADMIN_FUNCTION_ACTIONS = sorted(
 READ_ONLY_ACTIONS = dynamodb_actions(
     "BatchGetItem", "DescribeTable", "DescribeTimeToLive", "GetItem", "Query", "Scan"
 )
-#: Registry and version record reads allowed to namespace-scoped principals.
+#: Registry and version record reads (every principal that opens a repository needs them).
 RESERVED_READ_ACTIONS = dynamodb_actions("BatchGetItem", "GetItem", "Query")
+#: Usage snapshots and audit events: by partition on the table, and through their index.
+REPORT_READ_ACTIONS = dynamodb_actions("BatchGetItem", "GetItem", "Query")
+INDEX_QUERY_ACTIONS = dynamodb_actions("Query")
 #: Scan has no partition key to check, so namespace-scoped policies never allow it.
 UNSCOPABLE_ACTIONS = frozenset({"dynamodb:Scan"})
 
@@ -107,21 +117,77 @@ def _reserved(
     )
 
 
+def _index_arn(targets: AccessTargets, name: str) -> str:
+    [arn] = [a for a in targets.index_arns if a.endswith(f"/index/{name}")]
+    return arn
+
+
 def app_statements(targets: AccessTargets, namespace: str | None) -> list[iam.PolicyStatement]:
-    """The acquire path; bucket writes only (partition keys `<ns>#B#...`)."""
-    bucket_keys = bucket_partitions(namespace or ANY_NAMESPACE)
-    found = [
-        _items(APP_READ_ACTIONS, targets, namespace, "Read"),
+    """The acquire path: reads of config, entity and bucket items (no index), bucket writes."""
+    ns = namespace or ANY_NAMESPACE
+    return [
+        statement(
+            APP_READ_ACTIONS,
+            [targets.table_arn],
+            sid="Read",
+            conditions=leading_keys("StringLike", acquire_partitions(ns)),
+        ),
         statement(
             APP_WRITE_ACTIONS,
             [targets.table_arn],
             sid="WriteBuckets",
-            conditions=leading_keys("StringLike", [bucket_keys]),
+            conditions=leading_keys("StringLike", [bucket_partitions(ns)]),
         ),
+        _reserved(RESERVED_READ_ACTIONS, RESERVED_PARTITIONS, targets, "Registry"),
+        *kms_statement(targets.encryption_key, write=True),
     ]
-    if namespace is not None:
-        found.append(_reserved(RESERVED_READ_ACTIONS, RESERVED_PARTITIONS, targets, "Registry"))
-    return found + kms_statement(targets.encryption_key, write=True)
+
+
+def _report_statements(
+    targets: AccessTargets,
+    *,
+    items: tuple[str, str],
+    index: tuple[str, str, str],
+) -> list[iam.PolicyStatement]:
+    """Reads of one kind of item: `items` (sid, partition pattern) on the table, a Query of
+    `index` (sid, index name, partition pattern), the registry; nothing else."""
+    (item_sid, partitions), (index_sid, index_name, index_keys) = items, index
+    return [
+        statement(
+            REPORT_READ_ACTIONS,
+            [targets.table_arn],
+            sid=item_sid,
+            conditions=leading_keys("StringLike", [partitions]),
+        ),
+        statement(
+            INDEX_QUERY_ACTIONS,
+            [_index_arn(targets, index_name)],
+            sid=index_sid,
+            conditions=leading_keys("StringLike", [index_keys]),
+        ),
+        _reserved(RESERVED_READ_ACTIONS, RESERVED_PARTITIONS, targets, "Registry"),
+        *kms_statement(targets.encryption_key, write=False),
+    ]
+
+
+def usage_statements(targets: AccessTargets, namespace: str | None) -> list[iam.PolicyStatement]:
+    """Usage snapshots: an entity's (its partition) and a resource's (the resource index)."""
+    ns = namespace or ANY_NAMESPACE
+    return _report_statements(
+        targets,
+        items=("ReadUsage", usage_partitions(ns)),
+        index=("UsageByResource", keys.GSI2, keys.resource_usage_index_key(ns, ANY)),
+    )
+
+
+def audit_statements(targets: AccessTargets, namespace: str | None) -> list[iam.PolicyStatement]:
+    """Audit events: by subject (its partition) and the namespace's log (the audit log index)."""
+    ns = namespace or ANY_NAMESPACE
+    return _report_statements(
+        targets,
+        items=("ReadAudit", audit_partitions(ns)),
+        index=("AuditLog", keys.GSI1, keys.audit_log_index_key(ns)),
+    )
 
 
 def admin_statements(targets: AccessTargets, namespace: str | None) -> list[iam.PolicyStatement]:
@@ -162,14 +228,19 @@ POLICY_KINDS = {
     "app": (app_statements, "zae-limiter application access: the acquire path"),
     "admin": (admin_statements, "zae-limiter administration: every item operation"),
     "readonly": (read_only_statements, "zae-limiter read-only access"),
+    "usage": (usage_statements, "zae-limiter usage snapshots: read"),
+    "audit": (audit_statements, "zae-limiter audit events: read"),
 }
+#: The policies `create_roles` makes a role for.
+ROLE_KINDS = ("app", "admin", "readonly")
 
 
 class AccessPolicies(Construct):
     """The managed policies (and optional roles) of a deployment.
 
-    `policies` maps app/admin/readonly (and app-namespace/... when namespace-scoped variants are
-    on) to the managed policy; `roles` maps app/admin/readonly to the role attaching it.
+    `policies` maps app/admin/readonly/usage/audit (and app-namespace/... when namespace-scoped
+    variants are on) to the managed policy; `roles` maps app/admin/readonly to the role
+    attaching it.
     """
 
     def __init__(
@@ -200,7 +271,7 @@ class AccessPolicies(Construct):
             )
         if props.create_roles:
             principal = props.role_principal or iam.AccountRootPrincipal()
-            for kind in POLICY_KINDS:
+            for kind in ROLE_KINDS:
                 self.roles[kind] = iam.Role(
                     self,
                     _construct_id(kind) + "Role",

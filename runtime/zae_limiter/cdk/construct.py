@@ -25,7 +25,8 @@ class ZaeLimiter(Construct):
 
     Pass a `ZaeLimiterProps`, keyword overrides of its fields, or both:
     `ZaeLimiter(self, "RateLimiter", table_name="limits", enable_audit_archive=True)`.
-    Give your own roles access with `grant_acquire`, `grant_admin` and `grant_read`.
+    Give your own roles access with `grant_acquire`, `grant_admin`, `grant_read`,
+    `grant_read_usage` and `grant_read_audit`.
     """
 
     def __init__(
@@ -111,6 +112,20 @@ class ZaeLimiter(Construct):
     def grant_read(self, grantee: iam.IGrantable, *, namespace_scoped: bool = False) -> iam.Grant:
         """Let `grantee` read and query every item (the `readonly` policy)."""
         return self._grant(grantee, "readonly", namespace_scoped)
+
+    def grant_read_usage(
+        self, grantee: iam.IGrantable, *, namespace_scoped: bool = False
+    ) -> iam.Grant:
+        """Let `grantee` read usage snapshots (the `usage` policy): `get_usage_snapshots` and
+        `get_usage_summary`, by entity or by resource."""
+        return self._grant(grantee, "usage", namespace_scoped)
+
+    def grant_read_audit(
+        self, grantee: iam.IGrantable, *, namespace_scoped: bool = False
+    ) -> iam.Grant:
+        """Let `grantee` read audit events (the `audit` policy): by subject, and the
+        namespace's recent changes."""
+        return self._grant(grantee, "audit", namespace_scoped)
 
     def _grant(self, grantee: iam.IGrantable, kind: str, namespace_scoped: bool) -> iam.Grant:
         """Add the statements of policy `kind` to `grantee`'s own policy."""

@@ -33,6 +33,24 @@ def usage_partitions(namespace: str) -> str:
     return keys.usage_partition(namespace, ANY)
 
 
+def acquire_partitions(namespace: str) -> list[str]:
+    """What the acquire path reads in `namespace`: system, resource and entity config, entity
+    records and versions (one partition per entity), the resources with entity config, and
+    bucket items. Never usage, audit, operation or manifest items."""
+    return [
+        keys.system_config(namespace)[schema.PARTITION_KEY],
+        keys.resource_config(namespace, ANY)[schema.PARTITION_KEY],
+        keys.entity_partition(namespace, ANY),
+        keys.entity_config_resources_partition(namespace),
+        bucket_partitions(namespace),
+    ]
+
+
+def audit_partitions(namespace: str) -> str:
+    """Every audit event's partition key in `namespace` (one partition per subject)."""
+    return keys.audit_partition(namespace, ANY)
+
+
 #: Aggregation markers, one per stream record applied (`_#AGG#<eventID>`).
 MARKER_PARTITIONS = keys.aggregation_marker(ANY)[schema.PARTITION_KEY]
 

@@ -201,8 +201,17 @@ def _refusal(entity_id: str, report: Any) -> str:
 
 
 def _bucket_result(verb: str, result: Any) -> str:
-    amounts = ", ".join(f"{k}={v}" for k, v in result.amounts.items()) or "nothing"
-    text = f"{result.entity_id} / {result.resource}: {verb} {amounts} on {result.shards} shard(s)"
+    """What each limit gained, never a bare `name=N` (read as "set to N")."""
+    if verb == "reset":
+        head = f"back to the full allowance on {result.shards} shard(s)"
+        gained = [
+            f"{name}: {n} tokens restored" if n else f"{name}: nothing restored (it was full)"
+            for name, n in result.amounts.items()
+        ] or ["no bucket yet (a new one starts full)"]
+    else:
+        head = f"{verb} on {result.shards} shard(s)"
+        gained = [f"{name}: +{n} tokens" for name, n in result.amounts.items()]
+    text = f"{result.entity_id} / {result.resource}: {head}: {'; '.join(gained)}"
     return text + (" (replayed: already done with this idempotency key)" if result.replayed else "")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
@@ -89,6 +90,41 @@ def _aggregator_status(status: engine.LocalStatus) -> dict[str, Any] | None:
     # only this process's own report: a stopped predecessor's "lag 0" says nothing about it
     report = stream_runner.read_status(status.state_dir / AGGREGATOR_STATUS, pid=process.pid)
     return {"running": True, "pid": process.pid, **(report or {})}
+
+
+def _loopback_port(endpoint_url: str | None) -> int | None:
+    parts = urlsplit(endpoint_url or "")
+    return parts.port if parts.hostname in ("127.0.0.1", "localhost", "::1") else None
+
+
+def local_aggregator(endpoint_url: str | None, table: str) -> dict[str, Any] | None:
+    """The aggregator `local up` runs on `table` of the local engine at `endpoint_url`, if any:
+    a process recorded in the state directory, which the version record (made for a Lambda)
+    does not name."""
+    from ..local import stream_runner
+    from ..local.state import recorded_dirs
+
+    port = _loopback_port(endpoint_url)
+    if port is None:
+        return None
+    for folder in recorded_dirs():
+        recorded = engine.load_state(folder)
+        if recorded is None or _loopback_port(recorded.endpoint_url) != port:
+            continue
+        process = _aggregator_process(recorded)
+        report = (
+            stream_runner.read_status(folder / AGGREGATOR_STATUS, pid=process.pid)
+            if process is not None
+            else None
+        ) or {}
+        if process is not None and report.get("table", recorded.table) == table:
+            return {
+                "pid": process.pid,
+                "version": report.get("version"),
+                "lag_ms": report.get("lag_ms"),
+                "state_dir": str(folder),
+            }
+    return None
 
 
 @local.command("up")

@@ -7,8 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .. import validation
-from ..audit import SYSTEM_SUBJECT, resource_subject
+from ..audit import SYSTEM_SUBJECT, check_subject, resource_subject
 from .app import EXIT_ERROR, Settings, with_repo
 from .output import emit, fields, table
 from .render import audit_change
@@ -239,7 +238,11 @@ def audit() -> None:
 
 
 @audit.command("list")
-@click.option("-e", "--entity-id", help="Events about one entity.")
+@click.option(
+    "-e",
+    "--entity-id",
+    help="Events about one entity (or a subject: '$RESOURCE:NAME', '$SYSTEM', '$NAMESPACE:NAME').",
+)
 @click.option(
     "--resource",
     "resource_name",
@@ -266,19 +269,22 @@ def audit_list(
     count: int,
     start_event_id: str | None,
 ) -> None:
-    """Events, newest first."""
+    """Events, newest first: about one subject, or without a filter the namespace's recent
+    changes whatever their subject."""
     chosen = [x for x in (entity_id, resource_name, system_level or None) if x]
-    if len(chosen) != 1:
-        raise click.UsageError("give exactly one of -e/--entity-id, --resource or --system")
-    if entity_id is not None:
-        validation.entity_id(entity_id)  # a malformed id is an error, not "(no events)"
+    if len(chosen) > 1:
+        raise click.UsageError("give at most one of -e/--entity-id, --resource or --system")
     subject = (
         entity_id
         if entity_id
         else resource_subject(resource_name)
         if resource_name
         else SYSTEM_SUBJECT
+        if system_level
+        else None
     )
+    if subject is not None:
+        check_subject(subject)  # a malformed subject is an error, not "(no events)"
     events = with_repo(settings, lambda repo: repo.get_audit_events(subject, count, start_event_id))
     rows = [
         {

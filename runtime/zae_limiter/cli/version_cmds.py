@@ -99,13 +99,19 @@ def _upgrade_text(verdict: dict[str, Any]) -> str:
     return "; ".join(steps) if steps else "change nothing"
 
 
-def _version_pairs(info: dict[str, Any]) -> list[tuple[str, Any]]:
+def _version_pairs(
+    info: dict[str, Any], local: dict[str, Any] | None = None
+) -> list[tuple[str, Any]]:
+    """`local`: the aggregator `local up` runs (a process the version record does not name)."""
     versions = _versions(info["record"])
+    aggregator = versions["aggregator"] or "none recorded"
+    if local is not None and not versions["aggregator"]:
+        aggregator = f"{local['version'] or 'unknown version'} (local process, not recorded)"
     return [
         ("library", versions["library"]),
         ("table", info["table"]),
         ("schema (table / library)", f"{versions['schema']} / {versions['library_schema']}"),
-        ("aggregator", versions["aggregator"] or "none recorded"),
+        ("aggregator", aggregator),
         ("minimum client", versions["client_min_version"]),
     ]
 
@@ -149,9 +155,20 @@ def check(ctx: click.Context) -> None:
 @click.pass_obj
 def status(settings: Settings) -> None:
     """Reachability and latency, table status, stream, item count and size, versions."""
+    from .local_cmds import local_aggregator
+
     info = _read(settings, status=True)
     described = info["description"]
     verdict = _verdict(info["record"], info["table"])
+    function = info["record"].get("aggregator_function")
+    local = None if function else local_aggregator(settings.endpoint_url, info["table"])
+    if local is not None:
+        lag = local["lag_ms"]
+        where = f"local process (pid {local['pid']}, " + (
+            f"stream lag {lag} ms)" if lag is not None else "no report yet)"
+        )
+    else:
+        where = function or "none recorded"
     data = {
         "table": info["table"],
         "region": info["region"],
@@ -159,7 +176,8 @@ def status(settings: Settings) -> None:
         "latency_ms": info["latency_ms"],
         **described,
         "versions": _versions(info["record"]),
-        "aggregator_function": info["record"].get("aggregator_function"),
+        "aggregator_function": function,
+        "local_aggregator": local,
         "verdict": verdict,
     }
     stream = f"on ({described['stream_view_type']})" if described["stream_enabled"] else "off"
@@ -176,11 +194,8 @@ def status(settings: Settings) -> None:
                 ("stream", stream),
                 ("items (approx.)", described["item_count"]),
                 ("size bytes (approx.)", described["size_bytes"]),
-                *_version_pairs(info)[2:],
-                (
-                    "aggregator function",
-                    info["record"].get("aggregator_function") or "none recorded",
-                ),
+                *_version_pairs(info, local)[2:],
+                ("aggregator function", where),
                 ("verdict", _verdict_text(verdict)),
             ]
         ),

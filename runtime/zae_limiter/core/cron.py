@@ -1,4 +1,4 @@
-"""Standard 5-field cron edges in an IANA time zone (docs/limits.md, "Quota edges"). Pure, no I/O.
+"""Standard 5-field cron edges in an IANA time zone (docs/quotas.md). Pure but for reading zones.
 
 A thin wrapper over `cronsim` that enforces our documented rules:
 
@@ -19,6 +19,9 @@ period cost nothing.
 from __future__ import annotations
 
 import copy
+import importlib.resources
+import os
+import zoneinfo
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from functools import lru_cache
@@ -79,7 +82,8 @@ class Cron:
     weekdays: frozenset[int]  # 0 = Sunday
     days_restricted: bool
     weekdays_restricted: bool
-    zone: ZoneInfo
+    zone: ZoneInfo = field(compare=False)  # compared by its rules, below
+    zone_rules: bytes = field(default=b"", repr=False)
     hour_wildcard: bool = False  # `*` or `*/n`: fires at every real hour across DST
     engine_expr: str = field(default="", compare=False)  # what cronsim is given
     _bracket: _Bracket = field(default_factory=_Bracket, compare=False, repr=False)
@@ -227,6 +231,23 @@ def zone(tz: str) -> ZoneInfo:
 
 
 @lru_cache(maxsize=512)
+def rules(tz: str) -> bytes:
+    """The compiled rules (TZif data) of a valid zone name, read where `ZoneInfo` reads them
+    (`zoneinfo.TZPATH`, then the `tzdata` package): two names of one zone (`Etc/UTC` and `UTC`,
+    `US/Eastern` and `America/New_York`) have the same rules and are one schedule's zone."""
+    for root in zoneinfo.TZPATH:
+        path = os.path.join(root, tz)
+        if os.path.isfile(path):
+            with open(path, "rb") as file:
+                return file.read()
+    package, _, name = f"tzdata.zoneinfo.{tz.replace('/', '.')}".rpartition(".")
+    try:
+        return importlib.resources.files(package).joinpath(name).read_bytes()
+    except (ModuleNotFoundError, OSError):
+        return tz.encode()  # not found where ZoneInfo looks: compared by its name
+
+
+@lru_cache(maxsize=512)
 def parse(expression: str, tz: str = "UTC") -> Cron:
     """Parse a 5-field cron expression evaluated in the IANA zone `tz`."""
     zone_info = zone(tz)
@@ -267,6 +288,7 @@ def parse(expression: str, tz: str = "UTC") -> Cron:
         days_restricted=days_restricted,
         weekdays_restricted=weekdays_restricted,
         zone=zone_info,
+        zone_rules=rules(tz),
         hour_wildcard=hour_wildcard,
         engine_expr=engine,
         _engine=_Engine(template if known and hasattr(template, "fixup_tz") else None),

@@ -79,6 +79,11 @@ def entity_config(ns: str, entity_id: str, resource: str) -> dict[str, str]:
 ENTITY_CONFIG_PREFIX = f"{CONFIG}#"
 
 
+def entity_config_resources_partition(ns: str) -> str:
+    """The partition listing the resources some entity has config for (one item per resource)."""
+    return f"{ns}#CFGRES"
+
+
 def children_index_key(ns: str, parent_id: str) -> str:
     return f"{ns}#P#{parent_id}"
 
@@ -177,6 +182,11 @@ def audit_partition(ns: str, entity_id: str) -> str:
 
 def audit_event(ns: str, entity_id: str, event_id: str) -> dict[str, str]:
     return key(audit_partition(ns, entity_id), event_id)
+
+
+def audit_log_index_key(ns: str) -> str:
+    """GSI1 partition of every audit event of a namespace, sorted by event id (time)."""
+    return f"{ns}#AL"
 
 
 def operation_record(ns: str, idempotency_key: str) -> dict[str, str]:

@@ -102,6 +102,9 @@ def free_port(host: str = LOOPBACK) -> int:
 def port_is_free(port: int, host: str = LOOPBACK) -> bool:
     """True if nothing listens on host:port and it can be bound."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the engines bind (Java and werkzeug both set SO_REUSEADDR): a port whose last
+        # connection lingers in TIME_WAIT (a minute after a crash) is free; a listener is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

@@ -27,6 +27,7 @@ from zae_limiter.dynamo import transport
 from zae_limiter.local.engine import LOCAL_REGION
 from zae_limiter.local.processes import AGGREGATOR_MARKER
 from zae_limiter.stream_records import lambda_record
+from zae_limiter.versioning import LIBRARY_VERSION
 
 if TYPE_CHECKING:
     from zae_limiter.repository import Repository
@@ -352,6 +353,7 @@ class StreamRunner:
     ) -> None:
         status = {
             "pid": os.getpid(),
+            "version": LIBRARY_VERSION,
             "table": self.table,
             "endpoint_url": self.endpoint_url,
             "records": self.delivered,

@@ -18,8 +18,9 @@ from .apply import (
 )
 from .export import export_manifest, to_yaml
 from .model import UNSET, EntitySpec, Level, Manifest, ManifestError, SystemLevel, Target
-from .parse import load_file, load_file_limits, load_yaml, loads, parse, parse_limits
+from .parse import load_file, load_file_limits, loads, parse, parse_limits
 from .plan import Change, EntityState, Ownership, Plan, Stored, limit_to_manifest, make_plan
+from .source import load_yaml
 from .state import ConcurrentApplyError, read_ownership, read_stored
 
 __all__ = [

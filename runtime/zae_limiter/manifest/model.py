@@ -15,23 +15,25 @@ Disabled = bool | str | None  # True, False, "bypass", None (inherit)
 
 class ManifestError(ValidationError):
     """A manifest that cannot be applied; `.path` says where (`resources.search.limits.rpm`),
-    `.line` on which line of the file (None when unknown). `.errors` lists every problem found
-    (this one alone, or all of them for a manifest with several mistakes)."""
+    `.line` and `.column` where in the file (None when unknown). `.errors` lists every problem
+    found (this one alone, or all of them, in file order, for a manifest with several)."""
 
     def __init__(self, path: str, reason: str, value: Any = None) -> None:
         self.path = path
         self.line: int | None = None
+        self.column: int | None = None
         self.source = ""
         super().__init__(path or "manifest", value, reason)
         self.errors: list[ManifestError] = [self]
         self.args = (f"{path}: {reason}" if path else reason,)
 
     def located(self) -> str:
-        """`file:line: path: reason` (as much of it as is known)."""
+        """`file:line:column: path: reason` (as much of it as is known)."""
+        spot = [p for p in (self.line, self.column if self.line else None) if p]
         where = (
-            ":".join(str(p) for p in (self.source, self.line) if p)
+            ":".join(str(p) for p in (self.source, *spot))
             if self.source
-            else (f"line {self.line}" if self.line else "")
+            else ", ".join(f"{k} {v}" for k, v in zip(("line", "column"), spot, strict=False))
         )
         text = f"{self.path}: {self.reason}" if self.path else self.reason
         return f"{where}: {text}" if where else text
@@ -43,7 +45,7 @@ class ManifestError(ValidationError):
             return errors[0]
         first = errors[0]
         combined = cls(first.path, first.reason, first.value)
-        combined.line, combined.source = first.line, first.source
+        combined.line, combined.column, combined.source = first.line, first.column, first.source
         combined.errors = list(errors)
         combined.args = (
             f"{len(errors)} problems in the manifest:\n"

@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import Any, TypeVar
 
 from .. import validation
 from ..errors import ValidationError
@@ -22,6 +20,7 @@ from ..limits import Limit
 from ..models import OnUnavailable
 from ..validation import DEFAULT_RESOURCE
 from .model import UNSET, EntitySpec, Level, Manifest, ManifestError, SystemLevel
+from .source import join_path, load_with_lines, load_yaml, locate
 
 TOP_LEVEL = ("namespace", "system", "resources", "entities")
 LEVEL_KEYS = ("limits", "cascade", "disabled")
@@ -39,6 +38,7 @@ LIMIT_KEYS = (
     "soft",
 )
 RESET_KEYS = ("cron", "tz")
+T = TypeVar("T")
 SCHEDULE_KEYS = (
     "cron",
     "tz",
@@ -50,87 +50,16 @@ SCHEDULE_KEYS = (
 )
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader refusing a key written twice in one mapping (merged keys may be overridden),
-    keeping the composed node tree so that errors can name their line."""
-
-    def compose_document(self) -> Any:
-        self.get_event()  # type: ignore[no-untyped-call]  # DocumentStartEvent
-        node = self.compose_node(None, None)  # type: ignore[arg-type]
-        self.get_event()  # type: ignore[no-untyped-call]  # DocumentEndEvent
-        self.anchors = {}
-        self.last_root = node
-        return node
-
-
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        if isinstance(key, str | int | float | bool) and key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def load_yaml(text: str, source: str = "manifest") -> Any:
-    """Parse YAML safely; a syntax error becomes a ManifestError naming the line."""
-    return _load_with_lines(text, source)[0]
-
-
-def _load_with_lines(text: str, source: str) -> tuple[Any, dict[str, int]]:
-    """The document, and the line (1-based) where each path's key is written: the anchor's own
-    lines for whatever an alias or a merge key brings in."""
-    loader = _Loader(text)
-    try:
-        document = loader.get_single_data()
-        root = getattr(loader, "last_root", None)
-    except yaml.YAMLError as exc:
-        raise ManifestError("", f"{source} is not valid YAML: {exc}") from None
-    finally:
-        loader.dispose()
-    lines: dict[str, int] = {}
-    if root is not None:
-        _record_lines(root, "", lines)
-    return document, lines
-
-
-def _record_lines(node: yaml.Node, path: str, lines: dict[str, int]) -> None:
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:  # merge keys were flattened in by the constructor
-            if not isinstance(key, yaml.ScalarNode):
-                continue
-            child = _join(path, key.value)
-            lines.setdefault(child, key.start_mark.line + 1)
-            _record_lines(value, child, lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, value in enumerate(node.value):
-            child = f"{path}[{index}]"
-            lines.setdefault(child, value.start_mark.line + 1)
-            _record_lines(value, child, lines)
-
-
 def _parse_located(text: str, source: str) -> Manifest:
-    """Parse and check; every problem is reported, each with `source:line`."""
-    document, lines = _load_with_lines(text, source)
+    """Parse and check; every problem is reported, each with `source:line:column`, in order."""
+    document, lines, problems = load_with_lines(text, source)
     try:
-        return parse(document)
+        manifest = parse(document)
     except ManifestError as error:
-        for problem in error.errors:
-            path = problem.path
-            while path and path not in lines:  # the nearest enclosing key that has a line
-                path = path.rpartition(".")[0] if "." in path else ""
-            problem.source, problem.line = source, lines.get(path)
-            if source:  # a file: messages start with file:line
-                problem.args = (problem.located(),)
-        raise ManifestError.several(error.errors) from None
+        problems += error.errors
+    if problems:
+        raise ManifestError.several(locate(problems, source, lines)) from None
+    return manifest
 
 
 def load_file(path: str | Path) -> Manifest:
@@ -187,19 +116,15 @@ class _Problems:
             raise ManifestError.several(self.errors)
 
 
-def _join(path: str, key: Any) -> str:
-    return f"{path}.{key}" if path else str(key)
-
-
 def _mapping(value: Any, path: str, allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ManifestError(path, f"must be a mapping, not {_kind(value)}", value)
     for key in value:
         if not isinstance(key, str):
-            raise ManifestError(_join(path, key), "keys must be strings (quote it)", key)
+            raise ManifestError(join_path(path, key), "keys must be strings (quote it)", key)
         if allowed is not None and key not in allowed:
             raise ManifestError(
-                _join(path, key), f"unknown key; expected one of: {', '.join(allowed)}"
+                join_path(path, key), f"unknown key; expected one of: {', '.join(allowed)}"
             )
     return value
 
@@ -235,6 +160,23 @@ def _string(value: Any, path: str) -> str:
     return value
 
 
+def _known(
+    raw: Any, path: str, allowed: tuple[str, ...], build: Callable[[dict[str, Any]], T]
+) -> T:
+    """`build` from the mapping's known keys; each unknown key is reported beside whatever
+    `build` finds wrong (a misspelt key never hides the mistakes next to it)."""
+    fields = _mapping(raw, path)
+    problems = _Problems()
+    problems.errors += [
+        ManifestError(join_path(path, key), f"unknown key; expected one of: {', '.join(allowed)}")
+        for key in fields
+        if key not in allowed
+    ]
+    built = problems.check(partial(build, {k: v for k, v in fields.items() if k in allowed}))
+    problems.raise_any()
+    return built  # type: ignore[no-any-return]
+
+
 def _checked(path: str, check: Callable[[], Any]) -> Any:
     """Run a library check, reporting its error at `path`."""
     try:
@@ -249,23 +191,26 @@ def _checked(path: str, check: Callable[[], Any]) -> Any:
 
 
 def _edge(raw: Any, path: str, keys: tuple[str, ...]) -> dict[str, Any]:
-    entry = _mapping(raw, path, keys)
+    return _known(raw, path, keys, partial(_edge_fields, path=path))
+
+
+def _edge_fields(entry: dict[str, Any], path: str) -> dict[str, Any]:
     if "cron" not in entry:
         raise ManifestError(path, 'needs a cron expression (cron: "0 0 * * 1")')
-    out: dict[str, Any] = {"cron": _string(entry["cron"], _join(path, "cron"))}
+    out: dict[str, Any] = {"cron": _string(entry["cron"], join_path(path, "cron"))}
     if "tz" in entry:
-        out["tz"] = _string(entry["tz"], _join(path, "tz"))
+        out["tz"] = _string(entry["tz"], join_path(path, "tz"))
     if "scale" in entry:
         scale = entry["scale"]
         if isinstance(scale, bool) or not isinstance(scale, int | float):
-            raise ManifestError(_join(path, "scale"), f"must be a number, not {_kind(scale)}")
+            raise ManifestError(join_path(path, "scale"), f"must be a number, not {_kind(scale)}")
         out["scale"] = scale
     if "refill_period" in entry and "refill_period_seconds" in entry:
         raise ManifestError(path, "give refill_period or refill_period_seconds, not both")
     for key in ("capacity", "refill_amount", "refill_period", "refill_period_seconds"):
         if key in entry:
             name = "refill_period_seconds" if key == "refill_period" else key
-            out[name] = _integer(entry[key], _join(path, key))
+            out[name] = _integer(entry[key], join_path(path, key))
     return out
 
 
@@ -280,23 +225,26 @@ def _edges(raw: Any, path: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
 def parse_limit(name: Any, raw: Any, path: str) -> Limit:
     """One entry of a `limits:` mapping (docs/manifest.md)."""
     _checked(path, lambda: validation.limit_name(name))
-    fields = _mapping(raw, path, LIMIT_KEYS)
+    return _known(raw, path, LIMIT_KEYS, partial(_limit_fields, name, path=path))
+
+
+def _limit_fields(name: str, fields: dict[str, Any], path: str) -> Limit:
     if "capacity" not in fields:
         raise ManifestError(path, "needs a capacity")
-    data: dict[str, Any] = {"capacity": _integer(fields["capacity"], _join(path, "capacity"))}
+    data: dict[str, Any] = {"capacity": _integer(fields["capacity"], join_path(path, "capacity"))}
     if "refill_period" in fields and "refill_period_seconds" in fields:
         raise ManifestError(path, "give refill_period or refill_period_seconds, not both")
     for key in ("refill_amount", "refill_period", "refill_period_seconds", "reset_after_seconds"):
         if key in fields:
-            data[key] = _integer(fields[key], _join(path, key))
+            data[key] = _integer(fields[key], join_path(path, key))
     if "soft" in fields:
-        data["soft"] = _boolean(fields["soft"], _join(path, "soft"))
+        data["soft"] = _boolean(fields["soft"], join_path(path, "soft"))
     if "reset_schedule" in fields:
         data["reset_schedule"] = _edges(
-            fields["reset_schedule"], _join(path, "reset_schedule"), RESET_KEYS
+            fields["reset_schedule"], join_path(path, "reset_schedule"), RESET_KEYS
         )
     if "schedule" in fields:
-        data["schedule"] = _edges(fields["schedule"], _join(path, "schedule"), SCHEDULE_KEYS)
+        data["schedule"] = _edges(fields["schedule"], join_path(path, "schedule"), SCHEDULE_KEYS)
     if "reset_schedule" in data and "reset_after_seconds" in data:
         raise ManifestError(
             path, "a quota resets on reset_schedule or after reset_after_seconds, not both"
@@ -314,7 +262,7 @@ def parse_limits(raw: Any, path: str = "limits") -> tuple[Limit, ...]:
         raise ManifestError(path, "declare at least one limit, or leave `limits` out")
     problems = _Problems()
     parsed = [
-        problems.check(partial(parse_limit, name, fields, _join(path, name)))
+        problems.check(partial(parse_limit, name, fields, join_path(path, name)))
         for name, fields in limits.items()
     ]
     problems.raise_any()
@@ -337,13 +285,18 @@ def _cascade(value: Any, path: str) -> bool | None:
 
 
 def _level(raw: Any, path: str) -> Level:
-    fields = _mapping(raw, path, LEVEL_KEYS)
+    return _known(raw, path, LEVEL_KEYS, partial(_level_fields, path=path))
+
+
+def _level_fields(fields: dict[str, Any], path: str) -> Level:
     problems = _Problems()
     limits = None
     if "limits" in fields:
-        limits = problems.check(partial(parse_limits, fields["limits"], _join(path, "limits")))
-    disabled = problems.check(partial(_disabled, fields.get("disabled"), _join(path, "disabled")))
-    cascade = problems.check(partial(_cascade, fields.get("cascade"), _join(path, "cascade")))
+        limits = problems.check(partial(parse_limits, fields["limits"], join_path(path, "limits")))
+    disabled = problems.check(
+        partial(_disabled, fields.get("disabled"), join_path(path, "disabled"))
+    )
+    cascade = problems.check(partial(_cascade, fields.get("cascade"), join_path(path, "cascade")))
     problems.raise_any()
     return Level(limits=limits, disabled=disabled, cascade=cascade)
 
@@ -355,7 +308,10 @@ def _system(raw: Any) -> SystemLevel:
             raise ManifestError(
                 f"system.{key}", f"{key} is set per resource or entity, never at system level"
             )
-    _mapping(fields, "system", SYSTEM_KEYS)
+    return _known(fields, "system", SYSTEM_KEYS, _system_fields)
+
+
+def _system_fields(fields: dict[str, Any]) -> SystemLevel:
     if "limits" not in fields:
         raise ManifestError("system", "needs limits (on_unavailable is stored with them)")
     mode = fields.get("on_unavailable")
@@ -394,7 +350,13 @@ def _entities(raw: Any) -> dict[str, EntitySpec]:
 def _entity(entity_id: str, body: Any) -> EntitySpec:
     path = f"entities.{entity_id}"
     _checked(path, partial(validation.entity_id, entity_id))
-    fields = _mapping({} if body is None else body, path, ENTITY_KEYS)
+    return _known(
+        {} if body is None else body, path, ENTITY_KEYS, partial(_entity_fields, entity_id)
+    )
+
+
+def _entity_fields(entity_id: str, fields: dict[str, Any]) -> EntitySpec:
+    path = f"entities.{entity_id}"
     parent: Any = UNSET
     if "parent" in fields:
         parent = fields["parent"]
@@ -412,10 +374,13 @@ def _entity(entity_id: str, body: Any) -> EntitySpec:
         def one(resource: str = resource, level: Any = level, where: str = where) -> Level:
             if resource != DEFAULT_RESOURCE:
                 _checked(where, partial(validation.resource_name, resource))
-            raw = dict(_mapping(level, where, (*LEVEL_KEYS, "shards")))
-            if "shards" in raw:
-                shards[resource] = _shards(raw.pop("shards"), resource, f"{where}.shards")
-            return _level(raw, where)
+
+            def build(raw: dict[str, Any]) -> Level:
+                if "shards" in raw:
+                    shards[resource] = _shards(raw.pop("shards"), resource, f"{where}.shards")
+                return _level(raw, where)
+
+            return _known(level, where, (*LEVEL_KEYS, "shards"), build)
 
         levels[resource] = problems.check(one)
     problems.raise_any()

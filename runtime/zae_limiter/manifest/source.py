@@ -1,0 +1,138 @@
+"""Reading a manifest's YAML: safely, noting where every key is written (line and column) and
+every key written twice, so that parse.py reports each problem at `file:line:column`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from .model import ManifestError
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader refusing a key written twice in one mapping (merged keys may be overridden),
+    keeping the composed node tree so that errors can name their line."""
+
+    def compose_document(self) -> Any:
+        self.get_event()  # type: ignore[no-untyped-call]  # DocumentStartEvent
+        node = self.compose_node(None, None)  # type: ignore[arg-type]
+        self.get_event()  # type: ignore[no-untyped-call]  # DocumentEndEvent
+        self.anchors = {}
+        self.last_root = node
+        return node
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    """As SafeLoader's (the last value wins), noting each key written twice in this mapping
+    (merged keys may be overridden) so that it is reported with every other problem."""
+    seen: dict[Any, yaml.Node] = {}
+    duplicates: dict[int, yaml.Node] = loader.__dict__.setdefault("duplicates", {})
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, str | int | float | bool):
+            if key in seen:
+                duplicates[id(key_node)] = seen[key]
+            seen.setdefault(key, key_node)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml(text: str, source: str = "manifest") -> Any:
+    """Parse YAML safely; a syntax error or a key written twice is a ManifestError naming the
+    line and column."""
+    document, _, problems = load_with_lines(text, source)
+    if problems:
+        raise ManifestError.several(locate(problems, source))
+    return document
+
+
+#: Where a path's key is written: (line, column), both 1-based.
+Lines = dict[str, tuple[int, int]]
+
+
+def load_with_lines(text: str, source: str) -> tuple[Any, Lines, list[ManifestError]]:
+    """The document; where each path's key is written (the anchor's own lines for whatever an
+    alias or a merge key brings in); and the keys written twice."""
+    loader = _Loader(text)
+    try:
+        document = loader.get_single_data()
+        root = getattr(loader, "last_root", None)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        what = " ".join(str(p) for p in (exc.context, exc.problem) if p)
+        error = ManifestError("", f"not valid YAML: {what}")
+        if mark is not None:
+            error.line, error.column = mark.line + 1, mark.column + 1
+        raise ManifestError.several(locate([error], source)) from None
+    except yaml.YAMLError as exc:
+        raise ManifestError("", f"{source or 'the manifest'} is not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+    lines: Lines = {}
+    problems: list[ManifestError] = []
+    if root is not None:
+        duplicates = loader.__dict__.get("duplicates", {})
+        _record_lines(root, "", lines, _Twice(duplicates, problems, set()))
+    return document, lines, problems
+
+
+class _Twice:
+    """The keys written twice (by id of their node, to the first one), and what was reported."""
+
+    def __init__(
+        self, duplicates: dict[int, yaml.Node], problems: list[ManifestError], seen: set[int]
+    ) -> None:
+        self.duplicates, self.problems, self.seen = duplicates, problems, seen
+
+    def note(self, key: yaml.Node, path: str) -> None:
+        first = self.duplicates.get(id(key))
+        if first is None or id(key) in self.seen:
+            return
+        self.seen.add(id(key))  # once, however many aliases bring it in
+        error = ManifestError(
+            path, f"duplicate key {key.value!r} (first at line {first.start_mark.line + 1})"
+        )
+        error.line, error.column = key.start_mark.line + 1, key.start_mark.column + 1
+        self.problems.append(error)
+
+
+def _record_lines(node: yaml.Node, path: str, lines: Lines, twice: _Twice) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:  # merge keys were flattened in by the constructor
+            if not isinstance(key, yaml.ScalarNode):
+                continue
+            child = join_path(path, key.value)
+            twice.note(key, child)
+            lines.setdefault(child, (key.start_mark.line + 1, key.start_mark.column + 1))
+            _record_lines(value, child, lines, twice)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, value in enumerate(node.value):
+            child = f"{path}[{index}]"
+            lines.setdefault(child, (value.start_mark.line + 1, value.start_mark.column + 1))
+            _record_lines(value, child, lines, twice)
+
+
+def locate(
+    errors: list[ManifestError], source: str, lines: Lines | None = None
+) -> list[ManifestError]:
+    """Each error with its source and, when it has none yet, the line and column of the nearest
+    enclosing key; sorted by where they are in the file."""
+    for problem in errors:
+        if problem.line is None and lines is not None:
+            path = problem.path
+            while path and path not in lines:  # the nearest enclosing key that has a line
+                path = path.rpartition(".")[0] if "." in path else ""
+            problem.line, problem.column = lines.get(path, (None, None))
+        problem.source = source
+        if source:  # a file: messages start with file:line:column
+            problem.args = (problem.located(),)
+    return sorted(errors, key=lambda e: (e.line or 0, e.column or 0, e.path))
+
+
+def join_path(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
