@@ -37,6 +37,7 @@ LIMIT_KEYS = (
     "reset_after_seconds",
     "schedule",
     "soft",
+    "alert_at",
 )
 RESET_KEYS = ("cron", "tz")
 SCHEDULE_KEYS = (
@@ -291,6 +292,16 @@ def parse_limit(name: Any, raw: Any, path: str) -> Limit:
             data[key] = _integer(fields[key], _join(path, key))
     if "soft" in fields:
         data["soft"] = _boolean(fields["soft"], _join(path, "soft"))
+    if "alert_at" in fields:
+        raw_alerts = fields["alert_at"]
+        if not isinstance(raw_alerts, list) or not raw_alerts:
+            raise ManifestError(
+                _join(path, "alert_at"),
+                f"must be a list of whole percents (alert_at: [80, 100]), not {_kind(raw_alerts)}",
+            )
+        data["alert_at"] = [
+            _integer(x, f"{_join(path, 'alert_at')}[{i}]") for i, x in enumerate(raw_alerts)
+        ]
     if "reset_schedule" in fields:
         data["reset_schedule"] = _edges(
             fields["reset_schedule"], _join(path, "reset_schedule"), RESET_KEYS
