@@ -18,9 +18,9 @@ Deleted entities: `delete_entity` leaves a usage tombstone (`keys.usage_tombston
 write it applies; when one is, the records of writes up to the deletion are dropped (counted as
 ignored) and the rest sent again. The check is inside the transaction, so a delete racing a batch
 can never leave snapshots behind: either the batch landed first (and the delete removes its
-snapshots) or the check sees the tombstone. A transaction that fails
-for a reason other than throttling or contention is split in halves until the failing record is
-alone; only that record is reported failed, everything else is applied.
+snapshots) or the check sees the tombstone. A transaction that fails for a reason other than
+throttling or contention is split in halves until the failing record is alone; only that record
+is reported failed, everything else is applied. Threshold alerts: `alerts.recorder`.
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ class Aggregator:
                 change = stream_records.bucket_change(record)
                 if change is not None:
                     counts = stream_records.snapshot_counts(change, self.config.windows)
-                    crossed = alert_crossings(record)
+                    crossed = alert_crossings(record)  # threshold alerts (docs/alerts.md)
                     pending.append(_Pending(position, record, change, counts, crossed))
                 elif self._archive is not None and stream_records.is_audit_expiry(record):
                     expired_audit.append((position, record, stream_records.audit_line(record)))
@@ -250,7 +250,8 @@ class Aggregator:
             except MalformedRecord as exc:
                 outcome.failures[position] = exc
         applied = await self._apply(pending, outcome)
-        await self._record_alerts(pending, outcome)
+        # every crossing, applied here or before: a redelivery publishes what is left unpublished
+        await self._alerts.record_batch([(p.position, p.crossings) for p in pending], outcome)
         await self._archive_batch(expired_audit, outcome)
         for position, first in repeats.items():
             if first in outcome.failures:
@@ -400,21 +401,6 @@ class Aggregator:
             return configured
         stored = (self._version_record or {}).get("usage_retention_days")
         return int(stored) if stored else DEFAULT_RETENTION_DAYS
-
-    # --- threshold alerts --------------------------------------------------------------------
-
-    async def _record_alerts(self, pending: list[_Pending], outcome: Outcome) -> None:
-        """Store (and publish) every crossing, whether or not this call applied its record's
-        snapshots: a redelivered record finds its alerts stored, and publishes any left over."""
-        for p in pending:
-            for crossing in p.crossings:
-                try:
-                    stored, published = await self._alerts.record(crossing)
-                except Exception as exc:
-                    outcome.failures[p.position] = exc
-                    break
-                outcome.alerts_stored += stored
-                outcome.alerts_published += published
 
     # --- audit archive -----------------------------------------------------------------------
 

@@ -48,12 +48,13 @@ class AlertsMixin(AdminBase):
         start = decode_cursor(cursor, names, f"{index}PK", pk, "cursor")
         now_s = self._clock() // 1000
         out: list[AlertEvent] = []
+        last: dict[str, Any] | None = None  # the index row of the last alert looked at
         while True:
             rows, start = await self._store.query(
                 pk,
                 index=index,
                 sk_between=between,
-                limit=limit - len(out),
+                limit=limit - len(out) + 1,  # one more: tells whether a next page exists
                 start_key=start,
                 newest_first=True,
             )
@@ -62,11 +63,12 @@ class AlertsMixin(AdminBase):
             )
             by_key = {(i[PARTITION_KEY], i[SORT_KEY]): i for i in found}
             for row in rows:
+                if len(out) == limit:
+                    assert last is not None
+                    return out, encode_cursor({name: str(last[name]) for name in names})
                 item = by_key.get((row[PARTITION_KEY], row[SORT_KEY]))
                 if item is not None and int(item.get("ttl", now_s)) >= now_s:
                     out.append(event_from_item(item))
-            if not start or len(out) >= limit:
-                break
-        if not start:
-            return out, None
-        return out, encode_cursor({name: str(start[name]["S"]) for name in names})
+                last = row
+            if not start:
+                return out, None

@@ -14,7 +14,7 @@ claim left by a process that died expires after `CLAIM_MS`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ..aggregator_config import DEFAULT_ALERT_RETENTION_DAYS
 from ..dynamo.failures import ConditionFailed
@@ -25,6 +25,14 @@ from .event import PUBLISHED, UNPUBLISHED, AlertEvent, Crossing, event_from_item
 AlertSink = Callable[[str, AlertEvent], Awaitable[None]]
 CLAIM_MS = 30_000
 _NAMES = {"#p": "pub", "#c": "claim"}
+
+
+class Tally(Protocol):
+    """What a batch's alerts are counted into (the aggregator's `Outcome`)."""
+
+    failures: dict[int, BaseException]
+    alerts_stored: int
+    alerts_published: int
 
 
 class AlertPending(Exception):
@@ -45,6 +53,19 @@ class AlertRecorder:
         self._sink = sink
         self._clock = clock
         self._retention_days = retention_days
+
+    async def record_batch(self, crossings: list[tuple[int, list[Crossing]]], tally: Tally) -> None:
+        """Record each batch position's crossings, counting into `tally`; a failure is set for
+        its position (the record is retried)."""
+        for position, found in crossings:
+            for crossing in found:
+                try:
+                    stored, published = await self.record(crossing)
+                except Exception as exc:
+                    tally.failures[position] = exc
+                    break
+                tally.alerts_stored += stored
+                tally.alerts_published += published
 
     async def record(self, crossing: Crossing) -> tuple[bool, bool]:
         """(stored by this call, published by this call)."""
