@@ -20,7 +20,7 @@ from .event import Crossing
 
 def crossings(record: StreamRecord) -> list[Crossing]:
     """The crossings one bucket record makes (none for other records)."""
-    if not is_bucket(record) or record.event_name == "REMOVE" or "al" not in str(record.new_wire):
+    if not is_bucket(record) or record.event_name == "REMOVE" or not _asks_for_alerts(record):
         return []
     new_raw, old_raw = record.image("new"), record.image("old")
     if new_raw is None:
@@ -46,6 +46,17 @@ def crossings(record: StreamRecord) -> list[Crossing]:
             params, state, old_params, before, now, new.slot, (new.ns, new.entity_id, new.resource)
         )
     return found
+
+
+def _asks_for_alerts(record: StreamRecord) -> bool:
+    """Whether any limit of the new image has thresholds, read from the wire form without
+    decoding the item (most bucket records have none). A shape it cannot read says yes, so
+    that decoding reports the problem."""
+    try:
+        limits = (record.new_wire or {})["L"]["M"]
+        return any("al" in entry["M"] for entry in limits.values())
+    except (KeyError, TypeError, AttributeError):
+        return "L" in (record.new_wire or {})
 
 
 def _limit_crossings(
