@@ -1,6 +1,7 @@
 """zae-limiter: a distributed rate limiter and usage meter on DynamoDB."""
 
 from .acquire.lease import Lease
+from .alerts import AlertEvent
 from .errors import (
     EntityError,
     EntityExistsError,
@@ -49,6 +50,7 @@ from .sync_lease import SyncLease
 from .versioning import LIBRARY_VERSION as __version__
 
 __all__ = [
+    "AlertEvent",
     "AuditAction",
     "AuditEvent",
     "Availability",

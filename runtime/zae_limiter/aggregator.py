@@ -18,9 +18,9 @@ Deleted entities: `delete_entity` leaves a usage tombstone (`keys.usage_tombston
 write it applies; when one is, the records of writes up to the deletion are dropped (counted as
 ignored) and the rest sent again. The check is inside the transaction, so a delete racing a batch
 can never leave snapshots behind: either the batch landed first (and the delete removes its
-snapshots) or the check sees the tombstone. A transaction that fails
-for a reason other than throttling or contention is split in halves until the failing record is
-alone; only that record is reported failed, everything else is applied.
+snapshots) or the check sees the tombstone. A transaction that fails for a reason other than
+throttling or contention is split in halves until the failing record is alone; only that record
+is reported failed, everything else is applied. Threshold alerts: `alerts.recorder`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ from typing import Any
 from . import stream_records, versioning
 from .aggregator_config import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
 from .aggregator_config import AggregatorConfig as AggregatorConfig
+from .alerts.detect import crossings as alert_crossings
+from .alerts.event import Crossing
+from .alerts.recorder import AlertRecorder, AlertSink
 from .dynamo import keys, snapshot_items, transport
 from .dynamo.snapshot_items import Counts, SnapshotKey
 from .dynamo.store import Store
@@ -97,6 +100,8 @@ class Outcome:
     duplicates: int = 0  # records already applied by an earlier delivery
     archived: int = 0
     ignored: int = 0  # records that count nothing
+    alerts_stored: int = 0  # threshold alerts stored by this call (docs/alerts.md)
+    alerts_published: int = 0
     metrics: list[MetricPoint] = field(default_factory=list)
 
     def batch_item_failures(self) -> list[dict[str, str]]:
@@ -116,6 +121,7 @@ class _Pending:
     record: StreamRecord
     change: BucketChange
     snapshots: dict[SnapshotKey, Counts]
+    crossings: list[Crossing] = field(default_factory=list)
 
 
 class Aggregator:
@@ -129,11 +135,13 @@ class Aggregator:
         clock: Callable[[], int] | None = None,
         archive: ArchiveSink | None = None,
         transport_owned: Transport | None = None,
+        alerts: AlertSink | None = None,
     ) -> None:
         self._store = store
         self.config = config or AggregatorConfig()
         self._clock = clock or _system_clock
         self._archive = archive
+        self._alerts = AlertRecorder(store, alerts, self._clock, self.config.alert_retention_days)
         self._transport = transport_owned
         self._version_record: dict[str, Any] | None = None
         self._version_checked_at: int | None = None
@@ -151,11 +159,13 @@ class Aggregator:
         clock: Callable[[], int] | None = None,
         archive: ArchiveSink | None = None,
         client_config: Any = None,
+        alerts: AlertSink | None = None,
     ) -> Aggregator:
         conn = await Transport.connect(
             region=region, endpoint_url=endpoint_url, client_config=client_config
         )
-        return cls(Store(conn, table), config, clock=clock, archive=archive, transport_owned=conn)
+        store = Store(conn, table)
+        return cls(store, config, clock=clock, archive=archive, transport_owned=conn, alerts=alerts)
 
     async def close(self) -> None:
         if self._transport is not None:
@@ -231,7 +241,8 @@ class Aggregator:
                 change = stream_records.bucket_change(record)
                 if change is not None:
                     counts = stream_records.snapshot_counts(change, self.config.windows)
-                    pending.append(_Pending(position, record, change, counts))
+                    crossed = alert_crossings(record)  # threshold alerts (docs/alerts.md)
+                    pending.append(_Pending(position, record, change, counts, crossed))
                 elif self._archive is not None and stream_records.is_audit_expiry(record):
                     expired_audit.append((position, record, stream_records.audit_line(record)))
                 else:
@@ -239,6 +250,8 @@ class Aggregator:
             except MalformedRecord as exc:
                 outcome.failures[position] = exc
         applied = await self._apply(pending, outcome)
+        # every crossing, applied here or before: a redelivery publishes what is left unpublished
+        await self._alerts.record_batch([(p.position, p.crossings) for p in pending], outcome)
         await self._archive_batch(expired_audit, outcome)
         for position, first in repeats.items():
             if first in outcome.failures:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from .usage_windows import DEFAULT_WINDOWS, WINDOW_TYPES
 
+DEFAULT_ALERT_RETENTION_DAYS = 90
 DEFAULT_MARKER_TTL_HOURS = 72  # longer than the stream's 24 h, so any redelivery finds its marker
 
 
@@ -31,6 +32,8 @@ class AggregatorConfig:
     retention_days: Mapping[str, int] = field(default_factory=dict)
     default_retention_days: int | None = None
     marker_ttl_hours: int = DEFAULT_MARKER_TTL_HOURS
+    #: Days a threshold alert is kept after it was crossed (docs/alerts.md).
+    alert_retention_days: int = DEFAULT_ALERT_RETENTION_DAYS
 
     def __post_init__(self) -> None:
         unknown = [w for w in self.windows if w not in WINDOW_TYPES]
@@ -40,7 +43,8 @@ class AggregatorConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AggregatorConfig:
         """`SNAPSHOT_WINDOWS` (e.g. "hourly,daily,monthly"), `USAGE_RETENTION_DAYS`,
-        `USAGE_RETENTION_DAYS_HOURLY|DAILY|MONTHLY`, `AGGREGATOR_MARKER_TTL_HOURS`."""
+        `USAGE_RETENTION_DAYS_HOURLY|DAILY|MONTHLY`, `AGGREGATOR_MARKER_TTL_HOURS`,
+        `ALERT_RETENTION_DAYS`."""
         env = os.environ if env is None else env
         raw_windows = env.get("SNAPSHOT_WINDOWS", "")
         chosen = tuple(w.strip() for w in raw_windows.split(",") if w.strip()) or DEFAULT_WINDOWS
@@ -55,4 +59,6 @@ class AggregatorConfig:
             default_retention_days=_positive(env, "USAGE_RETENTION_DAYS"),
             marker_ttl_hours=_positive(env, "AGGREGATOR_MARKER_TTL_HOURS")
             or DEFAULT_MARKER_TTL_HOURS,
+            alert_retention_days=_positive(env, "ALERT_RETENTION_DAYS")
+            or DEFAULT_ALERT_RETENTION_DAYS,
         )

@@ -8,6 +8,7 @@ through a boto3 client (Lambda's runtime has no aiobotocore), wrapped by `dynamo
 Environment: `TABLE_NAME` (else taken from the event source ARN), `SNAPSHOT_WINDOWS`,
 `USAGE_RETENTION_DAYS[_HOURLY|_DAILY|_MONTHLY]`, `AGGREGATOR_MARKER_TTL_HOURS` (see
 `AggregatorConfig.from_env`), `ARCHIVE_BUCKET` (archive expired audit events to S3 when set),
+`ALERTS_BUS` (publish threshold alerts to this EventBridge bus when set; docs/alerts.md),
 `ZAEL_ENDPOINT_URL` (tests only).
 
 Metrics, per batch, never with an entity dimension, and always with `deployment` (the table name,
@@ -36,6 +37,7 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from zae_limiter.aggregator import Aggregator, AggregatorConfig, ArchiveSink, Outcome
+from zae_limiter.alerts.sinks import eventbridge_sink
 from zae_limiter.dynamo.store import Store
 from zae_limiter.dynamo.threaded import client_config, threaded_transport
 
@@ -94,11 +96,13 @@ async def _get_aggregator(event: dict[str, Any]) -> Aggregator:
             config=client_config(),
         )
         transport = threaded_transport(client)
+        bus = os.environ.get("ALERTS_BUS")
         _aggregator = Aggregator(
             Store(transport, table),
             AggregatorConfig.from_env(),
             archive=_s3_archive(bucket) if bucket else None,
             transport_owned=transport,
+            alerts=eventbridge_sink(boto3.client("events"), bus, table) if bus else None,
         )
     return _aggregator
 
@@ -130,6 +134,8 @@ def _publish(outcome: Outcome, deployment: str) -> None:
             "duplicates": outcome.duplicates,
             "ignored": outcome.ignored,
             "archived": outcome.archived,
+            "alerts_stored": outcome.alerts_stored,
+            "alerts_published": outcome.alerts_published,
             "failed": len(outcome.failures),
         },
     )

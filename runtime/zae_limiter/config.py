@@ -172,6 +172,7 @@ def to_params(limit: Limit, now: int | None = None) -> Params:
         soft=limit.soft,
         cron=";".join(f"{edge.cron}|{edge.tz}" for edge in limit.reset_schedule),
         reset_after_ms=(limit.reset_after_seconds or 0) * 1000,
+        alerts=limit.alert_at,
     )
     if not limit.schedule:
         return base
@@ -210,6 +211,7 @@ def from_params(params: Params, *, configured: bool = False) -> Limit:
             params.refill // MILLI,
             params.period_ms // 1000,
             soft=params.soft,
+            alert_at=params.alerts,
         )
     if params.kind == Kind.CALENDAR:
         edges = (edge.split("|", 1) for edge in params.cron.split(";"))
@@ -220,6 +222,7 @@ def from_params(params: Params, *, configured: bool = False) -> Limit:
             60,
             reset_schedule=tuple(ScheduleEntry.reset(expr, tz) for expr, tz in edges),
             soft=params.soft,
+            alert_at=params.alerts,
         )
     return Limit(
         params.name,
@@ -228,4 +231,5 @@ def from_params(params: Params, *, configured: bool = False) -> Limit:
         max(1, params.reset_after_ms // 1000),
         reset_after=timedelta(milliseconds=params.reset_after_ms),
         soft=params.soft,
+        alert_at=params.alerts,
     )

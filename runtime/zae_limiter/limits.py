@@ -12,6 +12,8 @@ from .errors import ValidationError
 
 MAX_PERIOD_SECONDS = 10**9
 MAX_SCALE = 10**6
+#: Alert thresholds are percents of a limit's capacity (above 100: a soft limit's overdraw).
+MIN_ALERT_PERCENT, MAX_ALERT_PERCENT = 1, 1000
 
 
 @dataclass(frozen=True)
@@ -89,9 +91,11 @@ class Limit:
     reset_schedule: tuple[ScheduleEntry, ...] = field(default_factory=tuple)
     reset_after: timedelta | None = None
     soft: bool = False
+    alert_at: tuple[int, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         validation.limit_name(self.name)
+        object.__setattr__(self, "alert_at", _alert_thresholds(self.alert_at))
         validation.whole_number(self.capacity, "capacity", 1, validation.MAX_AMOUNT)
         validation.whole_number(self.refill_amount, "refill_amount", 0, validation.MAX_AMOUNT)
         validation.whole_number(
@@ -137,33 +141,65 @@ class Limit:
 
     @classmethod
     def per_second(
-        cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False
+        cls,
+        name: str,
+        rate: int,
+        burst: int | None = None,
+        *,
+        soft: bool = False,
+        alert_at: tuple[int, ...] = (),
     ) -> Limit:
-        return cls._rate(name, rate, burst, 1, soft)
+        return cls._rate(name, rate, burst, 1, soft, alert_at)
 
     @classmethod
     def per_minute(
-        cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False
+        cls,
+        name: str,
+        rate: int,
+        burst: int | None = None,
+        *,
+        soft: bool = False,
+        alert_at: tuple[int, ...] = (),
     ) -> Limit:
-        return cls._rate(name, rate, burst, 60, soft)
+        return cls._rate(name, rate, burst, 60, soft, alert_at)
 
     @classmethod
     def per_hour(
-        cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False
+        cls,
+        name: str,
+        rate: int,
+        burst: int | None = None,
+        *,
+        soft: bool = False,
+        alert_at: tuple[int, ...] = (),
     ) -> Limit:
-        return cls._rate(name, rate, burst, 3600, soft)
+        return cls._rate(name, rate, burst, 3600, soft, alert_at)
 
     @classmethod
     def per_day(
-        cls, name: str, rate: int, burst: int | None = None, *, soft: bool = False
+        cls,
+        name: str,
+        rate: int,
+        burst: int | None = None,
+        *,
+        soft: bool = False,
+        alert_at: tuple[int, ...] = (),
     ) -> Limit:
-        return cls._rate(name, rate, burst, 86400, soft)
+        return cls._rate(name, rate, burst, 86400, soft, alert_at)
 
     @classmethod
-    def _rate(cls, name: str, rate: int, burst: int | None, period: int, soft: bool) -> Limit:
+    def _rate(
+        cls,
+        name: str,
+        rate: int,
+        burst: int | None,
+        period: int,
+        soft: bool,
+        alert_at: tuple[int, ...],
+    ) -> Limit:
         validation.whole_number(rate, "rate", 1, validation.MAX_AMOUNT)
         capacity = rate if burst is None else burst
-        return cls(name, capacity, rate, period, soft=soft)
+        return cls(name, capacity, rate, period, soft=soft, alert_at=alert_at)
 
     @classmethod
     def custom(
@@ -174,8 +210,11 @@ class Limit:
         refill_period_seconds: int,
         *,
         soft: bool = False,
+        alert_at: tuple[int, ...] = (),
     ) -> Limit:
-        return cls(name, capacity, refill_amount, refill_period_seconds, soft=soft)
+        return cls(
+            name, capacity, refill_amount, refill_period_seconds, soft=soft, alert_at=alert_at
+        )
 
     @classmethod
     def quota(
@@ -187,6 +226,7 @@ class Limit:
         tz: str = "UTC",
         reset_after: timedelta | None = None,
         soft: bool = False,
+        alert_at: tuple[int, ...] = (),
     ) -> Limit:
         """A non-dripping allowance: exactly one of `cron` (calendar) or `reset_after` (session)."""
         if (cron is None) == (reset_after is None):
@@ -197,7 +237,14 @@ class Limit:
         period = int(reset_after.total_seconds()) if reset_after is not None else 60
         period = max(1, min(period, MAX_PERIOD_SECONDS))
         return cls(
-            name, amount, 0, period, reset_schedule=edges, reset_after=reset_after, soft=soft
+            name,
+            amount,
+            0,
+            period,
+            reset_schedule=edges,
+            reset_after=reset_after,
+            soft=soft,
+            alert_at=alert_at,
         )
 
     def with_schedule(self, schedule: tuple[ScheduleEntry, ...]) -> Limit:
@@ -246,6 +293,8 @@ class Limit:
             out["reset_after_seconds"] = self.reset_after_seconds
         if self.soft:
             out["soft"] = True
+        if self.alert_at:
+            out["alert_at"] = list(self.alert_at)
         return out
 
     @classmethod
@@ -260,6 +309,7 @@ class Limit:
             "reset_schedule",
             "reset_after_seconds",
             "soft",
+            "alert_at",
         }
         unknown = set(data) - known
         if unknown:
@@ -284,7 +334,32 @@ class Limit:
             reset_schedule=resets,
             reset_after=timedelta(seconds=after) if after is not None else None,
             soft=data.get("soft", False),
+            alert_at=tuple(data.get("alert_at", ())),
         )
+
+
+def _alert_thresholds(value: Any) -> tuple[int, ...]:
+    """`alert_at` as stored: whole percents 1-1000, ascending (any order is accepted), each once."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+        raise ValidationError(
+            "alert_at", value, "must be a tuple of whole percents, e.g. alert_at=(80, 100)"
+        )
+    for percent in value:
+        if (
+            isinstance(percent, bool)
+            or not isinstance(percent, int)
+            or not MIN_ALERT_PERCENT <= percent <= MAX_ALERT_PERCENT
+        ):
+            raise ValidationError(
+                "alert_at",
+                percent,
+                f"each threshold must be a whole percent from {MIN_ALERT_PERCENT} to "
+                f"{MAX_ALERT_PERCENT} (e.g. 80 for 80 %)",
+            )
+    repeated = sorted({p for p in value if list(value).count(p) > 1})
+    if repeated:
+        raise ValidationError("alert_at", repeated, "list each threshold once")
+    return tuple(sorted(value))
 
 
 def identity(limit: Limit) -> tuple[Any, ...]:
@@ -310,6 +385,7 @@ def identity(limit: Limit) -> tuple[Any, ...]:
         limit.refill_period_seconds,
         limit.reset_after,
         limit.soft,
+        limit.alert_at,
         entries(limit.schedule),
         entries(limit.reset_schedule),
     )

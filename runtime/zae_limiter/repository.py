@@ -16,6 +16,7 @@ from typing import Any
 
 from . import schema, versioning
 from .acquire import Admission
+from .admin.alerts import AlertsMixin
 from .admin.availability import AvailabilityMixin
 from .admin.balances import BalancesMixin
 from .admin.entities import EntitiesMixin
@@ -64,6 +65,7 @@ class Repository(
     BalancesMixin,
     ShardsMixin,
     UsageMixin,
+    AlertsMixin,
 ):
     """One table, one namespace. Open with `await Repository.open(...)`."""
 

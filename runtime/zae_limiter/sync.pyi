@@ -7,6 +7,7 @@ from types import TracebackType
 from typing import Any
 
 from zae_limiter import (
+    AlertEvent,
     AuditEvent,
     Availability,
     BucketOperationResult,
@@ -93,6 +94,14 @@ class SyncRepository:
     def enable_resource(self, resource: str, principal: str | None = ...) -> int: ...
     @property
     def endpoint_url(self) -> str | None: ...
+    def get_alerts(
+        self,
+        entity_id: str | None = ...,
+        *,
+        since: Any = ...,
+        limit: int = ...,
+        cursor: str | None = ...,
+    ) -> tuple[list[AlertEvent], str | None]: ...
     def get_audit_events(
         self, entity_id: str | None = ..., limit: int = ..., start_event_id: str | None = ...
     ) -> list[AuditEvent]: ...

@@ -259,7 +259,7 @@ async def test_bad_manifests(zl: ZL, tmp_path: Path) -> None:
         f"Error: {path}:2:65: resources.r.limits.tpm.burst: unknown key; "
         "expected one of: capacity, refill_amount, refill_period, "
         "refill_period_seconds, reset_schedule, reset_after_seconds, "
-        "schedule, soft"
+        "schedule, soft, alert_at"
     )
     assert "Missing option '-f'" in zl("limits", "plan", code=2).stderr
     assert "cannot read" in zl.error("limits", "diff", "-f", str(tmp_path / "nope.yaml"))

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 
+from zae_limiter import SyncRateLimiter, SyncRepository
 from zae_limiter.cli import cli
 from zae_limiter.local import free_port
+from zae_limiter.local.engine import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
 
 
 def run(args: list[str], state: Path, code: int = 0) -> Result:
@@ -87,3 +91,42 @@ def test_env_without_an_engine_and_bad_input(tmp_path: Path) -> None:
         "not both"
         in run(["local", "up", "--data-dir", str(tmp_path), "--in-memory"], tmp_path, code=2).stderr
     )
+
+
+def test_up_with_an_alerts_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`local up --alerts-log FILE`: the background aggregator appends each alert as a JSON
+    line, and `local restart` keeps appending to the same file."""
+    state, log, port = tmp_path / "state", tmp_path / "alerts.jsonl", free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", LOCAL_ACCESS_KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", LOCAL_SECRET_ACCESS_KEY)
+    table = ["--table", "local-alerts", "--endpoint-url", endpoint]
+
+    def spend(entity: str) -> None:
+        with (
+            SyncRepository.open(table="local-alerts", endpoint_url=endpoint) as repo,
+            SyncRateLimiter(repo).acquire(entity, "budget", consume={"weekly": 60}),
+        ):
+            pass
+
+    def lines(count: int) -> list[dict[str, object]]:
+        started = time.monotonic()  # a ceiling against a hung process, not a timing check
+        while not log.exists() or len(log.read_text().splitlines()) < count:
+            assert time.monotonic() - started < 120, "the aggregator wrote no alert"
+            time.sleep(0.1)
+        return [json.loads(line) for line in log.read_text().splitlines()]
+
+    try:
+        up = ["local", "up", "--port", str(port), "--alerts-log", str(log)]
+        run(["--table", "local-alerts", *up], state)
+        limits = ["-l", "weekly:100@cron(0 0 * * 1)", "--alert", "weekly:50"]
+        run([*table, "resource", "set-defaults", "budget", *limits], state)
+        spend("user-1")
+        assert [(x["entity_id"], x["threshold"]) for x in lines(1)] == [("user-1", 50)]
+        run(["local", "restart"], state)
+        spend("user-2")
+        assert [(x["entity_id"], x["threshold"]) for x in lines(2)][1] == ("user-2", 50)
+        listed = json.loads(run([*table, "-o", "json", "alerts", "list"], state).stdout)
+        assert sorted(a["entity_id"] for a in listed["alerts"]) == ["user-1", "user-2"]
+    finally:
+        run(["local", "down"], state)

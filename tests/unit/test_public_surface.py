@@ -12,7 +12,7 @@ PUBLIC = {
     "Limit", "LimitName", "ScheduleEntry", "OnUnavailable", "ConfigSource",
     "LimitStatus", "Availability", "BucketState", "BucketOperationResult", "CacheStats",
     "Entity", "EntityCapacity", "ResourceCapacity", "AuditAction", "AuditEvent",
-    "UsageSnapshot", "UsageSummary", "RequestEvent", "RequestListener",
+    "UsageSnapshot", "UsageSummary", "RequestEvent", "RequestListener", "AlertEvent",
     # errors
     "ZAELimiterError", "ValidationError", "InvalidIdentifierError", "InvalidNameError",
     "RateLimitError", "RateLimitExceeded", "ResourceDisabled", "LeaseExpiredError",

@@ -56,29 +56,37 @@ class _Query:
         )
 
 
-def _encode_cursor(key: dict[str, str]) -> str:
+def encode_cursor(key: dict[str, str]) -> str:
+    """A page's last key as an opaque cursor."""
     return base64.urlsafe_b64encode(json.dumps(key, sort_keys=True).encode()).decode()
 
 
-def _decode_cursor(value: Any, query: _Query) -> dict[str, Any] | None:
+def decode_cursor(
+    value: Any, names: tuple[str, ...], pk_name: str, pk: str, field: str
+) -> dict[str, Any] | None:
+    """A cursor from `encode_cursor` -> ExclusiveStartKey; ValidationError if it is not one of
+    a listing of the same partition."""
     if value is None:
         return None
     try:
         key = json.loads(base64.urlsafe_b64decode(str(value).encode()))
     except (binascii.Error, ValueError, UnicodeDecodeError):
         key = None
-    names = query.cursor_names()
-    pk_name = f"{query.index}PK" if query.index else PARTITION_KEY
     if (
         not isinstance(key, dict)
         or set(key) != set(names)
         or not all(isinstance(key[n], str) for n in names)
-        or key[pk_name] != query.pk
+        or key[pk_name] != pk
     ):
         raise ValidationError(
-            "next_key", value, "pass back the next_key of a call with the same filters"
+            field, value, f"pass back the {field} of a call with the same filters"
         )
     return {name: {"S": key[name]} for name in names}
+
+
+def _decode_cursor(value: Any, query: _Query) -> dict[str, Any] | None:
+    pk_name = f"{query.index}PK" if query.index else PARTITION_KEY
+    return decode_cursor(value, query.cursor_names(), pk_name, query.pk, "next_key")
 
 
 class UsageMixin(AdminBase):
@@ -196,7 +204,7 @@ class UsageMixin(AdminBase):
         last: dict[str, str] | None = None
         async for stored, key in self._snapshots(query, cursor, max(limit, 25), newest_first):
             if len(out) == limit:
-                return out, _encode_cursor(last) if last else None
+                return out, encode_cursor(last) if last else None
             out.append(stored.snapshot)
             last = key
         return out, None

@@ -8,6 +8,7 @@ from typing import Any
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
@@ -52,6 +53,8 @@ ENV_TABLE_NAME = "TABLE_NAME"
 ENV_SNAPSHOT_WINDOWS = "SNAPSHOT_WINDOWS"
 ENV_USAGE_RETENTION_DAYS = "USAGE_RETENTION_DAYS"
 ENV_ARCHIVE_BUCKET = "ARCHIVE_BUCKET"
+ENV_ALERTS_BUS = "ALERTS_BUS"
+ENV_ALERT_RETENTION_DAYS = "ALERT_RETENTION_DAYS"
 
 #: Table operations of the aggregator: version record and namespace reads; snapshots and
 #: idempotency markers written in transactions (TransactWriteItems needs Put/UpdateItem).
@@ -220,6 +223,7 @@ class Aggregator(Construct):
         table: dynamodb.Table,
         props: ZaeLimiterProps,
         archive_bucket: s3.IBucket | None,
+        alerts_bus: events.IEventBus | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.dead_letter_queue = sqs.Queue(
@@ -249,6 +253,9 @@ class Aggregator(Construct):
         }
         if archive_bucket is not None:
             environment[ENV_ARCHIVE_BUCKET] = archive_bucket.bucket_name
+        if alerts_bus is not None:
+            environment[ENV_ALERTS_BUS] = alerts_bus.event_bus_name
+            environment[ENV_ALERT_RETENTION_DAYS] = str(props.alert_retention_days)
 
         self.function = python_function(
             self,
@@ -279,6 +286,11 @@ class Aggregator(Construct):
                     [archive_bucket.arn_for_objects(f"{ARCHIVE_PREFIX}/*")],
                     sid="AuditArchive",
                 )
+            )
+
+        if alerts_bus is not None:  # threshold alerts: events:PutEvents on this bus only
+            self.function.add_to_role_policy(
+                statement(["events:PutEvents"], [alerts_bus.event_bus_arn], sid="AlertsPublish")
             )
 
         self.event_source = event_sources.DynamoEventSource(

@@ -7,6 +7,7 @@ from typing import Any
 
 from aws_cdk import CfnOutput, Tags
 from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -49,8 +50,16 @@ class ZaeLimiter(Construct):
         self.archive_bucket: s3.Bucket | None = (
             build_archive_bucket(self, props) if props.enable_audit_archive else None
         )
+        self.alerts_bus: events.IEventBus | None = props.alerts_bus
+        if self.alerts_bus is None and props.enable_alerts:
+            self.alerts_bus = events.EventBus(self, "AlertsBus")
         self.aggregator = Aggregator(
-            self, "Aggregator", table=self.table, props=props, archive_bucket=self.archive_bucket
+            self,
+            "Aggregator",
+            table=self.table,
+            props=props,
+            archive_bucket=self.archive_bucket,
+            alerts_bus=self.alerts_bus,
         )
         self.version_record = VersionRecord(
             self,
@@ -156,6 +165,8 @@ class ZaeLimiter(Construct):
             outputs["DashboardName"] = (self.dashboard.dashboard_name, "Usage dashboard")
         if self.archive_bucket is not None:
             outputs["AuditArchiveBucket"] = (self.archive_bucket.bucket_name, "Audit archive")
+        if self.alerts_bus is not None:
+            outputs["AlertsBusName"] = (self.alerts_bus.event_bus_name, "Threshold alerts bus")
         if self.access is not None:
             for name, policy in self.access.policies.items():
                 output_id = "".join(p.capitalize() for p in name.split("-")) + "PolicyArn"

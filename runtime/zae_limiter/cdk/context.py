@@ -2,7 +2,8 @@
 
 Every scalar property is read under its own name; values from the command line are strings and
 are converted by the type of the property's default. Properties that are constructs are given
-as ARNs: `encryption_key_arn`, `alarm_topic_arn`, `permission_boundary_arn`, `role_principal_arn`.
+as ARNs: `encryption_key_arn`, `alarm_topic_arn`, `permission_boundary_arn`, `role_principal_arn`,
+`alerts_bus_arn`.
 `snapshot_windows` is comma-separated; `tags` is a JSON object.
 
 Every problem is reported at once, each saying what to write: an enum value that is not one of
@@ -21,6 +22,7 @@ from typing import Any
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
@@ -39,6 +41,7 @@ ARN_PROPERTIES = {
     "alarm_topic": "alarm_topic_arn",
     "permission_boundary": "permission_boundary_arn",
     "role_principal": "role_principal_arn",
+    "alerts_bus": "alerts_bus_arn",
 }
 
 
@@ -95,6 +98,8 @@ def _import_by_arn(scope: Construct, name: str, arn: str) -> Any:
         return sns.Topic.from_topic_arn(scope, "ContextAlarmTopic", arn)
     if name == "permission_boundary":
         return iam.ManagedPolicy.from_managed_policy_arn(scope, "ContextBoundary", arn)
+    if name == "alerts_bus":
+        return events.EventBus.from_event_bus_arn(scope, "ContextAlertsBus", arn)
     return iam.ArnPrincipal(arn)
 
 

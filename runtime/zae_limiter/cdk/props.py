@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -94,6 +95,12 @@ class ZaeLimiterProps:
     aggregator_role_arn: str | None = None
     enable_audit_archive: bool = False
     audit_archive_glacier_days: int = 90
+    #: Threshold alerts (docs/alerts.md): the aggregator publishes them to `alerts_bus`, or to a
+    #: bus of its own when only `enable_alerts` is set (the account's default bus:
+    #: `events.EventBus.from_event_bus_name(scope, "Default", "default")`).
+    enable_alerts: bool = False
+    alerts_bus: events.IEventBus | None = None
+    alert_retention_days: int = 90
     allow_aggregator_downgrade: bool = False
     #: Extra: the Lambdas' architecture (the bundle is pure Python; Powertools publishes its
     #: layer for both). `lambda_.Architecture.X86_64` where arm64 is not offered.
@@ -142,6 +149,7 @@ class ZaeLimiterProps:
         )
         check(1 <= self.duration_alarm_threshold_pct <= 100, "duration_alarm_threshold_pct: 1..100")
         check(self.audit_archive_glacier_days >= 0, "audit_archive_glacier_days must be >= 0")
+        check(self.alert_retention_days >= 1, "alert_retention_days must be at least 1")
         check(self.read_capacity >= 1 and self.write_capacity >= 1, "capacities must be >= 1")
         check(
             not self.create_roles or self.create_policies,

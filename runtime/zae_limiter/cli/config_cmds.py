@@ -33,10 +33,11 @@ def system_set_defaults(
     limits_file: str | None,
     soft: tuple[str, ...],
     schedule: tuple[str, ...],
+    alert: tuple[str, ...],
     on_unavailable: str | None,
 ) -> None:
     """Replace the system defaults (the last level every resource falls back to)."""
-    limits = limits_from(limit_specs, limits_file, soft, schedule)
+    limits = limits_from(limit_specs, limits_file, soft, schedule, alert)
     mode = OnUnavailable(on_unavailable) if on_unavailable else None
     with_repo(settings, lambda repo: repo.set_system_defaults(limits, mode, settings.principal))
     emit(
@@ -90,9 +91,10 @@ def resource_set_defaults(
     limits_file: str | None,
     soft: tuple[str, ...],
     schedule: tuple[str, ...],
+    alert: tuple[str, ...],
 ) -> None:
     """Replace RESOURCE's defaults: the limits of every entity without its own."""
-    limits = limits_from(limit_specs, limits_file, soft, schedule)
+    limits = limits_from(limit_specs, limits_file, soft, schedule, alert)
     with_repo(
         settings, lambda repo: repo.set_resource_defaults(resource_name, limits, settings.principal)
     )

@@ -208,9 +208,10 @@ def entity_set_limits(
     limits_file: str | None,
     soft: tuple[str, ...],
     schedule: tuple[str, ...],
+    alert: tuple[str, ...],
 ) -> None:
     """Replace the entity's whole list of limits at one level (a paid plan, for example)."""
-    limits = limits_from(limit_specs, limits_file, soft, schedule)
+    limits = limits_from(limit_specs, limits_file, soft, schedule, alert)
 
     async def store(repo: Repository) -> None:
         await repo.set_limits(entity_id, limits, resource, settings.principal)

@@ -212,10 +212,22 @@ def parse_schedule(spec: str) -> tuple[str, ScheduleEntry]:
 
 
 def build_limits(
-    limits: Iterable[Limit], soft: Sequence[str] = (), schedules: Sequence[str] = ()
+    limits: Iterable[Limit],
+    soft: Sequence[str] = (),
+    schedules: Sequence[str] = (),
+    alerts: Sequence[str] = (),
 ) -> list[Limit]:
-    """Apply `--soft NAME` and `--schedule` values to a list of limits (names must be listed)."""
+    """Apply `--soft NAME`, `--schedule` and `--alert` values to a list of limits (names must be
+    listed)."""
     out = {limit.name: limit for limit in limits}
+    for spec in alerts:
+        name, thresholds = parse_alert(spec)
+        if name not in out:
+            raise SpecError(f"--alert {spec}: no limit named {name!r} is listed ({_names(out)})")
+        try:
+            out[name] = replace(out[name], alert_at=thresholds)
+        except ValidationError as exc:
+            raise SpecError(f"--alert {spec}: {exc}") from None
     for name in soft:
         if name not in out:
             raise SpecError(f"--soft {name}: no limit named {name!r} is listed ({_names(out)})")
@@ -233,20 +245,34 @@ def build_limits(
     return list(out.values())
 
 
+def parse_alert(spec: str) -> tuple[str, tuple[int, ...]]:
+    """One `--alert NAME:PCT[,PCT...]` value: (limit name, thresholds in percent)."""
+    name, sep, values = spec.strip().partition(":")
+    parts = [p.strip().rstrip("%") for p in values.split(",")]
+    if not sep or not name or not all(p.isdigit() for p in parts):
+        raise SpecError(
+            f"cannot read --alert {spec!r}: write NAME:PCT[,PCT...], e.g. weekly:80,100"
+        )
+    return name.strip(), tuple(int(p) for p in parts)
+
+
 def _names(limits: dict[str, Limit]) -> str:
     return ", ".join(limits) if limits else "none"
 
 
 def parse_limits(
-    specs: Sequence[str], soft: Sequence[str] = (), schedules: Sequence[str] = ()
+    specs: Sequence[str],
+    soft: Sequence[str] = (),
+    schedules: Sequence[str] = (),
+    alerts: Sequence[str] = (),
 ) -> list[Limit]:
-    """Every `-l` value, then `--soft` and `--schedule`; names must be unique."""
+    """Every `-l` value, then `--soft`, `--schedule` and `--alert`; names must be unique."""
     parsed = [parse_limit(spec) for spec in specs]
     names = [limit.name for limit in parsed]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise SpecError(f"limit names must be unique: {', '.join(duplicates)} given twice")
-    return build_limits(parsed, soft, schedules)
+    return build_limits(parsed, soft, schedules, alerts)
 
 
 def parse_amount(spec: str, *, allow_zero: bool = False) -> tuple[str, int]:
@@ -324,6 +350,8 @@ def describe(limit: Limit) -> str:
         text += " +" + " +".join(f"cron({_cron_arg(e)})" for e in limit.reset_schedule[1:])
     if limit.soft:
         text += " (soft)"
+    if limit.alert_at:
+        text += " alert at " + ",".join(f"{p}%" for p in limit.alert_at)
     for entry in limit.schedule:
         text += f" [{format_schedule(limit.name, entry)}]"
     return text
@@ -337,6 +365,8 @@ def to_args(limits: Sequence[Limit]) -> list[str]:
     for limit in limits:
         if limit.soft:
             args += ["--soft", limit.name]
+        if limit.alert_at:
+            args += ["--alert", f"{limit.name}:{','.join(map(str, limit.alert_at))}"]
         for entry in limit.schedule:
             args += ["--schedule", format_schedule(limit.name, entry)]
     return args

@@ -19,6 +19,8 @@ AGGREGATOR_STATUS = "aggregator.json"
 AGGREGATOR_LOG = "aggregator.log"
 #: Where the background aggregator keeps its place in the stream, so a restart resumes there.
 AGGREGATOR_CHECKPOINT = "aggregator-checkpoint.json"
+#: The `--alerts-log` path `local up` was given, so that `local restart` keeps appending there.
+AGGREGATOR_ALERTS_LOG = "aggregator-alerts-log"
 
 
 @click.group()
@@ -39,16 +41,26 @@ def _aggregator_running(state: engine.LocalState) -> bool:
 
 
 def _start_aggregator(
-    table: str, status: engine.LocalStatus, *, restart: bool = False
+    table: str,
+    status: engine.LocalStatus,
+    *,
+    restart: bool = False,
+    alerts_log: str | None = None,
 ) -> int | None:
     """Start the background aggregator unless one recorded here already runs (and is not
     stopping); its pid. `restart` stops the running one first (it resumes from the checkpoint).
+    `alerts_log` is remembered in the state directory for later restarts.
     """
     from ..local import stream_runner
 
     recorded = engine.load_state(status.state_dir)
     if recorded is None or status.endpoint_url is None:
         return None
+    remembered = status.state_dir / AGGREGATOR_ALERTS_LOG
+    if alerts_log is not None:
+        remembered.write_text(str(Path(alerts_log).resolve()))
+    elif remembered.exists():
+        alerts_log = remembered.read_text()
     running = _aggregator_process(recorded)
     if running is not None:
         report = stream_runner.read_status(status.state_dir / AGGREGATOR_STATUS, pid=running.pid)
@@ -62,6 +74,7 @@ def _start_aggregator(
         log_path=status.state_dir / AGGREGATOR_LOG,
         status_path=status.state_dir / AGGREGATOR_STATUS,
         checkpoint_path=status.state_dir / AGGREGATOR_CHECKPOINT,
+        alerts_log=alerts_log,
     )
     engine.add_process(
         AGGREGATOR_ROLE,
@@ -137,6 +150,12 @@ def local_aggregator(endpoint_url: str | None, table: str) -> dict[str, Any] | N
     show_default=True,
     help="Run the aggregator on the table's stream (usage snapshots).",
 )
+@click.option(
+    "--alerts-log",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Also append each threshold alert to FILE as a JSON line (docs/alerts.md).",
+)
 @click.option("--jar", type=click.Path(dir_okay=False), help="DynamoDBLocal.jar to use.")
 @click.option(
     "--engine",
@@ -153,6 +172,7 @@ def local_up(
     data_dir: str | None,
     in_memory: bool,
     aggregator: bool,
+    alerts_log: str | None,
     jar: str | None,
     engine_name: engine.EngineName,
 ) -> None:
@@ -165,7 +185,9 @@ def local_up(
         port=port, engine=engine_name, data_dir=data_dir, jar=jar, table=settings.table
     )
     table = status.table or settings.table or "zae-limiter"
-    pid = _start_aggregator(table, status) if aggregator else None
+    if alerts_log is not None and not aggregator:
+        raise click.UsageError("--alerts-log needs the aggregator (leave out --no-aggregator)")
+    pid = _start_aggregator(table, status, alerts_log=alerts_log) if aggregator else None
     if pid:
         note(f"aggregator started (pid {pid})")
     elif aggregator:

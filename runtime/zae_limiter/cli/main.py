@@ -13,7 +13,7 @@ from .limits_cmds import limits
 from .loadtest_cmds import loadtest
 from .local_cmds import local
 from .namespace_cmds import namespace
-from .report_cmds import audit, usage
+from .report_cmds import alerts, audit, usage
 from .upgrade_cmds import upgrade
 from .version_cmds import check, status, version
 
@@ -54,6 +54,7 @@ for _command in (
     limits,
     usage,
     audit,
+    alerts,
     namespace,
     version,
     check,

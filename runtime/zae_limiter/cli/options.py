@@ -1,4 +1,5 @@
-"""Options shared by several commands: limits (`-l`, `--limits-file`, `--soft`, `--schedule`),
+"""Options shared by several commands: limits (`-l`, `--limits-file`, `--soft`, `--schedule`,
+`--alert`),
 `-r/--resource`, `-y/--yes`."""
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ LIMIT_HELP = (
 
 
 def limit_options(func: F) -> F:
-    """`-l/--limit`, `--limits-file`, `--soft`, `--schedule` (read with `limits_from`)."""
+    """`-l/--limit`, `--limits-file`, `--soft`, `--schedule`, `--alert` (read with
+    `limits_from`)."""
     for decorator in reversed(
         (
             click.option(
@@ -47,6 +49,13 @@ def limit_options(func: F) -> F:
                 "'NAME@cron(...):capacity=200,refill_amount=200,refill_period=60' "
                 "(repeatable; first match wins).",
             ),
+            click.option(
+                "--alert",
+                multiple=True,
+                metavar="NAME:PCT[,PCT...]",
+                help="Threshold alerts on a listed limit, in percent of its capacity "
+                "(e.g. weekly:50,80,100; repeatable; docs/alerts.md).",
+            ),
         )
     ):
         func = decorator(func)
@@ -58,6 +67,7 @@ def limits_from(
     limits_file: str | None,
     soft: tuple[str, ...],
     schedule: tuple[str, ...],
+    alert: tuple[str, ...] = (),
 ) -> list[Limit]:
     """The level's limits from the command line, or a usage error saying what is wrong."""
     from ..manifest import ManifestError, load_file_limits
@@ -68,8 +78,8 @@ def limits_from(
         raise click.UsageError("give at least one -l/--limit SPEC (or --limits-file PATH)")
     try:
         if limits_file:
-            return limitspec.build_limits(load_file_limits(limits_file), soft, schedule)
-        return limitspec.parse_limits(limit_specs, soft, schedule)
+            return limitspec.build_limits(load_file_limits(limits_file), soft, schedule, alert)
+        return limitspec.parse_limits(limit_specs, soft, schedule, alert)
     except limitspec.SpecError as exc:
         raise click.UsageError(str(exc)) from None
     except ManifestError as exc:

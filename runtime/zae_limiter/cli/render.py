@@ -32,11 +32,15 @@ def limits_table(limits: Sequence[Limit]) -> str:
             "kind": lim.kind,
             "capacity": lim.capacity,
             "soft": lim.soft,
+            "alert_at": ",".join(f"{p}%" for p in lim.alert_at),
             "schedule": [limitspec.format_schedule(lim.name, e) for e in lim.schedule],
         }
         for lim in limits
     ]
-    return table(rows, ["name", "limit", "kind", "capacity", "soft", "schedule"])
+    columns = ["name", "limit", "kind", "capacity", "soft", "schedule"]
+    if any(lim.alert_at for lim in limits):
+        columns.insert(5, "alert_at")
+    return table(rows, columns)
 
 
 def flag_text(value: bool | str | None, on: str = "on", off: str = "off") -> str:

@@ -307,3 +307,48 @@ def audit_list(
         if rows
         else "(no events)",
     )
+
+
+@click.group()
+def alerts() -> None:
+    """Threshold alerts (docs/alerts.md)."""
+
+
+@alerts.command("list")
+@click.option("-e", "--entity-id", help="Alerts of one entity (default: the whole namespace).")
+@click.option("--since", metavar="ISO", help="Alerts crossed at or after this time (ISO-8601).")
+@click.option(
+    "-l",
+    "--limit",
+    "count",
+    type=click.IntRange(min=1, max=1000),
+    default=100,
+    show_default=True,
+    help="At most N alerts.",
+)
+@click.pass_obj
+def alerts_list(settings: Settings, entity_id: str | None, since: str | None, count: int) -> None:
+    """Threshold alerts, newest first."""
+    found, _ = with_repo(
+        settings, lambda repo: repo.get_alerts(entity_id, since=since, limit=count)
+    )
+    rows = [
+        {
+            "crossed_at": a.crossed_at,
+            "entity": a.entity_id,
+            "resource": a.resource,
+            "limit": a.limit_name,
+            "threshold": f"{a.threshold}%",
+            "used": a.used,
+            "capacity": a.capacity,
+            "soft": a.soft,
+            "period_start": a.period_start,
+        }
+        for a in found
+    ]
+    columns = ["crossed_at", "entity", "resource", "limit", "threshold", "used", "capacity"]
+    emit(
+        settings,
+        {"alerts": [a.to_dict() for a in found]},
+        table(rows, [*columns, "soft", "period_start"]) if rows else "(no alerts)",
+    )

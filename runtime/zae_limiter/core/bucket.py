@@ -56,6 +56,7 @@ class Params:
     schedule: str = ""  # parameter windows (core.schedule); capacity/refill/period are in force
     window: int = -1  # the schedule entry the parameters above come from (-1: base)
     base: tuple[int, int, int] | None = None  # capacity, refill, period without a window
+    alerts: tuple[int, ...] = ()  # alert thresholds, percent of capacity (read by the aggregator)
 
     def in_window(self, now: int) -> Params:
         """These parameters as they apply at `now` (another schedule window, or the same)."""

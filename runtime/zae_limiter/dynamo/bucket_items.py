@@ -8,11 +8,11 @@ restamp bumps it; every hot-path write is guarded by it), ``ev``/``rv``/``sv`` t
 resource and system config versions the stamp was computed from, ``par`` parent id, ``cas``
 cascade (0/1), ``dis`` disabled flag ("", "disabled:<level>" or "bypass:<level>"), ``L`` map of
 limit name to parameters (``k`` kind, ``c`` capacity, ``a`` refill, ``p`` period ms, ``s`` soft,
-``x`` cron "expr|tz", ``ra`` session length ms) and state (``v``, ``w``, ``tu``, ``t`` consumed,
-``o`` overdrawn writes), ``n`` admissions, ``g`` generation (new on every creation), ``ts`` time
-of the last write (event time for usage), ``ttl`` expiry, ``k`` hot-path writes so far, and one
-``~<writer>`` per writer that wrote lately: the sequence of its last write that landed here
-(docs/on-unavailable.md, "Exactly once").
+``x`` cron "expr|tz", ``ra`` session length ms, ``al`` alert thresholds) and state (``v``, ``w``,
+``tu``, ``t`` consumed, ``o`` overdrawn writes), ``n`` admissions, ``g`` generation (new on every
+creation), ``ts`` time of the last write (event time for usage), ``ttl`` expiry, ``k`` hot-path
+writes so far, and one ``~<writer>`` per writer that wrote lately: the sequence of its last
+write that landed here (docs/on-unavailable.md, "Exactly once").
 """
 
 from __future__ import annotations
@@ -135,6 +135,8 @@ def params_to_item(p: Params) -> dict[str, Any]:
         out["x"] = p.cron
     if p.reset_after_ms:
         out["ra"] = p.reset_after_ms
+    if p.alerts:
+        out["al"] = list(p.alerts)
     if p.schedule:
         base = p.base or (p.capacity, p.refill, p.period_ms)
         out.update(
@@ -156,6 +158,7 @@ def params_from_item(name: str, raw: dict[str, Any]) -> Params:
         schedule=str(raw.get("sch", "")),
         window=int(raw.get("win", -1)),
         base=(int(raw["bc"]), int(raw["ba"]), int(raw["bp"])) if "sch" in raw else None,
+        alerts=tuple(int(x) for x in raw.get("al", ())),
     )
 
 

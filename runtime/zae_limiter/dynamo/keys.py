@@ -214,3 +214,40 @@ def manifest_chunk(ns: str, part: str, tag: str, index: int) -> dict[str, str]:
 
 def is_bucket(item: dict[str, Any]) -> bool:
     return item.get(SORT_KEY) == BUCKET and "#B#" in str(item.get(PARTITION_KEY, ""))
+
+
+# --- threshold alerts --------------------------------------------------------------------------
+
+
+def alert_partition(ns: str, entity_id: str) -> str:
+    return f"{ns}#AL#{entity_id}"
+
+
+def alert_item(
+    ns: str, entity_id: str, resource: str, limit: str, period_ms: int, threshold: int
+) -> dict[str, str]:
+    """One alert: its key is the crossing's identity, so a conditional put decides exactly once."""
+    return key(alert_partition(ns, entity_id), f"{resource}#{limit}#{period_ms}#{threshold:04d}")
+
+
+def entity_alerts_index_key(ns: str, entity_id: str) -> str:
+    return f"{ns}#AE#{entity_id}"
+
+
+def namespace_alerts_prefix(ns: str) -> str:
+    """Where a namespace's alerts sort in GSI4 (by the time they were crossed)."""
+    return f"{ns}#AT#"
+
+
+def alert_index_attributes(ns: str, entity_id: str, sk: str, crossed_ms: int) -> dict[str, str]:
+    """An alert by entity (GSI3) and by namespace (GSI4, which purge also reads), newest last.
+
+    Only the aggregator writes alert items, so these indexes see no write from the hot path.
+    """
+    at = f"{crossed_ms:013d}"
+    return {
+        f"{GSI3}PK": entity_alerts_index_key(ns, entity_id),
+        f"{GSI3}SK": f"{at}#{sk}",
+        f"{GSI4}PK": ns,
+        f"{GSI4}SK": f"{namespace_alerts_prefix(ns)}{at}#{entity_id}#{sk}",
+    }

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from aiobotocore.session import get_session
 
 from zae_limiter.aggregator import Aggregator, AggregatorConfig, ArchiveSink
+from zae_limiter.alerts.recorder import AlertSink
 from zae_limiter.dynamo import transport
 from zae_limiter.local.engine import LOCAL_REGION
 from zae_limiter.local.processes import AGGREGATOR_MARKER
@@ -77,8 +78,10 @@ class StreamRunner:
         archive: ArchiveSink | None = None,
         clock: Callable[[], int] | None = None,
         checkpoint_path: str | os.PathLike[str] | None = None,
+        alerts: AlertSink | None = None,
     ) -> None:
         self.table = table
+        self._alerts = alerts
         self.endpoint_url = endpoint_url
         self.region = region
         self.config = config or AggregatorConfig.from_env()
@@ -125,6 +128,7 @@ class StreamRunner:
                 config=self.config,
                 clock=self._clock,
                 archive=self._archive,
+                alerts=self._alerts,
             )
             stack.push_async_callback(self._aggregator.close)
             described = await self._aggregator.store.describe_table()

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zae_limiter.alerts.sinks import jsonl_sink
 from zae_limiter.local.engine import LOCAL_ACCESS_KEY_ID, LOCAL_REGION, LOCAL_SECRET_ACCESS_KEY
 from zae_limiter.local.stream_poller import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE
 from zae_limiter.local.stream_poller import DEFAULT_POLL_INTERVAL as DEFAULT_POLL_INTERVAL
@@ -75,6 +76,7 @@ def aggregator_command(
     status_path: Path | None = None,
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     checkpoint_path: Path | None = None,
+    alerts_log: Path | None = None,
 ) -> list[str]:
     command = [
         sys.executable,
@@ -93,6 +95,8 @@ def aggregator_command(
         command += ["--status-file", str(status_path)]
     if checkpoint_path is not None:
         command += ["--checkpoint-file", str(checkpoint_path)]
+    if alerts_log is not None:
+        command += ["--alerts-log", str(alerts_log)]
     return command
 
 
@@ -105,10 +109,12 @@ def start_aggregator_process(
     status_path: str | os.PathLike[str] | None = None,
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     checkpoint_path: str | os.PathLike[str] | None = None,
+    alerts_log: str | os.PathLike[str] | None = None,
 ) -> AggregatorProcess:
     """Start the local aggregator in the background (it outlives the caller); returns its pid.
 
-    With `checkpoint_path` it resumes where the last process with that file stopped.
+    With `checkpoint_path` it resumes where the last process with that file stopped; with
+    `alerts_log` it also appends each threshold alert to that file as a JSON line.
     """
     log_file = Path(log_path) if log_path is not None else None
     status_file = Path(status_path) if status_path is not None else None
@@ -126,6 +132,7 @@ def start_aggregator_process(
         status_path=status_file,
         poll_interval=poll_interval,
         checkpoint_path=checkpoint,
+        alerts_log=Path(alerts_log) if alerts_log is not None else None,
     )
     with contextlib.ExitStack() as stack:
         output: Any = subprocess.DEVNULL
@@ -193,13 +200,15 @@ async def run_aggregator(
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     status_path: Path | None = None,
     checkpoint_path: Path | None = None,
+    alerts_log: Path | None = None,
 ) -> None:
     """Run the local aggregator until `stop` is set, waiting for the engine and table to exist."""
     failures = 0
+    sink = jsonl_sink(alerts_log, table) if alerts_log is not None else None
     while not stop.is_set():
         try:
             async with StreamRunner(
-                table, endpoint_url, region=region, checkpoint_path=checkpoint_path
+                table, endpoint_url, region=region, checkpoint_path=checkpoint_path, alerts=sink
             ) as runner:
                 failures = 0
                 await runner.run(stop, poll_interval=poll_interval, status_path=status_path)
@@ -221,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--poll-interval", type=float, default=DEFAULT_POLL_INTERVAL)
     parser.add_argument("--status-file", type=Path)
     parser.add_argument("--checkpoint-file", type=Path)
+    parser.add_argument("--alerts-log", type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
@@ -244,6 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             poll_interval=args.poll_interval,
             status_path=args.status_file,
             checkpoint_path=args.checkpoint_file,
+            alerts_log=args.alerts_log,
         )
 
     asyncio.run(serve())

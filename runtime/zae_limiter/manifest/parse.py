@@ -36,6 +36,7 @@ LIMIT_KEYS = (
     "reset_after_seconds",
     "schedule",
     "soft",
+    "alert_at",
 )
 RESET_KEYS = ("cron", "tz")
 T = TypeVar("T")
@@ -239,6 +240,16 @@ def _limit_fields(name: str, fields: dict[str, Any], path: str) -> Limit:
             data[key] = _integer(fields[key], join_path(path, key))
     if "soft" in fields:
         data["soft"] = _boolean(fields["soft"], join_path(path, "soft"))
+    if "alert_at" in fields:
+        raw_alerts = fields["alert_at"]
+        if not isinstance(raw_alerts, list) or not raw_alerts:
+            raise ManifestError(
+                join_path(path, "alert_at"),
+                f"must be a list of whole percents (alert_at: [80, 100]), not {_kind(raw_alerts)}",
+            )
+        data["alert_at"] = [
+            _integer(x, f"{join_path(path, 'alert_at')}[{i}]") for i, x in enumerate(raw_alerts)
+        ]
     if "reset_schedule" in fields:
         data["reset_schedule"] = _edges(
             fields["reset_schedule"], join_path(path, "reset_schedule"), RESET_KEYS

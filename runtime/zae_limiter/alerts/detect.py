@@ -1,0 +1,101 @@
+"""Which thresholds a stream record crossed. Pure: old and new bucket images -> crossings.
+
+Use is measured against the plan: ``used = capacity - balance`` on the shard written, both
+images brought to the write's own time `ts` (so a rate limit's refill between two writes counts).
+A crossing is a write that consumed (the limit's net counter went up) and took use from below a
+threshold to at or above it. Balance-only writes (refunds, top-ups, resets, config changes,
+refill) never cross. The period keys exactly-once: a quota's period start (calendar edge or
+session start), a rate limit's refill period (epoch-aligned) that the write fell in. A sharded
+bucket is judged per shard against that shard's share; the first shard to cross alerts.
+"""
+
+from __future__ import annotations
+
+from ..core.bucket import Kind, Params, State, view
+from ..core.shares import Slot
+from ..dynamo import bucket_items
+from ..stream_records import MalformedRecord, StreamRecord, is_bucket
+from .event import Crossing
+
+
+def crossings(record: StreamRecord) -> list[Crossing]:
+    """The crossings one bucket record makes (none for other records)."""
+    if not is_bucket(record) or record.event_name == "REMOVE" or not _asks_for_alerts(record):
+        return []
+    new_raw, old_raw = record.image("new"), record.image("old")
+    if new_raw is None:
+        return []
+    try:
+        new = bucket_items.parse(new_raw)
+        old = bucket_items.parse(old_raw) if old_raw is not None else None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MalformedRecord(f"record {record.event_id}: unreadable bucket image: {exc}") from None
+    if old is not None and old.generation != new.generation:
+        old = None  # re-created: counted from zero
+    now = new.written_at
+    found: list[Crossing] = []
+    for params in new.stamp.limits:
+        if not params.alerts:
+            continue
+        state = new.states[params.name]
+        before = old.states.get(params.name) if old is not None else None
+        if state.consumed <= (before.consumed if before is not None else 0):
+            continue
+        old_params = old.stamp.params(params.name) if old is not None else None
+        found += _limit_crossings(
+            params, state, old_params, before, now, new.slot, (new.ns, new.entity_id, new.resource)
+        )
+    return found
+
+
+def _asks_for_alerts(record: StreamRecord) -> bool:
+    """Whether any limit of the new image has thresholds, read from the wire form without
+    decoding the item (most bucket records have none). A shape it cannot read says yes, so
+    that decoding reports the problem."""
+    try:
+        limits = (record.new_wire or {})["L"]["M"]
+        return any("al" in entry["M"] for entry in limits.values())
+    except (KeyError, TypeError, AttributeError):
+        return "L" in (record.new_wire or {})
+
+
+def _limit_crossings(
+    params: Params,
+    state: State,
+    old_params: Params | None,
+    before: State | None,
+    now: int,
+    slot: Slot,
+    where: tuple[str, str, str],
+) -> list[Crossing]:
+    in_force = params.in_window(now)
+    cap = in_force.shard_capacity(slot)
+    if cap <= 0:
+        return []
+    after = view(in_force, state, now, slot)
+    used = cap - after.balance
+    used_before = 0
+    if before is not None and old_params is not None:
+        prior = view(old_params.in_window(now), before, now, slot)
+        if params.kind == Kind.RATE or (prior.period == after.period and not prior.fresh_period):
+            used_before = cap - prior.balance
+    period = after.period
+    if period is None:  # a rate limit: the refill period the write fell in
+        period = now - now % max(1, in_force.period_ms)
+    ns, entity_id, resource = where
+    return [
+        Crossing(
+            ns=ns,
+            entity_id=entity_id,
+            resource=resource,
+            limit=params.name,
+            threshold=threshold,
+            period_ms=period,
+            crossed_ms=now,
+            used_milli=used * in_force.capacity // cap,
+            capacity_milli=in_force.capacity,
+            soft=params.soft,
+        )
+        for threshold in params.alerts
+        if used_before * 100 < threshold * cap <= used * 100
+    ]

@@ -1,0 +1,211 @@
+"""Threshold alerts end to end on DynamoDB Local's stream: acquire -> stream -> aggregator ->
+alert items (docs/alerts.md). Each crossing is stored exactly once, whatever the delivery."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from support.clock import FakeClock
+from support.tables import TableRef
+from zae_limiter import AlertEvent, Limit, RateLimiter, Repository, ValidationError
+from zae_limiter.local.stream_runner import StreamRunner
+
+pytestmark = pytest.mark.ddb
+
+
+@pytest.fixture
+async def repo(table: TableRef, clock: FakeClock) -> AsyncIterator[Repository]:
+    opened = await Repository.open(
+        table=table.name, endpoint_url=table.endpoint_url, region=table.region, clock=clock
+    )
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+def limiter(repo: Repository) -> RateLimiter:
+    return RateLimiter(repo)
+
+
+def crossed(alerts: list[AlertEvent]) -> list[tuple[str, str, int, int]]:
+    """(entity, limit, threshold, used), oldest first."""
+    return sorted(
+        ((a.entity_id, a.limit_name, a.threshold, a.used) for a in alerts),
+        key=lambda t: (t[0], t[1], t[2]),
+    )
+
+
+async def spend(limiter: RateLimiter, entity: str, resource: str, **amounts: int) -> None:
+    async with limiter.acquire(entity, resource, consume=amounts):
+        pass
+
+
+async def test_calendar_quota_alerts_once_per_threshold_per_period(
+    limiter: RateLimiter, repo: Repository, runner: StreamRunner, clock: FakeClock
+) -> None:
+    clock.set_datetime(datetime(2026, 1, 6, 9, 0))  # a Tuesday
+    weekly = Limit.quota("weekly", 100, cron="0 0 * * 1", alert_at=(50, 80, 100))
+    await repo.set_resource_defaults("budget", [weekly])
+    for amount in (49, 1, 29, 1, 20):  # 49, 50 (crosses 50), 79, 80 (80), 100 (100)
+        await spend(limiter, "u1", "budget", weekly=amount)
+    await runner.drain()
+    alerts, cursor = await repo.get_alerts("u1")
+    assert cursor is None
+    assert [(a.threshold, a.used, a.capacity) for a in alerts] == [
+        (100, 100, 100),
+        (80, 80, 100),
+        (50, 50, 100),
+    ]
+    assert {a.period_start for a in alerts} == {"2026-01-05T00:00:00Z"}
+    assert alerts[2].crossed_at == "2026-01-06T09:00:00Z" and not alerts[0].soft
+    # the next period re-arms every threshold
+    clock.set_datetime(datetime(2026, 1, 13, 9, 0))
+    await spend(limiter, "u1", "budget", weekly=85)
+    await runner.drain()
+    alerts, _ = await repo.get_alerts("u1")
+    assert sorted((a.period_start, a.threshold) for a in alerts[:2]) == [
+        ("2026-01-12T00:00:00Z", 50),
+        ("2026-01-12T00:00:00Z", 80),
+    ]
+    assert len(alerts) == 5
+
+
+async def test_back_below_and_up_again_in_one_period_emits_nothing(
+    limiter: RateLimiter, repo: Repository, runner: StreamRunner, clock: FakeClock
+) -> None:
+    clock.set_datetime(datetime(2026, 1, 6, 9, 0))
+    session = Limit.quota("session", 100, reset_after=timedelta(hours=5), alert_at=(80,))
+    await repo.set_resource_defaults("budget", [session])
+    async with limiter.acquire("u2", "budget", consume={"session": 90}) as lease:
+        await lease.adjust(session=-20)  # down to 70: back below 80
+    await spend(limiter, "u2", "budget", session=15)  # 85: up again
+    await repo.top_up("u2", "budget", {"session": 50})  # a purchase does not re-arm either
+    await spend(limiter, "u2", "budget", session=60)
+    await runner.drain()
+    alerts, _ = await repo.get_alerts("u2")
+    assert [(a.threshold, a.used, a.period_start) for a in alerts] == [
+        (80, 90, "2026-01-06T09:00:00Z")
+    ]
+    # a session reset ends the session: the next one re-arms
+    await repo.reset_bucket("u2", "budget")
+    clock.advance(seconds=1)
+    await spend(limiter, "u2", "budget", session=80)
+    await runner.drain()
+    alerts, _ = await repo.get_alerts("u2")
+    assert [(a.threshold, a.used, a.period_start) for a in alerts] == [
+        (80, 80, "2026-01-06T09:00:01Z"),
+        (80, 90, "2026-01-06T09:00:00Z"),
+    ]
+
+
+async def test_rate_limit_crosses_when_its_balance_falls_to_the_share(
+    limiter: RateLimiter, repo: Repository, runner: StreamRunner, clock: FakeClock
+) -> None:
+    clock.set_datetime(datetime(2026, 1, 6, 9, 0, 10))
+    await repo.set_resource_defaults("search", [Limit.per_minute("rpm", 10, alert_at=(50, 100))])
+    for _ in range(5):
+        await spend(limiter, "u3", "search", rpm=1)  # balance 5 of 10: 50 %
+    clock.advance(seconds=30)  # refills 5: back to full, below 50 %
+    await spend(limiter, "u3", "search", rpm=4)  # 40 %: nothing
+    await spend(limiter, "u3", "search", rpm=6)  # 100 % in the next minute
+    await runner.drain()
+    alerts, _ = await repo.get_alerts("u3")
+    assert [(a.threshold, a.period_start) for a in alerts] == [
+        (100, "2026-01-06T09:00:00Z"),
+        (50, "2026-01-06T09:00:00Z"),
+    ]
+
+
+async def test_soft_limit_alerts_above_100_and_parents_on_their_own_limits(
+    limiter: RateLimiter, repo: Repository, runner: StreamRunner, clock: FakeClock
+) -> None:
+    clock.set_datetime(datetime(2026, 1, 6, 9, 0))
+    await repo.create_entity("org")
+    await repo.create_entity("kid", parent_id="org")
+    await repo.set_resource_cascade("budget", True)
+    await repo.set_resource_defaults(
+        "budget", [Limit.quota("weekly", 100, cron="0 0 * * 1", soft=True, alert_at=(100, 150))]
+    )
+    await repo.set_limits(
+        "org", [Limit.quota("weekly", 1000, cron="0 0 * * 1", alert_at=(10,))], resource="budget"
+    )
+    await spend(limiter, "kid", "budget", weekly=160)
+    await runner.drain()
+    kid, _ = await repo.get_alerts("kid")
+    assert [(a.threshold, a.used, a.soft) for a in kid] == [(150, 160, True), (100, 160, True)]
+    org, _ = await repo.get_alerts("org")
+    assert [(a.threshold, a.used, a.capacity) for a in org] == [(10, 160, 1000)]
+    everyone, _ = await repo.get_alerts()
+    assert sorted(a.entity_id for a in everyone) == ["kid", "kid", "org"]
+
+
+async def test_pages_since_and_validation(
+    limiter: RateLimiter, repo: Repository, runner: StreamRunner, clock: FakeClock
+) -> None:
+    clock.set_datetime(datetime(2026, 1, 6, 9, 0))
+    await repo.set_resource_defaults(
+        "budget", [Limit.quota("weekly", 100, cron="0 0 * * 1", alert_at=(10, 20, 30))]
+    )
+    for entity in ("a", "b"):
+        for _ in range(3):
+            clock.advance(seconds=60)
+            await spend(limiter, entity, "budget", weekly=10)
+    await runner.drain()
+    first, cursor = await repo.get_alerts(limit=4)
+    rest, end = await repo.get_alerts(limit=4, cursor=cursor)
+    assert end is None and len(first) == 4 and len(rest) == 2
+    times = [a.crossed_at for a in first + rest]
+    assert times == sorted(times, reverse=True)
+    recent, _ = await repo.get_alerts(since=datetime(2026, 1, 6, 9, 5))
+    assert [(a.entity_id, a.threshold) for a in recent] == [("b", 30), ("b", 20)]
+    with pytest.raises(ValidationError, match="cursor"):
+        await repo.get_alerts("a", cursor=cursor)
+    with pytest.raises(ValidationError, match="alert_at"):
+        Limit.per_minute("rpm", 10, alert_at=(0,))
+    with pytest.raises(ValidationError, match="once"):
+        Limit.per_minute("rpm", 10, alert_at=(80, 80))
+    assert Limit.per_minute("rpm", 10, alert_at=(100, 80)).alert_at == (80, 100)
+
+
+# --- exactly once ------------------------------------------------------------------------------
+
+
+async def _records(runner: StreamRunner) -> list[dict[str, Any]]:
+    return [record for event in await runner.poll() for record in event["Records"]]
+
+
+async def test_redelivered_bisected_and_raced_batches_store_each_alert_once(
+    limiter: RateLimiter, repo: Repository, runner: StreamRunner, clock: FakeClock
+) -> None:
+    clock.set_datetime(datetime(2026, 1, 6, 9, 0))
+    await repo.set_resource_defaults(
+        "budget", [Limit.quota("weekly", 100, cron="0 0 * * 1", alert_at=(50, 80, 100))]
+    )
+    for entity in ("x", "y", "z"):
+        for _ in range(4):
+            await spend(limiter, entity, "budget", weekly=25)
+    records = await _records(runner)
+    table = runner.aggregator.table
+    async with StreamRunner.from_repository(repo) as other:
+        a, b = runner.aggregator, other.aggregator
+        assert a.table == b.table == table
+        first, second = await asyncio.gather(a.process(records), b.process(records))
+        assert not first.failures and not second.failures
+        assert first.alerts_stored + second.alerts_stored == 9
+        again = await a.process(records)  # redelivered whole
+        half = len(records) // 2
+        parts = [await b.process(records[:half]), await b.process(records[half:])]  # bisected
+    assert again.alerts_stored == 0 and sum(p.alerts_stored for p in parts) == 0
+    alerts, _ = await repo.get_alerts()
+    # 25 at a time: 50 is crossed at 50, 80 and 100 by the write that reaches 100
+    assert crossed(alerts) == [
+        (e, "weekly", t, used)
+        for e in ("x", "y", "z")
+        for t, used in ((50, 50), (80, 100), (100, 100))
+    ]
+    assert len({a.alert_id for a in alerts}) == 9
