@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from support.clock import FakeClock
 from support.tables import TableRef
 from zae_limiter import AlertEvent, Limit, RateLimiter, Repository, ValidationError
+from zae_limiter.dynamo import keys
 from zae_limiter.local.stream_runner import StreamRunner
 
 pytestmark = pytest.mark.ddb
@@ -75,31 +77,80 @@ async def test_calendar_quota_alerts_once_per_threshold_per_period(
     assert len(alerts) == 5
 
 
-async def test_back_below_and_up_again_in_one_period_emits_nothing(
+async def test_refund_does_not_rearm_but_top_up_and_reset_below_do(
+    limiter: RateLimiter, repo: Repository, runner: StreamRunner, clock: FakeClock
+) -> None:
+    clock.set_datetime(datetime(2026, 1, 6, 9, 0))
+    weekly = Limit.quota("weekly", 100, cron="0 0 * * 1", alert_at=(80,))
+    await repo.set_resource_defaults("budget", [weekly])
+    async with limiter.acquire("u2", "budget", consume={"weekly": 90}) as lease:
+        await lease.adjust(weekly=-20)  # a refund: down to 70, back below 80
+    await spend(limiter, "u2", "budget", weekly=15)  # 85: up again, nothing new
+    await repo.top_up("u2", "budget", {"weekly": 10})  # 75: below 80, re-armed
+    await spend(limiter, "u2", "budget", weekly=10)  # 85: crosses 80 again
+    await spend(limiter, "u2", "budget", weekly=1)  # 86: nothing
+    await repo.top_up("u2", "budget", {"weekly": 2})  # 84: still above, so no crossing
+    await spend(limiter, "u2", "budget", weekly=5)  # 89: nothing
+    await repo.reset_bucket("u2", "budget")  # full, with this week's top-ups: -12, re-armed
+    await spend(limiter, "u2", "budget", weekly=92)  # 80: crosses again
+    records = await _records(runner)
+    assert (await runner.aggregator.process(records)).alerts_stored == 3
+    assert (await runner.aggregator.process(records)).alerts_stored == 0  # redelivered
+    alerts, _ = await repo.get_alerts("u2")
+    assert sorted((a.used, a.rearm, a.period_start) for a in alerts) == [
+        (80, 3, "2026-01-05T00:00:00Z"),
+        (85, 1, "2026-01-05T00:00:00Z"),
+        (90, 0, "2026-01-05T00:00:00Z"),
+    ]
+    assert len({a.alert_id for a in alerts}) == 3
+    # balance-only writes count no usage: only the five debits and the refund
+    snapshots, _ = await repo.get_usage_snapshots(entity_id="u2", window_type="daily")
+    assert [(s.counters, s.total_events) for s in snapshots] == [({"weekly": 193}, 6)]
+
+
+async def test_every_shard_keeps_one_rearm_count_through_restamps_and_splits(
+    limiter: RateLimiter, repo: Repository, clock: FakeClock
+) -> None:
+    clock.set_datetime(datetime(2026, 1, 6, 9, 0))
+    weekly = Limit.quota("weekly", 100, cron="0 0 * * 1", alert_at=(80,))
+    await repo.set_resource_defaults("budget", [weekly])
+
+    async def counts() -> list[int]:
+        found = [
+            await repo._store.get(keys.bucket(repo._ns, "u4", "budget", shard))
+            for shard in range(await repo.set_shards("u4", "budget", 1))
+        ]
+        return [int(item.get("ag", 0)) for item in found if item is not None]
+
+    await spend(limiter, "u4", "budget", weekly=10)
+    assert await counts() == [0]  # acquire never writes it
+    await repo.top_up("u4", "budget", {"weekly": 5})
+    assert await counts() == [1]
+    await repo.set_resource_defaults("budget", [replace(weekly, alert_at=(80, 90))])
+    await spend(limiter, "u4", "budget", weekly=1)  # restamped under the new config
+    assert await counts() == [1]
+    assert await repo.set_shards("u4", "budget", 2) == 2  # split: the new shard copies it
+    assert await counts() == [1, 1]
+    await repo.top_up("u4", "budget", {"weekly": 10})
+    await repo.reset_bucket("u4", "budget")
+    assert await counts() == [3, 3]
+
+
+async def test_a_session_reset_starts_a_new_period(
     limiter: RateLimiter, repo: Repository, runner: StreamRunner, clock: FakeClock
 ) -> None:
     clock.set_datetime(datetime(2026, 1, 6, 9, 0))
     session = Limit.quota("session", 100, reset_after=timedelta(hours=5), alert_at=(80,))
     await repo.set_resource_defaults("budget", [session])
-    async with limiter.acquire("u2", "budget", consume={"session": 90}) as lease:
-        await lease.adjust(session=-20)  # down to 70: back below 80
-    await spend(limiter, "u2", "budget", session=15)  # 85: up again
-    await repo.top_up("u2", "budget", {"session": 50})  # a purchase does not re-arm either
-    await spend(limiter, "u2", "budget", session=60)
-    await runner.drain()
-    alerts, _ = await repo.get_alerts("u2")
-    assert [(a.threshold, a.used, a.period_start) for a in alerts] == [
-        (80, 90, "2026-01-06T09:00:00Z")
-    ]
-    # a session reset ends the session: the next one re-arms
-    await repo.reset_bucket("u2", "budget")
+    await spend(limiter, "u3", "budget", session=90)
+    await repo.reset_bucket("u3", "budget")
     clock.advance(seconds=1)
-    await spend(limiter, "u2", "budget", session=80)
+    await spend(limiter, "u3", "budget", session=80)
     await runner.drain()
-    alerts, _ = await repo.get_alerts("u2")
-    assert [(a.threshold, a.used, a.period_start) for a in alerts] == [
-        (80, 80, "2026-01-06T09:00:01Z"),
-        (80, 90, "2026-01-06T09:00:00Z"),
+    alerts, _ = await repo.get_alerts("u3")
+    assert [(a.threshold, a.used, a.period_start, a.rearm) for a in alerts] == [
+        (80, 80, "2026-01-06T09:00:01Z", 1),
+        (80, 90, "2026-01-06T09:00:00Z", 0),
     ]
 
 

@@ -199,6 +199,7 @@ def split_parts(
                 shard_zero.stamp_seq,
                 shard,
             )
+            image = replace(image, rearms=shard_zero.rearms)  # created with the bucket's count
         parts.append(_split_part(image, now, maker, exists=exists))
     return parts
 
@@ -223,6 +224,9 @@ def _split_part(
         slot = Slot(image.shard, doubled)
         states = {p.name: bucket.full_state(p, slot) for p in stamp.limits}
         old_item = maker.item_for(image, stamp, seq, states, now)
+    for made in (sibling, old_item):
+        if made is not None and image.rearms:  # the new items keep the alert re-arm count
+            made["ag"] = image.rearms
     return ShardSplit(
         image, exists=exists, old_writes=old_writes, old_item=old_item, sibling=sibling, now=now
     )

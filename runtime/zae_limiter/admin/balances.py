@@ -341,16 +341,20 @@ class BalancesMixin(AdminBase):
                 if write is not None:
                     writes[i][name] = write
                 gained[name] += gain
+        # Every shard's re-arm count goes up by one (docs/alerts.md); a shard created here starts
+        # where the others arrive, so that the shards keep agreeing on it.
+        rearmed = max((shard.image.rearms for shard in shards), default=0) + 1
         requests = [
-            self._shard_request(shard, shard_writes, now)
+            self._shard_request(shard, shard_writes, now, rearmed)
             for shard, shard_writes in zip(shards, writes, strict=True)
         ]
         return requests, gained
 
     def _shard_request(
-        self, shard: _Shard, writes: dict[str, LimitWrite], now: int
+        self, shard: _Shard, writes: dict[str, LimitWrite], now: int, rearmed: int
     ) -> dict[str, Any]:
-        """One shard's transaction operation: a guarded update, or the creation of the item."""
+        """One shard's transaction operation: a guarded update, or the creation of the item;
+        either re-arms the alert thresholds of the item (`ag`)."""
         image = shard.image
         states = {**image.states, **{name: w.result for name, w in writes.items()}}
         ttl = self._admission.maker.ttl(image.stamp, states, now)
@@ -358,8 +362,13 @@ class BalancesMixin(AdminBase):
             request = items.update_request(
                 self._store.table, image, writes, now=now, ttl=ttl, admissions=0
             )
+            # ADD, not SET: concurrent top-ups each count, whatever they read
+            request["UpdateExpression"] += " ADD #rearm :one"
+            request["ExpressionAttributeNames"]["#rearm"] = "ag"
+            request["ExpressionAttributeValues"][":one"] = {"N": "1"}
         else:
             item = self._admission.maker.item_for(image, image.stamp, image.stamp_seq, states, now)
+            item["ag"] = rearmed
             request = items.put_request(
                 self._store.table, item, replaces=None, expired_before_s=now // 1000
             )

@@ -5,14 +5,15 @@ images brought to the write's own time `ts` (so a rate limit's refill between tw
 A crossing is a write that consumed (the limit's net counter went up) and took use from below a
 threshold to at or above it. Balance-only writes (refunds, top-ups, resets, config changes,
 refill) never cross. The period keys exactly-once: a quota's period start (calendar edge or
-session start), a rate limit's refill period (epoch-aligned) that the write fell in. A sharded
+session start), a rate limit's refill period (epoch-aligned) that the write fell in, with the
+bucket's re-arm count (`ag`: every top-up and reset adds one, so a threshold crossed again after
+one is another crossing). A sharded
 bucket is judged per shard against that shard's share; the first shard to cross alerts.
 """
 
 from __future__ import annotations
 
 from ..core.bucket import Kind, Params, State, view
-from ..core.shares import Slot
 from ..dynamo import bucket_items
 from ..stream_records import MalformedRecord, StreamRecord, is_bucket
 from .event import Crossing
@@ -32,7 +33,6 @@ def crossings(record: StreamRecord) -> list[Crossing]:
         raise MalformedRecord(f"record {record.event_id}: unreadable bucket image: {exc}") from None
     if old is not None and old.generation != new.generation:
         old = None  # re-created: counted from zero
-    now = new.written_at
     found: list[Crossing] = []
     for params in new.stamp.limits:
         if not params.alerts:
@@ -42,9 +42,7 @@ def crossings(record: StreamRecord) -> list[Crossing]:
         if state.consumed <= (before.consumed if before is not None else 0):
             continue
         old_params = old.stamp.params(params.name) if old is not None else None
-        found += _limit_crossings(
-            params, state, old_params, before, now, new.slot, (new.ns, new.entity_id, new.resource)
-        )
+        found += _limit_crossings(params, state, old_params, before, new)
     return found
 
 
@@ -64,10 +62,9 @@ def _limit_crossings(
     state: State,
     old_params: Params | None,
     before: State | None,
-    now: int,
-    slot: Slot,
-    where: tuple[str, str, str],
+    new: bucket_items.BucketImage,
 ) -> list[Crossing]:
+    now, slot = new.written_at, new.slot
     in_force = params.in_window(now)
     cap = in_force.shard_capacity(slot)
     if cap <= 0:
@@ -82,12 +79,11 @@ def _limit_crossings(
     period = after.period
     if period is None:  # a rate limit: the refill period the write fell in
         period = now - now % max(1, in_force.period_ms)
-    ns, entity_id, resource = where
     return [
         Crossing(
-            ns=ns,
-            entity_id=entity_id,
-            resource=resource,
+            ns=new.ns,
+            entity_id=new.entity_id,
+            resource=new.resource,
             limit=params.name,
             threshold=threshold,
             period_ms=period,
@@ -95,6 +91,7 @@ def _limit_crossings(
             used_milli=used * in_force.capacity // cap,
             capacity_milli=in_force.capacity,
             soft=params.soft,
+            rearm=new.rearms,
         )
         for threshold in params.alerts
         if used_before * 100 < threshold * cap <= used * 100

@@ -23,7 +23,9 @@ class AlertEvent:
     after the crossing write (above `capacity` for an overdrawn soft limit). `period_start` is
     the quota period (calendar edge or session start) or, for a rate limit, the start of the
     refill period the crossing fell in; times are ISO-8601 UTC. `alert_id` is stable: the same
-    crossing always has the same id, so consumers can drop a repeated delivery.
+    crossing always has the same id, so consumers can drop a repeated delivery. `rearm` is how
+    many top-ups and resets the bucket had at the crossing (0 before any): a threshold crossed
+    again in one period after a top-up or reset has a higher `rearm` and another `alert_id`.
     """
 
     alert_id: str
@@ -36,6 +38,7 @@ class AlertEvent:
     used: int
     capacity: int
     soft: bool = False
+    rearm: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,16 +62,26 @@ class Crossing:
     used_milli: int
     capacity_milli: int
     soft: bool
+    rearm: int = 0  # the bucket's top-ups and resets so far: part of the crossing's identity
 
     @property
     def key(self) -> dict[str, str]:
         return keys.alert_item(
-            self.ns, self.entity_id, self.resource, self.limit, self.period_ms, self.threshold
+            self.ns,
+            self.entity_id,
+            self.resource,
+            self.limit,
+            self.period_ms,
+            self.threshold,
+            self.rearm,
         )
 
     @property
     def alert_id(self) -> str:
-        parts = (self.ns, self.entity_id, self.resource, self.limit, self.period_ms, self.threshold)
+        parts: tuple[object, ...] = (
+            *(self.ns, self.entity_id, self.resource, self.limit, self.period_ms, self.threshold),
+            *((self.rearm,) if self.rearm else ()),  # 0: the id alerts had before re-arming
+        )
         text = "|".join(str(part) for part in parts)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -84,6 +97,7 @@ class Crossing:
             used=self.used_milli // MILLI,
             capacity=self.capacity_milli // MILLI,
             soft=self.soft,
+            rearm=self.rearm,
         )
 
     def item(self, ttl: int, publish: bool, now_ms: int) -> dict[str, Any]:
@@ -115,4 +129,5 @@ def event_from_item(item: dict[str, Any]) -> AlertEvent:
         used=int(item["used"]),
         capacity=int(item["capacity"]),
         soft=bool(item.get("soft", False)),
+        rearm=int(item.get("rearm", 0)),
     )

@@ -11,8 +11,9 @@ limit name to parameters (``k`` kind, ``c`` capacity, ``a`` refill, ``p`` period
 ``x`` cron "expr|tz", ``ra`` session length ms, ``al`` alert thresholds) and state (``v``, ``w``,
 ``tu``, ``t`` consumed, ``o`` overdrawn writes), ``n`` admissions, ``g`` generation (new on every
 creation), ``ts`` time of the last write (event time for usage), ``ttl`` expiry, ``k`` hot-path
-writes so far, and one ``~<writer>`` per writer that wrote lately: the sequence of its last
-write that landed here (docs/on-unavailable.md, "Exactly once").
+writes so far, ``ag`` top-ups and resets so far (only they add to it: it re-arms alert
+thresholds, docs/alerts.md), and one ``~<writer>`` per writer that wrote lately: the sequence of
+its last write that landed here (docs/on-unavailable.md, "Exactly once").
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class BucketImage:
     ttl: int | None = None
     evidence: dict[str, int] = field(default_factory=dict)  # writer -> its last sequence here
     writes: int = 0  # every hot-path write adds 1: the split detector's rate; replaces check it
+    rearms: int = 0  # `ag`: top-ups and resets so far (absent: 0)
 
     @property
     def key(self) -> dict[str, str]:
@@ -223,6 +225,7 @@ def image_of(
             if name.startswith(EVIDENCE_PREFIX)
         },
         writes=int(item.get("k", 0)),
+        rearms=int(item.get("ag", 0)),
     )
 
 

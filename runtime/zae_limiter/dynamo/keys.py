@@ -224,10 +224,12 @@ def alert_partition(ns: str, entity_id: str) -> str:
 
 
 def alert_item(
-    ns: str, entity_id: str, resource: str, limit: str, period_ms: int, threshold: int
+    ns: str, entity_id: str, resource: str, limit: str, period_ms: int, threshold: int, rearm: int
 ) -> dict[str, str]:
-    """One alert: its key is the crossing's identity, so a conditional put decides exactly once."""
-    return key(alert_partition(ns, entity_id), f"{resource}#{limit}#{period_ms}#{threshold:04d}")
+    """One alert: its key is the crossing's identity, so a conditional put decides exactly once.
+    `rearm` (the bucket's top-ups and resets so far) joins the period when not 0."""
+    period = f"{period_ms}.{rearm}" if rearm else str(period_ms)
+    return key(alert_partition(ns, entity_id), f"{resource}#{limit}#{period}#{threshold:04d}")
 
 
 def entity_alerts_index_key(ns: str, entity_id: str) -> str:
