@@ -285,7 +285,7 @@ class CacheStats:
     #: calls admitted on an unmetered resource, per resource (docs/configuration.md)
     unmetered_admissions: dict[str, int] = field(default_factory=dict)
     undecided_writes: int = 0  # writes given up with their outcome unknown (on-unavailable.md)
-    #: items seen stamped further ahead of this process's clock than allowed (on-unavailable.md)
+    #: writes planned on an item stamped too far ahead of this clock (docs/on-unavailable.md)
     skewed_items: int = 0
 
     def as_dict(self) -> dict[str, Any]:

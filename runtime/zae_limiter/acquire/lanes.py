@@ -137,7 +137,7 @@ class Lanes:
         self.blank = blank
         self.writer = writer or new_writer_id()
         self.undecided = 0  # writes given up on with their outcome unknown (a metric)
-        self.skewed = 0  # items seen stamped too far ahead of this writer's clock (a metric)
+        self.skewed = 0  # writes planned on items stamped too far ahead of its clock (a metric)
         self._seq = 0
         self._lanes: dict[tuple[str, str, str, int], _Lane] = {}
 
