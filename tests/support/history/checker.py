@@ -118,10 +118,11 @@ class Verdict:
 class Checked:
     history: History
     verdicts: list[Verdict]
+    errors: list[str] = field(default_factory=list)  # workers that ended badly on their own
 
     @property
     def problems(self) -> list[str]:
-        out = []
+        out = [f"worker failed: {error}" for error in self.errors]
         for v in self.verdicts:
             if v.over > 0:
                 out.append(f"{v.bucket}: admitted {v.over:.2f} over its limit")

@@ -56,9 +56,8 @@ async def history(run: Run, endpoint: str, workdir: Path) -> tuple[Ran, Checked]
     try:
         await set_up(admin, run.limits)
         ran = await asyncio.to_thread(run_workers, run, endpoint, table, workdir)
-        errors = worker_errors(ran)
-        assert not errors, errors
         checked = await check(ran, admin, run.limits)
+        checked.errors = worker_errors(ran)  # reported with the verdicts, never lost
     finally:
         await admin.close()
     return ran, checked

@@ -19,7 +19,7 @@ from botocore.config import Config
 
 from support.faultproxy import fault_proxy
 from support.history.workload import Log, one_op
-from zae_limiter import RateLimiter, Repository
+from zae_limiter import RateLimiter, RateLimiterUnavailable, Repository
 
 
 def skewed_clock(offset_ms: int) -> Any:
@@ -45,13 +45,22 @@ async def run(settings: dict[str, Any]) -> None:
             max_faults=10**9,
             seconds=until - time.time(),
         ) as proxy:
-            repo = await Repository.open(
-                table=settings["table"],
-                endpoint_url=proxy.url,
-                clock=skewed_clock(settings["offset_ms"]),
-                rejection_cache_ttl=settings["rejection_cache_ttl"],
-                client_config=Config(read_timeout=settings["read_timeout"], connect_timeout=1),
-            )
+            while True:  # a partition or a slow engine may time the opening out: try again
+                try:
+                    repo = await Repository.open(
+                        table=settings["table"],
+                        endpoint_url=proxy.url,
+                        clock=skewed_clock(settings["offset_ms"]),
+                        rejection_cache_ttl=settings["rejection_cache_ttl"],
+                        client_config=Config(
+                            read_timeout=settings["read_timeout"], connect_timeout=1
+                        ),
+                    )
+                    break
+                except RateLimiterUnavailable:
+                    if time.time() > until:
+                        return
+                    await asyncio.sleep(0.5)
             limiter = RateLimiter(repo)
 
             def stats() -> None:
