@@ -15,7 +15,7 @@ STAMPS := $(VENV)/.zae-stamps
 NPM_STAMP := node_modules/.zae-stamp
 PYTEST_ARGS ?= -q
 
-.PHONY: help install install-runtime java node demo test lint pytest bench constraints clean
+.PHONY: help install install-runtime java node demo test lint pytest bench soak constraints clean
 
 help:
 	@echo "make demo      install what the demo needs and run it"
@@ -23,6 +23,7 @@ help:
 	@echo "make install   create $(VENV), install Python deps (all extras), npm tools and Java 17"
 	@echo "make lint      ruff check, ruff format --check and mypy"
 	@echo "make bench     run the benchmarks"
+	@echo "make soak      the large recorded history, checked (report in benchmarks/results/)"
 	@echo "make constraints  regenerate constraints.txt from a clean venv"
 
 # --- installation ------------------------------------------------------------------------
@@ -76,6 +77,11 @@ bench: install-runtime $(STAMPS)/python-bench
 $(STAMPS)/python-bench: pyproject.toml constraints.txt | $(PY)
 	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
 	@mkdir -p $(STAMPS) && touch $@
+
+# The large history (tests/support/history/soak.py; docs/contributing.md): about 36 minutes,
+# exits 1 on a violation. SOAK_ARGS="--seed 7 --seconds 120 --logs /tmp/history" for another run.
+soak: install
+	PYTHONPATH=tests $(PY) -m support.history.soak $(SOAK_ARGS)
 
 # --- maintenance -------------------------------------------------------------------------
 

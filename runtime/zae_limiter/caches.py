@@ -194,7 +194,9 @@ class ImageCache:
         self._newest.clear()
 
 
-def stats(config: ConfigCache, images: ImageCache, undecided_writes: int = 0) -> CacheStats:
+def stats(
+    config: ConfigCache, images: ImageCache, undecided_writes: int = 0, skewed_items: int = 0
+) -> CacheStats:
     return CacheStats(
         hits=config.hits,
         misses=config.misses,
@@ -202,6 +204,7 @@ def stats(config: ConfigCache, images: ImageCache, undecided_writes: int = 0) ->
         ttl_seconds=config.ttl_seconds,
         local_rejections=images.local_rejections,
         undecided_writes=undecided_writes,
+        skewed_items=skewed_items,
     )
 
 

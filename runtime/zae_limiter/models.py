@@ -285,6 +285,8 @@ class CacheStats:
     #: calls admitted on an unmetered resource, per resource (docs/configuration.md)
     unmetered_admissions: dict[str, int] = field(default_factory=dict)
     undecided_writes: int = 0  # writes given up with their outcome unknown (on-unavailable.md)
+    #: writes planned on an item stamped too far ahead of this clock (docs/on-unavailable.md)
+    skewed_items: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -295,4 +297,5 @@ class CacheStats:
             "local_rejections": self.local_rejections,
             "unmetered_admissions": dict(self.unmetered_admissions),
             "undecided_writes": self.undecided_writes,
+            "skewed_items": self.skewed_items,
         }

@@ -16,7 +16,11 @@ Attributes: `zae_limiter.resources`, `zae_limiter.decision` (acquire: `admitted`
 Instruments (meter `zae_limiter`): counters `zae_limiter.admissions`,
 `zae_limiter.rejections`, `zae_limiter.unmetered_admissions` (attribute `zae_limiter.reason`:
 `unmetered` or `degraded`), `zae_limiter.capacity_units` (attribute `zae_limiter.kind`: `read`
-or `write`), and the histogram `zae_limiter.acquire.duration` (ms) of admissions.
+or `write`), and the histogram `zae_limiter.acquire.duration` (ms) of admissions. Observable
+counters read from the repository's `get_cache_stats()` at each collection:
+`zae_limiter.undecided_writes` (writes given up with their outcome unknown) and
+`zae_limiter.skewed_items` (items seen stamped too far ahead of this process's clock); see
+docs/on-unavailable.md.
 """
 
 from __future__ import annotations
@@ -49,6 +53,11 @@ log = logging.getLogger("zae_limiter")
 SCOPE = "zae_limiter"
 ENV_SWITCH = "ZAEL_OTEL"
 _ACQUIRE_SIGNATURE = inspect.signature(RateLimiter.acquire)
+#: `get_cache_stats()` fields exported as observable counters (`zae_limiter.<field>`).
+STAT_COUNTERS = {
+    "undecided_writes": "Writes given up with their outcome unknown (every re-send lost)",
+    "skewed_items": "Items seen stamped further ahead of this process's clock than allowed",
+}
 
 
 @dataclass
@@ -93,6 +102,7 @@ class _Telemetry:
     def __init__(self, tracer_provider: Any, meter_provider: Any) -> None:
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
+        self.meter = meter
         self.admissions = meter.create_counter(
             "zae_limiter.admissions", unit="{request}", description="Admitted acquires"
         )
@@ -112,6 +122,17 @@ class _Telemetry:
         self.latency = meter.create_histogram(
             "zae_limiter.acquire.duration", unit="ms", description="Time to admit or reject"
         )
+
+    def observe(self, repository: Any) -> None:
+        """The repository's exactness counters, read at each collection."""
+        for name, description in STAT_COUNTERS.items():
+
+            def read(_: Any, field: str = name) -> list[Any]:
+                return [metrics.Observation(getattr(repository.get_cache_stats(), field))]
+
+            self.meter.create_observable_counter(
+                f"zae_limiter.{name}", callbacks=[read], unit="{item}", description=description
+            )
 
     def on_request(self, event: RequestEvent) -> None:
         requests = _CURRENT.get()
@@ -284,4 +305,5 @@ def instrument(
     else:
         raise TypeError(f"instrument() takes a RateLimiter or SyncRateLimiter, not {limiter!r}")
     repository.add_request_listener(telemetry.on_request)
+    telemetry.observe(repository)
     return traced

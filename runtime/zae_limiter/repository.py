@@ -286,8 +286,9 @@ class Repository(
         self._config_cache.clear()
 
     def get_cache_stats(self) -> CacheStats:
+        lanes = self._admission.waves.lanes
         return replace(
-            stats(self._config_cache, self._shared.images, self._admission.waves.lanes.undecided),
+            stats(self._config_cache, self._shared.images, lanes.undecided, lanes.skewed),
             unmetered_admissions=dict(self._unmetered.admissions),
         )
 

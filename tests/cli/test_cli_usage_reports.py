@@ -12,10 +12,13 @@ from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository
 from zae_limiter.local.stream_runner import StreamRunner
 
+#: The hour the module started in, read once: a test that read the clock again could straddle an
+#: hour's edge and expect windows an hour apart from the ones it wrote.
+THIS_HOUR = datetime.fromtimestamp(time.time(), UTC).replace(minute=0, second=0, microsecond=0)
+
 
 def _hour(ago: int) -> datetime:
-    now = datetime.fromtimestamp(time.time(), UTC).replace(minute=0, second=0, microsecond=0)
-    return (now - timedelta(hours=ago)).replace(tzinfo=None)
+    return (THIS_HOUR - timedelta(hours=ago)).replace(tzinfo=None)
 
 
 async def test_list_shows_the_newest_window_with_a_next_key(zl: ZL, table: TableRef) -> None:

@@ -63,6 +63,7 @@ async def test_an_undecided_write_is_counted_logged_and_never_admits(
         kinds=("lost",),
         operations=("UpdateItem",),
         max_faults=UNKNOWN_RESENDS + 1,
+        max_per_request=UNKNOWN_RESENDS + 1,  # every re-send of the one write is lost
     ) as proxy:
         async with RateLimiter(admin).acquire("u", "api", {"units": 1}):
             pass  # the item exists (written around the proxy): the next write is an update

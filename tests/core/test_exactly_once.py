@@ -31,7 +31,8 @@ READ_TIMEOUT_S = 2.0  # generous: a loaded machine must not time out on its own
 #: Acquires per task and seed: 32 to 128 per seed (bounded requests; a busy lane folds many).
 CALLS = {1: 16, 8: 6, 32: 2}
 PROCESSES = 2
-RATE = 0.1  # of writes faulted
+#: Of writes faulted: 32 tasks fold their calls into few writes, so more of them.
+RATE = {1: 0.1, 8: 0.1, 32: 0.3}
 
 API = [Limit.per_minute("rpm", 1_000_000), Limit.per_minute("tpm", 10_000_000)]
 BUDGET = [Limit.per_day("usd", 1_000_000)]
@@ -88,12 +89,13 @@ async def run_ledger(
     await admin.set_resource_defaults("api", API)
     await admin.set_resource_defaults("budget", BUDGET)
     problems: list[str] = []
+    faulted = 0
     for seed in SEEDS:
         work, limits = await SCENARIOS[scenario](admin, f"s{seed}")
         async with fault_proxy(
             table.endpoint_url,
             seed=seed,
-            rate=RATE,
+            rate=RATE[tasks],
             kinds=FAULTS[faults],
             delay_s=READ_TIMEOUT_S + 0.3,
             seconds=60,
@@ -120,14 +122,17 @@ async def run_ledger(
             f"admitted={ledger.admitted} refunded={ledger.refunded} undecided={undecided} "
             f"mismatch={wrong} errors={ledger.errors}"
         )
-        if not proxy.faults or not ledger.admitted:
-            problems.append(f"seed {seed}: nothing was exercised ({proxy.faults} faults)")
+        faulted += proxy.faults  # over the seeds: a seed of few writes may draw none
+        if not ledger.admitted:
+            problems.append(f"seed {seed}: nothing was admitted")
         if wrong or ledger.unavailable or ledger.contended or undecided:
             problems.append(
                 f"seed {seed}: mismatch {wrong}, {ledger.unavailable} unavailable "
                 f"{ledger.errors}, {ledger.contended} contended, {undecided} undecided"
             )
     await admin.close()
+    if not faulted:
+        problems.append("no fault was injected over the seeds")
     return problems
 
 
@@ -149,7 +154,7 @@ def ledger_process(table: str, endpoint: str, tag: str, seed: int) -> dict[str, 
     async def run() -> dict[str, Any]:
         work, _ = three_bucket_work(tag)
         async with fault_proxy(
-            endpoint, seed=seed, rate=RATE, kinds=KINDS, delay_s=READ_TIMEOUT_S + 0.3
+            endpoint, seed=seed, rate=RATE[8], kinds=KINDS, delay_s=READ_TIMEOUT_S + 0.3
         ) as proxy:
             repo = await open_behind(
                 proxy.url, table, read_timeout=READ_TIMEOUT_S, clock=FakeClock()

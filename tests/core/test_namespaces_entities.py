@@ -96,7 +96,7 @@ async def test_an_expired_bucket_is_treated_as_absent(open_repo: Any, clock: Any
     async with limiter.acquire("u", "api", {"rpm": 60}):
         pass
     [before] = await repo.get_buckets("u")
-    clock.advance(minutes=3)  # past the item's ttl (2 min to refill x1); never deleted locally
+    clock.advance(minutes=6)  # past the item's ttl (at least 5 min: MIN_EXPIRY_MS); never deleted
     async with limiter.acquire("u", "api", {"rpm": 10}):
         pass
     [after] = await repo.get_buckets("u")

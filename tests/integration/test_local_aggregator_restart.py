@@ -157,17 +157,13 @@ async def test_the_background_aggregator_stops_on_sigterm_and_restarts_at_the_li
         await wait_for(lambda: caught_up(pid, 20), 60)  # imports and connects first
         await spend(repo, 150)  # a backlog it is working through when the signal comes
         os.kill(pid, signal.SIGTERM)
-        sent = time.monotonic()
 
         async def gone() -> bool:
             return process_cmdline(pid) is None
 
+        # Gone within a hang guard, not a timing assertion (0.77 s measured on an idle box with
+        # the 150-record backlog). The count-based guarantee is test_run_abandons_its_batch...
         await wait_for(gone, 10)
-        # Wall time from the signal until /proc no longer lists the process (polled every 20 ms);
-        # under 1 s on an idle box (0.77 s measured with the 150-record backlog), the ceiling is
-        # generous for a loaded one. The count-based guarantee is test_run_abandons_its_batch...
-        stopped_after = time.monotonic() - sent
-        assert stopped_after < 10, stopped_after
         before = json.loads(checkpoint.read_text())
         assert before["shards"]
         predecessor = json.loads(status_path.read_text())

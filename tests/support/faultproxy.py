@@ -1,8 +1,12 @@
 """A seeded, fault-injecting HTTP proxy on 127.0.0.1 in front of DynamoDB Local.
 
 Point a `Repository` at `proxy.url` and every request goes through it. For each request whose
-operation is in `operations` (writes, by default) the proxy draws from its own seeded random
-generator; with probability `rate` it injects one of `kinds`:
+operation is in `operations` (writes, by default) the proxy decides from the request's identity,
+not from the order requests arrive in: a hash of the seed, the operation, the body and how many
+times this same body was seen before (its attempt). With probability `rate` it injects one of
+`kinds`, and never more than `max_per_request` times in a row on one identity, so a request
+re-sent or retried by the client always gets through in the end (a run cannot fail on a streak
+of draws the client's retry bounds were never meant for):
 
 - ``lost``:     forward, let DynamoDB apply it, then close the connection without an answer
 - ``latency``:  forward, then hold the answer for `delay_s` (longer than the client's read timeout)
@@ -10,6 +14,10 @@ generator; with probability `rate` it injects one of `kinds`:
 - ``5xx``:      answer 500 ``InternalServerError``, after forwarding or not (a coin toss)
 - ``late``:     hold the request for `delay_s`, then forward it and drop the answer (it lands
   after the client gave up on it, possibly after its re-send); not among the default kinds
+
+`partition(seconds)` opens a window in which every request, whatever its operation, hangs and is
+dropped: some are forwarded first (they may land), some never are (again by identity). Partitions
+are counted under ``partition``.
 
 It is bounded: at most `max_faults` faults and none after `seconds` have passed since it started
 (it then only forwards, so a run always ends), and it stops serving when closed. `counts` tells
@@ -19,8 +27,8 @@ what was injected, `requests` how many requests it saw.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
-import random
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -52,10 +60,14 @@ class FaultProxy:
         delay_s: float = 1.0,
         max_faults: int = 1_000,
         seconds: float = 120.0,
+        max_per_request: int = 2,
     ) -> None:
         assert set(kinds) <= set(KINDS + EXTRA_KINDS), kinds
         self.upstream = upstream.rstrip("/")
-        self.random = random.Random(seed)
+        self.seed = seed
+        self.max_per_request = max_per_request
+        self._seen: Counter[bytes] = Counter()  # attempts per request identity
+        self._partition_until = 0.0
         self.rate = rate
         self.kinds = kinds
         self.operations = operations
@@ -95,14 +107,35 @@ class FaultProxy:
             await self._session.close()
             self._session = None
 
-    def _draw(self, operation: str) -> str | None:
+    def partition(self, seconds: float) -> None:
+        """From now on for `seconds`, every request hangs and is dropped (see the docstring)."""
+        self._partition_until = max(self._partition_until, time.monotonic() + seconds)
+
+    def _identity(self, operation: str, body: bytes) -> tuple[float, float, float]:
+        """Three uniform draws in [0, 1) from the seed, the request and its attempt number."""
+        digest = hashlib.blake2b(f"{self.seed}/{operation}/".encode() + body, digest_size=16)
+        key = digest.digest()
+        attempt = self._seen[key]
+        self._seen[key] += 1
+        if attempt >= self.max_per_request:
+            return 1.0, 0.0, 0.0  # never faulted again: the client's retries get through
+        digest.update(attempt.to_bytes(4, "big"))
+        word = int.from_bytes(digest.digest(), "big")
+        mask = 2**40 - 1
+        return (word & mask) / 2**40, (word >> 40 & mask) / 2**40, (word >> 80 & mask) / 2**40
+
+    def _draw(self, operation: str, body: bytes) -> tuple[str | None, float]:
+        """The fault for one request (or None) and a coin for the kinds that toss one."""
+        if time.monotonic() < self._partition_until:
+            return "partition", self._identity("partition", body)[2]
         if operation not in self.operations or self.faults >= self.max_faults:
-            return None
+            return None, 0.0
         if time.monotonic() - self._started > self.seconds:
-            return None
-        if self.random.random() >= self.rate:
-            return None
-        return self.random.choice(self.kinds)
+            return None, 0.0
+        chance, pick, coin = self._identity(operation, body)
+        if chance >= self.rate:
+            return None, 0.0
+        return self.kinds[int(pick * len(self.kinds))], coin
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -146,7 +179,13 @@ class FaultProxy:
         """Answer one request; False when the connection is to be dropped."""
         self.requests += 1
         target = next((v for k, v in headers.items() if k.lower() == "x-amz-target"), "")
-        fault = self._draw(target.rsplit(".", 1)[-1])
+        fault, coin = self._draw(target.rsplit(".", 1)[-1], body)
+        if fault == "partition":
+            self.counts[fault] += 1
+            if coin < 0.5:
+                await self._forward(method, path, headers, body)  # it may land; no answer
+            await asyncio.sleep(max(0.0, self._partition_until - time.monotonic()))
+            return False
         if fault == "throttle":
             self.counts[fault] += 1
             return await _write(writer, *_error(400, "ThrottlingException"))
@@ -155,7 +194,7 @@ class FaultProxy:
             await asyncio.sleep(self.delay_s)
             await self._forward(method, path, headers, body)
             return False
-        if fault == "5xx" and self.random.random() < 0.5:
+        if fault == "5xx" and coin < 0.5:
             self.counts["5xx"] += 1  # refused before applying
             return await _write(writer, *_error(500, "InternalServerError"))
         answer = await self._forward(method, path, headers, body)

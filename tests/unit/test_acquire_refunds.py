@@ -7,6 +7,8 @@ import pytest
 
 from support.acquire_env import AcquireEnv
 from support.memory_store import Fault
+from zae_limiter.acquire.values import Unavailable
+from zae_limiter.acquire.waves import SETTLE_ROUNDS
 from zae_limiter.core.bucket import MILLI
 from zae_limiter.dynamo import transport
 from zae_limiter.errors import RateLimitExceeded
@@ -94,3 +96,16 @@ async def test_a_negative_adjustment_credits_back() -> None:
     await env.admission.apply_adjustments([(landed[0], {"rpm": -3 * MILLI})])
     assert env.state().consumed == 2 * MILLI
     assert env.balance() == 8
+
+
+async def test_a_refund_that_keeps_failing_its_condition_is_unavailable_not_contended() -> None:
+    """Found by the soak (benchmarks/results/soak-2026-12-01.md): a refund whose rounds ran out
+    raised the internal `Contended` out of the public API."""
+    env = AcquireEnv()
+    image = env.stored()
+    landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
+    for _ in range(SETTLE_ROUNDS + 1):
+        env.store.inject(Fault.CONDITION_FAILED)
+    with pytest.raises(Unavailable):  # the exit maps it: RateLimiterUnavailable, or logged
+        await env.admission.refund(landed)
+    assert env.state().consumed == 4 * MILLI  # not refunded: over-counts, never admits extra

@@ -24,7 +24,7 @@ from . import planning
 from .shards import SPLIT_WRITES_PER_SECOND, ShardChooser, SplitDetector
 from .store import BucketStore
 from .targets import Loaded, TargetFinder
-from .values import Contended, Landed, Planner, ResourcePlan, Target
+from .values import Contended, Landed, Planner, ResourcePlan, Target, Unavailable
 from .waves import MoreOperations, Waves, Written
 
 log = logging.getLogger("zae_limiter")
@@ -144,6 +144,8 @@ class Admission:
 
     async def _settle(self, jobs: list[tuple[Target, Planner]]) -> None:
         result = await self.waves.write_all(jobs, settle=True)
+        if isinstance(result.error, Contended):  # its rounds ran out: it did not land
+            raise Unavailable(Contended("the write kept meeting other writers' changes"))
         if result.error is not None:
             raise result.error
 

@@ -42,6 +42,12 @@ UNKNOWN_RESENDS = 8
 #: It must exceed the longest time a writer keeps re-sending (UNKNOWN_RESENDS x read timeout,
 #: about 40 s by default) plus the clock skew between processes (docs/on-unavailable.md).
 PRUNE_AGE_MS = 5 * 60_000
+#: How far another writer's entry may be ahead of this writer's clock: the prune age less a
+#: minute for the re-send window. Beyond it the rules' skew assumption is broken where this writer
+#: can see it: counted, logged, and settled toward rejecting (`Lanes.stamped_ahead`).
+MAX_SKEW_MS = PRUNE_AGE_MS - 60_000
+#: Sightings logged in full; after these, one in every `SKEW_LOG_EVERY`.
+SKEW_LOG_FIRST, SKEW_LOG_EVERY = 10, 100
 #: Entries removed per write at most (keeps the request small).
 PRUNE_PER_WRITE = 2
 
@@ -101,6 +107,7 @@ class _Batch:
     evidence: Evidence
     now: int
     lost: int = 0  # answers lost so far (the write may have landed)
+    skewed: bool = False  # the item shows a writer too far ahead: a lost answer is not re-sent
 
 
 class Contended(Exception):
@@ -131,8 +138,36 @@ class Lanes:
         self.blank = blank
         self.writer = writer or new_writer_id()
         self.undecided = 0  # writes given up on with their outcome unknown (a metric)
+        self.skewed = 0  # writes planned on items stamped too far ahead of its clock (a metric)
         self._seq = 0
         self._lanes: dict[tuple[str, str, str, int], _Lane] = {}
+
+    def stamped_ahead(self, image: BucketImage, now: int) -> bool:
+        """Whether another writer's entry on `image` is ahead of `now` by more than MAX_SKEW_MS.
+
+        Such a writer may remove this writer's entries while it still re-sends (rule 4 of
+        docs/on-unavailable.md), so on this item this writer removes no entry and re-sends no
+        write whose answer was lost: the write is undecided at once (not admitted, a debit that
+        landed stays). Counted in `skewed_items` and logged."""
+        ahead = max((s for w, s in image.evidence.items() if w != self.writer), default=now) - now
+        if ahead <= MAX_SKEW_MS:
+            return False
+        self.skewed += 1
+        if self.skewed <= SKEW_LOG_FIRST or self.skewed % SKEW_LOG_EVERY == 0:
+            log.warning(
+                "item %s/%s/%s shard %d is stamped %d ms ahead of this writer's clock (writer %s; "
+                "at most %d ms allowed): clocks disagree; on this item no evidence is removed "
+                "and a write whose answer is lost is not re-sent (sighting %d)",
+                image.ns,
+                image.entity_id,
+                image.resource,
+                image.shard,
+                ahead,
+                self.writer,
+                MAX_SKEW_MS,
+                self.skewed,
+            )
+        return True
 
     def next_seq(self, now: int) -> int:
         """Strictly increasing, and about the writer's clock (so entries show their age)."""
@@ -280,8 +315,10 @@ class _Lane:
             for name, write in writes.items():
                 states[name] = write.result
             projected = evolve(projected, states=states)
-        evidence = Evidence(self.lanes.writer, self.lanes.next_seq(now), self._prunable(base, now))
-        return _Batch(calls, plans, base, exists, combined, admissions, evidence, now)
+        skewed = self.lanes.stamped_ahead(base, now)
+        prune = () if skewed else self._prunable(base, now)
+        evidence = Evidence(self.lanes.writer, self.lanes.next_seq(now), prune)
+        return _Batch(calls, plans, base, exists, combined, admissions, evidence, now, 0, skewed)
 
     def _prunable(self, image: BucketImage, now: int) -> tuple[tuple[str, int], ...]:
         old = [
@@ -310,7 +347,7 @@ class _Lane:
                 return
             except UnknownOutcome as lost:
                 batch.lost += 1
-                if batch.lost > UNKNOWN_RESENDS:
+                if batch.lost > UNKNOWN_RESENDS or batch.skewed:
                     self._give_up(batch, lost)
                     return
                 await asyncio.sleep(0.02 * batch.lost * transport.backoff_scale)

@@ -161,6 +161,11 @@ def target_statuses(targets: list[Target], now: int) -> list[LimitStatus]:
 
 # --- items: blank images, expiry, restamped states ------------------------------------------
 
+#: An item expires no sooner than this after a write: past any writer's re-send window plus the
+#: clock skew the rules allow (lanes.PRUNE_AGE_MS), so a write whose answer was lost is never
+#: re-sent to an item deleted meanwhile, whatever the limit's refill (docs/on-unavailable.md).
+MIN_EXPIRY_MS = 5 * 60_000
+
 
 def blank_image(
     ns: str, entity_id: str, resource: str, stamp: Stamp, seq: int, shard: int = 0
@@ -178,7 +183,8 @@ def blank_image(
 
 
 def ttl_for(stamp: Stamp, states: dict[str, State], now: int, multiplier: int) -> int | None:
-    """The item's expiry (epoch seconds): `multiplier` times the time it takes to refill.
+    """The item's expiry (epoch seconds): `multiplier` times the time it takes to refill, and
+    at least MIN_EXPIRY_MS.
 
     A split bucket's items never expire: its shard count must outlive every shard of its layout
     (docs/sharding.md)."""
@@ -197,7 +203,7 @@ def ttl_for(stamp: Stamp, states: dict[str, State], now: int, multiplier: int) -
             if params.kind == bucket.Kind.SESSION and state.w is not None:
                 span = max(span, state.w + params.reset_after_ms - now)
         horizon = max(horizon, span)
-    return (now + horizon * multiplier) // 1000 + 1
+    return (now + max(horizon * multiplier, MIN_EXPIRY_MS)) // 1000 + 1
 
 
 def restamped_states(image: BucketImage, stamp: Stamp, now: int) -> dict[str, State]:

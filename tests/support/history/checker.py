@@ -1,0 +1,246 @@
+"""Check a recorded history against the final balances (reference.md §12.13).
+
+Per bucket (``entity|resource|limit``):
+
+- **ledger**: the stored consumption lies in [what ok operations kept, that plus the most every
+  unknown one could have kept] (an unknown outcome may count either way, nothing else may);
+- **over-admission**: over every window of the lengths in `WINDOWS_S` starting at an admission,
+  what operations certainly inside it admitted (entry debits and ``consume()``) is at most
+  capacity + refill earned over the window widened by twice the clock-skew spread + everything
+  credited back by operations overlapping it (refunds, adjustments down; an unknown operation's
+  whole debit). Forced adjustments up are not admissions;
+- **leftover** (refund-only entities, whose every call raises in its block): consumption 0, or
+  no more than unknown operations could have left;
+- **all-or-none** (entities of the three-bucket call): the calls that landed on ``api`` (its
+  ``rpm``, 1 a call) and on ``budget`` (``usd``, 3 a call) differ by no more than the unknown
+  calls on that entity.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from dataclasses import dataclass, field
+from fractions import Fraction
+from itertools import accumulate
+from pathlib import Path
+from typing import Any
+
+from support.history.runner import Ran
+from support.history.workload import GHOSTS, ORG, USERS, Limits
+from zae_limiter import Repository
+
+WINDOWS_S = (0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+
+
+@dataclass
+class Op:
+    invoke: dict[str, Any]
+    done: dict[str, Any] | None = None
+
+    @property
+    def outcome(self) -> str:
+        return "unknown" if self.done is None else str(self.done["e"])
+
+
+@dataclass
+class History:
+    ops: dict[str, Op] = field(default_factory=dict)
+    stats: dict[str, dict[str, Any]] = field(default_factory=dict)  # last line per worker
+
+    @property
+    def outcomes(self) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for op in self.ops.values():
+            name = op.outcome
+            if op.done is None:
+                name = "unknown (process killed)"
+            elif op.done.get("unexpected"):
+                name = "unknown (unexpected error)"
+            counts[name] += 1
+        return counts
+
+    @property
+    def faults(self) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for line in self.stats.values():
+            out.update(line["faults"])
+        return out
+
+    def total(self, field_name: str) -> int:
+        return sum(int(line[field_name]) for line in self.stats.values())
+
+
+def read_history(logs: list[Path]) -> History:
+    history = History()
+    for path in logs:
+        if not path.exists():
+            continue
+        for raw in path.read_text(encoding="utf-8").splitlines():
+            try:
+                line = json.loads(raw)
+            except json.JSONDecodeError:
+                continue  # the last line of a killed process may be cut short
+            if line["e"] == "invoke":
+                history.ops[line["op"]] = Op(line)
+            elif line["e"] == "stats":
+                history.stats[line["name"]] = line
+            elif line["op"] in history.ops:
+                history.ops[line["op"]].done = line
+    return history
+
+
+@dataclass
+class Verdict:
+    bucket: str
+    capacity: int
+    consumed: int
+    lower: int
+    upper: int
+    admitted: int
+    ok_ops: int
+    unknown_ops: int
+    over: float  # worst excess over the allowance, 0 when none
+    ledger_ok: bool
+    leftover: int | None = None  # refund-only buckets: their consumption
+    leftover_ok: bool = True
+    all_or_none_gap: Fraction | None = None  # api calls minus budget calls (three-bucket)
+    all_or_none_ok: bool = True
+
+    @property
+    def turns(self) -> float:
+        """How many times over the capacity was admitted."""
+        return self.admitted / self.capacity if self.capacity else 0.0
+
+
+@dataclass
+class Checked:
+    history: History
+    verdicts: list[Verdict]
+    errors: list[str] = field(default_factory=list)  # workers that ended badly on their own
+
+    @property
+    def problems(self) -> list[str]:
+        out = [f"worker failed: {error}" for error in self.errors]
+        for v in self.verdicts:
+            if v.over > 0:
+                out.append(f"{v.bucket}: admitted {v.over:.2f} over its limit")
+            if not v.ledger_ok:
+                out.append(f"{v.bucket}: consumed {v.consumed} outside [{v.lower}, {v.upper}]")
+            if not v.leftover_ok:
+                out.append(f"{v.bucket}: refund-only entity left {v.leftover}")
+            if not v.all_or_none_ok:
+                out.append(f"{v.bucket}: all-or-none gap {v.all_or_none_gap}")
+        unexpected = self.history.outcomes["unknown (unexpected error)"]
+        if unexpected:
+            out.append(f"{unexpected} operations raised an undocumented error")
+        return out
+
+
+async def consumed_by_bucket(repo: Repository, entities: set[str]) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for entity in sorted(entities):
+        for state in await repo.get_buckets(entity):
+            out[f"{state.entity_id}|{state.resource}|{state.limit_name}"] += state.total_consumed
+    return out
+
+
+def _amount(line: dict[str, Any] | None, part: str, bucket: str) -> int:
+    return int((line or {}).get(part, {}).get(bucket, 0))
+
+
+class _Sums:
+    """Prefix sums of amounts by time: how much lies at or before (or strictly before) `t`."""
+
+    def __init__(self, pairs: list[tuple[float, int]]) -> None:
+        pairs.sort()
+        self.times = [t for t, _ in pairs]
+        self.sums = [0, *accumulate(a for _, a in pairs)]
+
+    def upto(self, t: float) -> int:
+        return self.sums[bisect_right(self.times, t)]
+
+    def before(self, t: float) -> int:
+        return self.sums[bisect_left(self.times, t)]
+
+
+def worst_excess(ops: list[Op], bucket: str, capacity: int, rate: float, slack_s: float) -> float:
+    """The largest (admitted - allowance) over the windows of `WINDOWS_S` (see the docstring).
+
+    What was admitted inside [start, stop] is taken no larger than what operations that ended by
+    `stop` admitted minus what operations that began before `start` admitted (each operation's
+    debit happened between its two log lines): never more than certainly happened inside."""
+    end = max((op.done["t"] for op in ops if op.done), default=0.0)
+    began, ended, credit_began, credit_ended = [], [], [], []
+    for op in ops:
+        line, done = op.invoke, op.done
+        entered = done is not None and (done["e"] == "ok" or bool(done.get("entered")))
+        admitted = _amount(done, "entry", bucket) if entered else 0
+        admitted += _amount(done, "extra", bucket) if done and done["e"] == "ok" else 0
+        if done is None or done["e"] == "unknown":
+            credit = int(line["max"].get(bucket, 0))  # its refund may have landed
+        else:
+            credit = _amount(done, "credit", bucket)
+        t1 = done["t"] if done else end
+        if admitted:
+            began.append((line["t"], admitted))
+            ended.append((t1, admitted))
+        if credit:
+            credit_began.append((line["t"], credit))
+            credit_ended.append((t1, credit))
+    if not began:
+        return 0.0
+    starts = sorted(t for t, _ in began)
+    adm_began, adm_ended = _Sums(began), _Sums(ended)
+    cred_began, cred_ended = _Sums(credit_began), _Sums(credit_ended)
+    worst = float("-inf")
+    for start in starts:
+        for length in WINDOWS_S:
+            stop = start + length
+            inside = adm_ended.upto(stop) - adm_began.before(start)
+            back = cred_began.upto(stop) - cred_ended.before(start)  # overlapping the window
+            worst = max(worst, inside - capacity - rate * (length + slack_s) - back)
+    return max(0.0, worst)
+
+
+async def check(ran: Ran, repo: Repository, limits: Limits) -> Checked:
+    history = read_history(ran.logs)
+    buckets = limits.by_bucket()
+    stored = await consumed_by_bucket(repo, {b.split("|")[0] for b in buckets})
+    slack_s = 2 * ran.skew_spread_ms / 1000
+    verdicts = []
+    for bucket, (capacity, rate) in buckets.items():
+        touching = [op for op in history.ops.values() if bucket in op.invoke["max"]]
+        ok = [op for op in touching if op.outcome in ("ok", "fail")]
+        unknown = [op for op in touching if op.outcome == "unknown"]
+        lower = sum(_amount(op.done, "kept", bucket) for op in ok)
+        upper = lower + sum(int(op.invoke["max"][bucket]) for op in unknown)
+        consumed = stored[bucket]
+        admitted = sum(
+            _amount(op.done, "entry", bucket) + _amount(op.done, "extra", bucket) for op in ok
+        )
+        verdict = Verdict(
+            bucket,
+            capacity,
+            consumed,
+            lower,
+            upper,
+            admitted,
+            len(ok),
+            len(unknown),
+            worst_excess(touching, bucket, capacity, rate, slack_s),
+            lower <= consumed <= upper,
+        )
+        entity, resource, name = bucket.split("|")
+        if entity in GHOSTS.values():
+            verdict.leftover = consumed
+            verdict.leftover_ok = consumed == 0 or consumed <= upper
+        if entity in (*USERS, GHOSTS["three"], ORG) and (resource, name) == ("api", "rpm"):
+            calls_api = Fraction(consumed)
+            calls_budget = Fraction(stored[f"{entity}|budget|usd"], 3)
+            unknown_three = sum(op.invoke["call"] == "three" for op in unknown)
+            verdict.all_or_none_gap = calls_api - calls_budget
+            verdict.all_or_none_ok = abs(calls_api - calls_budget) <= unknown_three
+        verdicts.append(verdict)
+    return Checked(history, verdicts)

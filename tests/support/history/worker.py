@@ -1,0 +1,102 @@
+"""One worker process of a history: `python -m support.history.worker '<json settings>'`.
+
+It opens a `Repository` (a new writer) behind its own fault proxy, with its clock skewed by
+`offset_ms`, runs `tasks` asyncio tasks of `workload.one_op` until each has done `ops` operations
+or the wall clock passes `until`, opens the proxy's partitions on schedule, and logs everything to
+`log` (see workload.py), with a ``stats`` line (faults by kind, undecided writes) every second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+import time
+from typing import Any
+
+from botocore.config import Config
+
+from support.faultproxy import fault_proxy
+from support.history.workload import Log, one_op
+from zae_limiter import RateLimiter, RateLimiterUnavailable, Repository
+
+
+def skewed_clock(offset_ms: int) -> Any:
+    """The injectable clock of a process whose clock is `offset_ms` off."""
+
+    def clock() -> int:
+        return int(time.time() * 1000) + offset_ms
+
+    return clock
+
+
+async def run(settings: dict[str, Any]) -> None:
+    name = settings["name"]
+    until = settings["until"]
+    with open(settings["log"], "a", encoding="utf-8") as stream:
+        log = Log(stream)
+        async with fault_proxy(
+            settings["endpoint"],
+            seed=settings["seed"],
+            rate=settings["rate"],
+            kinds=tuple(settings["kinds"]),
+            delay_s=settings["read_timeout"] + 0.3,
+            max_faults=10**9,
+            seconds=until - time.time(),
+        ) as proxy:
+            while True:  # a partition or a slow engine may time the opening out: try again
+                try:
+                    repo = await Repository.open(
+                        table=settings["table"],
+                        endpoint_url=proxy.url,
+                        clock=skewed_clock(settings["offset_ms"]),
+                        rejection_cache_ttl=settings["rejection_cache_ttl"],
+                        client_config=Config(
+                            read_timeout=settings["read_timeout"], connect_timeout=1
+                        ),
+                    )
+                    break
+                except RateLimiterUnavailable:
+                    if time.time() > until:
+                        return
+                    await asyncio.sleep(0.5)
+            limiter = RateLimiter(repo)
+
+            def stats() -> None:
+                cache = repo.get_cache_stats()
+                log.write({"e": "stats", "name": name, "requests": proxy.requests,
+                           "faults": dict(proxy.counts), "undecided": cache.undecided_writes,
+                           "skewed": cache.skewed_items,
+                           "local_rejections": cache.local_rejections})  # fmt: skip
+
+            async def task(index: int) -> None:
+                rng = random.Random(f"{settings['seed']}/{name}/{index}")
+                for op in range(settings["ops"]):
+                    if time.time() > until:
+                        return
+                    await one_op(limiter, log, f"{name}-{index}-{op}", rng)
+                    await asyncio.sleep(rng.uniform(0, settings["pause_s"]))
+
+            async def partitions() -> None:
+                for start, length in settings["partitions"]:
+                    await asyncio.sleep(max(0.0, start - time.time()))
+                    proxy.partition(length)
+
+            async def report() -> None:
+                while True:
+                    stats()
+                    await asyncio.sleep(1.0)
+
+            side = [asyncio.create_task(partitions()), asyncio.create_task(report())]
+            try:
+                await asyncio.gather(*(task(i) for i in range(settings["tasks"])))
+            finally:
+                for job in side:
+                    job.cancel()
+                stats()
+                await repo.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(run(json.loads(sys.argv[1])))

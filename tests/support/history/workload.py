@@ -1,0 +1,162 @@
+"""What a history's tasks do, and the two log lines each operation leaves.
+
+Two kinds of call, as in the seed's tests (tests/core/test_costs.py, test_exactly_once.py):
+
+- ``single``: one bucket item, ``api`` with ``{rpm: 1, tpm: 5}`` on a hot entity;
+- ``three``: a user's ``api`` call cascading into its organisation, with ``also={"budget":
+  {"usd": 3}}`` (which cascades too): every debit lands on several items, all or none.
+
+Each kind has a *ghost* entity whose every call raises inside its block (refund-only). Inside a
+block a task adjusts ``tpm`` (down to 0 or up by 3, forced), consumes 2 more ``tpm`` (judged
+against the live balance), raises (refunded) or does nothing. The limits are tight: many times
+less than what the tasks ask for, so capacity is reached over and over.
+
+Log lines (one JSON object each, written and flushed before the call and after it):
+``{"e": "invoke", "op", "t", "ent", "call", "move", "max": {bucket: most it can keep}}`` and
+``{"e": "ok" | "fail" | "unknown", "op", "t", "entry", "extra", "forced", "credit", "kept"}``
+(amounts per bucket ``entity|resource|limit``; an operation with no second line is unknown).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import IO, Any
+
+from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, RateLimitExceeded, Repository
+
+ORG = "org"
+USERS = ("user-0", "user-1", "user-2")
+SOLOS = ("solo-0", "solo-1")
+GHOSTS = {"single": "ghost-solo", "three": "ghost-user"}
+AMOUNTS = {"rpm": 1, "tpm": 5}
+ALSO = {"budget": {"usd": 3}}
+PARENTS = {"api": ORG, "budget": ORG}
+MOVES = ("plain", "adjust", "consume", "raise")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Tight limits: `rpm` per `period_s` seconds on api (tpm 5x it), `usd` 3x it on budget."""
+
+    rpm: int
+    period_s: int
+
+    def api(self) -> list[Limit]:
+        return [self._limit("rpm", self.rpm), self._limit("tpm", 5 * self.rpm)]
+
+    def budget(self) -> list[Limit]:
+        return [self._limit("usd", 3 * self.rpm)]
+
+    def _limit(self, name: str, capacity: int) -> Limit:
+        if self.period_s == 1:
+            return Limit.per_second(name, capacity)
+        assert self.period_s == 60, self.period_s
+        return Limit.per_minute(name, capacity)
+
+    def by_bucket(self) -> dict[str, tuple[int, float]]:
+        """Capacity and refill per second of every bucket the run touches."""
+        out: dict[str, tuple[int, float]] = {}
+        for entity in (*SOLOS, GHOSTS["single"], *USERS, GHOSTS["three"], ORG):
+            for lim in self.api():
+                out[key(entity, "api", lim.name)] = (lim.capacity, lim.capacity / self.period_s)
+            if entity not in (*SOLOS, GHOSTS["single"]):
+                for lim in self.budget():
+                    out[key(entity, "budget", lim.name)] = (
+                        lim.capacity,
+                        lim.capacity / self.period_s,
+                    )
+        return out
+
+
+def key(entity: str, resource: str, limit: str) -> str:
+    return f"{entity}|{resource}|{limit}"
+
+
+async def set_up(repo: Repository, limits: Limits) -> None:
+    """The resource defaults and the organisation (the same limits: its users share one
+    user's allowance) with its users (ghost included)."""
+    await repo.set_resource_defaults("api", limits.api())
+    await repo.set_resource_defaults("budget", limits.budget())
+    await repo.create_entity(ORG)
+    await repo.set_limits(ORG, limits.api(), "api")
+    await repo.set_limits(ORG, limits.budget(), "budget")
+    for user in (*USERS, GHOSTS["three"]):
+        await repo.create_entity(user, parent_id=ORG, cascade=True)
+
+
+class Log:
+    """One process's JSON-lines history; every line reaches the kernel before the call goes on
+    (a SIGKILL loses nothing written)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, line: dict[str, Any]) -> None:
+        self.stream.write(json.dumps(line, separators=(",", ":")) + "\n")
+        self.stream.flush()
+
+
+def _spread(entity: str, resource: str, amounts: dict[str, int], call: str) -> Counter[str]:
+    """Per bucket: `amounts` on the entity's item and, for cascading calls, its parent's."""
+    out: Counter[str] = Counter()
+    for name, amount in amounts.items():
+        out[key(entity, resource, name)] += amount
+        if call == "three":
+            out[key(PARENTS[resource], resource, name)] += amount
+    return out
+
+
+async def one_op(limiter: RateLimiter, log: Log, op: str, rng: random.Random) -> None:
+    """Draw one call and move, log it, run it, log how it ended."""
+    call = rng.choice(("single", "three"))
+    ghost = rng.random() < 0.15
+    entity = GHOSTS[call] if ghost else rng.choice(SOLOS if call == "single" else USERS)
+    move = "raise" if ghost else rng.choice(MOVES)
+    delta = rng.randint(-AMOUNTS["tpm"], 3) if move == "adjust" else 0
+    entry = _spread(entity, "api", AMOUNTS, call)
+    if call == "three":
+        entry += _spread(entity, "budget", ALSO["budget"], call)
+    extra = _spread(entity, "api", {"tpm": 2 if move == "consume" else 0}, call)
+    forced = _spread(entity, "api", {"tpm": max(0, delta)}, call)
+    credit = _spread(entity, "api", {"tpm": max(0, -delta)}, call)
+    most = entry + extra + forced
+    log.write({"e": "invoke", "op": op, "t": time.time(), "ent": entity, "call": call,
+               "move": move, "max": dict(most)})  # fmt: skip
+    entered = False
+    outcome: dict[str, Any] = {"e": "ok", "op": op}
+    try:
+        async with limiter.acquire(
+            entity, "api", dict(AMOUNTS), also=ALSO if call == "three" else None
+        ) as lease:
+            entered = True
+            if move == "adjust" and delta:
+                await lease.adjust(tpm=delta)
+            elif move == "consume":
+                await lease.consume(tpm=2)
+            elif move == "raise":
+                raise Boom()
+        kept = entry + extra + forced
+        kept.subtract(credit)
+        outcome |= {"entry": entry, "extra": extra, "forced": forced, "credit": credit,
+                    "kept": +kept}  # fmt: skip
+    except (Boom, RateLimitExceeded) as exc:
+        if not entered:  # rejected at entry: nothing was debited
+            outcome |= {"e": "fail", "kept": {}}
+        else:  # raised in the block (ours, or consume() refused): all of it refunded
+            took = extra if isinstance(exc, Boom) else Counter()
+            outcome |= {"entry": entry, "extra": took, "credit": entry + took, "kept": {}}
+    except RateLimiterUnavailable as exc:  # entered: the entry debits were admitted
+        outcome |= {"e": "unknown", "entered": entered, "entry": entry if entered else {},
+                    "error": repr(exc)[:200]}  # fmt: skip
+    except Exception as exc:  # not a documented outcome: the checker reports it
+        outcome |= {"e": "unknown", "error": repr(exc)[:200], "unexpected": True}
+    outcome["t"] = time.time()
+    log.write(outcome)
+
+
+class Boom(Exception):
+    """Raised inside a block: everything the call took must be refunded."""

@@ -1,0 +1,45 @@
+"""The fault proxy decides by the request's identity, not by the order requests arrive in."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from support.faultproxy import KINDS, FaultProxy
+
+BODIES = [f'{{"Key": {{"pk": "u{i}"}}}}'.encode() for i in range(400)]
+
+
+def decisions(order: list[bytes], seed: int) -> dict[bytes, list[str | None]]:
+    proxy = FaultProxy("http://upstream.invalid", seed=seed, rate=0.3, kinds=KINDS)
+    proxy._started = time.monotonic()
+    seen: dict[bytes, list[str | None]] = {}
+    for body in order:
+        seen.setdefault(body, []).append(proxy._draw("UpdateItem", body)[0])
+    return seen
+
+
+def test_the_same_request_gets_the_same_fault_whatever_the_order() -> None:
+    order = [body for body in BODIES for _ in range(3)]  # each sent, then re-sent twice
+    shuffled = list(order)
+    random.Random(7).shuffle(shuffled)
+    assert decisions(order, seed=1) == decisions(shuffled, seed=1)
+    assert decisions(order, seed=1) != decisions(order, seed=2)
+
+
+def test_no_request_is_faulted_more_than_twice_in_a_row() -> None:
+    order = [body for body in BODIES for _ in range(5)]
+    proxy = FaultProxy("http://upstream.invalid", seed=3, rate=1.0, kinds=("throttle",))
+    proxy._started = time.monotonic()
+    faults = [proxy._draw("UpdateItem", body)[0] for body in order]
+    per_body = [faults[i : i + 5] for i in range(0, len(faults), 5)]
+    assert all(f == ["throttle", "throttle", None, None, None] for f in per_body)
+
+
+def test_a_partition_drops_every_operation_until_it_heals() -> None:
+    proxy = FaultProxy("http://upstream.invalid", seed=4, rate=0.0, operations=("UpdateItem",))
+    proxy._started = time.monotonic()
+    proxy.partition(60)
+    assert {proxy._draw(op, b"{}")[0] for op in ("GetItem", "Query", "UpdateItem")} == {"partition"}
+    proxy._partition_until = 0.0
+    assert proxy._draw("GetItem", b"{}")[0] is None
