@@ -285,6 +285,11 @@ class CacheStats:
     #: calls admitted on an unmetered resource, per resource (docs/configuration.md)
     unmetered_admissions: dict[str, int] = field(default_factory=dict)
     undecided_writes: int = 0  # writes given up with their outcome unknown (on-unavailable.md)
+    # Work resolved off callers' paths after a deadline or a cancellation (on-unavailable.md):
+    pending_resolutions: int = 0  # still being resolved
+    resolved_after_deadline: int = 0  # ended after its caller stopped waiting
+    refunded_after_deadline: int = 0  # item refunds landed for callers that had left
+    abandoned_at_close: int = 0  # still unresolved when close() gave up
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -295,4 +300,8 @@ class CacheStats:
             "local_rejections": self.local_rejections,
             "unmetered_admissions": dict(self.unmetered_admissions),
             "undecided_writes": self.undecided_writes,
+            "pending_resolutions": self.pending_resolutions,
+            "resolved_after_deadline": self.resolved_after_deadline,
+            "refunded_after_deadline": self.refunded_after_deadline,
+            "abandoned_at_close": self.abandoned_at_close,
         }

@@ -21,6 +21,7 @@ from zae_limiter import (
     UsageSnapshot,
     UsageSummary,
 )
+from zae_limiter.acquire import deadlines
 from zae_limiter.dynamo.transport import Transport
 from zae_limiter.limiter import Acquisition
 from zae_limiter.scope import Scope
@@ -51,7 +52,7 @@ class SyncRepository:
     ) -> int: ...
     def clear_resource_cascade(self, resource: str, principal: str | None = ...) -> int: ...
     def clear_resource_disabled(self, resource: str, principal: str | None = ...) -> int: ...
-    def close(self) -> None: ...
+    def close(self, timeout: float | None = ...) -> None: ...
     def create_entity(
         self,
         entity_id: str,
@@ -165,6 +166,7 @@ class SyncRepository:
         clock: Callable[[], int] | None = ...,
         unmetered: str | None = ...,
         on_request: RequestListener | None = ...,
+        acquire_timeout: float | deadlines.Default | None = ...,
         _check_version: bool = ...,
     ) -> SyncRepository: ...
     def ping(self) -> bool: ...
@@ -273,6 +275,7 @@ class SyncRateLimiter:
         on_unavailable: OnUnavailable | None = ...,
         *,
         also: dict[str, dict[str, int]] | None = ...,
+        timeout: float | deadlines.Default | None = ...,
     ) -> SyncAcquisition: ...
     def available(
         self, entity_id: str, resource: str, limits: list[Limit] | None = ...
@@ -284,7 +287,7 @@ class SyncRateLimiter:
         needed: dict[str, int] | None = ...,
         limits: list[Limit] | None = ...,
     ) -> Availability: ...
-    def close(self) -> None: ...
+    def close(self, timeout: float | None = ...) -> None: ...
     def create_entity(
         self,
         entity_id: str,

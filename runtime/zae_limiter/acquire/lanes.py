@@ -30,6 +30,7 @@ from ..core.evolve import evolve
 from ..dynamo import transport
 from ..dynamo.bucket_items import BucketImage, Evidence, new_writer_id, parse
 from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
+from .deadlines import RESEND_WINDOW_MS
 from .values import Planner, Target
 
 log = logging.getLogger("zae_limiter")
@@ -39,8 +40,9 @@ MAX_BATCH = 64
 #: Re-sends of a write whose answer was lost before its calls are told "unavailable".
 UNKNOWN_RESENDS = 8
 #: Another writer's entry older than this (by this writer's clock) is removed by the next write.
-#: It must exceed the longest time a writer keeps re-sending (UNKNOWN_RESENDS x read timeout,
-#: about 40 s by default) plus the clock skew between processes (docs/on-unavailable.md).
+#: It must exceed the longest time a copy of a write can still land (`deadlines.RESEND_WINDOW_MS`
+#: plus one request's timeouts, which `open()` caps) plus the clock skew between processes
+#: (docs/on-unavailable.md; checked in tests/unit/test_acquire_deadlines.py).
 PRUNE_AGE_MS = 5 * 60_000
 #: Entries removed per write at most (keeps the request small).
 PRUNE_PER_WRITE = 2
@@ -75,6 +77,15 @@ class Call:
     future: asyncio.Future[Outcome]
     now: int | None = None  # fixed after a conflict: the retry plans at the same time
     tries: int = 0
+    admissions: int = 0  # the admissions delta of its planned write
+
+    def resolve(self, outcome: Outcome, lanes: Lanes) -> None:
+        """Tell the caller; a caller that left (its future cancelled) is never told, and a write
+        that landed for it is handed to `lanes.on_orphan` (a debit to refund)."""
+        if not self.future.done():
+            self.future.set_result(outcome)
+        elif outcome.image is not None and lanes.on_orphan is not None:
+            lanes.on_orphan(self, outcome)
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,12 @@ class _Batch:
     evidence: Evidence
     now: int
     lost: int = 0  # answers lost so far (the write may have landed)
+    first_sent: int | None = None  # the clock when it was first sent (bounds the re-sends)
+
+    def resend_allowed(self, now: int) -> bool:
+        """Another send of a write whose answer was lost: bounded in count and in time."""
+        started = self.first_sent if self.first_sent is not None else now
+        return self.lost <= UNKNOWN_RESENDS and now - started <= RESEND_WINDOW_MS
 
 
 class Contended(Exception):
@@ -122,8 +139,10 @@ class Lanes:
         rules_matter: Callable[[BucketImage, BucketImage], bool],
         blank: Callable[[BucketImage], BucketImage],
         writer: str | None = None,
+        on_orphan: Callable[[Call, Outcome], None] | None = None,
     ) -> None:
         self.sender = sender
+        self.on_orphan = on_orphan
         self.clock = clock
         self.on_image = on_image
         self.rules_matter = rules_matter
@@ -249,6 +268,9 @@ class _Lane:
         admissions = 0
         while self.queue and len(calls) < MAX_BATCH:
             call = self.queue[0]
+            if call.future.done():  # its caller left before it was sent: nothing to write
+                self.queue.popleft()
+                continue
             if call.now != first.now:
                 break  # a retry plans at its first time, a new call at the clock: never older
             if calls and (call.target.image.stamp_seq, call.target.image.writes) > (
@@ -264,9 +286,10 @@ class _Lane:
                 if calls:
                     break  # may fit alone, on the image the batch returns
                 self.queue.popleft()
-                call.future.set_result(Outcome(target, refused=True))
+                call.resolve(Outcome(target, refused=True), self.lanes)
                 return None
             writes, delta = result
+            call.admissions = delta
             joined = then_all(combined, writes) if calls else dict(writes)
             if joined is None:
                 break
@@ -279,6 +302,8 @@ class _Lane:
             for name, write in writes.items():
                 states[name] = write.result
             projected = evolve(projected, states=states)
+        if not calls:
+            return None  # every queued call's caller had left
         evidence = Evidence(self.lanes.writer, self.lanes.next_seq(now), self._prunable(base, now))
         return _Batch(calls, plans, base, exists, combined, admissions, evidence, now)
 
@@ -295,6 +320,8 @@ class _Lane:
     async def _run(self, batch: _Batch) -> None:
         lanes = self.lanes
         while True:
+            if batch.first_sent is None:
+                batch.first_sent = lanes.clock()
             try:
                 image = await lanes.sender.send(
                     batch.image,
@@ -309,7 +336,7 @@ class _Lane:
                 return
             except UnknownOutcome as lost:
                 batch.lost += 1
-                if batch.lost > UNKNOWN_RESENDS:
+                if not batch.resend_allowed(lanes.clock()):
                     self._give_up(batch, lost)
                     return
                 await asyncio.sleep(0.02 * batch.lost * transport.backoff_scale)
@@ -317,7 +344,7 @@ class _Lane:
             except DynamoError as exc:
                 if batch.lost:  # still unknown whether an earlier send landed
                     batch.lost += 1
-                    if batch.lost > UNKNOWN_RESENDS:
+                    if not batch.resend_allowed(lanes.clock()):
                         self._give_up(batch, exc)
                         return
                     await asyncio.sleep(0.05 * batch.lost * transport.backoff_scale)
@@ -335,7 +362,7 @@ class _Lane:
         self.lanes.on_image(image, True)
         for call, writes in zip(batch.calls, batch.plans, strict=True):
             target = evolve(call.target, image=image, exists=True)
-            call.future.set_result(Outcome(target, image=image, writes=writes))
+            call.resolve(Outcome(target, image=image, writes=writes), self.lanes)
 
     async def _condition_failed(self, batch: _Batch, failed: ConditionFailed) -> None:
         lanes = self.lanes
@@ -395,6 +422,8 @@ class _Lane:
         """Put the batch's calls back at the front, to plan again on `image` at the same time."""
         retry: list[Call] = []
         for call in batch.calls:
+            if call.future.done():
+                continue  # its caller left and nothing of it landed: drop it
             call.tries += 1
             if call.tries >= call.rounds:
                 call.future.set_result(Outcome(call.target, error=Contended()))
@@ -416,11 +445,11 @@ class _Lane:
         retry = []
         for call in batch.calls:
             call.tries += 1
-            if call.settle and call.tries < call.rounds:
+            if call.settle and call.tries < call.rounds and not call.future.done():
                 retry.append(call)
                 waiting = True
             else:
-                call.future.set_result(Outcome(call.target, error=exc))
+                call.resolve(Outcome(call.target, error=exc), self.lanes)
         if waiting:
             await asyncio.sleep(0.05 * max(c.tries for c in retry) * transport.backoff_scale)
             self.queue.extendleft(reversed(retry))
@@ -440,7 +469,8 @@ class _Lane:
             batch.evidence.seq,
             cause,
         )
-        error = cause if isinstance(cause, DynamoError) else UnknownOutcome(cause)
+        # Whatever the last answer said, an earlier send may have landed.
+        error = cause if isinstance(cause, UnknownOutcome) else UnknownOutcome(cause)
         self._fail(batch.calls, error)
 
     def _fail(self, calls: list[Call], error: BaseException) -> None:
