@@ -16,7 +16,11 @@ Attributes: `zae_limiter.resources`, `zae_limiter.decision` (acquire: `admitted`
 Instruments (meter `zae_limiter`): counters `zae_limiter.admissions`,
 `zae_limiter.rejections`, `zae_limiter.unmetered_admissions` (attribute `zae_limiter.reason`:
 `unmetered` or `degraded`), `zae_limiter.capacity_units` (attribute `zae_limiter.kind`: `read`
-or `write`), and the histogram `zae_limiter.acquire.duration` (ms) of admissions.
+or `write`), and the histogram `zae_limiter.acquire.duration` (ms) of admissions. Work resolved
+off callers' paths (docs/on-unavailable.md), read from `get_cache_stats()` at each collection:
+the gauge `zae_limiter.pending_resolutions` and the counters
+`zae_limiter.resolved_after_deadline`, `zae_limiter.refunded_after_deadline` and
+`zae_limiter.abandoned_at_close`.
 """
 
 from __future__ import annotations
@@ -112,6 +116,35 @@ class _Telemetry:
         self.latency = meter.create_histogram(
             "zae_limiter.acquire.duration", unit="ms", description="Time to admit or reject"
         )
+        self.meter = meter
+
+    def observe(self, repository: Any) -> None:
+        """The counters of work resolved off callers' paths, read at each collection."""
+
+        def reading(field_name: str) -> Any:
+            def callback(_: Any) -> list[Any]:
+                value = getattr(repository.get_cache_stats(), field_name)
+                return [metrics.Observation(value)]
+
+            return callback
+
+        self.meter.create_observable_gauge(
+            "zae_limiter.pending_resolutions",
+            callbacks=[reading("pending_resolutions")],
+            unit="{write}",
+            description="Acquire outcomes still being resolved off callers' paths",
+        )
+        for name, description in (
+            ("resolved_after_deadline", "Outcomes resolved after their caller stopped waiting"),
+            ("refunded_after_deadline", "Item refunds landed for callers that had left"),
+            ("abandoned_at_close", "Outcomes still unresolved when close() gave up"),
+        ):
+            self.meter.create_observable_counter(
+                f"zae_limiter.{name}",
+                callbacks=[reading(name)],
+                unit="{write}",
+                description=description,
+            )
 
     def on_request(self, event: RequestEvent) -> None:
         requests = _CURRENT.get()
@@ -284,4 +317,5 @@ def instrument(
     else:
         raise TypeError(f"instrument() takes a RateLimiter or SyncRateLimiter, not {limiter!r}")
     repository.add_request_listener(telemetry.on_request)
+    telemetry.observe(repository)
     return traced

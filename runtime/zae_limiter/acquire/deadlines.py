@@ -74,13 +74,15 @@ def acquire_timeout(value: float | Default | None) -> float | None:
 
 
 def request_timeouts(client_config: Any) -> tuple[float, float]:
-    """(connect_timeout, read_timeout) in seconds, the library's defaults where unset."""
-    connect = getattr(client_config, "connect_timeout", None)
-    read = getattr(client_config, "read_timeout", None)
-    return (
-        float(CLIENT_SETTINGS["connect_timeout"] if connect is None else connect),
-        float(CLIENT_SETTINGS["read_timeout"] if read is None else read),
-    )
+    """(connect_timeout, read_timeout) in seconds, as the client will use them: the library's
+    settings merged with what `client_config` sets explicitly (`Transport.connect`)."""
+    merged: Any = dict(CLIENT_SETTINGS)
+    if client_config is not None:
+        from botocore.config import Config
+
+        merged = Config(**CLIENT_SETTINGS).merge(client_config)
+        return float(merged.connect_timeout), float(merged.read_timeout)
+    return float(merged["connect_timeout"]), float(merged["read_timeout"])
 
 
 def check_client_config(client_config: Any) -> None:
