@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
 log = logging.getLogger("zae_limiter")
@@ -34,6 +34,36 @@ class DeadlinePassed(Exception):
 def _wake(waiter: asyncio.Future[None], _: object = None) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+class _Resume:
+    """Drives a coroutine that has already run up to its first wait (`first`, what it yielded)
+    from inside a task, as if the task had started it."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
+        self.coro = coro
+        self.first = first
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        coro, waiting = self.coro, self.first
+        while True:
+            try:
+                yield waiting
+            except BaseException as exc:  # thrown in by the task (its cancellation)
+                try:
+                    waiting = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    waiting = coro.send(None)
+                except StopIteration as stop:
+                    return stop.value
+
+
+async def _resumed(coro: Coroutine[Any, Any, _T], first: Any) -> _T:
+    result: _T = await _Resume(coro, first)
+    return result
 
 
 class Pending:
@@ -68,8 +98,12 @@ class Pending:
         the caller is cancelled. Either way the work goes on and, if it succeeds,
         `compensate(result)` undoes it for the caller that left.
         """
+        try:  # in place until it first waits: no task, no loop turn when it never does
+            first = work.send(None)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
         loop = asyncio.get_running_loop()
-        task = loop.create_task(work)
+        task = loop.create_task(_resumed(work, first))
         waiter: asyncio.Future[None] = loop.create_future()
         wake = functools.partial(_wake, waiter)
         task.add_done_callback(wake)
