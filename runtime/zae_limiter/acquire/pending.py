@@ -15,7 +15,6 @@ See docs/on-unavailable.md.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeVar
@@ -29,11 +28,6 @@ MAX_PENDING = 10_000
 
 class DeadlinePassed(Exception):
     """The caller's deadline passed before the work was decided (it goes on off the path)."""
-
-
-def _wake(waiter: asyncio.Future[None], _: object = None) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 class _Resume:
@@ -61,9 +55,32 @@ class _Resume:
                     return stop.value
 
 
-async def _resumed(coro: Coroutine[Any, Any, _T], first: Any) -> _T:
-    result: _T = await _Resume(coro, first)
+async def _resumed(coro: Coroutine[Any, Any, _T], first: Any, out: asyncio.Future[_T]) -> _T:
+    """Finish `coro` and hand its outcome to `out` (the caller's wait) in the same loop turn."""
+    try:
+        result: _T = await _Resume(coro, first)
+    except asyncio.CancelledError:
+        if not out.done():
+            out.cancel()
+        raise
+    except BaseException as exc:
+        if not out.done():
+            out.set_exception(exc)
+        raise
+    if not out.done():
+        out.set_result(result)
     return result
+
+
+def _expire(out: asyncio.Future[Any]) -> None:
+    if not out.done():
+        out.set_exception(DeadlinePassed())
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """The caller got the task's exception through its own wait: mark it seen."""
+    if not task.cancelled():
+        task.exception()
 
 
 class Pending:
@@ -103,25 +120,20 @@ class Pending:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         loop = asyncio.get_running_loop()
-        task = loop.create_task(_resumed(work, first))
-        waiter: asyncio.Future[None] = loop.create_future()
-        wake = functools.partial(_wake, waiter)
-        task.add_done_callback(wake)
-        timer = None if timeout is None else loop.call_later(timeout, wake)
+        out: asyncio.Future[_T] = loop.create_future()
+        task = loop.create_task(_resumed(work, first, out))
+        timer = None if timeout is None else loop.call_later(timeout, _expire, out)
         try:
-            await waiter
-        except asyncio.CancelledError:
-            task.remove_done_callback(wake)
-            self.adopt(task, compensate)
+            return await out
+        except (DeadlinePassed, asyncio.CancelledError):
+            self.adopt(task, compensate)  # the deadline passed, or the caller was cancelled
+            raise
+        except BaseException:
+            task.add_done_callback(_retrieved)
             raise
         finally:
             if timer is not None:
                 timer.cancel()
-        if task.done():
-            return task.result()
-        task.remove_done_callback(wake)
-        self.adopt(task, compensate)
-        raise DeadlinePassed()
 
     def adopt(
         self, task: asyncio.Task[_T], compensate: Callable[[_T], Awaitable[None]] | None
