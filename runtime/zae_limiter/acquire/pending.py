@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 log = logging.getLogger("zae_limiter")
@@ -30,35 +30,10 @@ class DeadlinePassed(Exception):
     """The caller's deadline passed before the work was decided (it goes on off the path)."""
 
 
-class _Resume:
-    """Drives a coroutine that has already run up to its first wait (`first`, what it yielded)
-    from inside a task, as if the task had started it."""
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
-        self.coro = coro
-        self.first = first
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        coro, waiting = self.coro, self.first
-        while True:
-            try:
-                yield waiting
-            except BaseException as exc:  # thrown in by the task (its cancellation)
-                try:
-                    waiting = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-            else:
-                try:
-                    waiting = coro.send(None)
-                except StopIteration as stop:
-                    return stop.value
-
-
-async def _resumed(coro: Coroutine[Any, Any, _T], first: Any, out: asyncio.Future[_T]) -> _T:
-    """Finish `coro` and hand its outcome to `out` (the caller's wait) in the same loop turn."""
+async def _handing(work: Coroutine[Any, Any, _T], out: asyncio.Future[_T]) -> _T:
+    """Run `work` and hand its outcome to `out` (the caller's wait) in the same loop turn."""
     try:
-        result: _T = await _Resume(coro, first)
+        result = await work
     except asyncio.CancelledError:
         if not out.done():
             out.cancel()
@@ -115,13 +90,11 @@ class Pending:
         the caller is cancelled. Either way the work goes on and, if it succeeds,
         `compensate(result)` undoes it for the caller that left.
         """
-        try:  # in place until it first waits: no task, no loop turn when it never does
-            first = work.send(None)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        # A task, started at once: code that binds to its task (asyncio.timeout, aiohttp's
+        # timers) must run all of `work` in one task, so it cannot start in the caller's.
         loop = asyncio.get_running_loop()
         out: asyncio.Future[_T] = loop.create_future()
-        task = loop.create_task(_resumed(work, first, out))
+        task = loop.create_task(_handing(work, out))
         timer = None if timeout is None else loop.call_later(timeout, _expire, out)
         try:
             return await out
