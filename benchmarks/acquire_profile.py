@@ -50,7 +50,9 @@ def can_answers() -> None:
 async def run(endpoint: str, calls: int, out: str, canned: bool) -> float:
     table = "acquire-profile"
     await Repository.create_table(table=table, endpoint_url=endpoint, region=LOCAL_REGION)
-    repo = await Repository.open(table=table, endpoint_url=endpoint, region=LOCAL_REGION)
+    repo = await Repository.open(
+        table=table, endpoint_url=endpoint, region=LOCAL_REGION, acquire_timeout=None
+    )
     try:
         limiter = RateLimiter(repo)
         await limiter.set_resource_defaults("api", [Limit.per_minute("tokens", 10**12)])

@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import validation
-from .acquire import Admission, Landed, ResourcePlan, RulesChanged, Unavailable
+from .acquire import Admission, Landed, ResourcePlan, RulesChanged, Unavailable, deadlines
 from .acquire.lease import (
     Lease,
     Ledger,
@@ -22,10 +22,11 @@ from .acquire.lease import (
     pending_changes,
     target_for_more,
 )
+from .acquire.pending import DeadlinePassed
 from .admin.gates import check_limit_gates
 from .caches import ImageCache
 from .dynamo.bucket_items import BucketImage
-from .dynamo.transport import AccessDenied, DynamoError
+from .dynamo.transport import AccessDenied, DynamoError, UnknownOutcome
 from .errors import PermissionDenied, RateLimiterUnavailable, ValidationError
 from .limits import Limit, check_limit_list
 from .models import OnUnavailable
@@ -98,6 +99,7 @@ class Acquisition:
         requests: dict[str, dict[str, int]],
         limits: list[Limit] | None,
         on_unavailable: OnUnavailable | None,
+        timeout: float | None,
     ) -> None:
         self.limiter = limiter
         self.repository = limiter.repository
@@ -111,6 +113,8 @@ class Acquisition:
         self.lease: Lease | None = None
         self.ledger = Ledger({})
         self.mode = OnUnavailable.BLOCK
+        self.timeout = timeout
+        self.pending = self.scope.shared.pending
 
     def _describe(self, message: str, cause: BaseException) -> RateLimiterUnavailable:
         root = cause.cause if isinstance(cause, Unavailable) else cause
@@ -130,20 +134,40 @@ class Acquisition:
             resource=next(iter(self.requests)),
         )
 
+    def _unavailable(self, message: str, cause: BaseException) -> Lease:
+        """`on_unavailable` for an admission that was not decided: raise, or the degraded lease."""
+        error = self._describe(message, cause)
+        self.mode = self.scope.unavailable_mode(self.on_unavailable)
+        if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
+            raise error from cause
+        log.warning("acquire admitted without metering under on_unavailable=ALLOW: %s", error)
+        self.lease = degraded_lease(self.ledger)
+        return self.lease
+
     async def __aenter__(self) -> Lease:
+        if self.pending.full:
+            return self._unavailable(
+                f"{self.pending.count} acquire outcomes are still being resolved off callers' "
+                "paths; nothing was debited",
+                RuntimeError("too many unresolved outcomes"),
+            )
         try:
-            holds = await self._admit()
+            holds = await self.pending.bounded(self._admit(), self.timeout, self._give_back)
+        except DeadlinePassed as exc:
+            return self._unavailable(
+                f"no decision within the {self.timeout:g} s deadline; any debit that lands "
+                "will be refunded",
+                exc,
+            )
         except (DynamoError, Unavailable) as exc:
-            error = self._describe("DynamoDB is unavailable; nothing was debited", exc)
-            self.mode = self.scope.unavailable_mode(self.on_unavailable)
-            if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
-                raise error from exc
-            log.warning("acquire admitted without metering under on_unavailable=ALLOW: %s", error)
-            self.lease = degraded_lease(self.ledger)
-            return self.lease
+            return self._unavailable(f"DynamoDB is unavailable; {_what_was_debited(exc)}", exc)
         self.ledger.holds = holds
         self.lease = Lease(self, self.ledger)
         return self.lease
+
+    async def _give_back(self, holds: dict[str, ResourceHold]) -> None:
+        """Refund an admission whose caller stopped waiting (deadline or cancellation)."""
+        await self.admission.refund_for_departed(landed_items(holds))
 
     async def _admit(self) -> dict[str, ResourceHold]:
         if self.limits:
@@ -174,9 +198,21 @@ class Acquisition:
         targets = [target_for_more(e, amounts) for e in entries]
         targets = [t for t in targets if t.amounts]
         try:
-            landed = await self.admission.debit(targets, local_ok=False, admissions=0)
+            landed = await self.pending.bounded(
+                self.admission.debit(targets, local_ok=False, admissions=0),
+                self.timeout,
+                self.admission.refund_for_departed,
+            )
+        except DeadlinePassed as exc:
+            raise self._describe(
+                f"no decision within the {self.timeout:g} s deadline; any further debit that "
+                "lands will be refunded",
+                exc,
+            ) from exc
         except (DynamoError, Unavailable) as exc:
-            raise self._describe("DynamoDB is unavailable; nothing more was debited", exc) from exc
+            raise self._describe(
+                f"DynamoDB is unavailable; {_what_was_debited(exc, 'more ')}", exc
+            ) from exc
         for new in landed:
             for entry in entries:
                 if _same(entry, new.target):
@@ -214,13 +250,22 @@ class Acquisition:
         if lease is None or lease.degraded:
             return
         holds = self.ledger.holds
+        if exc_type is not None:
+            work = self.admission.refund(landed_items(holds))
+        else:
+            changes = pending_changes(holds)
+            if not changes:
+                return
+            work = self.admission.apply_adjustments(changes)
         try:
-            if exc_type is not None:
-                await self.admission.refund(landed_items(holds))
-            else:
-                changes = pending_changes(holds)
-                if changes:
-                    await self.admission.apply_adjustments(changes)
+            await self.pending.bounded(work, self.timeout, None)
+        except DeadlinePassed:
+            log.warning(
+                "the exit of %s's lease goes on after its %s s deadline: it lands off the "
+                "caller's path",
+                self.entity_id,
+                self.timeout,
+            )
         except (DynamoError, Unavailable) as failure:
             if exc_type is not None:
                 log.error("refund could not land for %s: %s", self.entity_id, failure)
@@ -235,6 +280,17 @@ class Acquisition:
                 {r: h.pending for r, h in holds.items()},
                 error,
             )
+
+
+def _what_was_debited(exc: BaseException, more: str = "") -> str:
+    """What a failed admission is known to have left: only an unknown outcome may have landed."""
+    root = exc.cause if isinstance(exc, Unavailable) else exc
+    if isinstance(root, UnknownOutcome):
+        return (
+            f"whether a {more}debit landed is unknown (its answers were lost; logged and counted "
+            "in undecided_writes)"
+        )
+    return f"nothing {more}was debited"
 
 
 def _same(entry: Landed | None, target: Any) -> bool:
@@ -279,8 +335,9 @@ class RateLimiter:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def close(self) -> None:
-        await self.repository.close()
+    async def close(self, timeout: float | None = None) -> None:
+        """`Repository.close`: drain outcomes still being resolved, then release the client."""
+        await self.repository.close(timeout)
 
     def acquire(
         self,
@@ -291,10 +348,20 @@ class RateLimiter:
         on_unavailable: OnUnavailable | None = None,
         *,
         also: Mapping[str, Mapping[str, int]] | None = None,
+        timeout: float | deadlines.Default | None = deadlines.DEFAULT,
     ) -> Acquisition:
-        """Admit and debit `consume` on `resource` (and every resource in `also`), all or none."""
+        """Admit and debit `consume` on `resource` (and every resource in `also`), all or none.
+
+        `timeout` (seconds; default the repository's `acquire_timeout`; None: as long as
+        resolving takes) bounds the admission and, separately, the lease's exit: past it
+        `on_unavailable` applies and the work goes on off the caller's path.
+        """
         requests = _validate_acquire(entity_id, resource, consume, limits, on_unavailable, also)
-        return Acquisition(self, entity_id, requests, limits, on_unavailable)
+        if isinstance(timeout, deadlines.Default):
+            bound = self.repository.scope.shared.acquire_timeout
+        else:
+            bound = deadlines.timeout_value(timeout, "timeout")
+        return Acquisition(self, entity_id, requests, limits, on_unavailable, bound)
 
     async def available(
         self, entity_id: str, resource: str, limits: list[Limit] | None = None

@@ -287,6 +287,11 @@ class CacheStats:
     undecided_writes: int = 0  # writes given up with their outcome unknown (on-unavailable.md)
     #: writes planned on an item stamped too far ahead of this clock (docs/on-unavailable.md)
     skewed_items: int = 0
+    # Work resolved off callers' paths after a deadline or a cancellation (on-unavailable.md):
+    pending_resolutions: int = 0  # still being resolved
+    resolved_after_deadline: int = 0  # ended after its caller stopped waiting
+    refunded_after_deadline: int = 0  # item refunds landed for callers that had left
+    abandoned_at_close: int = 0  # still unresolved when close() gave up
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -298,4 +303,8 @@ class CacheStats:
             "unmetered_admissions": dict(self.unmetered_admissions),
             "undecided_writes": self.undecided_writes,
             "skewed_items": self.skewed_items,
+            "pending_resolutions": self.pending_resolutions,
+            "resolved_after_deadline": self.resolved_after_deadline,
+            "refunded_after_deadline": self.refunded_after_deadline,
+            "abandoned_at_close": self.abandoned_at_close,
         }

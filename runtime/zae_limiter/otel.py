@@ -16,11 +16,13 @@ Attributes: `zae_limiter.resources`, `zae_limiter.decision` (acquire: `admitted`
 Instruments (meter `zae_limiter`): counters `zae_limiter.admissions`,
 `zae_limiter.rejections`, `zae_limiter.unmetered_admissions` (attribute `zae_limiter.reason`:
 `unmetered` or `degraded`), `zae_limiter.capacity_units` (attribute `zae_limiter.kind`: `read`
-or `write`), and the histogram `zae_limiter.acquire.duration` (ms) of admissions. Observable
-counters read from the repository's `get_cache_stats()` at each collection:
-`zae_limiter.undecided_writes` (writes given up with their outcome unknown) and
-`zae_limiter.skewed_items` (items seen stamped too far ahead of this process's clock); see
-docs/on-unavailable.md.
+or `write`), and the histogram `zae_limiter.acquire.duration` (ms) of admissions. Read from the
+repository's `get_cache_stats()` at each collection (docs/on-unavailable.md): the counters
+`zae_limiter.undecided_writes` (writes given up with their outcome unknown),
+`zae_limiter.skewed_items` (items seen stamped too far ahead of this process's clock),
+`zae_limiter.resolved_after_deadline`, `zae_limiter.refunded_after_deadline` and
+`zae_limiter.abandoned_at_close` (work resolved off callers' paths), and the gauge
+`zae_limiter.pending_resolutions`.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ _ACQUIRE_SIGNATURE = inspect.signature(RateLimiter.acquire)
 STAT_COUNTERS = {
     "undecided_writes": "Writes given up with their outcome unknown (every re-send lost)",
     "skewed_items": "Items seen stamped further ahead of this process's clock than allowed",
+    "resolved_after_deadline": "Outcomes resolved after their caller stopped waiting",
+    "refunded_after_deadline": "Item refunds landed for callers that had left",
+    "abandoned_at_close": "Outcomes still unresolved when close() gave up",
 }
 
 
@@ -124,14 +129,23 @@ class _Telemetry:
         )
 
     def observe(self, repository: Any) -> None:
-        """The repository's exactness counters, read at each collection."""
+        """The repository's exactness and deadline counters, read at each collection."""
+
+        def reading(field_name: str) -> Any:
+            def callback(_: Any) -> list[Any]:
+                return [metrics.Observation(getattr(repository.get_cache_stats(), field_name))]
+
+            return callback
+
+        self.meter.create_observable_gauge(
+            "zae_limiter.pending_resolutions",
+            callbacks=[reading("pending_resolutions")],
+            unit="{write}",
+            description="Acquire outcomes still being resolved off callers' paths",
+        )
         for name, description in STAT_COUNTERS.items():
-
-            def read(_: Any, field: str = name) -> list[Any]:
-                return [metrics.Observation(getattr(repository.get_cache_stats(), field))]
-
             self.meter.create_observable_counter(
-                f"zae_limiter.{name}", callbacks=[read], unit="{item}", description=description
+                f"zae_limiter.{name}", callbacks=[reading(name)], description=description
             )
 
     def on_request(self, event: RequestEvent) -> None:

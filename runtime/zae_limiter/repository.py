@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import schema, versioning
-from .acquire import Admission
+from .acquire import Admission, deadlines
 from .admin.alerts import AlertsMixin
 from .admin.availability import AvailabilityMixin
 from .admin.balances import BalancesMixin
@@ -88,6 +88,7 @@ class Repository(
             shared.clock,
             shared.bucket_ttl_multiplier,
             shared.split_writes_per_second,
+            shared.pending,
         )
         self._unmetered = Unmetered(shared.unmetered, namespace_name, self._configured_resources)
         self._admission.finder.unmetered = self._unmetered
@@ -115,6 +116,7 @@ class Repository(
         clock: Callable[[], int] | None = None,
         unmetered: str | None = None,
         on_request: RequestListener | None = None,
+        acquire_timeout: float | deadlines.Default | None = deadlines.DEFAULT,
         _check_version: bool = True,
     ) -> Repository:
         """Connect to an existing table and namespace, and check versions. Creates nothing.
@@ -127,6 +129,11 @@ class Repository(
         `unmetered` ("allow", "warn" or "reject"; default `$ZAEL_UNMETERED`, else "allow") says
         what an acquire on a resource without limits at any level does
         (docs/configuration.md).
+
+        `acquire_timeout` (seconds; default `$ZAEL_ACQUIRE_TIMEOUT`, else 1.0; None: as long as
+        resolving takes) bounds each admission and each lease's exit (docs/on-unavailable.md).
+        A `client_config` whose timeouts could let a re-sent write land after the exactly-once
+        rules stop watching for it is refused with ValidationError.
         """
         from . import validation
         from .unmetered import policy_from
@@ -134,6 +141,8 @@ class Repository(
         unmetered_policy = policy_from(unmetered)
 
         validation.positive_number(split_writes_per_second, "split_writes_per_second")
+        timeout = deadlines.acquire_timeout(acquire_timeout)
+        deadlines.check_client_config(client_config)
         table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
         ns_name = namespace or os.environ.get("ZAEL_NAMESPACE") or "default"
         validation.namespace_name(ns_name)
@@ -151,6 +160,8 @@ class Repository(
             split_writes_per_second=float(split_writes_per_second),
             endpoint_url=endpoint,
             unmetered=unmetered_policy,
+            acquire_timeout=timeout,
+            resolution_bound_s=deadlines.resolution_bound_s(client_config),
         )
         try:
             record = await read_version_record(shared.store)
@@ -232,9 +243,19 @@ class Repository(
         except Exception:
             return False
 
-    async def close(self) -> None:
-        """Release the client (a no-op on a namespace scope). Idempotent."""
-        if self._owner:
+    async def close(self, timeout: float | None = None) -> None:
+        """Wait at most `timeout` seconds (default: twice the longest write's resolution bound)
+        for outcomes still being resolved off callers' paths, log and count what could not be,
+        then release the client. A no-op on a namespace scope. Idempotent."""
+        if not self._owner or self._shared.closed:
+            return
+        limit = deadlines.timeout_value(timeout, "timeout")
+        if timeout is None:
+            limit = 2 * self._shared.resolution_bound_s
+        try:
+            await self._shared.pending.drain(limit)
+        finally:
+            self._shared.closed = True
             await self._shared.transport.close()
 
     async def __aenter__(self) -> Repository:
@@ -287,9 +308,14 @@ class Repository(
 
     def get_cache_stats(self) -> CacheStats:
         lanes = self._admission.waves.lanes
+        pending = self._shared.pending
         return replace(
             stats(self._config_cache, self._shared.images, lanes.undecided, lanes.skewed),
             unmetered_admissions=dict(self._unmetered.admissions),
+            pending_resolutions=pending.count,
+            resolved_after_deadline=pending.resolved_after_deadline,
+            refunded_after_deadline=pending.refunded_after_deadline,
+            abandoned_at_close=pending.abandoned_at_close,
         )
 
     async def _configured_resources(self) -> list[str]:

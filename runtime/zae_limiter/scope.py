@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .acquire import Admission
+from .acquire.pending import Pending
 from .caches import ImageCache, Turns
 from .dynamo.store import Store
 from .dynamo.transport import Transport
@@ -37,6 +38,10 @@ class Shared:
     principal: str | None = None
     principal_resolved: bool = False
     partition_turns: Turns = field(default_factory=Turns)  # admin writes, one at a time
+    acquire_timeout: float | None = 1.0  # the default deadline (acquire/deadlines.py)
+    resolution_bound_s: float = 88.0  # the longest a write can still land (acquire/deadlines.py)
+    pending: Pending = field(default_factory=Pending)  # work resolved off callers' paths
+    closed: bool = False
 
 
 @dataclass(frozen=True)

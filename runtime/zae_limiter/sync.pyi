@@ -22,6 +22,7 @@ from zae_limiter import (
     UsageSnapshot,
     UsageSummary,
 )
+from zae_limiter.acquire import deadlines
 from zae_limiter.dynamo.transport import Transport
 from zae_limiter.limiter import Acquisition
 from zae_limiter.scope import Scope
@@ -52,7 +53,7 @@ class SyncRepository:
     ) -> int: ...
     def clear_resource_cascade(self, resource: str, principal: str | None = ...) -> int: ...
     def clear_resource_disabled(self, resource: str, principal: str | None = ...) -> int: ...
-    def close(self) -> None: ...
+    def close(self, timeout: float | None = ...) -> None: ...
     def create_entity(
         self,
         entity_id: str,
@@ -174,6 +175,7 @@ class SyncRepository:
         clock: Callable[[], int] | None = ...,
         unmetered: str | None = ...,
         on_request: RequestListener | None = ...,
+        acquire_timeout: float | deadlines.Default | None = ...,
         _check_version: bool = ...,
     ) -> SyncRepository: ...
     def ping(self) -> bool: ...
@@ -282,6 +284,7 @@ class SyncRateLimiter:
         on_unavailable: OnUnavailable | None = ...,
         *,
         also: Mapping[str, Mapping[str, int]] | None = ...,
+        timeout: float | deadlines.Default | None = ...,
     ) -> SyncAcquisition: ...
     def available(
         self, entity_id: str, resource: str, limits: list[Limit] | None = ...
@@ -293,7 +296,7 @@ class SyncRateLimiter:
         needed: Mapping[str, int] | None = ...,
         limits: list[Limit] | None = ...,
     ) -> Availability: ...
-    def close(self) -> None: ...
+    def close(self, timeout: float | None = ...) -> None: ...
     def create_entity(
         self,
         entity_id: str,

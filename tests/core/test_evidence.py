@@ -42,7 +42,7 @@ async def test_a_lost_write_is_found_after_k_other_writes(open_repo: Any, others
                 pass
 
     with LoseResponses(mine, between=others_write) as lose:
-        async with me.acquire("u", "api", {"units": 100}):
+        async with me.acquire("u", "api", {"units": 100}, timeout=None):
             pass
     assert lose.lost == 1
     [state] = await mine.get_buckets("u")
@@ -68,7 +68,11 @@ async def test_an_undecided_write_is_counted_logged_and_never_admits(
         async with RateLimiter(admin).acquire("u", "api", {"units": 1}):
             pass  # the item exists (written around the proxy): the next write is an update
         repo = await Repository.open(
-            table=table.name, endpoint_url=proxy.url, region=table.region, clock=clock
+            table=table.name,
+            endpoint_url=proxy.url,
+            region=table.region,
+            clock=clock,
+            acquire_timeout=None,  # the caller waits for the re-sends: they are what is tested
         )
         limiter = RateLimiter(repo)
         with (

@@ -19,8 +19,9 @@ from support.clock import FakeClock
 from support.faultproxy import fault_proxy
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
-from zae_limiter.acquire.lanes import MAX_SKEW_MS, PRUNE_AGE_MS
+from zae_limiter.acquire.lanes import PRUNE_AGE_MS
 from zae_limiter.acquire.planning import MIN_EXPIRY_MS
+from zae_limiter.acquire.skew import MAX_SKEW_MS
 from zae_limiter.dynamo import keys
 from zae_limiter.otel import instrument
 
@@ -111,7 +112,7 @@ async def test_the_exactness_counters_reach_opentelemetry(repo: Repository) -> N
     provider = MeterProvider(metric_readers=[reader])
     instrument(RateLimiter(repo), meter_provider=provider)
     lanes = repo._admission.waves.lanes
-    lanes.undecided, lanes.skewed = 3, 2
+    lanes.undecided, lanes.skew.sightings = 3, 2
     data = reader.get_metrics_data()
     assert data is not None
     seen: dict[str, Any] = {

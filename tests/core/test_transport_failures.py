@@ -34,7 +34,7 @@ from zae_limiter.dynamo.transport import Transport
 from zae_limiter.local.engine import free_port
 
 FAST = AioConfig(connect_timeout=1, read_timeout=0.5)
-PATIENT = AioConfig(connect_timeout=10, read_timeout=60)
+PATIENT = AioConfig(connect_timeout=5, read_timeout=15)  # the most open() accepts
 
 
 @pytest.fixture(autouse=True)
@@ -60,6 +60,7 @@ async def test_a_proxy_that_closes_after_every_answer_costs_no_errors(
             clock=clock,
             on_request=events.append,
             client_config=PATIENT,  # a loaded machine must not turn into lost answers here
+            acquire_timeout=None,
         )
         try:
             limiter = RateLimiter(repo)
@@ -209,10 +210,14 @@ async def test_acquire_blocks_or_degrades_and_debits_nothing(
     async with endpoint(tmp_path, monkeypatch) as url, failing(limiter.repository, url):
         if mode is OnUnavailable.BLOCK:
             with pytest.raises(RateLimiterUnavailable, match=message):
-                async with limiter.acquire("u1", "api", {"calls": 5}, on_unavailable=mode):
+                async with limiter.acquire(
+                    "u1", "api", {"calls": 5}, on_unavailable=mode, timeout=None
+                ):
                     pass
         else:
-            async with limiter.acquire("u1", "api", {"calls": 5}, on_unavailable=mode) as lease:
+            async with limiter.acquire(
+                "u1", "api", {"calls": 5}, on_unavailable=mode, timeout=None
+            ) as lease:
                 assert lease.degraded
     assert await balance(limiter) == before
 

@@ -41,9 +41,9 @@ class Opened:
         assert isinstance(limiter, RateLimiter)
         close = limiter.close
 
-        async def counted_close() -> None:
+        async def counted_close(timeout: float | None = None) -> None:
             self.closed += 1
-            await close()
+            await close(timeout)
 
         limiter.close = counted_close  # type: ignore[method-assign]
         self.limiters.append(limiter)

@@ -20,6 +20,7 @@ from support.tables import TableRef
 from zae_limiter import (
     Limit,
     RateLimiter,
+    RateLimiterUnavailable,
     RateLimitExceeded,
     Repository,
     ResourceDisabled,
@@ -217,3 +218,21 @@ def test_without_opentelemetry_instrument_is_a_no_op() -> None:
     )
     out = _run(code)
     assert out.startswith("True") and "opentelemetry-api is not installed" in out
+
+
+async def test_work_resolved_after_a_deadline_is_observed(
+    limiter: RateLimiter, repo: Repository, telemetry: Telemetry
+) -> None:
+    await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 10)])
+    traced = telemetry.instrument(limiter)
+    async with traced.acquire("user-1", "search", {"rpm": 1}):
+        pass  # warm: the next admission is one write, which cannot answer within a microsecond
+    with pytest.raises(RateLimiterUnavailable, match="any debit that lands will be refunded"):
+        async with traced.acquire("user-1", "search", {"rpm": 1}, timeout=1e-6):
+            pass
+    await repo.close()  # drains: the debit landed for a caller that had left, and is refunded
+    metrics = telemetry.metrics()
+    assert metrics["zae_limiter.pending_resolutions"] == [({}, 0)]
+    assert metrics["zae_limiter.resolved_after_deadline"] == [({}, 1)]
+    assert metrics["zae_limiter.refunded_after_deadline"] == [({}, 1)]
+    assert metrics["zae_limiter.abandoned_at_close"] == [({}, 0)]

@@ -106,12 +106,14 @@ async def open_behind(
     url: str, table: str, *, read_timeout: float, clock: Callable[[], int] | None = None
 ) -> Repository:
     """A Repository on `table` reached through `url` (a fault proxy), with a short read timeout
-    so that held answers turn into unknown outcomes quickly."""
+    so that held answers turn into unknown outcomes quickly, and no deadline: callers wait for
+    their outcomes to be resolved (the exactly-once rules on the caller's path)."""
     return await Repository.open(
         table=table,
         endpoint_url=url,
         clock=clock,
         client_config=Config(read_timeout=read_timeout, connect_timeout=1),
+        acquire_timeout=None,
     )
 
 

@@ -16,11 +16,13 @@ from dataclasses import replace
 from ..caches import ImageCache
 from ..core.evolve import evolve
 from ..dynamo.bucket_items import BucketImage, Stamp
+from ..dynamo.transport import DynamoError, UnknownOutcome
 from ..errors import RateLimitExceeded
 from ..limits import Limit
 from ..models import LimitStatus
 from ..resolution import Resolver
 from . import planning
+from .pending import Pending
 from .shards import SPLIT_WRITES_PER_SECOND, ShardChooser, SplitDetector
 from .store import BucketStore
 from .targets import Loaded, TargetFinder
@@ -42,14 +44,17 @@ class Admission:
         clock: Callable[[], int],
         ttl_multiplier: int,
         split_writes_per_second: float = SPLIT_WRITES_PER_SECOND,
+        pending: Pending | None = None,
     ) -> None:
         self.ns = ns
+        self.pending = pending if pending is not None else Pending()
         self.images = images
         self.clock = clock
         self.maker = planning.ItemMaker(ns, ttl_multiplier)
         self.shards = ShardChooser(ns, images, clock)
         self.detector = SplitDetector(split_writes_per_second)
         self.waves = Waves(store, images, clock, self.maker, self.shards, on_written=self._observe)
+        self.waves.on_orphan = self._orphaned
         self.finder = TargetFinder(
             store, ns, resolver, images, clock, self.shards, self.waves.restamp
         )
@@ -101,7 +106,12 @@ class Admission:
         if not result.refused and result.error is None:
             return landed
         if landed:
-            await self.refund(landed)
+            try:
+                await self.refund(landed)
+            except (DynamoError, Unavailable) as exc:
+                # A debit landed and its refund did not: say so, never "nothing was debited".
+                log.error("a refund after a failed admission could not land: %s", exc)
+                raise Unavailable(UnknownOutcome(exc)) from exc
         if isinstance(result.error, Contended):
             raise RateLimitExceeded(self.statuses(result.latest, self.clock()), contended=True)
         if result.refused:
@@ -132,6 +142,29 @@ class Admission:
         for entry in landed:
             entry.debited = {}
             entry.admissions = 0
+
+    async def refund_for_departed(self, landed: list[Landed]) -> None:
+        """`refund` for a caller that stopped waiting: counted, and logged with each item key."""
+        entries = [entry for entry in landed if entry.debited or entry.admissions]
+        if not entries:
+            return
+        await self.refund(entries)
+        for entry in entries:
+            image = entry.target.image
+            self.pending.refunded_after_deadline += 1
+            log.warning(
+                "refunded after its caller's deadline or cancellation: item %s/%s/%s shard %d",
+                image.ns,
+                image.entity_id,
+                image.resource,
+                image.shard,
+            )
+
+    def _orphaned(self, written: Written, admissions: int) -> None:
+        """A lane's write landed for a caller that had left: refund it off the path."""
+        self.pending.adopt(
+            asyncio.ensure_future(self.refund_for_departed([_landed(written, admissions)])), None
+        )
 
     async def apply_adjustments(self, changes: list[tuple[Landed, dict[str, int]]]) -> None:
         """Write net adjustments (milli, signed) to landed items: never rejects."""

@@ -30,6 +30,8 @@ from ..core.evolve import evolve
 from ..dynamo import transport
 from ..dynamo.bucket_items import BucketImage, Evidence, new_writer_id, parse
 from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
+from .deadlines import RESEND_WINDOW_MS
+from .skew import SkewWatch
 from .values import Planner, Target
 
 log = logging.getLogger("zae_limiter")
@@ -39,15 +41,10 @@ MAX_BATCH = 64
 #: Re-sends of a write whose answer was lost before its calls are told "unavailable".
 UNKNOWN_RESENDS = 8
 #: Another writer's entry older than this (by this writer's clock) is removed by the next write.
-#: It must exceed the longest time a writer keeps re-sending (UNKNOWN_RESENDS x read timeout,
-#: about 40 s by default) plus the clock skew between processes (docs/on-unavailable.md).
+#: It must exceed the longest time a copy of a write can still land (`deadlines.RESEND_WINDOW_MS`
+#: plus one request's timeouts, which `open()` caps) plus the clock skew between processes
+#: (docs/on-unavailable.md; checked in tests/unit/test_acquire_deadlines.py).
 PRUNE_AGE_MS = 5 * 60_000
-#: How far another writer's entry may be ahead of this writer's clock: the prune age less a
-#: minute for the re-send window. Beyond it the rules' skew assumption is broken where this writer
-#: can see it: counted, logged, and settled toward rejecting (`Lanes.stamped_ahead`).
-MAX_SKEW_MS = PRUNE_AGE_MS - 60_000
-#: Sightings logged in full; after these, one in every `SKEW_LOG_EVERY`.
-SKEW_LOG_FIRST, SKEW_LOG_EVERY = 10, 100
 #: Entries removed per write at most (keeps the request small).
 PRUNE_PER_WRITE = 2
 
@@ -81,6 +78,15 @@ class Call:
     future: asyncio.Future[Outcome]
     now: int | None = None  # fixed after a conflict: the retry plans at the same time
     tries: int = 0
+    admissions: int = 0  # the admissions delta of its planned write
+
+    def resolve(self, outcome: Outcome, lanes: Lanes) -> None:
+        """Tell the caller; a caller that left (its future cancelled) is never told, and a write
+        that landed for it is handed to `lanes.on_orphan` (a debit to refund)."""
+        if not self.future.done():
+            self.future.set_result(outcome)
+        elif outcome.image is not None and lanes.on_orphan is not None:
+            lanes.on_orphan(self, outcome)
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,12 @@ class _Batch:
     now: int
     lost: int = 0  # answers lost so far (the write may have landed)
     skewed: bool = False  # the item shows a writer too far ahead: a lost answer is not re-sent
+    first_sent: int | None = None  # the clock when it was first sent (bounds the re-sends)
+
+    def resend_allowed(self, now: int) -> bool:
+        """Another send of a write whose answer was lost: bounded in count and in time."""
+        started = self.first_sent if self.first_sent is not None else now
+        return self.lost <= UNKNOWN_RESENDS and now - started <= RESEND_WINDOW_MS
 
 
 class Contended(Exception):
@@ -130,44 +142,24 @@ class Lanes:
         rules_matter: Callable[[BucketImage, BucketImage], bool],
         blank: Callable[[BucketImage], BucketImage],
         writer: str | None = None,
+        on_orphan: Callable[[Call, Outcome], None] | None = None,
     ) -> None:
         self.sender = sender
+        self.on_orphan = on_orphan
         self.clock = clock
         self.on_image = on_image
         self.rules_matter = rules_matter
         self.blank = blank
         self.writer = writer or new_writer_id()
         self.undecided = 0  # writes given up on with their outcome unknown (a metric)
-        self.skewed = 0  # writes planned on items stamped too far ahead of its clock (a metric)
+        self.skew = SkewWatch(self.writer)
         self._seq = 0
         self._lanes: dict[tuple[str, str, str, int], _Lane] = {}
 
-    def stamped_ahead(self, image: BucketImage, now: int) -> bool:
-        """Whether another writer's entry on `image` is ahead of `now` by more than MAX_SKEW_MS.
-
-        Such a writer may remove this writer's entries while it still re-sends (rule 4 of
-        docs/on-unavailable.md), so on this item this writer removes no entry and re-sends no
-        write whose answer was lost: the write is undecided at once (not admitted, a debit that
-        landed stays). Counted in `skewed_items` and logged."""
-        ahead = max((s for w, s in image.evidence.items() if w != self.writer), default=now) - now
-        if ahead <= MAX_SKEW_MS:
-            return False
-        self.skewed += 1
-        if self.skewed <= SKEW_LOG_FIRST or self.skewed % SKEW_LOG_EVERY == 0:
-            log.warning(
-                "item %s/%s/%s shard %d is stamped %d ms ahead of this writer's clock (writer %s; "
-                "at most %d ms allowed): clocks disagree; on this item no evidence is removed "
-                "and a write whose answer is lost is not re-sent (sighting %d)",
-                image.ns,
-                image.entity_id,
-                image.resource,
-                image.shard,
-                ahead,
-                self.writer,
-                MAX_SKEW_MS,
-                self.skewed,
-            )
-        return True
+    @property
+    def skewed(self) -> int:
+        """Writes planned on items stamped too far ahead of this writer's clock (a metric)."""
+        return self.skew.sightings
 
     def next_seq(self, now: int) -> int:
         """Strictly increasing, and about the writer's clock (so entries show their age)."""
@@ -285,6 +277,9 @@ class _Lane:
         admissions = 0
         while self.queue and len(calls) < MAX_BATCH:
             call = self.queue[0]
+            if call.future.done():  # its caller left before it was sent: nothing to write
+                self.queue.popleft()
+                continue
             if call.now != first.now:
                 break  # a retry plans at its first time, a new call at the clock: never older
             if calls and (call.target.image.stamp_seq, call.target.image.writes) > (
@@ -300,9 +295,10 @@ class _Lane:
                 if calls:
                     break  # may fit alone, on the image the batch returns
                 self.queue.popleft()
-                call.future.set_result(Outcome(target, refused=True, at=now))
+                call.resolve(Outcome(target, refused=True, at=now), self.lanes)
                 return None
             writes, delta = result
+            call.admissions = delta
             joined = then_all(combined, writes) if calls else dict(writes)
             if joined is None:
                 break
@@ -315,7 +311,9 @@ class _Lane:
             for name, write in writes.items():
                 states[name] = write.result
             projected = evolve(projected, states=states)
-        skewed = self.lanes.stamped_ahead(base, now)
+        if not calls:
+            return None  # every queued call's caller had left
+        skewed = self.lanes.skew.stamped_ahead(base, now)
         prune = () if skewed else self._prunable(base, now)
         evidence = Evidence(self.lanes.writer, self.lanes.next_seq(now), prune)
         return _Batch(calls, plans, base, exists, combined, admissions, evidence, now, 0, skewed)
@@ -333,6 +331,8 @@ class _Lane:
     async def _run(self, batch: _Batch) -> None:
         lanes = self.lanes
         while True:
+            if batch.first_sent is None:
+                batch.first_sent = lanes.clock()
             try:
                 image = await lanes.sender.send(
                     batch.image,
@@ -347,7 +347,7 @@ class _Lane:
                 return
             except UnknownOutcome as lost:
                 batch.lost += 1
-                if batch.lost > UNKNOWN_RESENDS or batch.skewed:
+                if batch.skewed or not batch.resend_allowed(lanes.clock()):
                     self._give_up(batch, lost)
                     return
                 await asyncio.sleep(0.02 * batch.lost * transport.backoff_scale)
@@ -355,7 +355,7 @@ class _Lane:
             except DynamoError as exc:
                 if batch.lost:  # still unknown whether an earlier send landed
                     batch.lost += 1
-                    if batch.lost > UNKNOWN_RESENDS:
+                    if not batch.resend_allowed(lanes.clock()):
                         self._give_up(batch, exc)
                         return
                     await asyncio.sleep(0.05 * batch.lost * transport.backoff_scale)
@@ -373,7 +373,7 @@ class _Lane:
         self.lanes.on_image(image, True)
         for call, writes in zip(batch.calls, batch.plans, strict=True):
             target = evolve(call.target, image=image, exists=True)
-            call.future.set_result(Outcome(target, image=image, writes=writes))
+            call.resolve(Outcome(target, image=image, writes=writes), self.lanes)
 
     async def _condition_failed(self, batch: _Batch, failed: ConditionFailed) -> None:
         lanes = self.lanes
@@ -433,6 +433,8 @@ class _Lane:
         """Put the batch's calls back at the front, to plan again on `image` at the same time."""
         retry: list[Call] = []
         for call in batch.calls:
+            if call.future.done():
+                continue  # its caller left and nothing of it landed: drop it
             call.tries += 1
             if call.tries >= call.rounds:
                 call.future.set_result(Outcome(call.target, error=Contended()))
@@ -454,11 +456,11 @@ class _Lane:
         retry = []
         for call in batch.calls:
             call.tries += 1
-            if call.settle and call.tries < call.rounds:
+            if call.settle and call.tries < call.rounds and not call.future.done():
                 retry.append(call)
                 waiting = True
             else:
-                call.future.set_result(Outcome(call.target, error=exc))
+                call.resolve(Outcome(call.target, error=exc), self.lanes)
         if waiting:
             await asyncio.sleep(0.05 * max(c.tries for c in retry) * transport.backoff_scale)
             self.queue.extendleft(reversed(retry))
@@ -478,7 +480,8 @@ class _Lane:
             batch.evidence.seq,
             cause,
         )
-        error = cause if isinstance(cause, DynamoError) else UnknownOutcome(cause)
+        # Whatever the last answer said, an earlier send may have landed.
+        error = cause if isinstance(cause, UnknownOutcome) else UnknownOutcome(cause)
         self._fail(batch.calls, error)
 
     def _fail(self, calls: list[Call], error: BaseException) -> None:

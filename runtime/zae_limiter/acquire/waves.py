@@ -78,6 +78,8 @@ class Waves:
         self.maker = maker
         self.shards = shards
         self.on_written = on_written
+        #: Told of a debit that landed for a caller that had left (Admission refunds it).
+        self.on_orphan: Callable[[Written, int], None] | None = None
         self.lanes = lanes_.Lanes(
             self,
             clock,
@@ -86,6 +88,7 @@ class Waves:
                 planned.stamp, current.stamp
             ),
             blank=self._blank_after,
+            on_orphan=self._orphaned,
         )
 
     @property
@@ -223,6 +226,15 @@ class Waves:
 
     async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
         return await self.store.fence(image, evidence, blocked)
+
+    def _orphaned(self, call: lanes_.Call, outcome: lanes_.Outcome) -> None:
+        if call.settle or outcome.image is None:
+            return  # an exit write or refund that landed did what it was for
+        written = Written(outcome.target, outcome.image, outcome.writes)
+        if self.on_orphan is not None:
+            self.on_orphan(written, call.admissions)
+        else:
+            log.error("a debit landed for a caller that had left on %s", outcome.target.resource)
 
     def _seen(self, image: BucketImage, landed: bool) -> None:
         self.images.put(image, self.clock())

@@ -1,0 +1,106 @@
+"""Deadlines: how long a caller waits, and how long a write can still land (docs/on-unavailable.md).
+
+Two different bounds:
+
+- the caller's *deadline* (`acquire(timeout=)`, `Repository.open(acquire_timeout=)`): how long
+  an admission or a lease's exit may hold the caller; past it the work goes on off the caller's
+  path (`acquire.pending`);
+- a write's *resolution window*: how long after its first send a copy of a write can still
+  land. The exactly-once rules assume it is shorter than `lanes.PRUNE_AGE_MS` minus the clock
+  skew between processes, so it is bounded in time: a lane sends no re-send later than
+  `RESEND_WINDOW_MS` after the first send, and `open()` refuses request timeouts above
+  `MAX_REQUEST_TIMEOUT_S` (one request can land at most that long after it was sent).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Final
+
+from ..dynamo.transport import CLIENT_SETTINGS, MAX_ATTEMPTS
+from ..errors import ValidationError
+
+#: No re-send of a write whose answer was lost starts later than this after its first send.
+RESEND_WINDOW_MS = 60_000
+#: connect_timeout + read_timeout of a client_config, at most (seconds).
+MAX_REQUEST_TIMEOUT_S = 20.0
+#: The clock skew between writers the exactly-once rules tolerate: the longest resolution window
+#: (about 140 s with the largest timeouts open() accepts) plus this stays below PRUNE_AGE_MS.
+ASSUMED_SKEW_MS = 120_000
+#: The default deadline of an admission and of a lease's exit (seconds).
+DEFAULT_ACQUIRE_TIMEOUT = 1.0
+ENV_ACQUIRE_TIMEOUT = "ZAEL_ACQUIRE_TIMEOUT"
+
+
+class Default:
+    """ "Not given": `acquire(timeout=)` takes the repository's `acquire_timeout`, which takes
+    `$ZAEL_ACQUIRE_TIMEOUT`, else 1.0 s."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT: Final = Default()
+
+
+def timeout_value(value: Any, field: str) -> float | None:
+    """A deadline in seconds (finite, above 0), or None for "as long as resolving takes"."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationError(field, value, "must be a number of seconds, e.g. 0.5, or None")
+    if not math.isfinite(value) or value <= 0:
+        raise ValidationError(field, value, "must be a finite number of seconds above 0, or None")
+    return float(value)
+
+
+def acquire_timeout(value: float | Default | None) -> float | None:
+    """`Repository.open(acquire_timeout=)`, else `$ZAEL_ACQUIRE_TIMEOUT`, else 1.0."""
+    if not isinstance(value, Default):
+        return timeout_value(value, "acquire_timeout")
+    raw = os.environ.get(ENV_ACQUIRE_TIMEOUT, "").strip()
+    if not raw:
+        return DEFAULT_ACQUIRE_TIMEOUT
+    if raw.lower() == "none":
+        return None
+    try:
+        number = float(raw)
+    except ValueError:
+        raise ValidationError(
+            ENV_ACQUIRE_TIMEOUT, raw, "must be a number of seconds, e.g. 0.5, or 'none'"
+        ) from None
+    return timeout_value(number, ENV_ACQUIRE_TIMEOUT)
+
+
+def request_timeouts(client_config: Any) -> tuple[float, float]:
+    """(connect_timeout, read_timeout) in seconds, as the client will use them: the library's
+    settings merged with what `client_config` sets explicitly (`Transport.connect`)."""
+    merged: Any = dict(CLIENT_SETTINGS)
+    if client_config is not None:
+        from botocore.config import Config
+
+        merged = Config(**CLIENT_SETTINGS).merge(client_config)
+        return float(merged.connect_timeout), float(merged.read_timeout)
+    return float(merged["connect_timeout"]), float(merged["read_timeout"])
+
+
+def check_client_config(client_config: Any) -> None:
+    """Refuse timeouts that could let a write land after the exactly-once rules stop watching."""
+    if client_config is None:
+        return
+    connect, read = request_timeouts(client_config)
+    if connect + read > MAX_REQUEST_TIMEOUT_S:
+        raise ValidationError(
+            "client_config",
+            f"connect_timeout={connect:g}, read_timeout={read:g}",
+            f"connect_timeout + read_timeout must be at most {MAX_REQUEST_TIMEOUT_S:g} s: a "
+            "write re-sent after a lost answer must not land after the exactly-once rules stop "
+            "watching for it; bound the caller with acquire_timeout instead",
+        )
+
+
+def resolution_bound_s(client_config: Any) -> float:
+    """The longest time after its first send that a write can still land (seconds)."""
+    connect, read = request_timeouts(client_config)
+    return RESEND_WINDOW_MS / 1000 + MAX_ATTEMPTS * (connect + read)

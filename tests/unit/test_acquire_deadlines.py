@@ -1,0 +1,88 @@
+"""The resolution window is bounded in time (reference.md §2.2, §12.3): re-sends stop by the
+clock, not by a count that multiplies the read timeout, and `open()` refuses timeouts that could
+let a late copy of a write land after the exactly-once rules stop watching for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from botocore.config import Config
+
+from support.acquire_env import AcquireEnv
+from support.memory_store import MemoryBucketStore
+from zae_limiter import Repository, ValidationError
+from zae_limiter.acquire import deadlines
+from zae_limiter.acquire.lanes import PRUNE_AGE_MS, UNKNOWN_RESENDS
+from zae_limiter.acquire.values import Unavailable
+from zae_limiter.dynamo import transport
+from zae_limiter.dynamo.transport import UnknownOutcome
+
+
+@pytest.fixture(autouse=True)
+def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transport, "backoff_scale", 0.0)
+
+
+class SlowLosingStore(MemoryBucketStore):
+    """Every update takes `read_s` seconds of the writer's clock and loses its answer."""
+
+    def __init__(self, env: AcquireEnv, read_s: float) -> None:
+        super().__init__()
+        self.env = env
+        self.read_s = read_s
+        self.sent_at: list[int] = []
+
+    async def update(self, *args: Any, **kwargs: Any) -> Any:
+        self.sent_at.append(self.env.clock())
+        self.env.clock.advance(seconds=self.read_s)
+        raise UnknownOutcome(TimeoutError("read timeout"))
+
+
+async def test_re_sends_stop_by_time_whatever_the_read_timeout() -> None:
+    env = AcquireEnv()
+    store = SlowLosingStore(env, read_s=34)  # the timeout that made 9 sends outlive the rules
+    store.items = env.store.items
+    env.admission.waves.store = store
+    image = env.stored()
+    with pytest.raises(Unavailable):
+        await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
+    first, last = store.sent_at[0], store.sent_at[-1]
+    assert last - first <= deadlines.RESEND_WINDOW_MS  # no send began after the window
+    assert len(store.sent_at) < UNKNOWN_RESENDS + 1  # the count alone would have sent 9
+    assert env.admission.waves.lanes.undecided == 1
+
+
+def test_the_longest_resolution_window_fits_what_the_rules_assume() -> None:
+    worst = Config(connect_timeout=5, read_timeout=deadlines.MAX_REQUEST_TIMEOUT_S - 5)
+    deadlines.check_client_config(worst)  # accepted
+    bound_ms = deadlines.resolution_bound_s(worst) * 1000
+    assert bound_ms + deadlines.ASSUMED_SKEW_MS < PRUNE_AGE_MS
+
+
+@pytest.mark.parametrize(
+    "config",
+    [Config(read_timeout=34), Config(connect_timeout=10, read_timeout=11)],
+)
+async def test_open_refuses_timeouts_that_outlive_the_exactly_once_rules(config: Config) -> None:
+    with pytest.raises(ValidationError, match="read_timeout must be at most 20 s"):
+        await Repository.open(table="t", endpoint_url="http://127.0.0.1:9", client_config=config)
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), "1", True])
+async def test_a_bad_acquire_timeout_is_refused_before_any_io(value: Any) -> None:
+    with pytest.raises(ValidationError, match="acquire_timeout"):
+        await Repository.open(table="t", endpoint_url="http://127.0.0.1:9", acquire_timeout=value)
+
+
+def test_the_acquire_timeout_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(deadlines.ENV_ACQUIRE_TIMEOUT, raising=False)
+    assert deadlines.acquire_timeout(deadlines.DEFAULT) == 1.0
+    monkeypatch.setenv(deadlines.ENV_ACQUIRE_TIMEOUT, "0.25")
+    assert deadlines.acquire_timeout(deadlines.DEFAULT) == 0.25
+    assert deadlines.acquire_timeout(2) == 2.0  # the argument wins
+    monkeypatch.setenv(deadlines.ENV_ACQUIRE_TIMEOUT, "none")
+    assert deadlines.acquire_timeout(deadlines.DEFAULT) is None
+    monkeypatch.setenv(deadlines.ENV_ACQUIRE_TIMEOUT, "soon")
+    with pytest.raises(ValidationError, match="ZAEL_ACQUIRE_TIMEOUT"):
+        deadlines.acquire_timeout(deadlines.DEFAULT)
