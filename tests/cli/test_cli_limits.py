@@ -519,7 +519,7 @@ async def test_no_mistake_hides_another_and_they_come_in_file_order(
         f"  {path}:12:5: resources.budget.limits: duplicate key 'limits' (first at line 11)",
         f"  {path}:13:38: resources.docs.limits.rpm.burts: unknown key; expected one of: "
         "capacity, refill_amount, refill_period, refill_period_seconds, reset_schedule, "
-        "reset_after_seconds, schedule, soft",
+        "reset_after_seconds, schedule, soft, alert_at",
         f"  {path}:13:48: resources.docs.limits.rpm.refill_amount: must be a YAML integer, not "
         "a number",
     ]
