@@ -173,6 +173,26 @@ async def test_an_answer_split_at_every_byte_is_read_whole_on_one_connection(
     assert server.connections == 1
 
 
+async def test_a_large_answer_in_one_read_is_read_whole() -> None:
+    # The head and a body far larger than MAX_HEAD_BYTES in one write: the first read holds
+    # both, and only an unfinished head may count against the limit (a manifest record's
+    # chunks came back as "connection closed" when the whole read was counted).
+    body = json.dumps({"Items": [{"pk": {"S": "x" * 1000}}] * 400}).encode()
+    assert len(body) > 4 * connections.MAX_HEAD_BYTES
+    answer = framed(b"Content-Length: %d" % len(body), body=body)
+    answers, opened = await exchanges(sends(answer), 2)
+    assert [a.content for a in answers] == [body, body]
+    assert opened == 1
+
+
+async def test_a_head_longer_than_the_limit_is_a_broken_answer() -> None:
+    padding = b"x-pad: " + b"p" * 1000
+    lines = [padding] * (connections.MAX_HEAD_BYTES // 1000 + 1)
+    exc = await failure(sends(framed(LENGTH, *lines)))
+    assert isinstance(exc, bce.ConnectionClosedError)
+    assert unknown_outcome(exc)
+
+
 async def test_trailers_join_the_headers_and_keep_the_connection() -> None:
     answer = framed(CHUNKED, body=chunked(trailers=CRC + b"\r\nx-b: 2\r\n"))
     answers, opened = await exchanges(sends(answer), 3)

@@ -191,10 +191,6 @@ class _Connection(asyncio.Protocol):
 
     def _feed(self, data: bytes) -> None:
         """Hand bytes to the parser; its callbacks finish the exchange once the answer is whole."""
-        if not self._head_done:
-            self._head_bytes += len(data)
-            if self._head_bytes > MAX_HEAD_BYTES:
-                raise BrokenAnswer("the answer's head is too long")
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -203,6 +199,10 @@ class _Connection(asyncio.Protocol):
             if self.waiter is not None:
                 raise BrokenAnswer(f"the answer is not HTTP/1.1: {exc}") from None
             self.reusable = False  # the answer was whole; what followed it was not
+        if self.waiter is not None and not self._head_done:
+            self._head_bytes += len(data)  # a head still unfinished: every byte of it counts
+        if self._head_bytes > MAX_HEAD_BYTES:
+            raise BrokenAnswer("the answer's head is too long")
 
     def _feed_eof(self) -> Answer:
         """The answer, if the close ends it (RFC 9112 §6.3: no length, no chunks)."""
@@ -218,6 +218,8 @@ class _Connection(asyncio.Protocol):
             self.reusable = False  # a second answer to one request
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        # One read may hold a whole head and a large body: the head is measured by its headers.
+        self._head_bytes += len(name) + len(value)
         self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
@@ -227,8 +229,8 @@ class _Connection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
-        if self.waiter is None:
-            return
+        if self.waiter is None or self._head_bytes > MAX_HEAD_BYTES:
+            return  # nobody asked, or `_feed` refuses the answer once the parser returns
         parser = self._parser
         status = parser.get_status_code()
         if status < 200:  # an interim answer (100 Continue, 103 Early Hints): the real one follows
