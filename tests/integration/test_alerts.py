@@ -4,7 +4,6 @@ alert items (docs/alerts.md). Each crossing is stored exactly once, whatever the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,26 +11,11 @@ from typing import Any
 import pytest
 
 from support.clock import FakeClock
-from support.tables import TableRef
 from zae_limiter import AlertEvent, Limit, RateLimiter, Repository, ValidationError
 from zae_limiter.dynamo import keys
 from zae_limiter.local.stream_runner import StreamRunner
 
 pytestmark = pytest.mark.ddb
-
-
-@pytest.fixture
-async def repo(table: TableRef, clock: FakeClock) -> AsyncIterator[Repository]:
-    opened = await Repository.open(
-        table=table.name, endpoint_url=table.endpoint_url, region=table.region, clock=clock
-    )
-    yield opened
-    await opened.close()
-
-
-@pytest.fixture
-def limiter(repo: Repository) -> RateLimiter:
-    return RateLimiter(repo)
 
 
 def crossed(alerts: list[AlertEvent]) -> list[tuple[str, str, int, int]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,15 +22,6 @@ from zae_limiter.local.stream_runner import StreamRunner
 
 pytestmark = pytest.mark.ddb
 REGION = "us-east-1"
-
-
-@pytest.fixture
-async def repo(table: TableRef, clock: FakeClock) -> AsyncIterator[Repository]:
-    opened = await Repository.open(
-        table=table.name, endpoint_url=table.endpoint_url, region=table.region, clock=clock
-    )
-    yield opened
-    await opened.close()
 
 
 class FailingOnce:

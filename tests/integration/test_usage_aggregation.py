@@ -40,20 +40,6 @@ def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-async def repo(table: TableRef, clock: FakeClock) -> AsyncIterator[Repository]:
-    opened = await Repository.open(
-        table=table.name, endpoint_url=table.endpoint_url, region=table.region, clock=clock
-    )
-    yield opened
-    await opened.close()
-
-
-@pytest.fixture
-def limiter(repo: Repository) -> RateLimiter:
-    return RateLimiter(repo)
-
-
-@pytest.fixture
 async def runner(repo: Repository) -> AsyncIterator[StreamRunner]:
     async with StreamRunner.from_repository(repo) as running:
         yield running
