@@ -1,4 +1,4 @@
-"""Cancelled callers on DynamoDB Local (reference.md §5.18): a caller that leaves never strands
+"""Cancelled callers on DynamoDB Local (docs/on-unavailable.md): a caller that leaves never strands
 the calls folded into the same write, and never leaves money behind once `close()` drained.
 
 The ledger is what the callers saw: a lease whose block body completed owes its amount (and its

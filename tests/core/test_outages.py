@@ -1,4 +1,4 @@
-"""Outages on DynamoDB Local through a loopback proxy (reference.md §5.18, §12.12).
+"""Outages on DynamoDB Local through a loopback proxy (docs/on-unavailable.md, deadlines).
 
 Per shape (engine stopped, answers held, slow half of the writes, connection refused,
 throttling), mode (ALLOW, BLOCK), call (single resource, the seed's three-bucket call) and

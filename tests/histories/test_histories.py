@@ -1,4 +1,4 @@
-"""A small recorded history, checked (reference.md §12.13; tests/support/history/).
+"""A small recorded history, checked (tests/support/history/; docs/contributing.md).
 
 Two worker processes of four tasks each, for 20 s: every fault kind, a partition in each, one
 SIGKILL (its replacement is a new writer), clocks up to 500 ms apart, limits reached many times

@@ -1,4 +1,4 @@
-"""The resolution window is bounded in time (reference.md §2.2, §12.3): re-sends stop by the
+"""The resolution window is bounded in time (docs/on-unavailable.md): re-sends stop by the
 clock, not by a count that multiplies the read timeout, and `open()` refuses timeouts that could
 let a late copy of a write land after the exactly-once rules stop watching for it."""
 

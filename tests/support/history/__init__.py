@@ -1,6 +1,6 @@
 """Recorded histories of many processes under faults, checked against the final balances.
 
-In the spirit of Jepsen and Elle (reference.md §12.13): `runner` starts worker processes
+In the spirit of Jepsen and Elle (docs/contributing.md): `runner` starts worker processes
 (`worker`), each with many asyncio tasks doing acquire / adjust / consume / raise-inside-the-block
 (`workload`) against DynamoDB Local through its own fault proxy (lost answers, latency,
 throttling, 5xx, partitions), with its clock skewed; it SIGKILLs some of them and starts

@@ -1,4 +1,4 @@
-"""Check a recorded history against the final balances (reference.md §12.13).
+"""Check a recorded history against the final balances (docs/contributing.md, `make soak`).
 
 Per bucket (``entity|resource|limit``):
 
