@@ -173,9 +173,9 @@ class Acquisition:
         if self.limits:
             await check_limit_gates(self.scope, self.limits)
         for attempt in range(_RESTARTS):
-            plans = await self.admission.targets(self.entity_id, self.requests, self.limits)
-            targets = [t for p in plans for t in (p.child, p.parent) if t is not None]
-            try:
+            try:  # finding the targets may restamp an item, which concurrent changes can race
+                plans = await self.admission.targets(self.entity_id, self.requests, self.limits)
+                targets = [t for p in plans for t in (p.child, p.parent) if t is not None]
                 landed = await self.admission.debit(targets, local_ok=True) if targets else []
             except RulesChanged:
                 if attempt + 1 == _RESTARTS:

@@ -26,7 +26,7 @@ from .pending import Pending
 from .shards import SPLIT_WRITES_PER_SECOND, ShardChooser, SplitDetector
 from .store import BucketStore
 from .targets import Loaded, TargetFinder
-from .values import Contended, Landed, Planner, ResourcePlan, Target, Unavailable
+from .values import Contended, Landed, Planner, ResourcePlan, RulesChanged, Target, Unavailable
 from .waves import MoreOperations, Waves, Written
 
 log = logging.getLogger("zae_limiter")
@@ -179,6 +179,8 @@ class Admission:
         result = await self.waves.write_all(jobs, settle=True)
         if isinstance(result.error, Contended):  # its rounds ran out: it did not land
             raise Unavailable(Contended("the write kept meeting other writers' changes"))
+        if isinstance(result.error, RulesChanged):  # the item's rules kept changing: not landed
+            raise Unavailable(RulesChanged("the item's rules kept changing under the write"))
         if result.error is not None:
             raise result.error
 
