@@ -42,6 +42,19 @@ def usage_filters(*, window_default: str | None) -> Callable[[F], F]:
     return decorate
 
 
+def count_option(what: str, *, most: int | None = 1000) -> Callable[[F], F]:
+    """`-l/--limit N`: at most N of `what` (default 100) in one listing."""
+    return click.option(
+        "-l",
+        "--limit",
+        "count",
+        type=click.IntRange(min=1, max=most),
+        default=100,
+        show_default=True,
+        help=f"At most N {what}.",
+    )
+
+
 def _need_filter(entity_id: str | None, resource: str | None) -> None:
     if entity_id is None and resource is None:
         raise click.UsageError("give -e/--entity-id, -r/--resource, or both")
@@ -54,15 +67,7 @@ def usage() -> None:
 
 @usage.command("list")
 @usage_filters(window_default=None)
-@click.option(
-    "-l",
-    "--limit",
-    "count",
-    type=click.IntRange(min=1, max=1000),
-    default=100,
-    show_default=True,
-    help="At most N snapshots (the newest N).",
-)
+@count_option("snapshots (the newest N)")
 @click.option(
     "--next-key", metavar="KEY", help="Continue a listing (the key the last page printed)."
 )
@@ -250,15 +255,7 @@ def audit() -> None:
     help="Events about a resource's defaults and flags.",
 )
 @click.option("--system", "system_level", is_flag=True, help="Events about the system defaults.")
-@click.option(
-    "-l",
-    "--limit",
-    "count",
-    type=click.IntRange(min=1),
-    default=100,
-    show_default=True,
-    help="At most N events.",
-)
+@count_option("events", most=None)
 @click.option("--start-event-id", help="Continue after this event id (exclusive).")
 @click.pass_obj
 def audit_list(
@@ -317,15 +314,7 @@ def alerts() -> None:
 @alerts.command("list")
 @click.option("-e", "--entity-id", help="Alerts of one entity (default: the whole namespace).")
 @click.option("--since", metavar="ISO", help="Alerts crossed at or after this time (ISO-8601).")
-@click.option(
-    "-l",
-    "--limit",
-    "count",
-    type=click.IntRange(min=1, max=1000),
-    default=100,
-    show_default=True,
-    help="At most N alerts.",
-)
+@count_option("alerts")
 @click.pass_obj
 def alerts_list(settings: Settings, entity_id: str | None, since: str | None, count: int) -> None:
     """Threshold alerts, newest first."""
