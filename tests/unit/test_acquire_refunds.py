@@ -3,6 +3,8 @@ above a ceiling, never refused."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import pytest
 
 from support.acquire_env import AcquireEnv
@@ -64,6 +66,27 @@ async def test_a_refund_retries_through_a_brief_outage() -> None:
     await env.admission.refund(landed)
     assert env.state().consumed == 0
     assert env.balance() == 10
+
+
+@dataclass(frozen=True)
+class RecordedBackoff(Backoff):
+    """Pauses nothing; remembers every pause asked for."""
+
+    pauses: list[float] = field(default_factory=list)
+
+    async def pause(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+
+
+async def test_a_retry_pauses_as_the_injected_backoff_says() -> None:
+    backoff = RecordedBackoff()
+    env = AcquireEnv(backoff=backoff)
+    image = env.stored()
+    landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
+    env.store.inject(Fault.OUTAGE)
+    await env.admission.refund(landed)
+    assert backoff.pauses == [0.05]  # one outage: one pause before the settle write's retry
+    assert env.state().consumed == 0
 
 
 async def test_a_refund_after_the_limit_refilled_stays_under_the_ceiling() -> None:
