@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -10,7 +11,15 @@ from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import validation
-from .acquire import Admission, Landed, ResourcePlan, RulesChanged, Unavailable, deadlines
+from .acquire import (
+    Admission,
+    Landed,
+    ResourcePlan,
+    RulesChanged,
+    Target,
+    Unavailable,
+    deadlines,
+)
 from .acquire.lease import (
     Lease,
     Ledger,
@@ -151,23 +160,23 @@ class Acquisition:
                 "paths; nothing was debited",
                 RuntimeError("too many unresolved outcomes"),
             )
+        deadline = asyncio.timeout(self.timeout)
         try:
-            holds = await self.pending.bounded(self._admit(), self.timeout, self._give_back)
-        except DeadlinePassed as exc:
+            async with deadline:  # cancels this task at the deadline; `_admit` is safe to cancel
+                holds = await self._admit()
+        except TimeoutError:
+            if not deadline.expired():
+                raise
             return self._unavailable(
                 f"no decision within the {self.timeout:g} s deadline; any debit that lands "
                 "will be refunded",
-                exc,
+                DeadlinePassed(),
             )
         except (DynamoError, Unavailable) as exc:
             return self._unavailable(f"DynamoDB is unavailable; {_what_was_debited(exc)}", exc)
         self.ledger.holds = holds
         self.lease = Lease(self, self.ledger)
         return self.lease
-
-    async def _give_back(self, holds: dict[str, ResourceHold]) -> None:
-        """Refund an admission whose caller stopped waiting (deadline or cancellation)."""
-        await self.admission.refund_for_departed(landed_items(holds))
 
     async def _admit(self) -> dict[str, ResourceHold]:
         if self.limits:
@@ -176,13 +185,21 @@ class Acquisition:
             try:  # finding the targets may restamp an item, which concurrent changes can race
                 plans = await self.admission.targets(self.entity_id, self.requests, self.limits)
                 targets = [t for p in plans for t in (p.child, p.parent) if t is not None]
-                landed = await self.admission.debit(targets, local_ok=True) if targets else []
+                landed = await self._debit(targets) if targets else []
             except RulesChanged:
                 if attempt + 1 == _RESTARTS:
                     raise Unavailable(RuntimeError("bucket rules kept changing")) from None
                 continue
             return self._holds(plans, landed)
         raise AssertionError("unreachable")
+
+    async def _debit(self, targets: list[Target]) -> list[Landed]:
+        """Safe to cancel: one write is (the lanes resolve a write its caller left); several
+        run as a task that goes on, and refunds what landed, when the caller leaves."""
+        work = self.admission.debit(targets, local_ok=True)
+        if len(targets) == 1:
+            return await work
+        return await self.pending.bounded(work, None, self.admission.refund_for_departed)
 
     @staticmethod
     def _holds(plans: list[ResourcePlan], landed: list[Landed]) -> dict[str, ResourceHold]:

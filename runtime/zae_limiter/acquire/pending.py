@@ -1,10 +1,13 @@
 """Work a caller stopped waiting for: admissions and exits resolved off the caller's path.
 
-An admission, a `consume()` and a lease's exit run as a task that is never cancelled by its
-caller; the caller waits for it until its deadline (`bounded`). When the caller stops waiting
-(the deadline passed, or it was cancelled) the task is *adopted*: it goes on, under the lanes'
-exactly-once rules, and what it debited for a caller that is no longer there is refunded
-exactly once when it ends (its `compensate`). An exit write simply lands.
+A single-item admission (the warm path) runs in the caller's task: the lanes make its one write
+safe to cancel (`lanes.Lanes.write`), and the write a caller leaves in flight is adopted here
+through `Lanes.on_leave`. Work of several writes (a cascade or several resources, a
+`consume()`, a lease's exit) runs as a task that is never cancelled by its caller; the caller
+waits for it until its deadline (`bounded`). When the caller stops waiting (the deadline passed,
+or it was cancelled) the work is *adopted*: it goes on, under the lanes' exactly-once rules, and
+what it debited for a caller that is no longer there is refunded exactly once when it ends (its
+`compensate`, or the lanes' orphan refund). An exit write simply lands.
 
 Adopted work is bounded in memory: at `MAX_PENDING` adopted tasks, `full` is true and new
 admissions apply `on_unavailable` at once without sending anything. `drain()` (from
@@ -64,10 +67,21 @@ class Pending:
     def __init__(self, limit: int = MAX_PENDING) -> None:
         self.limit = limit
         self._tasks: set[asyncio.Task[None]] = set()
+        self._adopted: set[asyncio.Future[Any]] = set()  # what `_tasks` follow (adopted once)
         self.resolved_after_deadline = 0  # adopted work that ended (landed, refused or failed)
         self.refunded_after_deadline = 0  # item refunds landed for callers that had left
         self.abandoned_at_close = 0  # adopted work still unresolved when close() gave up
         self.closed = False
+
+    def counters(self) -> tuple[int, int, int, int]:
+        """(pending, resolved after a deadline, refunded after a deadline, abandoned at close),
+        which every request hook event carries."""
+        return (
+            len(self._tasks),
+            self.resolved_after_deadline,
+            self.refunded_after_deadline,
+            self.abandoned_at_close,
+        )
 
     @property
     def count(self) -> int:
@@ -109,10 +123,20 @@ class Pending:
                 timer.cancel()
 
     def adopt(
-        self, task: asyncio.Task[_T], compensate: Callable[[_T], Awaitable[None]] | None
+        self,
+        task: asyncio.Future[_T],
+        compensate: Callable[[_T], Awaitable[None]] | None,
+        *,
+        counted: bool = True,
     ) -> None:
-        """Resolve `task` off the caller's path (also when it has already ended)."""
-        follow = asyncio.ensure_future(self._follow(task, compensate))
+        """Resolve `task` off the caller's path (also when it has already ended); once.
+        `counted`: it counts in `resolved_after_deadline` (a refund the lanes start for a write
+        that landed after its caller left is part of that write's resolution: not counted)."""
+        if task in self._adopted:
+            return
+        self._adopted.add(task)
+        task.add_done_callback(self._adopted.discard)
+        follow = asyncio.ensure_future(self._follow(task, compensate, counted))
         self._tasks.add(follow)
         follow.add_done_callback(self._tasks.discard)
         if len(self._tasks) in (self.limit // 10, self.limit // 2, self.limit):
@@ -123,17 +147,20 @@ class Pending:
             )
 
     async def _follow(
-        self, task: asyncio.Task[_T], compensate: Callable[[_T], Awaitable[None]] | None
+        self,
+        task: asyncio.Future[_T],
+        compensate: Callable[[_T], Awaitable[None]] | None,
+        counted: bool,
     ) -> None:
         try:
             result = await task
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the work's own rules refunded what it had landed
-            self.resolved_after_deadline += 1
+            self.resolved_after_deadline += counted
             log.debug("work resolved after its caller left: %r", exc)
             return
-        self.resolved_after_deadline += 1
+        self.resolved_after_deadline += counted
         if compensate is not None:
             try:
                 await compensate(result)

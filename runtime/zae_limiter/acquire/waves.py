@@ -23,6 +23,7 @@ from ..dynamo.bucket_items import BucketImage, Evidence, Stamp
 from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
 from . import lanes as lanes_
 from . import planning
+from .lane_calls import Call, Outcome
 from .shards import ShardChooser, split_parts
 from .store import BucketStore
 from .values import Contended, Planner, RulesChanged, Target, Unavailable
@@ -227,7 +228,7 @@ class Waves:
     async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
         return await self.store.fence(image, evidence, blocked)
 
-    def _orphaned(self, call: lanes_.Call, outcome: lanes_.Outcome) -> None:
+    def _orphaned(self, call: Call, outcome: Outcome) -> None:
         if call.settle or outcome.image is None:
             return  # an exit write or refund that landed did what it was for
         written = Written(outcome.target, outcome.image, outcome.writes)
