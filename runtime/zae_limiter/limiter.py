@@ -160,12 +160,16 @@ class Acquisition:
                 "paths; nothing was debited",
                 RuntimeError("too many unresolved outcomes"),
             )
-        deadline = asyncio.timeout(self.timeout)
+        deadlines = self.pending.deadlines
+        deadline = None if self.timeout is None else deadlines.enter(self.timeout)
+        expired = False
         try:
-            async with deadline:  # cancels this task at the deadline; `_admit` is safe to cancel
+            try:  # the deadline cancels this task; `_admit` is safe to cancel
                 holds = await self._admit()
-        except TimeoutError:
-            if not deadline.expired():
+            finally:
+                expired = deadline is not None and deadlines.leave(deadline)
+        except asyncio.CancelledError:
+            if not expired:
                 raise
             return self._unavailable(
                 f"no decision within the {self.timeout:g} s deadline; any debit that lands "
