@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..core.bucket import LimitWrite
-from ..dynamo.bucket_items import BucketImage, Evidence
+from ..core.images import BucketImage, Evidence
 from .deadlines import RESEND_WINDOW_MS
 from .values import Planner, Target
 
@@ -91,17 +91,5 @@ class Batch:
         return self.lost <= UNKNOWN_RESENDS and now - started <= RESEND_WINDOW_MS
 
 
-class Contended(Exception):
-    """Writes kept failing their conditions (never expected below a limit)."""
-
-
 class Undecided(Exception):
     """A write's answer was lost on every re-send: it may or may not have landed."""
-
-
-class RulesChangedSignal(Exception):
-    """The item's rules changed under the batch: its calls resolve their targets again."""
-
-
-class ShardGone(RulesChangedSignal):
-    """A shard other than 0 was found deleted: the bucket's layout must be read again."""

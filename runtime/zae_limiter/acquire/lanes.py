@@ -26,16 +26,21 @@ from typing import Any
 from ..core.bucket import LimitWrite
 from ..core.compose import then_all
 from ..core.evolve import evolve
-from ..dynamo import transport
-from ..dynamo.bucket_items import BucketImage, Evidence, new_writer_id, parse
-from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
+from ..core.images import BucketImage, Evidence, new_writer_id
+from .deadlines import Backoff
 from .lane_calls import UNKNOWN_RESENDS as UNKNOWN_RESENDS
 from .lane_calls import Batch, Call, Outcome, Sender, Undecided
-from .lane_calls import Contended as Contended
-from .lane_calls import RulesChangedSignal as RulesChangedSignal
-from .lane_calls import ShardGone as ShardGone
 from .skew import SkewWatch
-from .values import Planner, Target
+from .values import (
+    AnswerLost,
+    Contended,
+    ItemChanged,
+    Planner,
+    RulesChanged,
+    ShardGone,
+    Target,
+    Unavailable,
+)
 
 log = logging.getLogger("zae_limiter")
 
@@ -63,8 +68,10 @@ class Lanes:
         blank: Callable[[BucketImage], BucketImage],
         writer: str | None = None,
         on_orphan: Callable[[Call, Outcome], None] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.sender = sender
+        self.backoff = backoff if backoff is not None else Backoff()
         self.on_orphan = on_orphan
         self.on_leave: Callable[[asyncio.Future[None]], None] | None = None
         self.clock = clock
@@ -312,21 +319,21 @@ class _Lane:
     async def _failed(self, batch: Batch, failure: Exception) -> bool:
         """Act on a send's failure; True when the same write is to be sent again."""
         lanes = self.lanes
-        if isinstance(failure, ConditionFailed):
-            await self._condition_failed(batch, failure)
-        elif isinstance(failure, UnknownOutcome):
+        if isinstance(failure, ItemChanged):
+            await self._condition_failed(batch, failure.current)
+        elif isinstance(failure, AnswerLost):
             batch.lost += 1
             if not batch.skewed and batch.resend_allowed(lanes.clock()):
-                await asyncio.sleep(0.02 * batch.lost * transport.backoff_scale)
+                await lanes.backoff.pause(0.02 * batch.lost)
                 return True  # the same write again: its evidence lets it land only once
             self._give_up(batch, failure)
-        elif isinstance(failure, DynamoError) and batch.lost:
+        elif isinstance(failure, Unavailable) and batch.lost:
             batch.lost += 1  # still unknown whether an earlier send landed
             if batch.resend_allowed(lanes.clock()):
-                await asyncio.sleep(0.05 * batch.lost * transport.backoff_scale)
+                await lanes.backoff.pause(0.05 * batch.lost)
                 return True
             self._give_up(batch, failure)
-        elif isinstance(failure, DynamoError):
+        elif isinstance(failure, Unavailable):
             await self._unavailable(batch, failure)
         else:  # not a DynamoDB answer: nothing more to learn here
             self._fail(batch.calls, failure)
@@ -339,9 +346,8 @@ class _Lane:
             target = evolve(call.target, image=image, exists=True)
             call.resolve(Outcome(target, image=image, writes=writes), self.lanes.on_orphan)
 
-    async def _condition_failed(self, batch: Batch, failed: ConditionFailed) -> None:
+    async def _condition_failed(self, batch: Batch, current: BucketImage | None) -> None:
         lanes = self.lanes
-        current = None if failed.item is None else parse(failed.item)
         if current is not None:
             lanes.on_image(current, False)
             if batch.lost and current.evidence.get(lanes.writer, -1) >= batch.evidence.seq:
@@ -363,7 +369,7 @@ class _Lane:
             self.image, self.exists = lanes.blank(batch.image), False
         else:
             if lanes.rules_matter(batch.image, current):
-                self._fail(batch.calls, RulesChangedSignal())
+                self._fail(batch.calls, RulesChanged())
                 return
             self.image, self.exists = current, True
         self._retry(batch, self.image)
@@ -378,15 +384,15 @@ class _Lane:
         for attempt in range(UNKNOWN_RESENDS + 1):
             try:
                 image = await lanes.sender.fence(current, fence, batch.evidence.seq)
-            except ConditionFailed as failed:
-                if failed.item is None:
+            except ItemChanged as changed:
+                seen = changed.current
+                if seen is None:
                     return True, None  # gone: an update cannot land on no item
-                seen = parse(failed.item)
                 lanes.on_image(seen, False)
                 return True, seen  # holds the write's sequence (landed), our fence, or later
-            except DynamoError as exc:
+            except Unavailable as exc:  # a lost answer too
                 cause = exc
-                await asyncio.sleep(0.02 * (attempt + 1) * transport.backoff_scale)
+                await lanes.backoff.pause(0.02 * (attempt + 1))
                 continue
             lanes.on_image(image, False)
             return True, image
@@ -414,7 +420,7 @@ class _Lane:
             retry.append(call)
         self.queue.extendleft(reversed(retry))
 
-    async def _unavailable(self, batch: Batch, exc: DynamoError) -> None:
+    async def _unavailable(self, batch: Batch, exc: Unavailable) -> None:
         """Certainly not applied: settle calls wait and retry, the others give up."""
         waiting = False
         retry = []
@@ -426,7 +432,7 @@ class _Lane:
             else:
                 call.resolve(Outcome(call.target, error=exc), self.lanes.on_orphan)
         if waiting:
-            await asyncio.sleep(0.05 * max(c.tries for c in retry) * transport.backoff_scale)
+            await self.lanes.backoff.pause(0.05 * max(c.tries for c in retry))
             self.queue.extendleft(reversed(retry))
 
     def _give_up(self, batch: Batch, cause: BaseException) -> None:
@@ -445,7 +451,7 @@ class _Lane:
             cause,
         )
         # Whatever the last answer said, an earlier send may have landed.
-        error = cause if isinstance(cause, UnknownOutcome) else UnknownOutcome(cause)
+        error = cause if isinstance(cause, AnswerLost) else AnswerLost(cause)
         self._fail(batch.calls, error)
 
     def _fail(self, calls: list[Call], error: BaseException) -> None:
