@@ -24,7 +24,7 @@ from typing import IO, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from support.faultproxy import FaultProxy, _write
+from support.faultproxy import FaultProxy, Request, _write
 
 
 class RecordingProxy(FaultProxy):
@@ -34,33 +34,24 @@ class RecordingProxy(FaultProxy):
         super().__init__(upstream, seed=0, rate=0.0)
         self.log = log
 
-    async def _answer(
-        self,
-        writer: asyncio.StreamWriter,
-        method: str,
-        path: str,
-        headers: dict[str, str],
-        body: bytes,
-    ) -> bool:
+    async def _answer(self, writer: asyncio.StreamWriter, request: Request) -> bool:
         t_head = time.monotonic_ns()
         self.requests += 1
         t_sent = time.monotonic_ns()
-        status, kept, data = await self._forward(method, path, headers, body)
+        status, kept, data = await self._forward(request)
         t_answered = time.monotonic_ns()
         written = await _write(writer, status, kept, data)
-        self.record(headers, body, data, status, t_head, t_sent, t_answered, time.monotonic_ns())
+        self.record(request, data, status, t_head, t_sent, t_answered, time.monotonic_ns())
         return written
 
-    def record(
-        self, headers: dict[str, str], body: bytes, answer: bytes, status: int, *stamps: int
-    ) -> None:
-        target = next((v for k, v in headers.items() if k.lower() == "x-amz-target"), "")
+    def record(self, request: Request, answer: bytes, status: int, *stamps: int) -> None:
+        body = request.body
         try:
             request: dict[str, Any] = json.loads(body) if body else {}
         except ValueError:
             request = {}
         line = {
-            "op": target.rsplit(".", 1)[-1],
+            "op": request.operation,
             "status": status,
             "request_bytes": len(body),
             "answer_bytes": len(answer),

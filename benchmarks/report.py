@@ -456,6 +456,10 @@ def markdown(
         ]
     if "hot" in results:
         parts += ["## One hot item far below its limit (real clock)", hot_section(results["hot"])]
+    if "outage" in results:
+        from benchmarks import outage
+
+        parts += ["## Outages (ours, deadlines 0.2 s and 1 s)", outage.section(results["outage"])]
     parts += report_scale.sections(results, scale_plots or {})
     return "\n\n".join(parts) + "\n"
 

@@ -63,3 +63,28 @@ def test_the_cron_edge_benchmark_measures_every_shape() -> None:
     assert set(results) == {label for label, _, _ in cron_edges.SHAPES}
     for row in results.values():
         assert {"next_edge", "last_edge", "cached", "window_change"} <= set(row)
+
+
+def test_the_outage_phase_names_the_rows_above_the_deadline() -> None:
+    from benchmarks import outage, run
+
+    assert "outage" in run.ALL_PHASES
+    row = {
+        "shape": "hold",
+        "timeout_s": 0.2,
+        "mode": "BLOCK",
+        "p50_ms": 201.0,
+        "p99_ms": 249.0,
+        "max_ms": 251.0,
+        "exit_max_ms": None,
+        "outcomes": {"refused": 40},
+        "left_units": 0,
+        "resolved_after_deadline": 40,
+        "refunded_after_deadline": 1,
+    }
+    late = {**row, "shape": "stopped", "p99_ms": 251.0}
+    missed = outage.missed([row, late])
+    assert missed == [late]
+    text = outage.section({"calls": 40, "load_before": 1.0, "rows": [row, late], "missed": missed})
+    assert "p99 above the deadline + 50 ms in stopped 0.2 s BLOCK" in text
+    assert "| hold | 0.2 s | BLOCK | 201.0 | 249.0 |" in text

@@ -60,8 +60,15 @@ class RequestEvent:
     read_units: float | None  # consumed capacity (table + indexes); None when not reported
     write_units: float | None
     attempt: int  # 1 for the first send, 2.. for retries
+    # The repository's deadline counters when the request ended (as in `get_cache_stats()`).
+    pending_resolutions: int = 0
+    resolved_after_deadline: int = 0
+    refunded_after_deadline: int = 0
+    abandoned_at_close: int = 0
 
 
+#: (pending, resolved after a deadline, refunded after a deadline, abandoned at close).
+DeadlineCounts = tuple[int, int, int, int]
 RequestListener = Callable[[RequestEvent], None]
 
 
@@ -70,6 +77,8 @@ class RequestListeners:
 
     def __init__(self) -> None:
         self._listeners: list[RequestListener] = []
+        #: The deadline counters each event carries (set by the repository that owns them).
+        self.counters: Callable[[], DeadlineCounts] = lambda: (0, 0, 0, 0)
 
     def add(self, listener: RequestListener) -> Callable[[], None]:
         """Register `listener`; returns a function that removes it (idempotent)."""

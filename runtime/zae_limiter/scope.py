@@ -43,6 +43,9 @@ class Shared:
     pending: Pending = field(default_factory=Pending)  # work resolved off callers' paths
     closed: bool = False
 
+    def __post_init__(self) -> None:
+        self.transport.listeners.counters = self.pending.counters  # the request hook carries them
+
 
 @dataclass(frozen=True)
 class Scope:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import pytest
 
 from support.faults import ddb_error, inject
-from zae_limiter import Limit, RateLimiter, RateLimitExceeded, RequestEvent
+from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, RateLimitExceeded, RequestEvent
 from zae_limiter.dynamo import transport as transport_module
 
 
@@ -132,3 +133,36 @@ async def test_a_listener_must_be_callable(open_repo: Any) -> None:
     repo = await open_repo()
     with pytest.raises(ValidationError, match="callable"):
         repo.add_request_listener("not a function")
+
+
+async def test_events_carry_the_deadline_counters(open_repo: Any, path: str) -> None:
+    events: list[RequestEvent] = []
+    repo = await open_repo(on_request=events.append)
+    limiter = RateLimiter(repo)
+    await limiter.set_resource_defaults("api", [Limit.per_minute("rpm", 100)])
+    async with limiter.acquire("u1", "api", {"rpm": 1}):
+        pass
+    counters = [
+        (e.pending_resolutions, e.resolved_after_deadline, e.refunded_after_deadline)
+        for e in events
+    ]
+    assert set(counters) == {(0, 0, 0)}
+    with pytest.raises(RateLimiterUnavailable, match="deadline"):
+        async with limiter.acquire("u1", "api", {"rpm": 1}, timeout=1e-6):
+            pass  # warm: its one write cannot answer within a microsecond
+    for _ in range(1000):  # the write its caller left lands off the path, then is refunded
+        if not repo.get_cache_stats().pending_resolutions:
+            break
+        await asyncio.sleep(0.01)
+    assert any(e.pending_resolutions == 1 for e in events)  # sent for the caller that left
+    events.clear()
+    async with limiter.acquire("u1", "api", {"rpm": 1}):
+        pass
+    (event,) = events
+    assert (
+        event.pending_resolutions,
+        event.resolved_after_deadline,
+        event.refunded_after_deadline,
+        event.abandoned_at_close,
+    ) == (0, 1, 1, 0)
+    assert repo.get_cache_stats().refunded_after_deadline == 1

@@ -33,6 +33,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -46,8 +47,25 @@ def _error(status: int, code: str) -> tuple[int, dict[str, str], bytes]:
     return status, {"Content-Type": "application/x-amz-json-1.0"}, body.encode()
 
 
+@dataclass(frozen=True)
+class Request:
+    """One request as the proxy read it; what `FaultProxy._answer` (the hook) decides on."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def operation(self) -> str:
+        """The DynamoDB operation: "UpdateItem", "GetItem", ..."""
+        target = next((v for k, v in self.headers.items() if k.lower() == "x-amz-target"), "")
+        return target.rsplit(".", 1)[-1]
+
+
 class FaultProxy:
-    """See the module docstring."""
+    """See the module docstring. Subclasses change what happens to a request by overriding
+    `_answer(writer, request)`, and reach DynamoDB Local with `_forward(request)`."""
 
     def __init__(
         self,
@@ -160,7 +178,7 @@ class FaultProxy:
                     next((v for k, v in headers.items() if k.lower() == "content-length"), 0)
                 )
                 body = await reader.readexactly(length) if length else b""
-                if not await self._answer(writer, method, path, headers, body):
+                if not await self._answer(writer, Request(method, path, headers, body)):
                     return
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             return  # the client went away, or the proxy is closing
@@ -168,22 +186,14 @@ class FaultProxy:
             self._held.discard(task)
             writer.close()
 
-    async def _answer(
-        self,
-        writer: asyncio.StreamWriter,
-        method: str,
-        path: str,
-        headers: dict[str, str],
-        body: bytes,
-    ) -> bool:
+    async def _answer(self, writer: asyncio.StreamWriter, request: Request) -> bool:
         """Answer one request; False when the connection is to be dropped."""
         self.requests += 1
-        target = next((v for k, v in headers.items() if k.lower() == "x-amz-target"), "")
-        fault, coin = self._draw(target.rsplit(".", 1)[-1], body)
+        fault, coin = self._draw(request.operation, request.body)
         if fault == "partition":
             self.counts[fault] += 1
             if coin < 0.5:
-                await self._forward(method, path, headers, body)  # it may land; no answer
+                await self._forward(request)  # it may land; no answer
             await asyncio.sleep(max(0.0, self._partition_until - time.monotonic()))
             return False
         if fault == "throttle":
@@ -192,12 +202,12 @@ class FaultProxy:
         if fault == "late":
             self.counts[fault] += 1
             await asyncio.sleep(self.delay_s)
-            await self._forward(method, path, headers, body)
+            await self._forward(request)
             return False
         if fault == "5xx" and coin < 0.5:
             self.counts["5xx"] += 1  # refused before applying
             return await _write(writer, *_error(500, "InternalServerError"))
-        answer = await self._forward(method, path, headers, body)
+        answer = await self._forward(request)
         if fault is not None:
             self.counts[fault] += 1
         if fault == "lost":
@@ -209,14 +219,12 @@ class FaultProxy:
             return await _write(writer, *_error(500, "InternalServerError"))
         return await _write(writer, *answer)
 
-    async def _forward(
-        self, method: str, path: str, headers: dict[str, str], body: bytes
-    ) -> tuple[int, dict[str, str], bytes]:
+    async def _forward(self, request: Request) -> tuple[int, dict[str, str], bytes]:
         assert self._session is not None
         skip = {"host", "content-length", "connection", "transfer-encoding"}
-        sent = {k: v for k, v in headers.items() if k.lower() not in skip}
+        sent = {k: v for k, v in request.headers.items() if k.lower() not in skip}
         async with self._session.request(
-            method, self.upstream + path, data=body, headers=sent
+            request.method, self.upstream + request.path, data=request.body, headers=sent
         ) as response:
             data = await response.read()
             kept = {

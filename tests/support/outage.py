@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from support.faultproxy import WRITES, FaultProxy, _error, _write
+from support.faultproxy import WRITES, FaultProxy, Request, _error, _write
 
 HOLD_S = 30.0
 SLOW_S = 2.0
@@ -77,15 +77,7 @@ class OutageProxy(FaultProxy):
         finally:
             self._conns.discard(writer)
 
-    async def _answer(
-        self,
-        writer: asyncio.StreamWriter,
-        method: str,
-        path: str,
-        headers: dict[str, str],
-        body: bytes,
-    ) -> bool:
-        target = next((v for k, v in headers.items() if k.lower() == "x-amz-target"), "")
+    async def _answer(self, writer: asyncio.StreamWriter, request: Request) -> bool:
         mode = self._mode
         if mode == "refuse":
             return False
@@ -93,10 +85,10 @@ class OutageProxy(FaultProxy):
             self.counts["throttled"] += 1
             return await _write(writer, *_error(400, "ThrottlingException"))
         slow = False
-        if mode == "slow_half" and target.rsplit(".", 1)[-1] in WRITES:
+        if mode == "slow_half" and request.operation in WRITES:
             self._writes += 1
             slow = self._writes % 2 == 1
-        answer = await self._forward(method, path, headers, body)
+        answer = await self._forward(request)
         if mode == "hold":
             self.counts["held"] += 1
             until = time.monotonic() + HOLD_S

@@ -153,3 +153,30 @@ async def test_cancelling_at_every_await_point_leaves_no_mismatch(shape: str, ad
     else:
         pytest.fail("the acquire never completed")
     assert points >= 4  # reads, the debit, the exit: the enumeration reached past the body
+
+
+async def enter_and_leave(acquisition: Acquisition) -> None:
+    async with acquisition:
+        pass
+
+
+async def test_cancelling_the_second_of_two_callers_on_one_item_at_every_await_point() -> None:
+    """The second caller queues behind the first's write (sent in place), then goes in a batch
+    of its own: cancelled at each await point (also once told its outcome, before it resumed),
+    it leaves nothing, and the first caller's lease is untouched."""
+    points = 0
+    for k in range(10_000):
+        case = Case("single")
+        first_task = asyncio.ensure_future(enter_and_leave(case.acquisition()))
+        await asyncio.sleep(0)  # the first call's write is on its way
+        completed, body_done = await run_cancelled_at(case, k, adjust=False)
+        await first_task  # the first lease ended normally
+        got = case.consumed("user-3", "search")
+        owed = 2 + (2 if body_done else 0)
+        assert got == owed, f"second cancelled after {k} turns: {got} != {owed}"
+        if completed:
+            break
+        points += 1
+    else:
+        pytest.fail("the second acquire never completed")
+    assert points >= 4

@@ -4,6 +4,7 @@ let a late copy of a write land after the exactly-once rules stop watching for i
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from zae_limiter import Repository, ValidationError
 from zae_limiter.acquire import deadlines
 from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.lanes import PRUNE_AGE_MS, UNKNOWN_RESENDS
+from zae_limiter.acquire.pending import Deadlines
 from zae_limiter.acquire.values import AnswerLost, Unavailable
 from zae_limiter.dynamo import transport
 
@@ -82,3 +84,25 @@ def test_the_acquire_timeout_comes_from_the_environment(monkeypatch: pytest.Monk
     monkeypatch.setenv(deadlines.ENV_ACQUIRE_TIMEOUT, "soon")
     with pytest.raises(ValidationError, match="ZAEL_ACQUIRE_TIMEOUT"):
         deadlines.acquire_timeout(deadlines.DEFAULT)
+
+
+async def test_one_timer_serves_every_deadline_and_a_shorter_one_is_not_late() -> None:
+    deadlines = Deadlines()
+
+    async def wait(timeout: float) -> bool:
+        """True when the deadline (not a caller) cancelled the wait."""
+        entry = deadlines.enter(timeout)
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            return deadlines.leave(entry)
+        raise AssertionError("not cancelled")
+
+    long = asyncio.ensure_future(wait(3600))
+    await asyncio.sleep(0)  # its deadline is entered first, with the timer armed for it
+    short = asyncio.ensure_future(wait(0.001))
+    assert await asyncio.wait_for(short, 60) is True  # a hang guard: its own deadline fired
+    assert not long.done()
+    long.cancel()  # a caller's cancellation is not the deadline's
+    assert await long is False
+    assert not deadlines._entries

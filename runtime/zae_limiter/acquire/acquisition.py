@@ -8,6 +8,7 @@ exceptions, once (`_describe`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -35,7 +36,7 @@ from .lease import (
     target_for_more,
 )
 from .pending import DeadlinePassed
-from .values import Landed, ResourcePlan, RulesChanged, Unavailable, failed_below
+from .values import Landed, ResourcePlan, RulesChanged, Target, Unavailable, failed_below
 
 log = logging.getLogger("zae_limiter")
 
@@ -118,23 +119,27 @@ class Acquisition:
                 "paths; nothing was debited",
                 RuntimeError("too many unresolved outcomes"),
             )
+        deadlines = self.pending.deadlines
+        deadline = None if self.timeout is None else deadlines.enter(self.timeout)
+        expired = False
         try:
-            holds = await self.pending.bounded(self._admit(), self.timeout, self._give_back)
-        except DeadlinePassed as exc:
+            try:  # the deadline cancels this task; `_admit` is safe to cancel
+                holds = await self._admit()
+            finally:
+                expired = deadline is not None and deadlines.leave(deadline)
+        except asyncio.CancelledError:
+            if not expired:
+                raise
             return self._unavailable(
                 f"no decision within the {self.timeout:g} s deadline; any debit that lands "
                 "will be refunded",
-                exc,
+                DeadlinePassed(),
             )
         except Unavailable as exc:
             return self._unavailable(f"DynamoDB is unavailable; {_what_was_debited(exc)}", exc)
         self.ledger.holds = holds
         self.lease = Lease(self, self.ledger)
         return self.lease
-
-    async def _give_back(self, holds: dict[str, ResourceHold]) -> None:
-        """Refund an admission whose caller stopped waiting (deadline or cancellation)."""
-        await self.admission.refund_for_departed(landed_items(holds))
 
     async def _admit(self) -> dict[str, ResourceHold]:
         if self.limits:
@@ -144,13 +149,21 @@ class Acquisition:
             try:  # finding the targets may restamp an item, which concurrent changes can race
                 plans = await self.admission.targets(self.entity_id, self.requests, self.limits)
                 targets = [t for p in plans for t in (p.child, p.parent) if t is not None]
-                landed = await self.admission.debit(targets, local_ok=True) if targets else []
+                landed = await self._debit(targets) if targets else []
             except RulesChanged:
                 if attempt + 1 == _RESTARTS:
                     raise Unavailable(RuntimeError("bucket rules kept changing")) from None
                 continue
             return self._holds(plans, landed)
         raise AssertionError("unreachable")
+
+    async def _debit(self, targets: list[Target]) -> list[Landed]:
+        """Safe to cancel: one write is (the lanes resolve a write its caller left); several
+        run as a task that goes on, and refunds what landed, when the caller leaves."""
+        work = self.admission.debit(targets, local_ok=True)
+        if len(targets) == 1:
+            return await work
+        return await self.pending.bounded(work, None, self.admission.refund_for_departed)
 
     @staticmethod
     def _holds(plans: list[ResourcePlan], landed: list[Landed]) -> dict[str, ResourceHold]:

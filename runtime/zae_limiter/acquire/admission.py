@@ -68,6 +68,7 @@ class Admission:
             store, images, clock, self.maker, self.shards, on_written=self._observe, backoff=backoff
         )
         self.waves.on_orphan = self._orphaned
+        self.waves.lanes.on_leave = lambda write: self.pending.adopt(write, None)
         self.finder = TargetFinder(
             store, ns, resolver, images, clock, self.shards, self.waves.restamp
         )
@@ -177,9 +178,8 @@ class Admission:
 
     def _orphaned(self, written: Written, admissions: int) -> None:
         """A lane's write landed for a caller that had left: refund it off the path."""
-        self.pending.adopt(
-            asyncio.ensure_future(self.refund_for_departed([_landed(written, admissions)])), None
-        )
+        refund = asyncio.ensure_future(self.refund_for_departed([_landed(written, admissions)]))
+        self.pending.adopt(refund, None, counted=False)
 
     async def apply_adjustments(self, changes: list[tuple[Landed, dict[str, int]]]) -> None:
         """Write net adjustments (milli, signed) to landed items: never rejects."""

@@ -20,15 +20,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from ..core.bucket import LimitWrite
 from ..core.compose import then_all
 from ..core.evolve import evolve
 from ..core.images import BucketImage, Evidence, new_writer_id
-from .deadlines import RESEND_WINDOW_MS, Backoff
+from .deadlines import Backoff
+from .lane_calls import UNKNOWN_RESENDS as UNKNOWN_RESENDS
+from .lane_calls import Batch, Call, Outcome, Sender, Undecided
 from .skew import SkewWatch
 from .values import (
     AnswerLost,
@@ -45,8 +46,6 @@ log = logging.getLogger("zae_limiter")
 
 #: Calls folded into one write at most.
 MAX_BATCH = 64
-#: Re-sends of a write whose answer was lost before its calls are told "unavailable".
-UNKNOWN_RESENDS = 8
 #: Another writer's entry older than this (by this writer's clock) is removed by the next write.
 #: It must exceed the longest time a copy of a write can still land (`deadlines.RESEND_WINDOW_MS`
 #: plus one request's timeouts, which `open()` caps) plus the clock skew between processes
@@ -54,83 +53,6 @@ UNKNOWN_RESENDS = 8
 PRUNE_AGE_MS = 5 * 60_000
 #: Entries removed per write at most (keeps the request small).
 PRUNE_PER_WRITE = 2
-
-
-class Sender(Protocol):
-    async def send(
-        self,
-        image: BucketImage,
-        exists: bool,
-        writes: dict[str, LimitWrite],
-        admissions: int,
-        evidence: Evidence,
-        now: int,
-    ) -> BucketImage:
-        """One bucket write (an update of `image`, or its creation when not `exists`)."""
-        ...
-
-    async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
-        """Move this writer's entry to `evidence.seq` unless sequence `blocked` landed."""
-        ...
-
-
-@dataclass
-class Call:
-    """One job of `write_all` on one item: its planner and how it ended."""
-
-    target: Target
-    planner: Planner
-    settle: bool  # an exit write or refund: transient failures are retried longer
-    rounds: int  # condition failures (or transient errors) allowed before giving up
-    future: asyncio.Future[Outcome]
-    now: int | None = None  # fixed after a conflict: the retry plans at the same time
-    tries: int = 0
-    admissions: int = 0  # the admissions delta of its planned write
-
-    def resolve(self, outcome: Outcome, lanes: Lanes) -> None:
-        """Tell the caller; a caller that left (its future cancelled) is never told, and a write
-        that landed for it is handed to `lanes.on_orphan` (a debit to refund)."""
-        if not self.future.done():
-            self.future.set_result(outcome)
-        elif outcome.image is not None and lanes.on_orphan is not None:
-            lanes.on_orphan(self, outcome)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """`image` and `writes` when the call's write landed; `refused` when its planner refused on
-    a fresh image (`at`: the time it was judged at); else `error`."""
-
-    target: Target
-    image: BucketImage | None = None
-    writes: dict[str, LimitWrite] = field(default_factory=dict)
-    refused: bool = False
-    error: BaseException | None = None
-    at: int | None = None
-
-
-@dataclass
-class _Batch:
-    calls: list[Call]
-    plans: list[dict[str, LimitWrite]]
-    image: BucketImage
-    exists: bool
-    writes: dict[str, LimitWrite]
-    admissions: int
-    evidence: Evidence
-    now: int
-    lost: int = 0  # answers lost so far (the write may have landed)
-    skewed: bool = False  # the item shows a writer too far ahead: a lost answer is not re-sent
-    first_sent: int | None = None  # the clock when it was first sent (bounds the re-sends)
-
-    def resend_allowed(self, now: int) -> bool:
-        """Another send of a write whose answer was lost: bounded in count and in time."""
-        started = self.first_sent if self.first_sent is not None else now
-        return self.lost <= UNKNOWN_RESENDS and now - started <= RESEND_WINDOW_MS
-
-
-class Undecided(Exception):
-    """A write's answer was lost on every re-send: it may or may not have landed."""
 
 
 class Lanes:
@@ -151,6 +73,7 @@ class Lanes:
         self.sender = sender
         self.backoff = backoff if backoff is not None else Backoff()
         self.on_orphan = on_orphan
+        self.on_leave: Callable[[asyncio.Future[None]], None] | None = None
         self.clock = clock
         self.on_image = on_image
         self.rules_matter = rules_matter
@@ -186,13 +109,30 @@ class Lanes:
             lane = self._lanes[key] = _Lane(self, key)
         call = Call(target, planner, settle, rounds, asyncio.get_running_loop().create_future())
         lane.queue.append(call)
-        if not lane.busy:
-            lane.busy = True
-            try:
-                await lane.drain(until=call)
-            finally:
-                lane.release()
-        return await call.future
+        try:
+            if not lane.busy:
+                lane.busy = True
+                try:
+                    await lane.drain(until=call)
+                finally:
+                    lane.release()
+            return await call.future
+        except asyncio.CancelledError:
+            self._left(call, lane)
+            raise
+
+    def _left(self, call: Call, lane: _Lane) -> None:
+        """Its caller was cancelled: what lands for the call from now on goes to `on_orphan`
+        (an outcome it was already told goes there now), and the write in flight on its lane,
+        which decides the call, is handed to `on_leave` (resolved off the caller's path, counted
+        once per caller, drained at close)."""
+        future = call.future
+        if not future.done():
+            future.cancel()
+        elif not future.cancelled():
+            call.resolve(future.result(), self.on_orphan)  # told, but never heard: to `on_orphan`
+        if lane.inflight is not None and self.on_leave is not None:
+            self.on_leave(asyncio.shield(lane.inflight))  # one per caller that left
 
     def retire(self, key: tuple[str, str, str, int]) -> None:
         """Forget an item's lane once it is free (the next call opens a new one)."""
@@ -210,12 +150,12 @@ class _Lane:
         self.image: BucketImage | None = None
         self.exists = True
         self._task: asyncio.Future[None] | None = None  # a drain after its caller's call ended
-        self._inflight: asyncio.Future[None] | None = None  # a batch sent as a task
+        self.inflight: asyncio.Future[None] | None = None  # a batch sent as a task
 
     def release(self) -> None:
         """Hand the lane to a background drain if calls are still queued or a batch is still
         in flight (its caller was cancelled), else free it."""
-        if self.queue or self._inflight is not None:
+        if self.queue or self.inflight is not None:
             self._task = asyncio.ensure_future(self._drain_rest())
         else:
             self.busy = False
@@ -223,8 +163,8 @@ class _Lane:
 
     async def _drain_rest(self) -> None:
         try:
-            while self._inflight is not None:  # never a second write while one is in flight
-                await asyncio.shield(self._inflight)
+            while self.inflight is not None:  # never a second write while one is in flight
+                await asyncio.shield(self.inflight)
             await self.drain(until=None)
         finally:
             self.busy = False
@@ -242,22 +182,43 @@ class _Lane:
         nothing else is sent on the lane until it ends.
         """
         while self.queue and (until is None or not until.future.done()):
-            if self._inflight is not None:
-                await asyncio.shield(self._inflight)
+            if self.inflight is not None:
+                await asyncio.shield(self.inflight)
                 continue
             batch = self._form()
             if batch is None:
                 continue
             if batch.calls == [until]:
-                await self._run(batch)
+                await self._in_place(batch)
                 continue
-            task = asyncio.ensure_future(self._run(batch))
-            self._inflight = task
-            task.add_done_callback(self._sent)
-            await asyncio.shield(task)
+            await asyncio.shield(self._go_on(self._run(batch)))
+
+    def _go_on(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        """Run `work` as the lane's write in flight: no caller's cancellation can cut it."""
+        task = self.inflight = asyncio.ensure_future(work)
+        task.add_done_callback(self._sent)
+        return task
 
     def _sent(self, _: asyncio.Future[None]) -> None:
-        self._inflight = None
+        self.inflight = None
+
+    async def _in_place(self, batch: Batch) -> None:
+        """Send a batch of the caller's own call in the caller's task (the warm path: no task).
+
+        Cancelled while the send is out, its outcome is unknown: a task sends it again as after
+        a lost answer (its evidence lets it land once) and `Lanes.write` hands what lands to
+        `on_orphan`. After any other failure the rest (re-sends, fences) runs as a task.
+        """
+        try:
+            image = await self._send(batch)
+        except asyncio.CancelledError:
+            batch.lost += 1
+            self._go_on(self._run(batch))
+            raise
+        except Exception as exc:
+            await asyncio.shield(self._go_on(self._run(batch, exc)))
+            return
+        self._landed(batch, image)
 
     # --- forming a batch ---------------------------------------------------------------------
 
@@ -268,7 +229,7 @@ class _Lane:
         if image is None or (mine.stamp_seq, mine.writes) > (image.stamp_seq, image.writes):
             self.image, self.exists = mine, target.exists
 
-    def _form(self) -> _Batch | None:
+    def _form(self) -> Batch | None:
         """Plan queued calls one after another on the latest image; None if the first refused."""
         first = self.queue[0]
         self._adopt(first.target)
@@ -300,7 +261,7 @@ class _Lane:
                 if calls:
                     break  # may fit alone, on the image the batch returns
                 self.queue.popleft()
-                call.resolve(Outcome(target, refused=True, at=now), self.lanes)
+                call.resolve(Outcome(target, refused=True, at=now), self.lanes.on_orphan)
                 return None
             writes, delta = result
             call.admissions = delta
@@ -321,7 +282,7 @@ class _Lane:
         skewed = self.lanes.skew.stamped_ahead(base, now)
         prune = () if skewed else self._prunable(base, now)
         evidence = Evidence(self.lanes.writer, self.lanes.next_seq(now), prune)
-        return _Batch(calls, plans, base, exists, combined, admissions, evidence, now, 0, skewed)
+        return Batch(calls, plans, base, exists, combined, admissions, evidence, now, 0, skewed)
 
     def _prunable(self, image: BucketImage, now: int) -> tuple[tuple[str, int], ...]:
         old = [
@@ -333,54 +294,59 @@ class _Lane:
 
     # --- sending and reading the outcome -----------------------------------------------------
 
-    async def _run(self, batch: _Batch) -> None:
-        lanes = self.lanes
+    async def _run(self, batch: Batch, failure: Exception | None = None) -> None:
+        """Send the batch (after `failure`, the answer to its last send) until it is decided."""
         while True:
-            if batch.first_sent is None:
-                batch.first_sent = lanes.clock()
-            try:
-                image = await lanes.sender.send(
-                    batch.image,
-                    batch.exists,
-                    batch.writes,
-                    batch.admissions,
-                    batch.evidence,
-                    batch.now,
-                )
-            except ItemChanged as changed:
-                await self._condition_failed(batch, changed.current)
-                return
-            except AnswerLost as lost:
-                batch.lost += 1
-                if batch.skewed or not batch.resend_allowed(lanes.clock()):
-                    self._give_up(batch, lost)
+            if failure is None:
+                try:
+                    image = await self._send(batch)
+                except Exception as exc:
+                    failure = exc
+                else:
+                    self._landed(batch, image)
                     return
-                await lanes.backoff.pause(0.02 * batch.lost)
-                continue  # the same write again: its evidence lets it land only once
-            except Unavailable as exc:
-                if batch.lost:  # still unknown whether an earlier send landed
-                    batch.lost += 1
-                    if not batch.resend_allowed(lanes.clock()):
-                        self._give_up(batch, exc)
-                        return
-                    await lanes.backoff.pause(0.05 * batch.lost)
-                    continue
-                await self._unavailable(batch, exc)
+            if not await self._failed(batch, failure):
                 return
-            except Exception as exc:  # not a DynamoDB answer: nothing more to learn here
-                self._fail(batch.calls, exc)
-                return
-            self._landed(batch, image)
-            return
+            failure = None
 
-    def _landed(self, batch: _Batch, image: BucketImage) -> None:
+    async def _send(self, batch: Batch) -> BucketImage:
+        if batch.first_sent is None:
+            batch.first_sent = self.lanes.clock()
+        return await self.lanes.sender.send(
+            batch.image, batch.exists, batch.writes, batch.admissions, batch.evidence, batch.now
+        )
+
+    async def _failed(self, batch: Batch, failure: Exception) -> bool:
+        """Act on a send's failure; True when the same write is to be sent again."""
+        lanes = self.lanes
+        if isinstance(failure, ItemChanged):
+            await self._condition_failed(batch, failure.current)
+        elif isinstance(failure, AnswerLost):
+            batch.lost += 1
+            if not batch.skewed and batch.resend_allowed(lanes.clock()):
+                await lanes.backoff.pause(0.02 * batch.lost)
+                return True  # the same write again: its evidence lets it land only once
+            self._give_up(batch, failure)
+        elif isinstance(failure, Unavailable) and batch.lost:
+            batch.lost += 1  # still unknown whether an earlier send landed
+            if batch.resend_allowed(lanes.clock()):
+                await lanes.backoff.pause(0.05 * batch.lost)
+                return True
+            self._give_up(batch, failure)
+        elif isinstance(failure, Unavailable):
+            await self._unavailable(batch, failure)
+        else:  # not a DynamoDB answer: nothing more to learn here
+            self._fail(batch.calls, failure)
+        return False
+
+    def _landed(self, batch: Batch, image: BucketImage) -> None:
         self.image, self.exists = image, True
         self.lanes.on_image(image, True)
         for call, writes in zip(batch.calls, batch.plans, strict=True):
             target = evolve(call.target, image=image, exists=True)
-            call.resolve(Outcome(target, image=image, writes=writes), self.lanes)
+            call.resolve(Outcome(target, image=image, writes=writes), self.lanes.on_orphan)
 
-    async def _condition_failed(self, batch: _Batch, current: BucketImage | None) -> None:
+    async def _condition_failed(self, batch: Batch, current: BucketImage | None) -> None:
         lanes = self.lanes
         if current is not None:
             lanes.on_image(current, False)
@@ -408,7 +374,7 @@ class _Lane:
             self.image, self.exists = current, True
         self._retry(batch, self.image)
 
-    async def _fence(self, batch: _Batch, current: BucketImage) -> tuple[bool, BucketImage | None]:
+    async def _fence(self, batch: Batch, current: BucketImage) -> tuple[bool, BucketImage | None]:
         """After a lost answer and a failed re-send: make the write's sequence unusable, so no
         late copy of it can land once its calls are planned again. Returns (decided, the item
         after the fence or as found; None if it is gone)."""
@@ -433,7 +399,7 @@ class _Lane:
         self._give_up(batch, cause)
         return False, None
 
-    def _retry(self, batch: _Batch, image: BucketImage) -> None:
+    def _retry(self, batch: Batch, image: BucketImage) -> None:
         """Put the batch's calls back at the front, to plan again on `image` at the same time."""
         retry: list[Call] = []
         for call in batch.calls:
@@ -454,7 +420,7 @@ class _Lane:
             retry.append(call)
         self.queue.extendleft(reversed(retry))
 
-    async def _unavailable(self, batch: _Batch, exc: Unavailable) -> None:
+    async def _unavailable(self, batch: Batch, exc: Unavailable) -> None:
         """Certainly not applied: settle calls wait and retry, the others give up."""
         waiting = False
         retry = []
@@ -464,12 +430,12 @@ class _Lane:
                 retry.append(call)
                 waiting = True
             else:
-                call.resolve(Outcome(call.target, error=exc), self.lanes)
+                call.resolve(Outcome(call.target, error=exc), self.lanes.on_orphan)
         if waiting:
             await self.lanes.backoff.pause(0.05 * max(c.tries for c in retry))
             self.queue.extendleft(reversed(retry))
 
-    def _give_up(self, batch: _Batch, cause: BaseException) -> None:
+    def _give_up(self, batch: Batch, cause: BaseException) -> None:
         self.lanes.undecided += 1
         image = batch.image
         log.warning(

@@ -1,10 +1,13 @@
 """Work a caller stopped waiting for: admissions and exits resolved off the caller's path.
 
-An admission, a `consume()` and a lease's exit run as a task that is never cancelled by its
-caller; the caller waits for it until its deadline (`bounded`). When the caller stops waiting
-(the deadline passed, or it was cancelled) the task is *adopted*: it goes on, under the lanes'
-exactly-once rules, and what it debited for a caller that is no longer there is refunded
-exactly once when it ends (its `compensate`). An exit write simply lands.
+A single-item admission (the warm path) runs in the caller's task: the lanes make its one write
+safe to cancel (`lanes.Lanes.write`), and the write a caller leaves in flight is adopted here
+through `Lanes.on_leave`. Work of several writes (a cascade or several resources, a
+`consume()`, a lease's exit) runs as a task that is never cancelled by its caller; the caller
+waits for it until its deadline (`bounded`). When the caller stops waiting (the deadline passed,
+or it was cancelled) the work is *adopted*: it goes on, under the lanes' exactly-once rules, and
+what it debited for a caller that is no longer there is refunded exactly once when it ends (its
+`compensate`, or the lanes' orphan refund). An exit write simply lands.
 
 Adopted work is bounded in memory: at `MAX_PENDING` adopted tasks, `full` is true and new
 admissions apply `on_unavailable` at once without sending anything. `drain()` (from
@@ -15,7 +18,9 @@ See docs/on-unavailable.md.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -47,6 +52,74 @@ async def _handing(work: Coroutine[Any, Any, _T], out: asyncio.Future[_T]) -> _T
     return result
 
 
+class Deadline:
+    """One caller's deadline (see `Deadlines`)."""
+
+    __slots__ = ("cancelling", "done", "expired", "task", "when")
+
+    def __init__(self, when: float, task: asyncio.Task[Any]) -> None:
+        self.when = when
+        self.task = task
+        self.cancelling = task.cancelling()
+        self.expired = False
+        self.done = False
+
+
+class Deadlines:
+    """Deadlines of callers whose work runs in their own task, on one timer for all of them.
+
+    At its deadline a caller's task is cancelled, as `asyncio.timeout` does it; unlike it, no
+    timer is scheduled per caller (each one costs a handle in the loop's heap, which keeps
+    cancelled handles: most of what a warm acquire spent on its deadline). Callers mostly share
+    one timeout, so their deadlines arrive in order and a deque holds them.
+    """
+
+    def __init__(self) -> None:
+        self._entries: deque[Deadline] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def enter(self, timeout: float) -> Deadline:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None, "a deadline needs a task"
+        entry = Deadline(loop.time() + timeout, task)
+        entries = self._entries
+        if entries and entries[-1].when > entry.when:
+            bisect.insort(entries, entry, key=_when)  # a shorter timeout than the last caller's
+        else:
+            entries.append(entry)
+        timer = self._timer
+        if timer is None or entry.when < timer.when():  # none armed, or armed for later
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(entry.when, self._fire)
+        return entry
+
+    def leave(self, entry: Deadline) -> bool:
+        """Done with `entry`; True when its deadline cancelled the task and nothing else did
+        (the caller then reports the deadline instead of the cancellation)."""
+        entry.done = True
+        entries = self._entries
+        while entries and entries[0].done:
+            entries.popleft()
+        return entry.expired and entry.task.uncancel() <= entry.cancelling
+
+    def _fire(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        entries = self._entries
+        while entries and (entries[0].done or entries[0].when <= now):
+            entry = entries.popleft()
+            if not entry.done:
+                entry.expired = entry.done = True
+                entry.task.cancel()
+        self._timer = loop.call_at(entries[0].when, self._fire) if entries else None
+
+
+def _when(entry: Deadline) -> float:
+    return entry.when
+
+
 def _expire(out: asyncio.Future[Any]) -> None:
     if not out.done():
         out.set_exception(DeadlinePassed())
@@ -64,10 +137,22 @@ class Pending:
     def __init__(self, limit: int = MAX_PENDING) -> None:
         self.limit = limit
         self._tasks: set[asyncio.Task[None]] = set()
+        self._adopted: set[asyncio.Future[Any]] = set()  # what `_tasks` follow (adopted once)
         self.resolved_after_deadline = 0  # adopted work that ended (landed, refused or failed)
         self.refunded_after_deadline = 0  # item refunds landed for callers that had left
         self.abandoned_at_close = 0  # adopted work still unresolved when close() gave up
+        self.deadlines = Deadlines()  # of admissions running in their callers' tasks
         self.closed = False
+
+    def counters(self) -> tuple[int, int, int, int]:
+        """(pending, resolved after a deadline, refunded after a deadline, abandoned at close),
+        which every request hook event carries."""
+        return (
+            len(self._tasks),
+            self.resolved_after_deadline,
+            self.refunded_after_deadline,
+            self.abandoned_at_close,
+        )
 
     @property
     def count(self) -> int:
@@ -109,10 +194,20 @@ class Pending:
                 timer.cancel()
 
     def adopt(
-        self, task: asyncio.Task[_T], compensate: Callable[[_T], Awaitable[None]] | None
+        self,
+        task: asyncio.Future[_T],
+        compensate: Callable[[_T], Awaitable[None]] | None,
+        *,
+        counted: bool = True,
     ) -> None:
-        """Resolve `task` off the caller's path (also when it has already ended)."""
-        follow = asyncio.ensure_future(self._follow(task, compensate))
+        """Resolve `task` off the caller's path (also when it has already ended); once.
+        `counted`: it counts in `resolved_after_deadline` (a refund the lanes start for a write
+        that landed after its caller left is part of that write's resolution: not counted)."""
+        if task in self._adopted:
+            return
+        self._adopted.add(task)
+        task.add_done_callback(self._adopted.discard)
+        follow = asyncio.ensure_future(self._follow(task, compensate, counted))
         self._tasks.add(follow)
         follow.add_done_callback(self._tasks.discard)
         if len(self._tasks) in (self.limit // 10, self.limit // 2, self.limit):
@@ -123,17 +218,20 @@ class Pending:
             )
 
     async def _follow(
-        self, task: asyncio.Task[_T], compensate: Callable[[_T], Awaitable[None]] | None
+        self,
+        task: asyncio.Future[_T],
+        compensate: Callable[[_T], Awaitable[None]] | None,
+        counted: bool,
     ) -> None:
         try:
             result = await task
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the work's own rules refunded what it had landed
-            self.resolved_after_deadline += 1
+            self.resolved_after_deadline += counted
             log.debug("work resolved after its caller left: %r", exc)
             return
-        self.resolved_after_deadline += 1
+        self.resolved_after_deadline += counted
         if compensate is not None:
             try:
                 await compensate(result)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .. import config as cfg
 from ..caches import BoundedSet, ImageCache
@@ -118,8 +119,13 @@ class TargetFinder:
         if pending is None:
             pending = asyncio.ensure_future(self._read_once(entity_id, resources))
             self._reads[key] = pending
-            pending.add_done_callback(lambda _: self._reads.pop(key, None))
+            pending.add_done_callback(lambda done: self._read_ended(key, done))
         return await asyncio.shield(pending)
+
+    def _read_ended(self, key: tuple[str, tuple[str, ...]], done: asyncio.Future[Any]) -> None:
+        self._reads.pop(key, None)
+        if not done.cancelled():
+            done.exception()  # seen, also when every caller waiting for it has left
 
     async def _read_once(
         self, entity_id: str, resources: tuple[str, ...]

@@ -21,6 +21,7 @@ from ..core.images import BucketImage, Evidence, Stamp, new_op_id
 from . import lanes as lanes_
 from . import planning
 from .deadlines import Backoff
+from .lane_calls import Call, Outcome
 from .shards import ShardChooser, split_parts
 from .store import BucketStore
 from .values import (
@@ -236,7 +237,7 @@ class Waves:
     async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
         return await self.store.fence(image, evidence, blocked)
 
-    def _orphaned(self, call: lanes_.Call, outcome: lanes_.Outcome) -> None:
+    def _orphaned(self, call: Call, outcome: Outcome) -> None:
         if call.settle or outcome.image is None:
             return  # an exit write or refund that landed did what it was for
         written = Written(outcome.target, outcome.image, outcome.writes)

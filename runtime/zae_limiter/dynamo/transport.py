@@ -205,6 +205,7 @@ class Transport:
     ) -> None:
         """One `RequestEvent` to the listeners."""
         reads, writes = capacity(operation, answer if isinstance(answer, dict) else None)
+        pending, resolved, refunded, abandoned = self.listeners.counters()
         self.listeners.emit(
             RequestEvent(
                 operation=operation,
@@ -214,6 +215,10 @@ class Transport:
                 read_units=reads,
                 write_units=writes,
                 attempt=attempt,
+                pending_resolutions=pending,
+                resolved_after_deadline=resolved,
+                refunded_after_deadline=refunded,
+                abandoned_at_close=abandoned,
             )
         )
 

@@ -1,0 +1,95 @@
+"""What a lane works with: its calls, their outcomes, the batches it sends (acquire/lanes.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..core.bucket import LimitWrite
+from ..core.images import BucketImage, Evidence
+from .deadlines import RESEND_WINDOW_MS
+from .values import Planner, Target
+
+#: Re-sends of a write whose answer was lost before its calls are told "unavailable".
+UNKNOWN_RESENDS = 8
+
+
+class Sender(Protocol):
+    async def send(
+        self,
+        image: BucketImage,
+        exists: bool,
+        writes: dict[str, LimitWrite],
+        admissions: int,
+        evidence: Evidence,
+        now: int,
+    ) -> BucketImage:
+        """One bucket write (an update of `image`, or its creation when not `exists`)."""
+        ...
+
+    async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
+        """Move this writer's entry to `evidence.seq` unless sequence `blocked` landed."""
+        ...
+
+
+@dataclass
+class Call:
+    """One job of `write_all` on one item: its planner and how it ended."""
+
+    target: Target
+    planner: Planner
+    settle: bool  # an exit write or refund: transient failures are retried longer
+    rounds: int  # condition failures (or transient errors) allowed before giving up
+    future: asyncio.Future[Outcome]
+    now: int | None = None  # fixed after a conflict: the retry plans at the same time
+    tries: int = 0
+    admissions: int = 0  # the admissions delta of its planned write
+
+    def resolve(self, outcome: Outcome, on_orphan: Callable[[Call, Outcome], None] | None) -> None:
+        """Tell the caller; a caller that left (its future cancelled) is never told, and a write
+        that landed for it is handed to `on_orphan` (a debit to refund)."""
+        if not self.future.done():
+            self.future.set_result(outcome)
+        elif outcome.image is not None and on_orphan is not None:
+            on_orphan(self, outcome)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """`image` and `writes` when the call's write landed; `refused` when its planner refused on
+    a fresh image (`at`: the time it was judged at); else `error`."""
+
+    target: Target
+    image: BucketImage | None = None
+    writes: dict[str, LimitWrite] = field(default_factory=dict)
+    refused: bool = False
+    error: BaseException | None = None
+    at: int | None = None
+
+
+@dataclass
+class Batch:
+    """Calls folded into one write of one item, and what its sends have learnt."""
+
+    calls: list[Call]
+    plans: list[dict[str, LimitWrite]]
+    image: BucketImage
+    exists: bool
+    writes: dict[str, LimitWrite]
+    admissions: int
+    evidence: Evidence
+    now: int
+    lost: int = 0  # answers lost so far (the write may have landed)
+    skewed: bool = False  # the item shows a writer too far ahead: a lost answer is not re-sent
+    first_sent: int | None = None  # the clock when it was first sent (bounds the re-sends)
+
+    def resend_allowed(self, now: int) -> bool:
+        """Another send of a write whose answer was lost: bounded in count and in time."""
+        started = self.first_sent if self.first_sent is not None else now
+        return self.lost <= UNKNOWN_RESENDS and now - started <= RESEND_WINDOW_MS
+
+
+class Undecided(Exception):
+    """A write's answer was lost on every re-send: it may or may not have landed."""
