@@ -40,6 +40,8 @@ class Ledger:
         self.skew_ms = skew_ms
         self.generation = 0
         self.entries: dict[Slot, dict[str, Entry]] = {}
+        #: others' entries as last seen, (key, amount, expiry) -> when first seen so
+        self.seen: dict[Slot, dict[tuple[str, int, int], int]] = {}
 
     def _live(self, slot: Slot, now: int) -> list[Entry]:
         out = []
@@ -50,18 +52,25 @@ class Ledger:
                 out.append(entry)
         return out
 
+    def quiet(self, slot: Slot, now: int, ttl_ms: int) -> frozenset[str]:
+        """Others' entries seen unchanged since more than `ttl_ms` before `now`."""
+        return frozenset(
+            k for (k, _, _), at in self.seen.get(slot, {}).items() if now - at > ttl_ms
+        )
+
     def holder(self, item: Hashable, limit: str, now: int, ttl_ms: int) -> Holder:
         """The entry a write at `now` adds to (the newest live one, else a new generation),
         and the other live entries it renews."""
         slot = (item, limit)
         live = self._live(slot, now)
         renew = tuple(e.key for e in live[:-1] if e.amount > 0)
+        quiet = self.quiet(slot, now, ttl_ms)
         if live:
-            return Holder(live[-1].key, False, now + ttl_ms, self.skew_ms, renew)
+            return Holder(live[-1].key, False, now + ttl_ms, self.skew_ms, renew, quiet)
         self.generation += 1
         key = holds.entry_key(self.writer, self.generation)
         self.entries.setdefault(slot, {})[key] = Entry(key)
-        return Holder(key, True, now + ttl_ms, self.skew_ms, renew)
+        return Holder(key, True, now + ttl_ms, self.skew_ms, renew, quiet)
 
     def giving_back(
         self, item: Hashable, limit: str, key: str, now: int, ttl_ms: int
@@ -72,7 +81,8 @@ class Ledger:
         if key not in {e.key for e in live}:
             return None
         renew = tuple(e.key for e in live if e.key != key and e.amount > 0)
-        return Holder(key, False, now + ttl_ms, self.skew_ms, renew)
+        quiet = self.quiet((item, limit), now, ttl_ms)
+        return Holder(key, False, now + ttl_ms, self.skew_ms, renew, quiet)
 
     def dropped(self, item: Hashable, limit: str, holder: Holder) -> None:
         """A write planned with `holder` did not land: a generation it would have created is
@@ -89,7 +99,8 @@ class Ledger:
         if not live or min(now - e.written_at for e in live) * holds.RENEW_DIVISOR < ttl_ms:
             return None
         keys = tuple(e.key for e in live)
-        return Holder(keys[-1], False, now + ttl_ms, self.skew_ms, keys[:-1])
+        quiet = self.quiet((item, limit), now, ttl_ms)
+        return Holder(keys[-1], False, now + ttl_ms, self.skew_ms, keys[:-1], quiet)
 
     def due(self, now: int, ttl_ms: dict[str, int]) -> list[Slot]:
         """Every slot with a renewal due at `now` (`ttl_ms`: lease_ttl per limit name)."""
@@ -100,10 +111,17 @@ class Ledger:
         ]
 
     def landed(
-        self, item: Hashable, limit: str, holder: Holder, add: int, now: int, seen: tuple[Hold, ...]
+        self,
+        item: Hashable,
+        limit: str,
+        holder: Holder,
+        add: int,
+        now: int,
+        seen: tuple[Hold, ...],
+        received_at: int,
     ) -> None:
         """A write planned at `now` with `holder`, adding `add`, landed; `seen`: the entries of
-        the image it returned."""
+        the image it returned, received at `received_at`."""
         entries = self.entries.setdefault((item, limit), {})
         written = (holder.key, *holder.renew) if holder.key else holder.renew
         for key in written:
@@ -111,13 +129,21 @@ class Ledger:
             entry.landed, entry.expiry, entry.written_at = True, holder.expiry, now
         if holder.key:
             entries[holder.key].amount += add
-        self.saw(item, limit, seen)
+        self.saw(item, limit, seen, received_at)
 
-    def saw(self, item: Hashable, limit: str, seen: tuple[Hold, ...]) -> None:
-        """An image of the item (returned by a write, or by a refused one): an entry of ours
-        that landed and is not in it was removed (lost); entries lost and freed are dropped."""
+    def saw(self, item: Hashable, limit: str, seen: tuple[Hold, ...], received_at: int) -> None:
+        """An image of the item returned by a write (landed or refused), received at
+        `received_at`: an entry of ours that landed and is not in it was removed (lost), and
+        others' entries are timed from when they were first seen as they are."""
         present = {h.key for h in seen}
-        entries = self.entries.get((item, limit), {})
+        slot = (item, limit)
+        before = self.seen.get(slot, {})
+        self.seen[slot] = {
+            (h.key, h.amount, h.expiry): before.get((h.key, h.amount, h.expiry), received_at)
+            for h in seen
+            if holds.holder_of(h.key) != self.writer
+        }
+        entries = self.entries.get(slot, {})
         for key, entry in list(entries.items()):
             if entry.landed and key not in present:
                 entry.lost = True
