@@ -39,6 +39,7 @@ class Kind(IntEnum):
     RATE = 0
     CALENDAR = 1
     SESSION = 2
+    CONCURRENT = 3  # a hold: capacity is max_in_flight, period_ms the lease ttl, refill 0
 
 
 @dataclass(frozen=True)
