@@ -51,6 +51,8 @@ class Stored:
         needed = change.renew if change.create else (change.key, *change.renew)
         if any(k and k not in self.he for k in needed):
             return False
+        if change.create and change.key in self.he:
+            return False
         if any(
             self.h.get(r.key) != r.amount or self.he.get(r.key) != r.expiry for r in change.reap
         ):
@@ -123,12 +125,10 @@ def test_nothing_counted_as_held_exceeds_the_capacity(
                 params, state, at, WHOLE, size * MILLI, holder, enforce=True, check=fresh
             )
             if write is not None and stored.land(write):
-                proc.ledger.landed(
-                    ITEM, "parallel", holder, size * MILLI, at, stored.state().holds, at
-                )
+                assert write.holds is not None
+                proc.ledger.landed(ITEM, "parallel", write.holds, at, stored.state().holds, at)
                 proc.leases.append((holder.key, size * MILLI))
             else:
-                proc.ledger.dropped(ITEM, "parallel", holder)
                 proc.ledger.saw(ITEM, "parallel", stored.state().holds, at)
             proc.image = stored.state()
         elif action == "release" and proc.leases:
@@ -139,7 +139,8 @@ def test_nothing_counted_as_held_exceeds_the_capacity(
             if due is not None:
                 write = hold_writes.plan_renew(proc.image, at, due)
                 if stored.land(write):
-                    proc.ledger.landed(ITEM, "parallel", due, 0, at, stored.state().holds, at)
+                    assert write.holds is not None
+                    proc.ledger.landed(ITEM, "parallel", write.holds, at, stored.state().holds, at)
                 else:
                     proc.ledger.saw(ITEM, "parallel", stored.state().holds, at)
                 proc.image = stored.state()
@@ -168,7 +169,8 @@ def _give_back(
         write = hold_writes.plan_hold(params, proc.image, at, WHOLE, -amount, holder, enforce=False)
         assert write is not None
         if stored.land(write):
-            proc.ledger.landed(ITEM, "parallel", holder, -amount, at, stored.state().holds, at)
+            assert write.holds is not None
+            proc.ledger.landed(ITEM, "parallel", write.holds, at, stored.state().holds, at)
             proc.image = stored.state()
             return
         proc.ledger.saw(ITEM, "parallel", stored.state().holds, at)
@@ -231,7 +233,6 @@ def test_a_dead_holders_entry_is_freed_within_the_ttl_plus_one_write_whatever_th
         write = hold_writes.plan_hold(params, state, now, WHOLE, MILLI, mine, enforce=True)
         if write is not None and stored.land(write):
             break
-        other.dropped(ITEM, "parallel", mine)
         other.saw(ITEM, "parallel", stored.state().holds, now)
     assert now - taken_at <= TTL + 2 * (TTL // 3)  # first sighting one write late, then one more
     assert stored.h == {mine.key: MILLI} and stored.v == MILLI
