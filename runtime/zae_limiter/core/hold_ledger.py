@@ -9,7 +9,7 @@ new generation takes its place), so a give-back can never subtract what another 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from . import holds
@@ -43,6 +43,8 @@ class Ledger:
         #: others' entries as last seen, (key, amount, expiry) -> when first seen so
         self.seen: dict[Slot, dict[tuple[str, int, int], int]] = {}
         self.ttls: dict[Slot, int] = {}  # each slot's lease_ttl (ms), as last planned
+        #: told (entry, expiry) of every entry a landed write set (a history's log)
+        self.on_written: Callable[[str, int], None] | None = None
 
     def _live(self, slot: Slot, now: int) -> list[Entry]:
         out = []
@@ -149,6 +151,8 @@ class Ledger:
         for key in written:
             entry = entries.setdefault(key, Entry(key))
             entry.landed, entry.expiry, entry.written_at = True, change.expiry, now
+            if self.on_written is not None:
+                self.on_written(key, change.expiry)
         if change.key:
             entries[change.key].amount += change.add
         self.saw(item, limit, seen, received_at)
