@@ -30,6 +30,7 @@ class Entry:
 
 
 Slot = tuple[Hashable, str]  # (item key, limit name)
+NONE: frozenset[str] = frozenset()
 
 
 class Ledger:
@@ -37,6 +38,7 @@ class Ledger:
 
     def __init__(self, writer: str, skew_ms: int) -> None:
         self.writer = writer
+        self.prefix = holds.entry_key(writer, 0)[:-1]  # every entry of this writer starts so
         self.skew_ms = skew_ms
         self.generation = 0
         self.entries: dict[Slot, dict[str, Entry]] = {}
@@ -58,8 +60,11 @@ class Ledger:
     def quiet(self, slot: Slot, now: int, ttl_ms: int) -> frozenset[str]:
         """Entries a write may remove: others' seen unchanged since more than `ttl_ms` before
         `now`, and this writer's own lapsed ones (their leases count them as lost)."""
-        theirs = (k for (k, _, _), at in self.seen.get(slot, {}).items() if now - at > ttl_ms)
-        mine = (e.key for e in self.entries.get(slot, {}).values() if e.lost)  # lapsed: told
+        seen, entries = self.seen.get(slot), self.entries.get(slot, {})
+        mine = [e.key for e in entries.values() if e.lost]  # lapsed: their leases were told
+        if not seen and not mine:
+            return NONE  # the warm path: nobody else holds here, nothing of ours lapsed
+        theirs = [k for (k, _, _), at in (seen or {}).items() if now - at > ttl_ms]
         return frozenset((*theirs, *mine))
 
     def holder(self, item: Hashable, limit: str, now: int, ttl_ms: int) -> Holder:
@@ -164,11 +169,12 @@ class Ledger:
         present = {h.key for h in seen}
         slot = (item, limit)
         before = self.seen.get(slot, {})
-        self.seen[slot] = {
-            (h.key, h.amount, h.expiry): before.get((h.key, h.amount, h.expiry), received_at)
-            for h in seen
-            if holds.holder_of(h.key) != self.writer
-        }
+        others = [h for h in seen if not h.key.startswith(self.prefix)]
+        if others or before:
+            self.seen[slot] = {
+                (h.key, h.amount, h.expiry): before.get((h.key, h.amount, h.expiry), received_at)
+                for h in others
+            }
         entries = self.entries.get(slot, {})
         for key, entry in list(entries.items()):
             if entry.landed and key not in present:

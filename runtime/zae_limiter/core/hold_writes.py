@@ -88,8 +88,8 @@ def plan_hold(
         guards = (Guard("v", "<=", cap - amount + freed),)
     return LimitWrite(
         guards,
-        add_v=amount - change.freed,
-        consumed=amount - change.freed,
+        add_v=amount - freed,
+        consumed=amount - freed,
         result=_after(state, change),
         holds=change,
     )
@@ -111,23 +111,24 @@ def plan_renew(state: State, now: int, holder: Holder) -> LimitWrite:
 def _after(state: State, change: HoldWrite) -> State:
     """The state a hold write leaves if it lands."""
     gone = {h.key for h in change.reap}
-    renewed = set(change.renew)
     entries: list[Hold] = []
+    found = False
     for hold in state.holds:
         if hold.key in gone:
             continue
-        if hold.key == change.key and not change.create:
-            hold = Hold(hold.key, hold.amount + change.add, change.expiry)
-        elif hold.key in renewed:
+        if hold.key == change.key:
+            found = not change.create
+            amount = hold.amount + change.add if found else change.add
+            hold = Hold(hold.key, amount, change.expiry)
+        elif hold.key in change.renew:
             hold = Hold(hold.key, hold.amount, change.expiry)
         entries.append(hold)
-    if change.key and (change.create or change.key not in {h.key for h in state.holds}):
-        entries = [h for h in entries if h.key != change.key]
+    if change.key and not found and all(h.key != change.key for h in entries):
         entries.append(Hold(change.key, change.add, change.expiry))
     freed = change.freed
     return evolve(
         state,
         v=state.v + change.add - freed,
         consumed=state.consumed + change.add - freed,
-        holds=tuple(sorted(entries, key=lambda h: h.key)),
+        holds=tuple(entries),
     )
