@@ -7,16 +7,12 @@ import pytest
 
 from support.acquire_env import AcquireEnv
 from support.memory_store import Fault
+from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.values import Unavailable
 from zae_limiter.acquire.waves import SETTLE_ROUNDS
 from zae_limiter.core.bucket import MILLI
-from zae_limiter.dynamo import transport
+from zae_limiter.dynamo import keys
 from zae_limiter.errors import RateLimitExceeded
-
-
-@pytest.fixture
-def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transport, "backoff_scale", 0.0)
 
 
 async def test_a_refused_item_refunds_the_items_that_landed() -> None:
@@ -34,7 +30,7 @@ async def test_a_refused_item_refunds_the_items_that_landed() -> None:
     assert [s.resource for s in exceeded] == ["b"]  # judged on the item the guard returned
     assert env.state("a").consumed == 0
     assert env.balance("a") == 10
-    image = env.store.image(free.key)
+    image = env.store.image(keys.bucket(*free.address))
     assert image is not None and image.admissions == 0
 
 
@@ -60,8 +56,8 @@ async def test_a_second_refund_of_the_same_lease_gives_nothing_back() -> None:
     assert env.state().consumed == 0
 
 
-async def test_a_refund_retries_through_a_brief_outage(no_sleep: None) -> None:
-    env = AcquireEnv()
+async def test_a_refund_retries_through_a_brief_outage() -> None:
+    env = AcquireEnv(backoff=Backoff(scale=0.0))
     image = env.stored()
     landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
     env.store.inject(Fault.OUTAGE)

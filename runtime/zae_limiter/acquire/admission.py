@@ -15,19 +15,29 @@ from dataclasses import replace
 
 from ..caches import ImageCache
 from ..core.evolve import evolve
-from ..dynamo.bucket_items import BucketImage, Stamp
-from ..dynamo.transport import DynamoError, UnknownOutcome
+from ..core.images import BucketImage, Stamp
 from ..errors import RateLimitExceeded
 from ..limits import Limit
 from ..models import LimitStatus
 from ..resolution import Resolver
 from . import planning
+from .deadlines import Backoff
+from .dynamo_store import lowered
 from .pending import Pending
 from .renewals import Renewals
 from .shards import SPLIT_WRITES_PER_SECOND, ShardChooser, SplitDetector
 from .store import BucketStore
 from .targets import Loaded, TargetFinder
-from .values import Contended, Landed, Planner, ResourcePlan, RulesChanged, Target, Unavailable
+from .values import (
+    AnswerLost,
+    Contended,
+    Landed,
+    Planner,
+    ResourcePlan,
+    RulesChanged,
+    Target,
+    Unavailable,
+)
 from .waves import MoreOperations, Waves, Written
 
 log = logging.getLogger("zae_limiter")
@@ -46,6 +56,7 @@ class Admission:
         ttl_multiplier: int,
         split_writes_per_second: float = SPLIT_WRITES_PER_SECOND,
         pending: Pending | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.ns = ns
         self.pending = pending if pending is not None else Pending()
@@ -54,7 +65,9 @@ class Admission:
         self.maker = planning.ItemMaker(ns, ttl_multiplier)
         self.shards = ShardChooser(ns, images, clock)
         self.detector = SplitDetector(split_writes_per_second)
-        self.waves = Waves(store, images, clock, self.maker, self.shards, on_written=self._observe)
+        self.waves = Waves(
+            store, images, clock, self.maker, self.shards, on_written=self._observe, backoff=backoff
+        )
         self.waves.on_orphan = self._orphaned
         self.finder = TargetFinder(
             store, ns, resolver, images, clock, self.shards, self.waves.restamp
@@ -74,13 +87,15 @@ class Admission:
         override: Sequence[Limit] | None,
     ) -> list[ResourcePlan]:
         """The items an acquire writes, resource by resource (child, then cascade parent)."""
-        return await self.finder.targets(entity_id, requests, override)
+        with lowered:  # config reads go to DynamoDB beside the store
+            return await self.finder.targets(entity_id, requests, override)
 
     async def load(
         self, entity_id: str, resources: Sequence[str], role: str, override: Sequence[Limit] | None
     ) -> Loaded:
         """Read one entity's config and items (restamped where needed)."""
-        return await self.finder.load(entity_id, resources, role, override)
+        with lowered:
+            return await self.finder.load(entity_id, resources, role, override)
 
     async def restamp(self, image: BucketImage, stamp: Stamp) -> BucketImage:
         """Rewrite an item under new rules, keeping balances (cut to lower ceilings)."""
@@ -114,10 +129,10 @@ class Admission:
         if landed:
             try:
                 await self.refund(landed)
-            except (DynamoError, Unavailable) as exc:
+            except Unavailable as exc:
                 # A debit landed and its refund did not: say so, never "nothing was debited".
                 log.error("a refund after a failed admission could not land: %s", exc)
-                raise Unavailable(UnknownOutcome(exc)) from exc
+                raise AnswerLost(exc) from exc
         if isinstance(result.error, Contended):
             raise RateLimitExceeded(self.statuses(result.latest, self.clock()), contended=True)
         if result.refused:
@@ -238,7 +253,7 @@ class Admission:
 
     async def create(self, target: Target) -> BucketImage:
         """Write a bucket item that does not exist yet, at its full allowance (pre-splitting).
-        Raises ConditionFailed if one exists."""
+        Raises ItemChanged if one exists."""
         return await self.waves.create(target)
 
     async def settle_splits(self) -> None:

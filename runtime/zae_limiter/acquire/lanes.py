@@ -27,15 +27,20 @@ from typing import Protocol
 from ..core.bucket import LimitWrite
 from ..core.compose import then_all
 from ..core.evolve import evolve
-from ..core.hold_ledger import Ledger
-from ..dynamo import transport
-from ..dynamo.bucket_items import BucketImage, Evidence, new_writer_id, parse
-from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
+from ..core.images import BucketImage, Evidence, new_writer_id
 from . import holds_seen
-from .deadlines import ASSUMED_SKEW_MS, RESEND_WINDOW_MS
-from .lane_errors import Contended, RulesChangedSignal, ShardGone, Undecided
+from .deadlines import RESEND_WINDOW_MS, Backoff
 from .skew import SkewWatch
-from .values import Planner, Target
+from .values import (
+    AnswerLost,
+    Contended,
+    ItemChanged,
+    Planner,
+    RulesChanged,
+    ShardGone,
+    Target,
+    Unavailable,
+)
 
 log = logging.getLogger("zae_limiter")
 
@@ -125,6 +130,10 @@ class _Batch:
         return self.lost <= UNKNOWN_RESENDS and now - started <= RESEND_WINDOW_MS
 
 
+class Undecided(Exception):
+    """A write's answer was lost on every re-send: it may or may not have landed."""
+
+
 class Lanes:
     """One writer's lanes (see the module docstring)."""
 
@@ -138,8 +147,10 @@ class Lanes:
         blank: Callable[[BucketImage], BucketImage],
         writer: str | None = None,
         on_orphan: Callable[[Call, Outcome], None] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.sender = sender
+        self.backoff = backoff if backoff is not None else Backoff()
         self.on_orphan = on_orphan
         self.clock = clock
         self.on_image = on_image
@@ -148,8 +159,7 @@ class Lanes:
         self.writer = writer or new_writer_id()
         self.undecided = 0  # writes given up on with their outcome unknown (a metric)
         self.skew = SkewWatch(self.writer)
-        #: this writer's concurrency holds: told of every write's outcome (core.hold_ledger)
-        self.ledger = Ledger(self.writer, ASSUMED_SKEW_MS)
+        self.ledger = holds_seen.ledger_for(self.writer)  # its concurrency holds
         self._seq = 0
         self._lanes: dict[tuple[str, str, str, int], _Lane] = {}
 
@@ -339,23 +349,23 @@ class _Lane:
                     batch.evidence,
                     batch.now,
                 )
-            except ConditionFailed as failed:
-                await self._condition_failed(batch, failed)
+            except ItemChanged as changed:
+                await self._condition_failed(batch, changed.current)
                 return
-            except UnknownOutcome as lost:
+            except AnswerLost as lost:
                 batch.lost += 1
                 if batch.skewed or not batch.resend_allowed(lanes.clock()):
                     self._give_up(batch, lost)
                     return
-                await asyncio.sleep(0.02 * batch.lost * transport.backoff_scale)
+                await lanes.backoff.pause(0.02 * batch.lost)
                 continue  # the same write again: its evidence lets it land only once
-            except DynamoError as exc:
+            except Unavailable as exc:
                 if batch.lost:  # still unknown whether an earlier send landed
                     batch.lost += 1
                     if not batch.resend_allowed(lanes.clock()):
                         self._give_up(batch, exc)
                         return
-                    await asyncio.sleep(0.05 * batch.lost * transport.backoff_scale)
+                    await lanes.backoff.pause(0.05 * batch.lost)
                     continue
                 await self._unavailable(batch, exc)
                 return
@@ -367,18 +377,15 @@ class _Lane:
 
     def _landed(self, batch: _Batch, image: BucketImage) -> None:
         self.image, self.exists = image, True
-        holds_seen.landed(
-            self.lanes.ledger, self.key, batch.writes, image, batch.now, self.lanes.clock()
-        )
+        holds_seen.landed(self.lanes, self.key, batch.writes, image, batch.now)
         self.lanes.on_image(image, True)
         for call, writes in zip(batch.calls, batch.plans, strict=True):
             target = evolve(call.target, image=image, exists=True)
             call.resolve(Outcome(target, image=image, writes=writes), self.lanes)
 
-    async def _condition_failed(self, batch: _Batch, failed: ConditionFailed) -> None:
+    async def _condition_failed(self, batch: _Batch, current: BucketImage | None) -> None:
         lanes = self.lanes
-        current = None if failed.item is None else parse(failed.item)
-        holds_seen.refused(self.lanes.ledger, self.key, batch.writes, current, lanes.clock())
+        holds_seen.refused(lanes, self.key, batch.writes, current)
         if current is not None:
             lanes.on_image(current, False)
             if batch.lost and current.evidence.get(lanes.writer, -1) >= batch.evidence.seq:
@@ -400,7 +407,7 @@ class _Lane:
             self.image, self.exists = lanes.blank(batch.image), False
         else:
             if lanes.rules_matter(batch.image, current):
-                self._fail(batch.calls, RulesChangedSignal())
+                self._fail(batch.calls, RulesChanged())
                 return
             self.image, self.exists = current, True
         self._retry(batch, self.image)
@@ -415,15 +422,15 @@ class _Lane:
         for attempt in range(UNKNOWN_RESENDS + 1):
             try:
                 image = await lanes.sender.fence(current, fence, batch.evidence.seq)
-            except ConditionFailed as failed:
-                if failed.item is None:
+            except ItemChanged as changed:
+                seen = changed.current
+                if seen is None:
                     return True, None  # gone: an update cannot land on no item
-                seen = parse(failed.item)
                 lanes.on_image(seen, False)
                 return True, seen  # holds the write's sequence (landed), our fence, or later
-            except DynamoError as exc:
+            except Unavailable as exc:  # a lost answer too
                 cause = exc
-                await asyncio.sleep(0.02 * (attempt + 1) * transport.backoff_scale)
+                await lanes.backoff.pause(0.02 * (attempt + 1))
                 continue
             lanes.on_image(image, False)
             return True, image
@@ -451,7 +458,7 @@ class _Lane:
             retry.append(call)
         self.queue.extendleft(reversed(retry))
 
-    async def _unavailable(self, batch: _Batch, exc: DynamoError) -> None:
+    async def _unavailable(self, batch: _Batch, exc: Unavailable) -> None:
         """Certainly not applied: settle calls wait and retry, the others give up."""
         waiting = False
         retry = []
@@ -463,7 +470,7 @@ class _Lane:
             else:
                 call.resolve(Outcome(call.target, error=exc), self.lanes)
         if waiting:
-            await asyncio.sleep(0.05 * max(c.tries for c in retry) * transport.backoff_scale)
+            await self.lanes.backoff.pause(0.05 * max(c.tries for c in retry))
             self.queue.extendleft(reversed(retry))
 
     def _give_up(self, batch: _Batch, cause: BaseException) -> None:
@@ -481,9 +488,9 @@ class _Lane:
             batch.evidence.seq,
             cause,
         )
-        holds_seen.undecided(self.lanes.ledger, self.key, batch.writes)
+        holds_seen.undecided(self.lanes, self.key, batch.writes)
         # Whatever the last answer said, an earlier send may have landed.
-        error = cause if isinstance(cause, UnknownOutcome) else UnknownOutcome(cause)
+        error = cause if isinstance(cause, AnswerLost) else AnswerLost(cause)
         self._fail(batch.calls, error)
 
     def _fail(self, calls: list[Call], error: BaseException) -> None:
