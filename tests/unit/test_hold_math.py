@@ -236,3 +236,20 @@ def test_a_dead_holders_entry_is_freed_within_the_ttl_plus_one_write_whatever_th
         other.saw(ITEM, "parallel", stored.state().holds, now)
     assert now - taken_at <= TTL + 2 * (TTL // 3)  # first sighting one write late, then one more
     assert stored.h == {mine.key: MILLI} and stored.v == MILLI
+
+
+def test_a_concurrency_limit_splits_only_while_nothing_is_held() -> None:
+    """Holds cannot move to the new shard: the split is guarded on nothing being held, and both
+    halves start empty at shares that sum to the whole."""
+    from zae_limiter.core.shard_split import siblings, split_limit
+    from zae_limiter.core.shares import share
+
+    params = parallel(3)
+    old, sibling = split_limit(params, State(v=0, holds=(Hold("a.1", 0, 9),)), 5, WHOLE)
+    assert old.guards == (bucket.Guard("v", "=", 0),) and old.add_v == 0
+    assert sibling == State(v=0)
+    kept, given = siblings(WHOLE)
+    assert share(params.capacity, kept) + share(params.capacity, given) == params.capacity
+    held = State(v=MILLI, holds=(Hold("a.1", MILLI, 9),))
+    old, _ = split_limit(params, held, 5, WHOLE)
+    assert not all(guard.value == held.v for guard in old.guards)  # refused while held
