@@ -157,7 +157,9 @@ def level_from_item(item: dict[str, Any] | None) -> Level:
 
 def to_params(limit: Limit, now: int | None = None) -> Params:
     """A Limit as stamped on bucket items (milli-units, ms), its schedule window at `now`."""
-    if limit.reset_after is not None:
+    if limit.concurrent:
+        kind = Kind.CONCURRENT
+    elif limit.reset_after is not None:
         kind = Kind.SESSION
     elif limit.reset_schedule:
         kind = Kind.CALENDAR
@@ -210,6 +212,14 @@ def from_params(params: Params, *, configured: bool = False) -> Limit:
             params.capacity // MILLI,
             params.refill // MILLI,
             params.period_ms // 1000,
+            soft=params.soft,
+            alert_at=params.alerts,
+        )
+    if params.kind == Kind.CONCURRENT:
+        return Limit.concurrent(
+            params.name,
+            params.capacity // MILLI,
+            lease_ttl=params.period_ms // 1000,
             soft=params.soft,
             alert_at=params.alerts,
         )

@@ -83,6 +83,8 @@ class RateLimitExceeded(RateLimitError):
                 "limit_name": status.limit_name,
                 "parent": status.entity_id != caller,
             }
+            if status.limit.concurrent:  # too much in flight, not too much spent
+                entry["concurrent"] = True
             if entry not in out:
                 out.append(entry)
         return out
@@ -110,7 +112,9 @@ class RateLimitExceeded(RateLimitError):
         if not violations:
             return "Rate limit contended: retry shortly"
         names = [
-            f"{v['resource']}.{v['limit_name']}" + (" (organisation)" if v["parent"] else "")
+            f"{v['resource']}.{v['limit_name']}"
+            + (" (in flight)" if v.get("concurrent") else "")
+            + (" (organisation)" if v["parent"] else "")
             for v in violations
         ]
         return "Rate limit exceeded for " + ", ".join(names)

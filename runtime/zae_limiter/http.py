@@ -32,6 +32,8 @@ REDUCED_CAPACITY_TITLE = "Service capacity is temporarily reduced"
 UNAVAILABLE_RETRY_SECONDS = 1
 #: Quota units of the draft's registry; "requests" is its default and is not written.
 REGISTERED_UNITS = frozenset({"requests", "content-bytes", "concurrent-requests"})
+#: The unit of a concurrency limit (`Limit.concurrent`) unless `units` names another.
+CONCURRENT_UNIT = "concurrent-requests"
 #: Limit names that count requests (LimitName's R* helpers and the plain word).
 REQUEST_LIMIT_NAMES = frozenset({"requests", "rps", "rpm", "rph", "rpd"})
 #: Prefixed parameter for a unit outside the registry (the draft: vendor-prefixed parameters).
@@ -63,8 +65,10 @@ def ratelimit_headers(
 
     `now_ms`: the time `t` is counted from (a lease uses its limiter's clock; a rejection
     defaults to the system clock). `units`: limit name -> quota unit; a registered unit is
-    written as `qu`, any other as `zael-unit`; by default a request-counting name (`rpm`,
-    `requests`...) is in requests and any other limit's unit is its own name. `pk_secret`:
+    written as `qu`, any other as `zael-unit`; by default a concurrency limit is in
+    `concurrent-requests` (no `w`, no `t`: a hold comes back when its lease ends), a
+    request-counting name (`rpm`, `requests`...) in requests and any other limit's unit is its
+    own name. `pk_secret`:
     when given, every item carries `pk`, a keyed hash of the entity id. Empty for the degraded
     lease and for an unmetered resource.
     """
@@ -87,7 +91,7 @@ def ratelimit_headers(
         pk = "" if pk_secret is None else _pk_parameter(partition_key(entity_id, pk_secret))
         policies, limits = [], []
         for view in views:
-            unit = _unit_parameter(view.name, units)
+            unit = _unit_parameter(view.name, units, view.concurrent)
             policies.append(
                 _policy_item(view.resource, view.name, view.capacity, view.window_seconds, unit, pk)
             )
@@ -197,7 +201,10 @@ def _policy_item(
 
 
 def _effective_seconds(view: LimitView, now_ms: int) -> int | None:
-    """`t`: seconds until the limit is whole again (a quota: until it resets)."""
+    """`t`: seconds until the limit is whole again (a quota: until it resets; a concurrency
+    limit: not known, its holds come back as leases end)."""
+    if view.concurrent:
+        return None
     if view.is_quota:
         if view.resets_at_ms is None:
             return None
@@ -210,8 +217,12 @@ def _effective_seconds(view: LimitView, now_ms: int) -> int | None:
     return -(-(view.ceiling - view.available) * window // view.ceiling)  # ceil, in integers
 
 
-def _unit_parameter(limit_name: str, units: Mapping[str, str] | None) -> str:
+def _unit_parameter(
+    limit_name: str, units: Mapping[str, str] | None, concurrent: bool = False
+) -> str:
     unit = (units or {}).get(limit_name)
+    if unit is None and concurrent:
+        unit = CONCURRENT_UNIT
     if unit is None:
         unit = "requests" if limit_name.lower() in REQUEST_LIMIT_NAMES else limit_name
     if unit == "requests":

@@ -29,11 +29,14 @@ class LimitView:
     available: int  # the balance now (one shard's when sharded; negative in debt)
     ceiling: int  # the most `available` can be (one shard's when sharded)
     resets_at_ms: int | None  # a quota's next reset
+    concurrent: bool = False  # a concurrency limit: `available` is max_in_flight - held
 
     @classmethod
     def of_status(cls, status: LimitStatus) -> LimitView:
         limit = status.limit
-        if limit.is_quota:
+        if limit.concurrent:
+            window = None
+        elif limit.is_quota:
             window = limit.reset_after_seconds
         else:
             window = _refill_window(
@@ -48,6 +51,7 @@ class LimitView:
             status.available,
             status.max_request or limit.capacity,
             status.resets_at_ms,
+            limit.concurrent,
         )
 
 
@@ -93,6 +97,7 @@ def primary_limits(lease: Any) -> tuple[str, list[LimitView], int]:
         state = image.states.get(params.name) or bucket.full_state(params, slot)
         view = bucket.view(params, state, now, slot)
         is_rate = params.kind == Kind.RATE
+        held = params.kind == Kind.CONCURRENT  # no window, no reset: a hold comes back on exit
         if is_rate:
             window = _refill_window(params.capacity, params.refill, params.period_ms)
         else:
@@ -103,10 +108,11 @@ def primary_limits(lease: Any) -> tuple[str, list[LimitView], int]:
                 params.name,
                 params.capacity // MILLI,
                 window,
-                not is_rate,
+                not (is_rate or held),
                 view.balance // MILLI - hold.pending.get(params.name, 0),
                 view.ceiling // MILLI,
-                None if is_rate else params.next_reset_ms(now, state.w),
+                None if is_rate or held else params.next_reset_ms(now, state.w),
+                held,
             )
         )
     return image.entity_id, out, now
@@ -119,6 +125,23 @@ def primary_shard(lease: Any) -> int | None:
         return None
     child = next(iter(holds_of(inner).values())).child
     return None if child is None else child.target.image.shard
+
+
+def held_amounts(lease: Any) -> dict[tuple[str, str], int]:
+    """What the lease holds of the acquiring entity's concurrency limits, whole units per
+    (resource, limit) (docs/concurrency.md); empty for the degraded lease."""
+    inner = _async_lease(lease)
+    if inner is None or inner.degraded:
+        return {}
+    out: dict[tuple[str, str], int] = {}
+    for resource, hold in holds_of(inner).items():
+        if hold.plan.child is None:
+            continue
+        for params in hold.plan.child.stamp.limits:
+            amount = hold.consumed.get(params.name, 0)
+            if params.kind == Kind.CONCURRENT and amount > 0:
+                out[resource, params.name] = amount
+    return out
 
 
 def unmetered_resources(lease: Any) -> list[str]:

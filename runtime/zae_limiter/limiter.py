@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from . import validation
+from . import concurrent_limits, validation
 from .acquire import deadlines
 from .acquire.acquisition import Acquisition
 from .errors import ValidationError
@@ -33,7 +33,10 @@ def _validate_acquire(
     validation.resource_name(resource)
     requests = {resource: _amounts_for(resource, consume)}
     if limits is not None:
-        check_limit_list(limits)
+        for limit in check_limit_list(limits):
+            if limit.concurrent and limit.name in requests[resource]:
+                amount = requests[resource][limit.name]
+                concurrent_limits.check_amount(limit.name, amount, limit.capacity, "limits=")
     if on_unavailable is not None and not isinstance(on_unavailable, OnUnavailable):
         raise ValidationError("on_unavailable", on_unavailable, "use OnUnavailable.ALLOW or BLOCK")
     if also:

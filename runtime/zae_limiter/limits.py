@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import validation
+from . import concurrent_limits, validation
 from .core import cron
 from .errors import ValidationError
 
@@ -81,7 +81,9 @@ class ScheduleEntry:
 
 @dataclass(frozen=True)
 class Limit:
-    """A named rule on a resource: a dripping rate, or a quota that resets."""
+    """A named rule on a resource: a dripping rate, a quota that resets, or a concurrency limit
+    (`concurrent`: `capacity` is `max_in_flight`, held while a lease lasts; never drips or
+    resets; its `refill_period_seconds` is its `lease_ttl_seconds`)."""
 
     name: str
     capacity: int
@@ -91,11 +93,20 @@ class Limit:
     reset_schedule: tuple[ScheduleEntry, ...] = field(default_factory=tuple)
     reset_after: timedelta | None = None
     soft: bool = False
+    if TYPE_CHECKING:
+        concurrent: concurrent_limits.Member = concurrent_limits.Member()
+    else:
+        concurrent: bool = False
+    lease_ttl_seconds: int | None = None
     alert_at: tuple[int, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         validation.limit_name(self.name)
         object.__setattr__(self, "alert_at", _alert_thresholds(self.alert_at))
+        object.__setattr__(self, "schedule", tuple(self.schedule))
+        object.__setattr__(self, "reset_schedule", tuple(self.reset_schedule))
+        if concurrent_limits.check(self):
+            return
         validation.whole_number(self.capacity, "capacity", 1, validation.MAX_AMOUNT)
         validation.whole_number(self.refill_amount, "refill_amount", 0, validation.MAX_AMOUNT)
         validation.whole_number(
@@ -103,8 +114,6 @@ class Limit:
         )
         if not isinstance(self.soft, bool):
             raise ValidationError("soft", self.soft, "must be True or False")
-        object.__setattr__(self, "schedule", tuple(self.schedule))
-        object.__setattr__(self, "reset_schedule", tuple(self.reset_schedule))
         if self.reset_after is not None:
             if not isinstance(self.reset_after, timedelta):
                 raise ValidationError("reset_after", self.reset_after, "must be a timedelta")
@@ -138,6 +147,31 @@ class Limit:
                 raise ValidationError("schedule", entry, "a quota may not be given a refill")
 
     # --- constructors ----------------------------------------------------------------------
+
+    @classmethod
+    def _concurrency_limit(
+        cls,
+        name: str,
+        max_in_flight: int,
+        *,
+        lease_ttl: timedelta | float = timedelta(seconds=60),
+        soft: bool = False,
+        alert_at: tuple[int, ...] = (),
+    ) -> Limit:
+        """`Limit.concurrent`: a cap on what is held at once. A lease's hold comes back when the
+        lease ends, or `lease_ttl` (whole seconds, 1 s to 1 day) after its process last renewed
+        it (docs/concurrency.md)."""
+        ttl = concurrent_limits.lease_ttl_seconds(lease_ttl)
+        return cls(
+            name,
+            max_in_flight,
+            0,
+            ttl,
+            soft=soft,
+            concurrent=True,
+            lease_ttl_seconds=ttl,
+            alert_at=alert_at,
+        )
 
     @classmethod
     def per_second(
@@ -276,13 +310,18 @@ class Limit:
 
     @property
     def kind(self) -> str:
+        if self.concurrent:
+            return "concurrent"
         return "quota" if self.is_quota else "rate"
 
     # --- manifest form ---------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"capacity": self.capacity}
-        if not self.is_quota:
+        if self.concurrent:
+            out["concurrent"] = True
+            out["lease_ttl_seconds"] = self.lease_ttl_seconds
+        elif not self.is_quota:
             out["refill_amount"] = self.refill_amount
             out["refill_period_seconds"] = self.refill_period_seconds
         if self.schedule:
@@ -309,6 +348,8 @@ class Limit:
             "reset_schedule",
             "reset_after_seconds",
             "soft",
+            "concurrent",
+            "lease_ttl_seconds",
             "alert_at",
         }
         unknown = set(data) - known
@@ -320,11 +361,15 @@ class Limit:
         after = data.get("reset_after_seconds")
         if after is not None:
             validation.whole_number(after, "reset_after_seconds", 1, MAX_PERIOD_SECONDS)
-        is_quota = bool(resets) or after is not None
+        concurrent = data.get("concurrent", False)
+        ttl = data.get("lease_ttl_seconds")
+        no_refill = bool(resets) or after is not None or concurrent is True
         period = data.get("refill_period_seconds", data.get("refill_period"))
         if period is None:
             period = after if after is not None else 60
-        refill = data.get("refill_amount", 0 if is_quota else data["capacity"])
+        if concurrent is True:  # its period is its lease; a refill given is reported
+            period = concurrent_limits.DEFAULT_LEASE_TTL_SECONDS if ttl is None else ttl
+        refill = data.get("refill_amount", 0 if no_refill else data["capacity"])
         return cls(
             name,
             data["capacity"],
@@ -334,8 +379,15 @@ class Limit:
             reset_schedule=resets,
             reset_after=timedelta(seconds=after) if after is not None else None,
             soft=data.get("soft", False),
+            concurrent=concurrent,
+            lease_ttl_seconds=ttl,
             alert_at=tuple(data.get("alert_at", ())),
         )
+
+
+# The dataclass was built with a plain `concurrent: bool = False` field; the member now serves
+# both the field (on a limit) and the constructor `Limit.concurrent(...)` (on the class).
+setattr(Limit, "concurrent", concurrent_limits.Member())  # noqa: B010
 
 
 def _alert_thresholds(value: Any) -> tuple[int, ...]:
@@ -385,6 +437,8 @@ def identity(limit: Limit) -> tuple[Any, ...]:
         limit.refill_period_seconds,
         limit.reset_after,
         limit.soft,
+        limit.concurrent,
+        limit.lease_ttl_seconds,
         limit.alert_at,
         entries(limit.schedule),
         entries(limit.reset_schedule),

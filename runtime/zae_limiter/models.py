@@ -71,7 +71,9 @@ class LimitStatus:
             "kind": self.limit.kind,
             "capacity": self.limit.capacity,
         }
-        if self.limit.is_quota:
+        if self.limit.concurrent:
+            out["lease_ttl_seconds"] = self.limit.lease_ttl_seconds
+        elif self.limit.is_quota:
             out["resets_at_ms"] = self.resets_at_ms
         else:
             out["refill_amount"] = self.limit.refill_amount

@@ -542,3 +542,49 @@ async def test_every_manifest_mistake_is_reported_with_its_file_and_line(
     with pytest.raises(ManifestError) as info:
         loads(TWO_MISTAKES_AND_AN_ANCHOR)
     assert [e.line for e in info.value.errors] == [4, 9, 11]
+
+
+CONCURRENT_MANIFEST = """namespace: default
+system:
+  limits: {{parallel: {{capacity: 8, concurrent: true}}}}
+resources:
+  llm:
+    limits:
+      requests: {{capacity: 60}}
+      parallel: {{capacity: {most}, concurrent: true, lease_ttl_seconds: {ttl}}}
+entities:
+  key-1:
+    resources:
+      llm: {{limits: {{parallel: {{capacity: 1, concurrent: true}}}}}}
+"""
+
+
+async def test_concurrency_limits_are_planned_applied_shown_and_exported(
+    zl: ZL, live: Repository, tmp_path: Path
+) -> None:
+    """Every config level keeps a concurrency limit; a new lease is an update, the same one is
+    no change; the level's table and the export say what it is."""
+    first = write(tmp_path, CONCURRENT_MANIFEST.format(most=4, ttl=30))
+    zl("limits", "apply", "-f", first, "-y")
+    assert (await live.get_system_defaults())[0] == [Limit.concurrent("parallel", 8)]
+    assert await live.get_resource_defaults("llm") == [
+        Limit.per_minute("requests", 60),
+        Limit.concurrent("parallel", 4, lease_ttl=30),
+    ]
+    assert await live.get_limits("key-1", resource="llm") == [Limit.concurrent("parallel", 1)]
+    assert zl("limits", "plan", "-f", first).stdout.splitlines() == ["no changes: 3 unchanged"]
+    longer = write(tmp_path, CONCURRENT_MANIFEST.format(most=4, ttl=120))
+    plan = zl("limits", "plan", "-f", longer).stdout.splitlines()
+    assert plan[0] == (
+        "~ update resource llm: limits requests:60, parallel:4@concurrent(30s) -> "
+        "requests:60, parallel:4@concurrent(2m)"
+    )
+    shown = zl("resource", "get-defaults", "llm").stdout
+    assert "parallel:4@concurrent(30s)" in shown and "concurrent" in shown
+    exported = yaml.safe_load(zl("limits", "export").stdout)
+    assert exported["resources"]["llm"]["limits"]["parallel"] == {
+        "capacity": 4,
+        "concurrent": True,
+        "lease_ttl_seconds": 30,
+    }
+    assert exported["system"]["limits"] == {"parallel": {"capacity": 8, "concurrent": True}}

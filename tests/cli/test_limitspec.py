@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -152,3 +153,43 @@ def test_amounts(specs: list[str], expected: dict[str, int]) -> None:
 def test_amount_errors(spec: str) -> None:
     with pytest.raises(SpecError):
         limitspec.parse_amounts([spec])
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected", "printed"),
+    [
+        ("parallel:4@concurrent", Limit.concurrent("parallel", 4), "parallel:4@concurrent"),
+        (
+            "jobs:2@concurrent(5m)",
+            Limit.concurrent("jobs", 2, lease_ttl=timedelta(minutes=5)),
+            "jobs:2@concurrent(5m)",
+        ),
+        ("s:1@concurrent(1d)", Limit.concurrent("s", 1, lease_ttl=86400), "s:1@concurrent(1d)"),
+        ("s:1@concurrent(60)", Limit.concurrent("s", 1), "s:1@concurrent"),
+    ],
+)
+def test_concurrency_limits_parse_print_and_round_trip(
+    spec: str, expected: Limit, printed: str
+) -> None:
+    assert limitspec.parse_limit(spec) == expected
+    assert limitspec.format_limit(expected) == printed
+    soft = replace(expected, soft=True)
+    args = limitspec.to_args([soft])
+    assert args == ["-l", printed, "--soft", expected.name]
+    assert limitspec.parse_limits([printed], [expected.name]) == [soft]
+    assert limitspec.describe(soft) == f"{printed} (soft)"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("p:0@concurrent", "max_in_flight"),
+        ("p:2@concurrent(0s)", r"the lease in 'p:2@concurrent\(0s\)' is 0s; use 1s to 1d"),
+        ("p:2@concurrent(1d1s)", "use 1s to 1d"),
+        ("p:2@concurrent(soon)", "duration"),
+        ("p:2@concurent", "MAX@concurrent"),
+    ],
+)
+def test_concurrency_limit_errors(spec: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        limitspec.parse_limit(spec)

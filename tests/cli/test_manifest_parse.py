@@ -9,6 +9,7 @@ import pytest
 
 from zae_limiter import Limit, OnUnavailable, ScheduleEntry
 from zae_limiter.manifest import UNSET, Level, ManifestError, load_file, load_file_limits, loads
+from zae_limiter.manifest.plan import limits_to_manifest
 
 SPEC_EXAMPLE = """
 namespace: default
@@ -260,3 +261,51 @@ def test_files(tmp_path: Path) -> None:
     )
     level.write_text("limits:\n  rpm: {capacity: 100}\n")
     assert load_file_limits(level) == (Limit.per_minute("rpm", 100),)
+
+
+def test_concurrency_limits_in_a_manifest() -> None:
+    manifest = loads(
+        "namespace: default\nresources:\n  llm:\n    limits:\n"
+        "      parallel: {capacity: 4, concurrent: true}\n"
+        "      sessions: {capacity: 100, concurrent: true, lease_ttl_seconds: 900, soft: true}\n"
+    )
+    assert manifest.resources["llm"].limits == (
+        Limit.concurrent("parallel", 4),
+        Limit.concurrent("sessions", 100, lease_ttl=timedelta(minutes=15), soft=True),
+    )
+    assert limits_to_manifest(manifest.resources["llm"].limits or ()) == {
+        "parallel": {"capacity": 4, "concurrent": True},
+        "sessions": {"capacity": 100, "concurrent": True, "lease_ttl_seconds": 900, "soft": True},
+    }
+
+
+def test_every_concurrency_mistake_is_reported_with_file_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "limits.yaml"
+    path.write_text(
+        "namespace: default\nresources:\n  llm:\n    limits:\n"
+        "      a: {capacity: 4, concurrent: true, lease_ttl_seconds: 0, refill_amount: 4}\n"
+        "      b: {capacity: 4, concurrent: true, reset_after_seconds: 60, schedule: []}\n"
+        "      c: {capacity: 4, lease_ttl_seconds: 30}\n"
+        "      d: {capacity: 4, concurrent: 1, lease_ttl_seconds: 86401}\n"
+    )
+    with pytest.raises(ManifestError) as info:
+        load_file(path)
+    assert [e.located() for e in info.value.errors] == [
+        f"{path}:5:42: resources.llm.limits.a.lease_ttl_seconds: must be from 1 to 86400 "
+        "seconds (1 day)",
+        f"{path}:5:64: resources.llm.limits.a.refill_amount: {NOT_HELD.format('refill_amount')}",
+        f"{path}:6:42: resources.llm.limits.b.reset_after_seconds: "
+        f"{NOT_HELD.format('reset_after_seconds')}",
+        f"{path}:6:67: resources.llm.limits.b.schedule: {NOT_HELD.format('schedule')}",
+        f"{path}:7:24: resources.llm.limits.c.lease_ttl_seconds: only a concurrency limit has "
+        "a lease: add concurrent: true or leave it out",
+        f"{path}:8:24: resources.llm.limits.d.concurrent: must be true or false, not an integer",
+        f"{path}:8:39: resources.llm.limits.d.lease_ttl_seconds: only a concurrency limit has "
+        "a lease: add concurrent: true or leave it out",
+    ]
+
+
+NOT_HELD = (
+    "a concurrency limit never drips or resets (a hold comes back when its lease ends): leave "
+    "{} out"
+)

@@ -121,3 +121,29 @@ async def test_admin_rules(limiter: RateLimiter, wire: Any, call: Any) -> None:
     with wire.block() as w, pytest.raises(ValidationError):
         await call(limiter.repository)
     assert w.requests == []
+
+
+async def test_an_amount_above_max_in_flight_is_refused_before_any_io(
+    limiter: RateLimiter, wire: Any
+) -> None:
+    limits = [Limit.per_minute("rpm", 100), Limit.concurrent("parallel", 2)]
+    with wire.block() as w, pytest.raises(ValidationError, match="max_in_flight") as info:
+        async with limiter.acquire("user-1", "llm", {"parallel": 3}, limits=limits):
+            pass
+    assert w.requests == [] and info.value.field == "consume['parallel']"
+
+
+async def test_an_amount_above_a_stored_max_in_flight_is_refused_and_nothing_is_written(
+    limiter: RateLimiter,
+) -> None:
+    await limiter.set_resource_defaults("llm", [Limit.concurrent("parallel", 2)])
+    await limiter.create_entity("org-1")
+    await limiter.create_entity("user-1", parent_id="org-1", cascade=True)
+    await limiter.set_limits("org-1", [Limit.concurrent("parallel", 1)], resource="llm")
+    for entity, amount, whose in (("user-2", 3, "'user-2'"), ("user-1", 2, "'org-1'")):
+        with pytest.raises(ValidationError, match=f"'llm' for {whose} holds at most"):
+            async with limiter.acquire(entity, "llm", {"parallel": amount}):
+                pass
+    assert await limiter.repository.get_buckets("user-1") == []
+    assert await limiter.repository.get_buckets("user-2") == []
+    assert await limiter.repository.get_buckets("org-1") == []

@@ -36,6 +36,7 @@ from .lease import (
     target_for_more,
 )
 from .pending import DeadlinePassed
+from .planning import item_key
 from .values import Landed, ResourcePlan, RulesChanged, Target, Unavailable, failed_below
 
 log = logging.getLogger("zae_limiter")
@@ -210,6 +211,15 @@ class Acquisition:
         """The newest image of `image`'s item this client has seen."""
         cached = self.admission.images.get(ImageCache.key_of(image))
         return cached[0] if cached is not None and cached[0].stamp_seq >= image.stamp_seq else image
+
+    def hold_lost(self, holds: dict[str, ResourceHold]) -> bool:
+        """Whether an entry a concurrency hold of these was taken on is lost (core.hold_ledger)."""
+        ledger, now = self.admission.ledger, self.clock()
+        return any(
+            not ledger.holds(item_key(entry.target.image), name, key, now)
+            for entry in landed_items(holds)
+            for name, key in entry.held.items()
+        )
 
     def overdrawn(self, hold: ResourceHold) -> list[str]:
         """Soft limits of the hold's item below zero now, on the newest image seen."""

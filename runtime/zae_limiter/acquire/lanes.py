@@ -27,6 +27,7 @@ from ..core.bucket import LimitWrite
 from ..core.compose import then_all
 from ..core.evolve import evolve
 from ..core.images import BucketImage, Evidence, new_writer_id
+from . import holds_seen
 from .deadlines import Backoff
 from .lane_calls import UNKNOWN_RESENDS as UNKNOWN_RESENDS
 from .lane_calls import Batch, Call, Outcome, Sender, Undecided
@@ -81,6 +82,7 @@ class Lanes:
         self.writer = writer or new_writer_id()
         self.undecided = 0  # writes given up on with their outcome unknown (a metric)
         self.skew = SkewWatch(self.writer)
+        self.ledger = holds_seen.ledger_for(self.writer)  # its concurrency holds
         self._seq = 0
         self._lanes: dict[tuple[str, str, str, int], _Lane] = {}
 
@@ -341,6 +343,7 @@ class _Lane:
 
     def _landed(self, batch: Batch, image: BucketImage) -> None:
         self.image, self.exists = image, True
+        holds_seen.landed(self.lanes, self.key, batch.writes, image, batch.now)
         self.lanes.on_image(image, True)
         for call, writes in zip(batch.calls, batch.plans, strict=True):
             target = evolve(call.target, image=image, exists=True)
@@ -348,6 +351,7 @@ class _Lane:
 
     async def _condition_failed(self, batch: Batch, current: BucketImage | None) -> None:
         lanes = self.lanes
+        holds_seen.refused(lanes, self.key, batch.writes, current)
         if current is not None:
             lanes.on_image(current, False)
             if batch.lost and current.evidence.get(lanes.writer, -1) >= batch.evidence.seq:
@@ -450,6 +454,7 @@ class _Lane:
             batch.evidence.seq,
             cause,
         )
+        holds_seen.undecided(self.lanes, self.key, batch.writes)
         # Whatever the last answer said, an earlier send may have landed.
         error = cause if isinstance(cause, AnswerLost) else AnswerLost(cause)
         self._fail(batch.calls, error)

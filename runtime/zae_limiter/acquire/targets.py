@@ -14,9 +14,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import concurrent_limits
 from .. import config as cfg
 from ..caches import BoundedSet, ImageCache
-from ..core.bucket import MILLI
+from ..core.bucket import MILLI, Kind
 from ..core.evolve import evolve
 from ..core.images import BucketImage, Stamp
 from ..errors import ResourceDisabled, ValidationError
@@ -328,11 +329,21 @@ def _with_amounts(entity_id: str, ordered: list[ResourcePlan]) -> list[ResourceP
                     f"resource {plan.resource!r} declares {list(child.stamp.names)} "
                     f"for {entity_id!r}; consume only those",
                 )
+            _check_in_flight(child.stamp, plan.amounts, plan.resource, entity_id)
             child = evolve(child, amounts={n: a * MILLI for n, a in plan.amounts.items()})
         if parent is not None:
+            _check_in_flight(parent.stamp, plan.amounts, plan.resource, parent.entity_id)
             mine = {
                 n: a * MILLI for n, a in plan.amounts.items() if parent.stamp.params(n) is not None
             }
             parent = evolve(parent, amounts=mine) if mine else None
         out.append(ResourcePlan(plan.resource, plan.amounts, child, parent))
     return out
+
+
+def _check_in_flight(stamp: Stamp, amounts: dict[str, int], resource: str, entity_id: str) -> None:
+    for name, amount in amounts.items():
+        params = stamp.params(name)
+        if params is not None and params.kind == Kind.CONCURRENT:
+            where = f"{resource!r} for {entity_id!r}"
+            concurrent_limits.check_amount(name, amount, params.capacity // MILLI, where)

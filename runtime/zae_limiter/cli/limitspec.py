@@ -4,6 +4,7 @@
     NAME:AMOUNT@cron(EXPR[, TZ])    weekly:5000000@cron(0 0 * * 1),
                                     month:100@cron(0 0 1 * *, Europe/Paris)
     NAME:AMOUNT@after(DURATION)     session:1000000@after(5h)
+    NAME:MAX@concurrent[(LEASE)]    parallel:4@concurrent, jobs:2@concurrent(5m)
 
 Schedules: `NAME@cron(EXPR[, TZ]):scale=2` or `NAME@cron(...):capacity=200,refill_amount=200,
 refill_period=60`. Amounts: `NAME:N`. Every error is a `SpecError` naming the bad part.
@@ -17,6 +18,11 @@ from dataclasses import replace
 from datetime import timedelta
 from zoneinfo import available_timezones
 
+from ..concurrent_limits import (
+    DEFAULT_LEASE_TTL_SECONDS,
+    MAX_LEASE_TTL_SECONDS,
+    MIN_LEASE_TTL_SECONDS,
+)
 from ..errors import ValidationError
 from ..limits import MAX_PERIOD_SECONDS, Limit, ScheduleEntry
 
@@ -50,6 +56,7 @@ _RATE = re.compile(
 #: A number that is not a whole amount (`-5`, `1.5`, `1e3`) where the rate should be.
 _LEADING_NUMBER = re.compile(r"^(?=[+-]?\.?\d)[+-]?\d*(?:\.\d*)?(?:[eE][+-]?\d+)?(?=$|[/:])")
 _QUOTA = re.compile(rf"^(?P<amount>{_NUMBER})@(?P<kind>cron|after)\((?P<arg>.*)\)$", re.S)
+_CONCURRENT = re.compile(rf"^(?P<amount>{_NUMBER})@concurrent(?:\((?P<arg>[^)]*)\))?$")
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _SCHEDULE = re.compile(r"^(?P<name>[^@:\s]+)@cron\((?P<arg>[^)]*)\)(?::(?P<params>.*))?$", re.S)
 
@@ -70,7 +77,8 @@ def _split_name(spec: str) -> tuple[str, str]:
     if not sep or not name or not rest:
         raise SpecError(
             f"cannot read limit {spec!r}: write NAME:RATE[/UNIT][:BURST], "
-            "NAME:AMOUNT@cron(EXPR[, TZ]) or NAME:AMOUNT@after(DURATION)"
+            "NAME:AMOUNT@cron(EXPR[, TZ]), NAME:AMOUNT@after(DURATION) or "
+            "NAME:MAX@concurrent[(LEASE)]"
         )
     return name.strip(), rest.strip()
 
@@ -126,6 +134,9 @@ def parse_limit(spec: str, *, soft: bool = False) -> Limit:
     """One `-l/--limit` value as a `Limit`."""
     name, rest = _split_name(spec)
     try:
+        held = _CONCURRENT.match(rest)
+        if held:
+            return _concurrent(name, held["amount"], held["arg"], spec, soft)
         quota = _QUOTA.match(rest)
         if quota:
             amount = _int(quota["amount"], "the amount", spec)
@@ -150,7 +161,8 @@ def parse_limit(spec: str, *, soft: bool = False) -> Limit:
         if rate is None:
             raise SpecError(
                 f"cannot read limit {spec!r}: after NAME: write RATE[/[N]UNIT][:BURST] "
-                "(e.g. 100/min:200), AMOUNT@cron(EXPR[, TZ]) or AMOUNT@after(DURATION)"
+                "(e.g. 100/min:200), AMOUNT@cron(EXPR[, TZ]), AMOUNT@after(DURATION) or "
+                "MAX@concurrent[(LEASE)]"
             )
         period = 60
         if rate["unit"]:
@@ -166,6 +178,18 @@ def parse_limit(spec: str, *, soft: bool = False) -> Limit:
         return Limit(name, capacity, refill, period, soft=soft)
     except ValidationError as exc:
         raise SpecError(f"limit {spec!r}: {exc}") from None
+
+
+def _concurrent(name: str, amount: str, lease: str | None, spec: str, soft: bool) -> Limit:
+    """`NAME:MAX@concurrent[(LEASE)]`: at most MAX held at once; a hold not renewed for LEASE
+    (default 60s) comes back."""
+    seconds = DEFAULT_LEASE_TTL_SECONDS if lease is None else parse_duration(lease)
+    if not MIN_LEASE_TTL_SECONDS <= seconds <= MAX_LEASE_TTL_SECONDS:
+        raise SpecError(
+            f"the lease in {spec!r} is {format_duration(seconds)}; use 1s to 1d, "
+            "e.g. @concurrent(60s)"
+        )
+    return Limit.concurrent(name, _int(amount, "the maximum", spec), lease_ttl=seconds, soft=soft)
 
 
 def _schedule_value(key: str, text: str, spec: str) -> float | int:
@@ -317,6 +341,10 @@ def _cron_arg(entry: ScheduleEntry) -> str:
 
 def format_limit(limit: Limit) -> str:
     """The `-l` text for a limit (soft-ness and schedules are printed separately)."""
+    if limit.concurrent:
+        ttl = limit.lease_ttl_seconds or DEFAULT_LEASE_TTL_SECONDS
+        lease = "" if ttl == DEFAULT_LEASE_TTL_SECONDS else f"({format_duration(ttl)})"
+        return f"{limit.name}:{limit.capacity}@concurrent{lease}"
     if limit.reset_after is not None:
         after = format_duration(limit.reset_after_seconds or 0)
         return f"{limit.name}:{limit.capacity}@after({after})"

@@ -17,7 +17,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 LIMIT_HELP = (
     "A limit (repeatable; the list replaces the level): NAME:RATE[/[N]UNIT][:BURST] "
     "(rpm:100, units:1000000/day, tok:500/10sec:2000), NAME:AMOUNT@cron(EXPR[, TZ]) "
-    "('weekly:5000000@cron(0 0 * * 1)') or NAME:AMOUNT@after(DURATION) (session:1000000@after(5h))."
+    "('weekly:5000000@cron(0 0 * * 1)'), NAME:AMOUNT@after(DURATION) (session:1000000@after(5h)) "
+    "or NAME:MAX@concurrent[(LEASE)] (parallel:4@concurrent, jobs:2@concurrent(5m))."
 )
 
 

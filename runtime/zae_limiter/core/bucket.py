@@ -24,6 +24,7 @@ from fractions import Fraction
 from . import cron, schedule
 from .cron import Cron
 from .evolve import evolve
+from .holds import Hold, HoldWrite
 from .shares import MILLI, WHOLE, Slot, refill_share, share
 
 __all__ = ["MILLI", "WHOLE", "Slot"]
@@ -39,6 +40,7 @@ class Kind(IntEnum):
     RATE = 0
     CALENDAR = 1
     SESSION = 2
+    CONCURRENT = 3  # capacity: max in flight; period: lease_ttl (core.holds)
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class State:
     tu: int = 0
     consumed: int = 0  # net consumption counter (milli), for usage snapshots
     overdrawn: int = 0  # writes that left a soft limit below zero
+    holds: tuple[Hold, ...] = ()  # a concurrency limit's entries; `v` is their sum
 
 
 @dataclass(frozen=True)
@@ -132,8 +135,8 @@ class View:
 
 def full_state(params: Params, slot: Slot) -> State:
     """The state of a never-used (or expired) bucket: full allowance, no period open."""
-    if params.kind == Kind.RATE:
-        return State(v=0)
+    if params.kind in (Kind.RATE, Kind.CONCURRENT):
+        return State(v=0)  # nothing owed / nothing held
     return State(v=params.shard_capacity(slot), w=None)
 
 
@@ -154,6 +157,8 @@ def view(params: Params, state: State, now: int, slot: Slot) -> View:
         # floor of a rational balance: C - ceil(debt_scaled / P)
         balance = cap - (-(-debt_scaled // params.period_ms))
         return View(balance, cap, None, False)
+    if params.kind == Kind.CONCURRENT:  # every entry counts until a write removes it
+        return View(cap - state.v, cap, None, False)
     period = params.period_start(now, state.w)
     if period is not None and state.w == period:
         return View(state.v, cap + state.tu, period, False)
@@ -215,10 +220,13 @@ class LimitWrite:
     consumed: int = 0
     overdrawn: int = 0
     result: State = field(default_factory=State)  # projected state if the write lands
+    holds: HoldWrite | None = None  # a concurrency limit's entries (core.hold_writes)
 
     @property
     def touches_balance(self) -> bool:
-        return self.add_v != 0 or self.set_v is not None or self.set_w is not None
+        return (
+            self.add_v != 0 or self.set_v is not None or self.set_w is not None or bool(self.holds)
+        )
 
 
 def refuses(params: Params, state: State, now: int, slot: Slot, amount: int) -> bool:
@@ -372,6 +380,8 @@ def convert(
     For the same limit with a schedule, `since` (the item's last write, when the old window was
     in force) lets the balance follow each window's rate from the first window change on.
     """
+    if Kind.CONCURRENT in (old.kind, new.kind):  # holds stay held; no balance carries over
+        return state if old.kind == new.kind else full_state(new, slot)
     if since and _same_scheduled_limit(old, new):
         ended = next_window_change(old, since, now)
         if ended is not None and ended < now:

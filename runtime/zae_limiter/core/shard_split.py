@@ -29,6 +29,10 @@ def split_limit(params: Params, state: State, now: int, slot: Slot) -> tuple[Lim
     """(change to the old shard, state of its new sibling) when the shard count doubles."""
     if params.kind == Kind.RATE:
         return _split_rate(params, state, now, slot)
+    if params.kind == Kind.CONCURRENT:
+        # Holds cannot move between items: split only while nothing is held, so each half
+        # starts empty at its share and the two shares sum to the old one (never over).
+        return LimitWrite((Guard("v", "=", 0),), result=state), State(v=0)
     current = view(params, state, now, slot)
     kept, sibling = siblings(slot)
     if current.fresh_period:

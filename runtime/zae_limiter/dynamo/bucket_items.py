@@ -9,7 +9,8 @@ resource and system config versions the stamp was computed from, ``par`` parent 
 cascade (0/1), ``dis`` disabled flag ("", "disabled:<level>" or "bypass:<level>"), ``L`` map of
 limit name to parameters (``k`` kind, ``c`` capacity, ``a`` refill, ``p`` period ms, ``s`` soft,
 ``x`` cron "expr|tz", ``ra`` session length ms, ``al`` alert thresholds) and state (``v``, ``w``,
-``tu``, ``t`` consumed, ``o`` overdrawn writes), ``n`` admissions, ``g`` generation (new on every
+``tu``, ``t`` consumed, ``o`` overdrawn writes; a concurrency limit's ``h`` and ``he`` entries,
+core.holds), ``n`` admissions, ``g`` generation (new on every
 creation), ``ts`` time of the last write (event time for usage), ``ttl`` expiry, ``k`` hot-path
 writes so far, ``ag`` top-ups and resets so far (only they add to it: it re-arms alert
 thresholds, docs/alerts.md), and one ``~<writer>`` per writer that wrote lately: the sequence of
@@ -20,9 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.bucket import Guard, Kind, LimitWrite, Params, State
+from ..core import holds
+from ..core.bucket import Kind, LimitWrite, Params, State
 from ..core.images import BucketImage, Evidence, Stamp
-from . import codec, keys
+from . import codec, keys, limit_exprs
 
 #: Attribute-name prefix of a writer's evidence entry ("~" + writer id).
 EVIDENCE_PREFIX = "~"
@@ -76,6 +78,7 @@ def state_from_item(raw: dict[str, Any]) -> State:
         tu=int(raw.get("tu", 0)),
         consumed=int(raw.get("t", 0)),
         overdrawn=int(raw.get("o", 0)),
+        holds=holds.holds_from_item(raw),
     )
 
 
@@ -165,18 +168,6 @@ class _Expr:
         return ".".join([self.name(p) for p in parts])
 
 
-_OPS = {"=", "<>", "<", "<=", ">", ">="}
-
-
-def _guard_text(expr: _Expr, limit: str, guard: Guard) -> str:
-    assert guard.op in _OPS
-    path = expr.path("L", limit, guard.attr)
-    text = f"{path} {guard.op} {expr.value(guard.value)}"
-    if guard.or_absent:
-        return f"(attribute_not_exists({path}) OR {text})"
-    return text
-
-
 def update_request(
     table: str,
     image: BucketImage,
@@ -198,26 +189,7 @@ def update_request(
     removes: list[str] = []
     conditions = [f"{expr.name('cv')} = {expr.value(image.stamp_seq)}"]
     for limit, write in writes.items():
-        conditions += [_guard_text(expr, limit, g) for g in write.guards]
-        if write.set_v is not None:
-            sets.append(f"{expr.path('L', limit, 'v')} = {expr.value(write.set_v)}")
-        elif write.add_v:
-            v_path = expr.path("L", limit, "v")
-            sets.append(f"{v_path} = {v_path} + {expr.value(write.add_v)}")
-        if write.set_w is not None:
-            sets.append(f"{expr.path('L', limit, 'w')} = {expr.value(write.set_w)}")
-        if write.set_tu is not None:
-            sets.append(f"{expr.path('L', limit, 'tu')} = {expr.value(write.set_tu)}")
-        elif write.add_tu:
-            tu_path = expr.path("L", limit, "tu")
-            sets.append(f"{tu_path} = {tu_path} + {expr.value(write.add_tu)}")
-        if write.consumed:
-            t_path = expr.path("L", limit, "t")
-            sets.append(f"{t_path} = {t_path} + {expr.value(write.consumed)}")
-        if write.overdrawn:
-            o_path = expr.path("L", limit, "o")
-            zero, step = expr.value(0), expr.value(write.overdrawn)
-            sets.append(f"{o_path} = if_not_exists({o_path}, {zero}) + {step}")
+        limit_exprs.limit_parts(expr, limit, write, conditions, sets, removes)
     if admissions:
         n = expr.name("n")
         sets.append(f"{n} = {n} + {expr.value(admissions)}")
@@ -307,6 +279,8 @@ def full_item(
         raw.update({"v": state.v, "tu": state.tu, "t": state.consumed, "o": state.overdrawn})
         if state.w is not None:
             raw["w"] = state.w
+        if p.kind == Kind.CONCURRENT:
+            raw.update(holds.holds_to_item(state.holds))
         limits[p.name] = raw
     item: dict[str, Any] = {
         **keys.bucket(ns, entity_id, resource, shard),

@@ -9,16 +9,24 @@ the table are in `plan`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from .. import validation
-from ..errors import ValidationError
+from .. import concurrent_limits, validation
 from ..limits import Limit
 from ..models import OnUnavailable
 from ..validation import DEFAULT_RESOURCE
+from .fields import (
+    Problems,
+    boolean,
+    checked,
+    integer,
+    kind,
+    known,
+    mapping,
+    string,
+)
 from .model import UNSET, EntitySpec, Level, Manifest, ManifestError, SystemLevel
 from .source import join_path, load_with_lines, load_yaml, locate
 
@@ -27,19 +35,17 @@ LEVEL_KEYS = ("limits", "cascade", "disabled")
 SYSTEM_KEYS = ("limits", "on_unavailable")
 ENTITY_KEYS = ("parent", "resources")
 SHARD_COUNTS = (1, 2, 4, 8, 16, 32)
-LIMIT_KEYS = (
-    "capacity",
+#: What a concurrency limit never has: it holds, it does not drip or reset.
+NOT_HELD_KEYS = (
     "refill_amount",
     "refill_period",
     "refill_period_seconds",
     "reset_schedule",
     "reset_after_seconds",
     "schedule",
-    "soft",
-    "alert_at",
 )
+LIMIT_KEYS = ("capacity", *NOT_HELD_KEYS, "soft", "concurrent", "lease_ttl_seconds", "alert_at")
 RESET_KEYS = ("cron", "tz")
-T = TypeVar("T")
 SCHEDULE_KEYS = (
     "cron",
     "tz",
@@ -96,159 +102,68 @@ def load_file_limits(path: str | Path) -> tuple[Limit, ...]:
     return parse_limits(document, str(file.name))
 
 
-# --- structure helpers ---------------------------------------------------------------------------
-
-
-class _Problems:
-    """Collects the problems of independent parts, so that a manifest reports all of them."""
-
-    def __init__(self) -> None:
-        self.errors: list[ManifestError] = []
-
-    def check(self, part: Callable[[], Any]) -> Any:
-        try:
-            return part()
-        except ManifestError as error:
-            self.errors.extend(error.errors)
-            return None
-
-    def raise_any(self) -> None:
-        if self.errors:
-            raise ManifestError.several(self.errors)
-
-
-def _mapping(value: Any, path: str, allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ManifestError(path, f"must be a mapping, not {_kind(value)}", value)
-    for key in value:
-        if not isinstance(key, str):
-            raise ManifestError(join_path(path, key), "keys must be strings (quote it)", key)
-        if allowed is not None and key not in allowed:
-            raise ManifestError(
-                join_path(path, key), f"unknown key; expected one of: {', '.join(allowed)}"
-            )
-    return value
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing (null)"
-    return {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "a mapping",
-    }.get(type(value), type(value).__name__)
-
-
-def _integer(value: Any, path: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ManifestError(path, f"must be a YAML integer, not {_kind(value)}", value)
-    return value
-
-
-def _boolean(value: Any, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise ManifestError(path, f"must be true or false, not {_kind(value)}", value)
-    return value
-
-
-def _string(value: Any, path: str) -> str:
-    if not isinstance(value, str):
-        raise ManifestError(path, f"must be a string, not {_kind(value)}", value)
-    return value
-
-
-def _known(
-    raw: Any, path: str, allowed: tuple[str, ...], build: Callable[[dict[str, Any]], T]
-) -> T:
-    """`build` from the mapping's known keys; each unknown key is reported beside whatever
-    `build` finds wrong (a misspelt key never hides the mistakes next to it)."""
-    fields = _mapping(raw, path)
-    problems = _Problems()
-    problems.errors += [
-        ManifestError(join_path(path, key), f"unknown key; expected one of: {', '.join(allowed)}")
-        for key in fields
-        if key not in allowed
-    ]
-    built = problems.check(partial(build, {k: v for k, v in fields.items() if k in allowed}))
-    problems.raise_any()
-    return built  # type: ignore[no-any-return]
-
-
-def _checked(path: str, check: Callable[[], Any]) -> Any:
-    """Run a library check, reporting its error at `path`."""
-    try:
-        return check()
-    except ManifestError:
-        raise
-    except ValidationError as exc:
-        raise ManifestError(path, str(exc), exc.value) from None
-
-
 # --- limits --------------------------------------------------------------------------------------
 
 
 def _edge(raw: Any, path: str, keys: tuple[str, ...]) -> dict[str, Any]:
-    return _known(raw, path, keys, partial(_edge_fields, path=path))
+    return known(raw, path, keys, partial(_edge_fields, path=path))
 
 
 def _edge_fields(entry: dict[str, Any], path: str) -> dict[str, Any]:
     if "cron" not in entry:
         raise ManifestError(path, 'needs a cron expression (cron: "0 0 * * 1")')
-    out: dict[str, Any] = {"cron": _string(entry["cron"], join_path(path, "cron"))}
+    out: dict[str, Any] = {"cron": string(entry["cron"], join_path(path, "cron"))}
     if "tz" in entry:
-        out["tz"] = _string(entry["tz"], join_path(path, "tz"))
+        out["tz"] = string(entry["tz"], join_path(path, "tz"))
     if "scale" in entry:
         scale = entry["scale"]
         if isinstance(scale, bool) or not isinstance(scale, int | float):
-            raise ManifestError(join_path(path, "scale"), f"must be a number, not {_kind(scale)}")
+            raise ManifestError(join_path(path, "scale"), f"must be a number, not {kind(scale)}")
         out["scale"] = scale
     if "refill_period" in entry and "refill_period_seconds" in entry:
         raise ManifestError(path, "give refill_period or refill_period_seconds, not both")
     for key in ("capacity", "refill_amount", "refill_period", "refill_period_seconds"):
         if key in entry:
             name = "refill_period_seconds" if key == "refill_period" else key
-            out[name] = _integer(entry[key], join_path(path, key))
+            out[name] = integer(entry[key], join_path(path, key))
     return out
 
 
 def _edges(raw: Any, path: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
     if not isinstance(raw, list) or not raw:
         raise ManifestError(
-            path, f"must be a non-empty list of {{cron, tz}} entries, not {_kind(raw)}"
+            path, f"must be a non-empty list of {{cron, tz}} entries, not {kind(raw)}"
         )
     return [_edge(entry, f"{path}[{i}]", keys) for i, entry in enumerate(raw)]
 
 
 def parse_limit(name: Any, raw: Any, path: str) -> Limit:
     """One entry of a `limits:` mapping (docs/manifest.md)."""
-    _checked(path, lambda: validation.limit_name(name))
-    return _known(raw, path, LIMIT_KEYS, partial(_limit_fields, name, path=path))
+    checked(path, lambda: validation.limit_name(name))
+    return known(raw, path, LIMIT_KEYS, partial(_limit_fields, name, path=path))
 
 
 def _limit_fields(name: str, fields: dict[str, Any], path: str) -> Limit:
     if "capacity" not in fields:
         raise ManifestError(path, "needs a capacity")
-    data: dict[str, Any] = {"capacity": _integer(fields["capacity"], join_path(path, "capacity"))}
+    data: dict[str, Any] = {"capacity": integer(fields["capacity"], join_path(path, "capacity"))}
+    data.update(_concurrency(fields, path))
     if "refill_period" in fields and "refill_period_seconds" in fields:
         raise ManifestError(path, "give refill_period or refill_period_seconds, not both")
     for key in ("refill_amount", "refill_period", "refill_period_seconds", "reset_after_seconds"):
         if key in fields:
-            data[key] = _integer(fields[key], join_path(path, key))
+            data[key] = integer(fields[key], join_path(path, key))
     if "soft" in fields:
-        data["soft"] = _boolean(fields["soft"], join_path(path, "soft"))
+        data["soft"] = boolean(fields["soft"], join_path(path, "soft"))
     if "alert_at" in fields:
         raw_alerts = fields["alert_at"]
         if not isinstance(raw_alerts, list) or not raw_alerts:
             raise ManifestError(
                 join_path(path, "alert_at"),
-                f"must be a list of whole percents (alert_at: [80, 100]), not {_kind(raw_alerts)}",
+                f"must be a list of whole percents (alert_at: [80, 100]), not {kind(raw_alerts)}",
             )
         data["alert_at"] = [
-            _integer(x, f"{join_path(path, 'alert_at')}[{i}]") for i, x in enumerate(raw_alerts)
+            integer(x, f"{join_path(path, 'alert_at')}[{i}]") for i, x in enumerate(raw_alerts)
         ]
     if "reset_schedule" in fields:
         data["reset_schedule"] = _edges(
@@ -263,15 +178,55 @@ def _limit_fields(name: str, fields: dict[str, Any], path: str) -> Limit:
     period = "refill_period" if "refill_period" in data else "refill_period_seconds"
     if period in data and ("reset_schedule" in data or "reset_after_seconds" in data):
         raise ManifestError(f"{path}.{period}", "a quota never drips: leave the refill period out")
-    return _checked(path, lambda: Limit.from_dict(name, data))  # type: ignore[no-any-return]
+    return checked(path, lambda: Limit.from_dict(name, data))  # type: ignore[no-any-return]
+
+
+def _concurrency(fields: dict[str, Any], path: str) -> dict[str, Any]:
+    """`concurrent` and `lease_ttl_seconds`; every misplaced key is reported at its own path."""
+    problems = Problems()
+    concurrent = False
+    if "concurrent" in fields:
+        concurrent = problems.check(
+            partial(boolean, fields["concurrent"], join_path(path, "concurrent"))
+        )
+    out: dict[str, Any] = {"concurrent": True} if concurrent is True else {}
+    if "lease_ttl_seconds" in fields:
+        at = join_path(path, "lease_ttl_seconds")
+        if concurrent is not True:
+            reason = "only a concurrency limit has a lease: add concurrent: true or leave it out"
+            problems.errors.append(ManifestError(at, reason))
+        else:
+            out["lease_ttl_seconds"] = problems.check(
+                partial(_lease_ttl, fields["lease_ttl_seconds"], at)
+            )
+    if concurrent is True:
+        problems.errors += [
+            ManifestError(
+                join_path(path, key),
+                f"a concurrency limit never drips or resets (a hold comes back when its lease "
+                f"ends): leave {key} out",
+            )
+            for key in NOT_HELD_KEYS
+            if key in fields
+        ]
+    problems.raise_any()
+    return out
+
+
+def _lease_ttl(value: Any, path: str) -> int:
+    seconds = integer(value, path)
+    low, high = concurrent_limits.MIN_LEASE_TTL_SECONDS, concurrent_limits.MAX_LEASE_TTL_SECONDS
+    if not low <= seconds <= high:
+        raise ManifestError(path, f"must be from {low} to {high} seconds (1 day)", value)
+    return seconds
 
 
 def parse_limits(raw: Any, path: str = "limits") -> tuple[Limit, ...]:
     """A `limits:` mapping (name -> fields), as used by the manifest and `--limits-file`."""
-    limits = _mapping(raw, path)
+    limits = mapping(raw, path)
     if not limits:
         raise ManifestError(path, "declare at least one limit, or leave `limits` out")
-    problems = _Problems()
+    problems = Problems()
     parsed = [
         problems.check(partial(parse_limit, name, fields, join_path(path, name)))
         for name, fields in limits.items()
@@ -296,11 +251,11 @@ def _cascade(value: Any, path: str) -> bool | None:
 
 
 def _level(raw: Any, path: str) -> Level:
-    return _known(raw, path, LEVEL_KEYS, partial(_level_fields, path=path))
+    return known(raw, path, LEVEL_KEYS, partial(_level_fields, path=path))
 
 
 def _level_fields(fields: dict[str, Any], path: str) -> Level:
-    problems = _Problems()
+    problems = Problems()
     limits = None
     if "limits" in fields:
         limits = problems.check(partial(parse_limits, fields["limits"], join_path(path, "limits")))
@@ -313,13 +268,13 @@ def _level_fields(fields: dict[str, Any], path: str) -> Level:
 
 
 def _system(raw: Any) -> SystemLevel:
-    fields = _mapping(raw, "system")
+    fields = mapping(raw, "system")
     for key in fields:
         if key in ("cascade", "disabled"):
             raise ManifestError(
                 f"system.{key}", f"{key} is set per resource or entity, never at system level"
             )
-    return _known(fields, "system", SYSTEM_KEYS, _system_fields)
+    return known(fields, "system", SYSTEM_KEYS, _system_fields)
 
 
 def _system_fields(fields: dict[str, Any]) -> SystemLevel:
@@ -336,12 +291,12 @@ def _system_fields(fields: dict[str, Any]) -> SystemLevel:
 
 def _resources(raw: Any) -> dict[str, Level]:
     out: dict[str, Level] = {}
-    problems = _Problems()
-    for name, level in _mapping(raw, "resources").items():
+    problems = Problems()
+    for name, level in mapping(raw, "resources").items():
         path = f"resources.{name}"
 
         def one(name: str = name, level: Any = level, path: str = path) -> Level:
-            _checked(path, partial(validation.resource_name, name))
+            checked(path, partial(validation.resource_name, name))
             return _level(level, path)
 
         out[name] = problems.check(one)
@@ -351,8 +306,8 @@ def _resources(raw: Any) -> dict[str, Level]:
 
 def _entities(raw: Any) -> dict[str, EntitySpec]:
     out: dict[str, EntitySpec] = {}
-    problems = _Problems()
-    for entity_id, body in _mapping(raw, "entities").items():
+    problems = Problems()
+    for entity_id, body in mapping(raw, "entities").items():
         out[entity_id] = problems.check(partial(_entity, entity_id, body))
     problems.raise_any()
     return out
@@ -360,8 +315,8 @@ def _entities(raw: Any) -> dict[str, EntitySpec]:
 
 def _entity(entity_id: str, body: Any) -> EntitySpec:
     path = f"entities.{entity_id}"
-    _checked(path, partial(validation.entity_id, entity_id))
-    return _known(
+    checked(path, partial(validation.entity_id, entity_id))
+    return known(
         {} if body is None else body, path, ENTITY_KEYS, partial(_entity_fields, entity_id)
     )
 
@@ -372,26 +327,26 @@ def _entity_fields(entity_id: str, fields: dict[str, Any]) -> EntitySpec:
     if "parent" in fields:
         parent = fields["parent"]
         if parent is not None:
-            _string(parent, f"{path}.parent")
-            _checked(f"{path}.parent", partial(validation.entity_id, parent, "parent"))
+            string(parent, f"{path}.parent")
+            checked(f"{path}.parent", partial(validation.entity_id, parent, "parent"))
             if parent == entity_id:
                 raise ManifestError(f"{path}.parent", "an entity cannot be its own parent")
     levels: dict[str, Level] = {}
     shards: dict[str, int] = {}
-    problems = _Problems()
-    for resource, level in _mapping(fields.get("resources") or {}, f"{path}.resources").items():
+    problems = Problems()
+    for resource, level in mapping(fields.get("resources") or {}, f"{path}.resources").items():
         where = f"{path}.resources.{resource}"
 
         def one(resource: str = resource, level: Any = level, where: str = where) -> Level:
             if resource != DEFAULT_RESOURCE:
-                _checked(where, partial(validation.resource_name, resource))
+                checked(where, partial(validation.resource_name, resource))
 
             def build(raw: dict[str, Any]) -> Level:
                 if "shards" in raw:
                     shards[resource] = _shards(raw.pop("shards"), resource, f"{where}.shards")
                 return _level(raw, where)
 
-            return _known(level, where, (*LEVEL_KEYS, "shards"), build)
+            return known(level, where, (*LEVEL_KEYS, "shards"), build)
 
         levels[resource] = problems.check(one)
     problems.raise_any()
@@ -402,7 +357,7 @@ def _shards(value: Any, resource: str, path: str) -> int:
     """An entity's `shards:` for one resource: pre-split its bucket (docs/sharding.md)."""
     if resource == DEFAULT_RESOURCE:
         raise ManifestError(path, "shards are set per resource, never on _default_", value)
-    count = _integer(value, path)
+    count = integer(value, path)
     if count not in SHARD_COUNTS:
         raise ManifestError(path, f"must be one of {', '.join(map(str, SHARD_COUNTS))}", value)
     return count
@@ -427,8 +382,8 @@ def parse(document: Any) -> Manifest:
     """Check a loaded YAML document and build the Manifest."""
     if document is None:
         raise ManifestError("", "the manifest is empty; it needs at least `namespace:`")
-    top = _mapping(document, "")
-    problems = _Problems()
+    top = mapping(document, "")
+    problems = Problems()
     for key in top:
         if key not in TOP_LEVEL and not key.startswith("x-"):
             problems.errors.append(
@@ -457,6 +412,6 @@ def parse(document: Any) -> Manifest:
 
 
 def _namespace(value: Any) -> str:
-    namespace = _string(value, "namespace")
-    _checked("namespace", lambda: validation.namespace_name(namespace))
+    namespace = string(value, "namespace")
+    checked("namespace", lambda: validation.namespace_name(namespace))
     return namespace

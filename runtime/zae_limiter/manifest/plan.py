@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..concurrent_limits import DEFAULT_LEASE_TTL_SECONDS
 from ..limits import Limit
 from ..models import OnUnavailable
 from ..validation import DEFAULT_RESOURCE
@@ -154,7 +155,10 @@ class Plan:
 def limit_to_manifest(limit: Limit) -> dict[str, Any]:
     """A limit in the manifest's compact form (defaults left out)."""
     data = limit.to_dict()
-    if not limit.is_quota:
+    if limit.concurrent:
+        if data["lease_ttl_seconds"] == DEFAULT_LEASE_TTL_SECONDS:
+            data.pop("lease_ttl_seconds")
+    elif not limit.is_quota:
         if data.get("refill_amount") == limit.capacity:
             data.pop("refill_amount")
         period = data.pop("refill_period_seconds")

@@ -46,6 +46,9 @@ class Run:
     pause_s: float = 0.02  # a task's pause between operations, at most
     rejection_cache_ttl: float = 1.0  # the library's default: repeated rejections answered locally
     grace_s: float = 30.0
+    kill_window: tuple[float, float] = (0.15, 0.75)  # kills fall in this part of the run
+    worker: str = "support.history.worker"  # the worker's module (its workload)
+    extra: tuple[tuple[str, Any], ...] = ()  # more settings for that worker
 
 
 @dataclass
@@ -111,10 +114,11 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
             "pause_s": run.pause_s,
             "rejection_cache_ttl": run.rejection_cache_ttl,
             "partitions": partitions,
+            **dict(run.extra),
         }
         with open(workdir / f"{name}.err", "wb") as err:
             process = subprocess.Popen(
-                [sys.executable, "-m", "support.history.worker", json.dumps(settings)],
+                [sys.executable, "-m", run.worker, json.dumps(settings)],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -123,7 +127,9 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
         ran.workers.append(worker)
         return worker
 
-    kill_at = sorted(ran.started + rng.uniform(0.15, 0.75) * run.seconds for _ in range(run.kills))
+    kill_at = sorted(
+        ran.started + rng.uniform(*run.kill_window) * run.seconds for _ in range(run.kills)
+    )
     live = {slot: start(slot, 0) for slot in range(run.processes)}
     try:
         for generation, moment in enumerate(kill_at, start=1):

@@ -13,6 +13,8 @@ import json
 import random
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from botocore.config import Config
@@ -31,36 +33,43 @@ def skewed_clock(offset_ms: int) -> Any:
     return clock
 
 
+@asynccontextmanager
+async def connected(settings: dict[str, Any]) -> AsyncIterator[tuple[Any, Repository | None]]:
+    """The process's fault proxy and a Repository opened through it, with the skewed clock
+    (None when `until` passed before it could open: a partition or a slow engine)."""
+    until = settings["until"]
+    async with fault_proxy(
+        settings["endpoint"],
+        seed=settings["seed"],
+        rate=settings["rate"],
+        kinds=tuple(settings["kinds"]),
+        delay_s=settings["read_timeout"] + 0.3,
+        max_faults=10**9,
+        seconds=until - time.time(),
+    ) as proxy:
+        repo = None
+        while repo is None and time.time() <= until:
+            try:
+                repo = await Repository.open(
+                    table=settings["table"],
+                    endpoint_url=proxy.url,
+                    clock=skewed_clock(settings["offset_ms"]),
+                    rejection_cache_ttl=settings["rejection_cache_ttl"],
+                    client_config=Config(read_timeout=settings["read_timeout"], connect_timeout=1),
+                )
+            except RateLimiterUnavailable:
+                await asyncio.sleep(0.5)
+        yield proxy, repo
+
+
 async def run(settings: dict[str, Any]) -> None:
     name = settings["name"]
     until = settings["until"]
     with open(settings["log"], "a", encoding="utf-8") as stream:
         log = Log(stream)
-        async with fault_proxy(
-            settings["endpoint"],
-            seed=settings["seed"],
-            rate=settings["rate"],
-            kinds=tuple(settings["kinds"]),
-            delay_s=settings["read_timeout"] + 0.3,
-            max_faults=10**9,
-            seconds=until - time.time(),
-        ) as proxy:
-            while True:  # a partition or a slow engine may time the opening out: try again
-                try:
-                    repo = await Repository.open(
-                        table=settings["table"],
-                        endpoint_url=proxy.url,
-                        clock=skewed_clock(settings["offset_ms"]),
-                        rejection_cache_ttl=settings["rejection_cache_ttl"],
-                        client_config=Config(
-                            read_timeout=settings["read_timeout"], connect_timeout=1
-                        ),
-                    )
-                    break
-                except RateLimiterUnavailable:
-                    if time.time() > until:
-                        return
-                    await asyncio.sleep(0.5)
+        async with connected(settings) as (proxy, repo):
+            if repo is None:
+                return
             limiter = RateLimiter(repo)
 
             def stats() -> None:

@@ -1,0 +1,162 @@
+"""Concurrency holds: what a concurrency limit's bucket item holds, and when a hold can expire.
+
+Pure: no I/O, integers only (amounts in milli-units, times in epoch milliseconds).
+
+A concurrency limit (`Limit.concurrent`, docs/concurrency.md) is stored in the item's limit map
+like any limit (``L.<name>``) with, besides the total ``v``:
+
+- ``h``: map of *entry* -> amount held (milli). An entry is one holder process's holds on this
+  item under one generation: ``<writer id>.<generation>`` (`entry_key`);
+- ``he``: map of entry -> its expiry (epoch ms, on the holder's clock): the holder renews it
+  while a lease holds something there, and lets it lapse otherwise.
+
+``v`` is always the sum of ``h`` (every write changes both together), and every write that adds
+to ``v`` is guarded by ``v <= capacity - amount + freed``, so the amount recorded never exceeds
+the capacity. A writer removes the entries of other holders whose expiry has passed by more than
+the clock skew the project assumes (`expired`), or that it has itself seen unchanged for longer
+than the lease_ttl (elapsed time on one clock, whatever the skew: `quiet`), each guarded to be
+unchanged since the image it planned from, and counts what it freed in the same write: no read
+is ever needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Attribute (in ``L.<limit>``) mapping each entry to the amount it holds (milli).
+HOLDS_ATTR = "h"
+#: Attribute (in ``L.<limit>``) mapping each entry to its expiry (epoch ms, holder's clock).
+EXPIRIES_ATTR = "he"
+#: A holder renews an entry when this fraction of the lease_ttl has passed since it last wrote it.
+RENEW_DIVISOR = 3
+#: The wait reported when a request can never fit (more than the capacity).
+NEVER_MS = 10**12
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One entry of a concurrency limit on one item: `amount` (milli) held until `expiry`."""
+
+    key: str
+    amount: int
+    expiry: int
+
+    @property
+    def holder(self) -> str:
+        """The writer id of the process that holds it."""
+        return holder_of(self.key)
+
+
+@dataclass(frozen=True)
+class HoldWrite:
+    """How one write changes a concurrency limit's entries.
+
+    `key`: the writer's entry this write adds `add` to (milli, signed; "" for none); `create`:
+    that entry is new (set, unguarded: its generation was never written) rather than guarded to
+    still exist. `renew`: the writer's other entries, guarded to exist. Every entry written gets
+    `expiry`. `reap`: other holders' expired entries, removed if still exactly as seen.
+    """
+
+    key: str = ""
+    add: int = 0
+    create: bool = False
+    expiry: int = 0
+    renew: tuple[str, ...] = ()
+    reap: tuple[Hold, ...] = ()
+
+    @property
+    def freed(self) -> int:
+        return sum(h.amount for h in self.reap)
+
+
+def entry_key(writer: str, generation: int) -> str:
+    """The entry of `writer`'s holds under `generation` (a new generation once one is lost)."""
+    return f"{writer}.{generation}"
+
+
+def holder_of(key: str) -> str:
+    return key.rsplit(".", 1)[0]
+
+
+def expired(hold: Hold, now: int, skew_ms: int) -> bool:
+    """Whether any writer may remove `hold` at `now` (its own clock): past its expiry on every
+    clock within `skew_ms` of this one, so its holder, whose clock set the expiry, already
+    counts it as lapsed."""
+    return now > hold.expiry + skew_ms
+
+
+def lapsed(hold: Hold, now: int) -> bool:
+    """Whether the holder itself (at `now` on its clock) must count `hold` as lost."""
+    return now >= hold.expiry
+
+
+def reapable(
+    holds: tuple[Hold, ...],
+    now: int,
+    skew_ms: int,
+    keep: frozenset[str] = frozenset(),
+    quiet: frozenset[str] = frozenset(),
+) -> tuple[Hold, ...]:
+    """The entries a write at `now` removes, other than those in `keep`: expired ones, and the
+    `quiet` ones (this writer saw them unchanged for longer than the lease_ttl, on its own
+    clock: their holder's clock passed their expiry whatever its skew)."""
+    return tuple(
+        h
+        for h in holds
+        if h.key not in keep and (h.key in quiet or now > h.expiry + skew_ms)  # expired()
+    )
+
+
+def held(total: int, holds: tuple[Hold, ...], now: int, skew_ms: int) -> int:
+    """What counts as held at `now`: the recorded total less what expired entries hold."""
+    return total - sum(h.amount for h in holds if expired(h, now, skew_ms))
+
+
+def available(capacity: int, total: int, holds: tuple[Hold, ...], now: int, skew_ms: int) -> int:
+    """What a new hold can take at `now` (milli; negative when more is held than the capacity
+    allows, e.g. after the capacity was lowered)."""
+    return capacity - held(total, holds, now, skew_ms)
+
+
+def retry_after_ms(
+    capacity: int, total: int, holds: tuple[Hold, ...], now: int, requested: int, skew_ms: int = 0
+) -> int:
+    """How long until `requested` fits at the latest: until enough of the holds counted now
+    expire (and become removable, `skew_ms` after their expiry) if none is given back before.
+
+    0 when it fits now; NEVER_MS when it never can (more than the capacity). Ends are earlier
+    when leases end normally, so this is an upper bound.
+    """
+    if requested > capacity:
+        return NEVER_MS
+    short = held(total, holds, now, skew_ms) + requested - capacity
+    if short <= 0:
+        return 0
+    for hold in sorted(holds, key=lambda h: h.expiry):
+        if expired(hold, now, skew_ms) or hold.amount <= 0:
+            continue
+        short -= hold.amount
+        if short <= 0:
+            return hold.expiry + skew_ms + 1 - now
+    return NEVER_MS  # more recorded than the entries explain: only given-back holds help
+
+
+def holds_from_item(raw: dict[str, object]) -> tuple[Hold, ...]:
+    """The entries of a concurrency limit's stored map (plain form, ``L.<limit>``); none for
+    other limits."""
+    amounts = raw.get(HOLDS_ATTR) or {}
+    expiries = raw.get(EXPIRIES_ATTR) or {}
+    assert isinstance(amounts, dict) and isinstance(expiries, dict)
+    return tuple(
+        Hold(str(key), int(amount), int(expiries.get(key, 0)))
+        for key, amount in sorted(amounts.items())
+    )
+
+
+def holds_to_item(holds: tuple[Hold, ...]) -> dict[str, dict[str, int]]:
+    """The stored maps of a concurrency limit's entries (both present, even when empty, so
+    that writes can set an entry inside them)."""
+    return {
+        HOLDS_ATTR: {h.key: h.amount for h in holds},
+        EXPIRIES_ATTR: {h.key: h.expiry for h in holds},
+    }

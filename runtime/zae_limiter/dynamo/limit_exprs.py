@@ -1,0 +1,103 @@
+"""The per-limit parts of a bucket item's hot-path UpdateItem: guards, balance and counter
+changes, and a concurrency limit's entries (core.holds). Pure: builds expression text only."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..core import holds
+from ..core.bucket import Guard, LimitWrite
+from ..core.holds import HoldWrite
+
+
+class Expr(Protocol):
+    """The expression accumulator of one request (bucket_items)."""
+
+    def value(self, value: Any) -> str: ...
+
+    def name(self, text: str) -> str: ...
+
+    def path(self, *parts: str) -> str: ...
+
+
+def hold_parts(
+    expr: Expr,
+    limit: str,
+    change: HoldWrite,
+    conditions: list[str],
+    sets: list[str],
+    removes: list[str],
+) -> None:
+    """A concurrency limit's entries: the writer's own (set or added to, and renewed), and
+    others' expired ones removed only if unchanged since the image (core.holds)."""
+
+    def paths(key: str) -> tuple[str, str]:
+        return (
+            expr.path("L", limit, holds.HOLDS_ATTR, key),
+            expr.path("L", limit, holds.EXPIRIES_ATTR, key),
+        )
+
+    expiry = expr.value(change.expiry) if change.key or change.renew else ""
+    if change.key:
+        amount, until = paths(change.key)
+        if change.create:  # a new generation: never set over one that landed unseen
+            conditions.append(f"attribute_not_exists({until})")
+            sets.append(f"{amount} = {expr.value(change.add)}")
+        else:
+            conditions.append(f"attribute_exists({until})")
+            sets.append(f"{amount} = {amount} + {expr.value(change.add)}")
+        sets.append(f"{until} = {expiry}")
+    for key in change.renew:
+        until = expr.path("L", limit, holds.EXPIRIES_ATTR, key)
+        conditions.append(f"attribute_exists({until})")
+        sets.append(f"{until} = {expiry}")
+    for hold in change.reap:
+        amount, until = paths(hold.key)
+        conditions.append(f"{amount} = {expr.value(hold.amount)}")
+        conditions.append(f"{until} = {expr.value(hold.expiry)}")
+        removes += [amount, until]
+
+
+_OPS = {"=", "<>", "<", "<=", ">", ">="}
+
+
+def _guard_text(expr: Expr, limit: str, guard: Guard) -> str:
+    assert guard.op in _OPS
+    path = expr.path("L", limit, guard.attr)
+    text = f"{path} {guard.op} {expr.value(guard.value)}"
+    if guard.or_absent:
+        return f"(attribute_not_exists({path}) OR {text})"
+    return text
+
+
+def limit_parts(
+    expr: Expr,
+    limit: str,
+    write: LimitWrite,
+    conditions: list[str],
+    sets: list[str],
+    removes: list[str],
+) -> None:
+    """One limit's guards and changes in a hot-path write."""
+    conditions += [_guard_text(expr, limit, g) for g in write.guards]
+    if write.set_v is not None:
+        sets.append(f"{expr.path('L', limit, 'v')} = {expr.value(write.set_v)}")
+    elif write.add_v:
+        v_path = expr.path("L", limit, "v")
+        sets.append(f"{v_path} = {v_path} + {expr.value(write.add_v)}")
+    if write.set_w is not None:
+        sets.append(f"{expr.path('L', limit, 'w')} = {expr.value(write.set_w)}")
+    if write.set_tu is not None:
+        sets.append(f"{expr.path('L', limit, 'tu')} = {expr.value(write.set_tu)}")
+    elif write.add_tu:
+        tu_path = expr.path("L", limit, "tu")
+        sets.append(f"{tu_path} = {tu_path} + {expr.value(write.add_tu)}")
+    if write.consumed:
+        t_path = expr.path("L", limit, "t")
+        sets.append(f"{t_path} = {t_path} + {expr.value(write.consumed)}")
+    if write.overdrawn:
+        o_path = expr.path("L", limit, "o")
+        zero, step = expr.value(0), expr.value(write.overdrawn)
+        sets.append(f"{o_path} = if_not_exists({o_path}, {zero}) + {step}")
+    if write.holds is not None:
+        hold_parts(expr, limit, write.holds, conditions, sets, removes)

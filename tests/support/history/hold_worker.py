@@ -1,0 +1,88 @@
+"""One worker process of a concurrency-hold history:
+`python -m support.history.hold_worker '<json settings>'` (started by `runner.run_workers`).
+
+Like `worker`, behind its own fault proxy with a skewed clock, but each task takes a lease of one
+unit of a concurrency limit, holds it for a random time up to 1.5 x lease_ttl, and exits. Logged
+(real time, seconds): ``held`` when the acquire returned (with the entry the hold is on),
+``leave`` when the exit is invoked (with `hold_lost`), ``left`` when it returned, ``refused``,
+``unavailable``; and ``entry`` for every entry a landed write set, with its expiry in real time
+(the holder counts a hold as lost from then on), so a killed process's holds can be timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+import time
+from typing import Any
+
+from support.history.worker import connected
+from support.history.workload import Log
+from zae_limiter import RateLimiter, RateLimiterUnavailable, RateLimitExceeded
+from zae_limiter.acquire.lease import holds_of
+
+ENTITY, RESOURCE, LIMIT = "u1", "llm", "parallel"
+
+
+def entry_of(lease: Any) -> str:
+    """The entry the lease's hold is on (core.hold_ledger)."""
+    child = holds_of(lease)[RESOURCE].child
+    return "" if child is None else child.held.get(LIMIT, "")
+
+
+async def hold_once(
+    limiter: RateLimiter, log: Log, op: str, rng: random.Random, ttl: float
+) -> None:
+    acquisition = limiter.acquire(ENTITY, RESOURCE, {LIMIT: 1})
+    try:
+        lease = await acquisition.__aenter__()
+    except RateLimitExceeded:
+        log.write({"e": "refused", "op": op, "t": time.time()})
+        return
+    except RateLimiterUnavailable:
+        log.write({"e": "unavailable", "op": op, "t": time.time()})
+        return
+    log.write({"e": "held", "op": op, "t": time.time(), "key": entry_of(lease)})
+    await asyncio.sleep(rng.uniform(0, 1.5 * ttl))
+    log.write({"e": "leave", "op": op, "t": time.time(), "lost": lease.hold_lost})
+    try:
+        await acquisition.__aexit__(None, None, None)
+    except RateLimiterUnavailable:
+        log.write({"e": "left", "op": op, "t": time.time(), "ok": False})
+        return
+    log.write({"e": "left", "op": op, "t": time.time(), "ok": True})
+
+
+async def run(settings: dict[str, Any]) -> None:
+    name, until, offset = settings["name"], settings["until"], settings["offset_ms"]
+    ttl = settings["lease_ttl"]
+    with open(settings["log"], "a", encoding="utf-8") as stream:
+        log = Log(stream)
+        async with connected(settings) as (proxy, repo):
+            if repo is None:
+                return
+            ledger = repo.scope.admission.ledger
+            ledger.on_written = lambda key, expiry: log.write(
+                {"e": "entry", "key": key, "expiry": (expiry - offset) / 1000}
+            )
+            limiter = RateLimiter(repo)
+
+            async def task(index: int) -> None:
+                rng = random.Random(f"{settings['seed']}/{name}/{index}")
+                for op in range(settings["ops"]):
+                    if time.time() > until:
+                        return
+                    await hold_once(limiter, log, f"{name}-{index}-{op}", rng, ttl)
+                    await asyncio.sleep(rng.uniform(0, settings["pause_s"]))
+
+            try:
+                await asyncio.gather(*(task(i) for i in range(settings["tasks"])))
+            finally:
+                log.write({"e": "stats", "name": name, "faults": dict(proxy.counts)})
+                await repo.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(run(json.loads(sys.argv[1])))

@@ -1,0 +1,255 @@
+"""Property tests of concurrency holds (core/holds.py, core/hold_writes.py, core/hold_ledger.py).
+
+`Stored` applies a planned `LimitWrite` to one concurrency limit's stored attributes exactly as
+DynamoDB applies the UpdateItem built from it (dynamo/limit_exprs.py): guards on ``v``, an
+existing entry required for an add or a renewal, a removed entry required unchanged. Processes
+plan from stale images, on clocks that disagree within the skew bound, and are killed at random;
+after every step nothing counted as held exceeds the capacity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from zae_limiter.core import bucket, hold_writes, holds
+from zae_limiter.core.bucket import MILLI, WHOLE, Kind, LimitWrite, Params, State
+from zae_limiter.core.hold_ledger import Ledger
+from zae_limiter.core.hold_writes import Holder
+from zae_limiter.core.holds import Hold
+
+TTL = 3_000
+SKEW = 500
+ITEM = ("ns", "user-1", "llm", 0)
+
+
+def parallel(n: int) -> Params:
+    return Params("parallel", Kind.CONCURRENT, n * MILLI, 0, TTL)
+
+
+@dataclass
+class Stored:
+    """One concurrency limit's attributes on the server."""
+
+    v: int = 0
+    h: dict[str, int] = field(default_factory=dict)
+    he: dict[str, int] = field(default_factory=dict)
+
+    def state(self) -> State:
+        entries = tuple(Hold(k, a, self.he[k]) for k, a in sorted(self.h.items()))
+        return State(v=self.v, holds=entries)
+
+    def land(self, write: LimitWrite) -> bool:
+        change = write.holds
+        assert change is not None
+        for guard in write.guards:
+            assert guard.attr == "v" and guard.op == "<="
+            if not self.v <= guard.value:
+                return False
+        needed = change.renew if change.create else (change.key, *change.renew)
+        if any(k and k not in self.he for k in needed):
+            return False
+        if change.create and change.key in self.he:
+            return False
+        if any(
+            self.h.get(r.key) != r.amount or self.he.get(r.key) != r.expiry for r in change.reap
+        ):
+            return False
+        self.v += write.add_v
+        if change.key:
+            self.h[change.key] = change.add + (0 if change.create else self.h[change.key])
+            self.he[change.key] = change.expiry
+        for key in change.renew:
+            self.he[key] = change.expiry
+        for gone in change.reap:
+            del self.h[gone.key], self.he[gone.key]
+        return True
+
+
+@dataclass
+class Process:
+    ledger: Ledger
+    offset: int  # this process's clock minus the true time
+    image: State = field(default_factory=State)
+    leases: list[tuple[str, int]] = field(default_factory=list)  # (entry key, amount)
+
+
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["acquire", "acquire", "release", "renew", "kill", "tick"]),
+        st.integers(0, 3),  # process
+        st.integers(1, 2),  # amount (units)
+        st.integers(1, TTL),  # tick (ms)
+        st.booleans(),  # read now (plan on the stored state) or on the process's stale image
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@example(  # a clock ahead of the holder's must not free the hold before the holder lets it go
+    cap=1,
+    offsets=[-200, 200, 0, 0],
+    script=[("acquire", 0, 1, 1, True), ("tick", 0, 1, 2900, True), ("acquire", 1, 1, 1, True)],
+)
+@given(
+    cap=st.integers(1, 4),
+    offsets=st.lists(st.integers(-SKEW // 2, SKEW // 2), min_size=4, max_size=4),
+    script=steps,
+)
+def test_nothing_counted_as_held_exceeds_the_capacity(
+    cap: int, offsets: list[int], script: list[tuple[str, int, int, int, bool]]
+) -> None:
+    params, stored, now = parallel(cap), Stored(), 1_000_000
+    procs = [Process(Ledger(f"w{i}", SKEW), offsets[i]) for i in range(4)]
+    dead: list[tuple[int, int]] = []  # (true expiry, amount) of killed processes' holds
+    born = 4
+    for action, who, size, tick, fresh in script:
+        proc = procs[who]
+        at = now + proc.offset
+        if action == "tick":
+            now += tick
+        elif action == "kill":
+            for key, amount in proc.leases:
+                entry = proc.ledger.entries[(ITEM, "parallel")].get(key)
+                if entry is not None and not entry.lost:
+                    dead.append((entry.expiry - proc.offset, amount))
+            procs[who] = Process(Ledger(f"w{born}", SKEW), proc.offset)
+            born += 1
+        elif action == "acquire":
+            holder = proc.ledger.holder(ITEM, "parallel", at, TTL)
+            state = stored.state() if fresh else proc.image
+            write = hold_writes.plan_hold(
+                params, state, at, WHOLE, size * MILLI, holder, enforce=True, check=fresh
+            )
+            if write is not None and stored.land(write):
+                assert write.holds is not None
+                proc.ledger.landed(ITEM, "parallel", write.holds, at, stored.state().holds, at)
+                proc.leases.append((holder.key, size * MILLI))
+            else:
+                proc.ledger.saw(ITEM, "parallel", stored.state().holds, at)
+            proc.image = stored.state()
+        elif action == "release" and proc.leases:
+            key, amount = proc.leases.pop(0)
+            _give_back(proc, stored, params, key, amount, at)
+        elif action == "renew":
+            due = proc.ledger.renewal(ITEM, "parallel", at, TTL)
+            if due is not None:
+                write = hold_writes.plan_renew(proc.image, at, due)
+                if stored.land(write):
+                    assert write.holds is not None
+                    proc.ledger.landed(ITEM, "parallel", write.holds, at, stored.state().holds, at)
+                else:
+                    proc.ledger.saw(ITEM, "parallel", stored.state().holds, at)
+                proc.image = stored.state()
+        assert stored.v == sum(stored.h.values()) <= cap * MILLI
+        live = sum(
+            amount
+            for p in procs
+            for key, amount in p.leases
+            if p.ledger.holds(ITEM, "parallel", key, now + p.offset)
+        )
+        assert live + sum(a for until, a in dead if now < until) <= cap * MILLI
+    for proc in procs:  # every live lease ends
+        while proc.leases:
+            key, amount = proc.leases.pop()
+            _give_back(proc, stored, params, key, amount, now + proc.offset)
+    now += TTL + 2 * SKEW + 1  # then one write by anyone frees every lapsed entry
+    assert stored.land(hold_writes.plan_renew(stored.state(), now, Holder("", True, now, SKEW)))
+    assert (stored.v, stored.h) == (0, {})
+
+
+def _give_back(
+    proc: Process, stored: Stored, params: Params, key: str, amount: int, at: int
+) -> None:
+    holder = proc.ledger.giving_back(ITEM, "parallel", key, at, TTL)
+    if holder is not None:
+        write = hold_writes.plan_hold(params, proc.image, at, WHOLE, -amount, holder, enforce=False)
+        assert write is not None
+        if stored.land(write):
+            assert write.holds is not None
+            proc.ledger.landed(ITEM, "parallel", write.holds, at, stored.state().holds, at)
+            proc.image = stored.state()
+            return
+        proc.ledger.saw(ITEM, "parallel", stored.state().holds, at)
+    proc.ledger.forget(ITEM, "parallel", key, amount)  # lost: another writer freed it
+    proc.image = stored.state()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cap=st.integers(1, 5),
+    entries=st.lists(st.tuples(st.integers(1, 3), st.integers(0, 10_000)), max_size=5),
+    requested=st.integers(1, 6),
+    skew=st.sampled_from([0, SKEW]),
+)
+def test_retry_after_is_when_enough_holds_have_expired(
+    cap: int, entries: list[tuple[int, int]], requested: int, skew: int
+) -> None:
+    now = 5_000
+    stored = tuple(Hold(f"w{i}.1", a * MILLI, e) for i, (a, e) in enumerate(entries))
+    total = sum(h.amount for h in stored)
+    wait = holds.retry_after_ms(cap * MILLI, total, stored, now, requested * MILLI, skew)
+    if requested > cap:
+        assert wait == holds.NEVER_MS
+        return
+    fits = holds.available(cap * MILLI, total, stored, now + wait, skew) >= requested * MILLI
+    assert fits
+    if wait > 0:
+        before = holds.available(cap * MILLI, total, stored, now + wait - 1, skew)
+        assert before < requested * MILLI
+
+
+def test_a_full_limit_waits_for_its_oldest_hold_and_refuses_on_a_fresh_image() -> None:
+    params = parallel(2)
+    state = State(v=2 * MILLI, holds=(Hold("a.1", MILLI, 9_000), Hold("b.1", MILLI, 7_000)))
+    holder = Holder("c.1", True, 8_000, SKEW)
+    assert hold_writes.plan_hold(params, state, 5_000, WHOLE, MILLI, holder, enforce=True) is None
+    assert holds.retry_after_ms(2 * MILLI, state.v, state.holds, 5_000, MILLI, SKEW) == 2_501
+    # past b's expiry plus the skew, the write frees b's entry and takes its place
+    write = hold_writes.plan_hold(params, state, 7_501, WHOLE, MILLI, holder, enforce=True)
+    assert write is not None and write.holds is not None
+    assert write.holds.reap == (Hold("b.1", MILLI, 7_000),)
+    assert write.add_v == 0 and write.guards == (bucket.Guard("v", "<=", 2 * MILLI),)
+
+
+def test_a_dead_holders_entry_is_freed_within_the_ttl_plus_one_write_whatever_the_skew() -> None:
+    """The skew bound (minutes) does not delay recovery: a writer that saw the entry unchanged
+    for longer than the lease_ttl on its own clock frees it."""
+    params, stored, skew = parallel(1), Stored(), 600_000
+    dead, other = Ledger("dead", skew), Ledger("other", skew)
+    now = 1_000_000
+    holder = dead.holder(ITEM, "parallel", now, TTL)
+    write = hold_writes.plan_hold(params, stored.state(), now, WHOLE, MILLI, holder, enforce=True)
+    assert write is not None and stored.land(write)
+    taken_at = now
+    # the process dies; another writes every lease_ttl / 3 and is refused until it is freed
+    while True:
+        now += TTL // 3
+        mine = other.holder(ITEM, "parallel", now, TTL)
+        state = stored.state()
+        write = hold_writes.plan_hold(params, state, now, WHOLE, MILLI, mine, enforce=True)
+        if write is not None and stored.land(write):
+            break
+        other.saw(ITEM, "parallel", stored.state().holds, now)
+    assert now - taken_at <= TTL + 2 * (TTL // 3)  # first sighting one write late, then one more
+    assert stored.h == {mine.key: MILLI} and stored.v == MILLI
+
+
+def test_a_concurrency_limit_splits_only_while_nothing_is_held() -> None:
+    """Holds cannot move to the new shard: the split is guarded on nothing being held, and both
+    halves start empty at shares that sum to the whole."""
+    from zae_limiter.core.shard_split import siblings, split_limit
+    from zae_limiter.core.shares import share
+
+    params = parallel(3)
+    old, sibling = split_limit(params, State(v=0, holds=(Hold("a.1", 0, 9),)), 5, WHOLE)
+    assert old.guards == (bucket.Guard("v", "=", 0),) and old.add_v == 0
+    assert sibling == State(v=0)
+    kept, given = siblings(WHOLE)
+    assert share(params.capacity, kept) + share(params.capacity, given) == params.capacity
+    held = State(v=MILLI, holds=(Hold("a.1", MILLI, 9),))
+    old, _ = split_limit(params, held, 5, WHOLE)
+    assert not all(guard.value == held.v for guard in old.guards)  # refused while held
