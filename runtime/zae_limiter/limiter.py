@@ -23,6 +23,7 @@ from .acquire.lease import (
     target_for_more,
 )
 from .acquire.pending import DeadlinePassed
+from .acquire.planning import item_key
 from .admin.gates import check_limit_gates
 from .caches import ImageCache
 from .dynamo.bucket_items import BucketImage
@@ -232,6 +233,15 @@ class Acquisition:
         """The newest image of `image`'s item this client has seen."""
         cached = self.admission.images.get(ImageCache.key_of(image))
         return cached[0] if cached is not None and cached[0].stamp_seq >= image.stamp_seq else image
+
+    def hold_lost(self, holds: dict[str, ResourceHold]) -> bool:
+        """Whether an entry a concurrency hold of these was taken on is lost (core.hold_ledger)."""
+        ledger, now = self.admission.ledger, self.clock()
+        return any(
+            not ledger.holds(item_key(entry.target.image), name, key, now)
+            for entry in landed_items(holds)
+            for name, key in entry.held.items()
+        )
 
     def overdrawn(self, hold: ResourceHold) -> list[str]:
         """Soft limits of the hold's item below zero now, on the newest image seen."""

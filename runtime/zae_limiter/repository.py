@@ -252,6 +252,8 @@ class Repository(
         limit = deadlines.timeout_value(timeout, "timeout")
         if timeout is None:
             limit = 2 * self._shared.resolution_bound_s
+        for scope in (self, *self._scopes.values()):  # holds still open lapse after lease_ttl
+            scope.scope.admission.renewals.stop()
         try:
             await self._shared.pending.drain(limit)
         finally:

@@ -211,8 +211,8 @@ async def test_a_refusal_names_its_limit_even_if_the_balance_refills_just_after(
 
     admit = planning.admit_planner
 
-    def admit_then_time_passes(admissions: int) -> Any:
-        plan = admit(admissions)
+    def admit_then_time_passes(admissions: int, ledger: Any = None) -> Any:
+        plan = admit(admissions, ledger)
 
         def planned(target: Any, now: int) -> Any:
             result = plan(target, now)

@@ -51,6 +51,8 @@ class Stored:
         needed = change.renew if change.create else (change.key, *change.renew)
         if any(k and k not in self.he for k in needed):
             return False
+        if change.create and change.key in self.he:
+            return False
         if any(
             self.h.get(r.key) != r.amount or self.he.get(r.key) != r.expiry for r in change.reap
         ):
@@ -123,11 +125,11 @@ def test_nothing_counted_as_held_exceeds_the_capacity(
                 params, state, at, WHOLE, size * MILLI, holder, enforce=True, check=fresh
             )
             if write is not None and stored.land(write):
-                proc.ledger.landed(ITEM, "parallel", holder, size * MILLI, at, stored.state().holds)
+                assert write.holds is not None
+                proc.ledger.landed(ITEM, "parallel", write.holds, at, stored.state().holds, at)
                 proc.leases.append((holder.key, size * MILLI))
             else:
-                proc.ledger.dropped(ITEM, "parallel", holder)
-                proc.ledger.saw(ITEM, "parallel", stored.state().holds)
+                proc.ledger.saw(ITEM, "parallel", stored.state().holds, at)
             proc.image = stored.state()
         elif action == "release" and proc.leases:
             key, amount = proc.leases.pop(0)
@@ -137,9 +139,10 @@ def test_nothing_counted_as_held_exceeds_the_capacity(
             if due is not None:
                 write = hold_writes.plan_renew(proc.image, at, due)
                 if stored.land(write):
-                    proc.ledger.landed(ITEM, "parallel", due, 0, at, stored.state().holds)
+                    assert write.holds is not None
+                    proc.ledger.landed(ITEM, "parallel", write.holds, at, stored.state().holds, at)
                 else:
-                    proc.ledger.saw(ITEM, "parallel", stored.state().holds)
+                    proc.ledger.saw(ITEM, "parallel", stored.state().holds, at)
                 proc.image = stored.state()
         assert stored.v == sum(stored.h.values()) <= cap * MILLI
         live = sum(
@@ -166,10 +169,11 @@ def _give_back(
         write = hold_writes.plan_hold(params, proc.image, at, WHOLE, -amount, holder, enforce=False)
         assert write is not None
         if stored.land(write):
-            proc.ledger.landed(ITEM, "parallel", holder, -amount, at, stored.state().holds)
+            assert write.holds is not None
+            proc.ledger.landed(ITEM, "parallel", write.holds, at, stored.state().holds, at)
             proc.image = stored.state()
             return
-        proc.ledger.saw(ITEM, "parallel", stored.state().holds)
+        proc.ledger.saw(ITEM, "parallel", stored.state().holds, at)
     proc.ledger.forget(ITEM, "parallel", key, amount)  # lost: another writer freed it
     proc.image = stored.state()
 
@@ -209,3 +213,26 @@ def test_a_full_limit_waits_for_its_oldest_hold_and_refuses_on_a_fresh_image() -
     assert write is not None and write.holds is not None
     assert write.holds.reap == (Hold("b.1", MILLI, 7_000),)
     assert write.add_v == 0 and write.guards == (bucket.Guard("v", "<=", 2 * MILLI),)
+
+
+def test_a_dead_holders_entry_is_freed_within_the_ttl_plus_one_write_whatever_the_skew() -> None:
+    """The skew bound (minutes) does not delay recovery: a writer that saw the entry unchanged
+    for longer than the lease_ttl on its own clock frees it."""
+    params, stored, skew = parallel(1), Stored(), 600_000
+    dead, other = Ledger("dead", skew), Ledger("other", skew)
+    now = 1_000_000
+    holder = dead.holder(ITEM, "parallel", now, TTL)
+    write = hold_writes.plan_hold(params, stored.state(), now, WHOLE, MILLI, holder, enforce=True)
+    assert write is not None and stored.land(write)
+    taken_at = now
+    # the process dies; another writes every lease_ttl / 3 and is refused until it is freed
+    while True:
+        now += TTL // 3
+        mine = other.holder(ITEM, "parallel", now, TTL)
+        state = stored.state()
+        write = hold_writes.plan_hold(params, state, now, WHOLE, MILLI, mine, enforce=True)
+        if write is not None and stored.land(write):
+            break
+        other.saw(ITEM, "parallel", stored.state().holds, now)
+    assert now - taken_at <= TTL + 2 * (TTL // 3)  # first sighting one write late, then one more
+    assert stored.h == {mine.key: MILLI} and stored.v == MILLI

@@ -23,6 +23,7 @@ from ..models import LimitStatus
 from ..resolution import Resolver
 from . import planning
 from .pending import Pending
+from .renewals import Renewals
 from .shards import SPLIT_WRITES_PER_SECOND, ShardChooser, SplitDetector
 from .store import BucketStore
 from .targets import Loaded, TargetFinder
@@ -58,6 +59,9 @@ class Admission:
         self.finder = TargetFinder(
             store, ns, resolver, images, clock, self.shards, self.waves.restamp
         )
+        #: this process's concurrency holds (the lanes' writer's), renewed while held
+        self.ledger = self.waves.lanes.ledger
+        self.renewals = Renewals(self.waves.lanes, images, clock)
         self._splitting: set[tuple[str, str, str]] = set()
         self._split_tasks: set[asyncio.Future[None]] = set()
 
@@ -100,9 +104,11 @@ class Admission:
                 if not any(t.read_now for t in short):
                     self.images.local_rejections += 1
                 raise self.rejection(targets, now)
-        planner = planning.admit_planner(admissions)
+        planner = planning.admit_planner(admissions, self.ledger)
         result = await self.waves.write_all([(t, planner) for t in targets], settle=False)
         landed = [_landed(w, admissions) for w in result.written]
+        if any(entry.held for entry in landed):
+            self.renewals.start()
         if not result.refused and result.error is None:
             return landed
         if landed:
@@ -132,7 +138,7 @@ class Admission:
     async def refund(self, landed: list[Landed]) -> None:
         """Give back everything `landed` debited, exactly once, never above a ceiling."""
         jobs: list[tuple[Target, Planner]] = [
-            (self._latest(entry.target), planning.credit_planner(entry))
+            (self._latest(entry.target), planning.credit_planner(entry, self.ledger))
             for entry in landed
             if entry.debited or entry.admissions
         ]
@@ -169,7 +175,7 @@ class Admission:
     async def apply_adjustments(self, changes: list[tuple[Landed, dict[str, int]]]) -> None:
         """Write net adjustments (milli, signed) to landed items: never rejects."""
         jobs: list[tuple[Target, Planner]] = [
-            (self._latest(entry.target), planning.adjust_planner(entry, delta))
+            (self._latest(entry.target), planning.adjust_planner(entry, delta, self.ledger))
             for entry, delta in changes
         ]
         if jobs:
@@ -249,4 +255,5 @@ def _landed(written: Written, admissions: int) -> Landed:
         periods={name: w.result.w for name, w in written.writes.items()},
         admissions=admissions,
         bypass=target.stamp.is_bypass,
+        held={n: w.holds.key for n, w in written.writes.items() if w.holds and w.holds.key},
     )

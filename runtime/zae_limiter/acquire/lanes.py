@@ -27,10 +27,13 @@ from typing import Protocol
 from ..core.bucket import LimitWrite
 from ..core.compose import then_all
 from ..core.evolve import evolve
+from ..core.hold_ledger import Ledger
 from ..dynamo import transport
 from ..dynamo.bucket_items import BucketImage, Evidence, new_writer_id, parse
 from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
-from .deadlines import RESEND_WINDOW_MS
+from . import holds_seen
+from .deadlines import ASSUMED_SKEW_MS, RESEND_WINDOW_MS
+from .lane_errors import Contended, RulesChangedSignal, ShardGone, Undecided
 from .skew import SkewWatch
 from .values import Planner, Target
 
@@ -122,14 +125,6 @@ class _Batch:
         return self.lost <= UNKNOWN_RESENDS and now - started <= RESEND_WINDOW_MS
 
 
-class Contended(Exception):
-    """Writes kept failing their conditions (never expected below a limit)."""
-
-
-class Undecided(Exception):
-    """A write's answer was lost on every re-send: it may or may not have landed."""
-
-
 class Lanes:
     """One writer's lanes (see the module docstring)."""
 
@@ -153,6 +148,8 @@ class Lanes:
         self.writer = writer or new_writer_id()
         self.undecided = 0  # writes given up on with their outcome unknown (a metric)
         self.skew = SkewWatch(self.writer)
+        #: this writer's concurrency holds: told of every write's outcome (core.hold_ledger)
+        self.ledger = Ledger(self.writer, ASSUMED_SKEW_MS)
         self._seq = 0
         self._lanes: dict[tuple[str, str, str, int], _Lane] = {}
 
@@ -370,6 +367,9 @@ class _Lane:
 
     def _landed(self, batch: _Batch, image: BucketImage) -> None:
         self.image, self.exists = image, True
+        holds_seen.landed(
+            self.lanes.ledger, self.key, batch.writes, image, batch.now, self.lanes.clock()
+        )
         self.lanes.on_image(image, True)
         for call, writes in zip(batch.calls, batch.plans, strict=True):
             target = evolve(call.target, image=image, exists=True)
@@ -378,6 +378,7 @@ class _Lane:
     async def _condition_failed(self, batch: _Batch, failed: ConditionFailed) -> None:
         lanes = self.lanes
         current = None if failed.item is None else parse(failed.item)
+        holds_seen.refused(self.lanes.ledger, self.key, batch.writes, current, lanes.clock())
         if current is not None:
             lanes.on_image(current, False)
             if batch.lost and current.evidence.get(lanes.writer, -1) >= batch.evidence.seq:
@@ -480,6 +481,7 @@ class _Lane:
             batch.evidence.seq,
             cause,
         )
+        holds_seen.undecided(self.lanes.ledger, self.key, batch.writes)
         # Whatever the last answer said, an earlier send may have landed.
         error = cause if isinstance(cause, UnknownOutcome) else UnknownOutcome(cause)
         self._fail(batch.calls, error)
@@ -488,11 +490,3 @@ class _Lane:
         for call in calls:
             if not call.future.done():
                 call.future.set_result(Outcome(call.target, error=error))
-
-
-class RulesChangedSignal(Exception):
-    """The item's rules changed under the batch: its calls resolve their targets again."""
-
-
-class ShardGone(RulesChangedSignal):
-    """A shard other than 0 was found deleted: the bucket's layout must be read again."""

@@ -53,6 +53,7 @@ class Ledger:
 
     holds: dict[str, ResourceHold]
     open: bool = True
+    hold_lost: bool | None = None  # frozen when the block exits
 
     def check_open(self) -> None:
         if not self.open:
@@ -63,6 +64,7 @@ class Ledger:
         if self.open and writer is not None:
             for hold in self.holds.values():
                 hold.final_overdrawn = writer.overdrawn(hold)
+            self.hold_lost = writer.hold_lost(self.holds)
         self.open = False
 
 
@@ -76,6 +78,8 @@ class LeaseWriter(Protocol):
     def now(self) -> int: ...
 
     def newest_image(self, image: BucketImage) -> BucketImage: ...
+
+    def hold_lost(self, holds: dict[str, ResourceHold]) -> bool: ...
 
 
 class LeaseResource:
@@ -202,6 +206,16 @@ class Lease:
     def overdrawn(self) -> list[str]:
         return self._primary().overdrawn
 
+    @property
+    def hold_lost(self) -> bool:
+        """True when a concurrency hold of this lease expired before the lease ended: another
+        writer may have given it back, so its exit gives nothing of it back twice."""
+        if self._writer is None:
+            return False
+        if self._ledger.hold_lost is not None:
+            return self._ledger.hold_lost
+        return self._writer.hold_lost(self._ledger.holds)
+
     async def consume(self, **amounts: int) -> None:
         await self._primary().consume(**amounts)
 
@@ -250,16 +264,19 @@ def landed_items(holds: dict[str, ResourceHold]) -> list[Landed]:
 
 
 def pending_changes(holds: dict[str, ResourceHold]) -> list[tuple[Landed, dict[str, int]]]:
-    """Net deferred adjustments per landed item, in milli; a parent only for names it declares."""
+    """Net deferred adjustments per landed item, in milli; a parent only for names it declares.
+    A concurrency limit's hold is given back whole (what it held, after any adjustment)."""
     out = []
     for hold in holds.values():
         delta = {n: a * MILLI for n, a in hold.pending.items() if a}
-        if not delta:
-            continue
         for entry in (hold.child, hold.parent):
             if entry is None:
                 continue
-            mine = {n: a for n, a in delta.items() if entry.target.stamp.params(n) is not None}
+            stamp = entry.target.stamp
+            mine = {n: a for n, a in delta.items() if stamp.params(n) is not None}
+            for name in entry.held:
+                mine[name] = -entry.debited.get(name, 0)
+            mine = {n: a for n, a in mine.items() if a}
             if mine:
                 out.append((entry, mine))
     return out

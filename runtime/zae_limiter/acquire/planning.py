@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import config as cfg
-from ..core import bucket, waits
-from ..core.bucket import MILLI, LimitWrite, Params, Slot, State
+from ..core import bucket, hold_writes, waits
+from ..core.bucket import MILLI, Kind, LimitWrite, Params, Slot, State
+from ..core.hold_ledger import Ledger
 from ..dynamo import bucket_items as items
 from ..dynamo.bucket_items import BucketImage, Stamp
 from ..models import LimitStatus
@@ -19,8 +20,11 @@ from .values import Landed, Planner, PlanResult, Target
 # --- planners ------------------------------------------------------------------------------------
 
 
-def plan_admit(target: Target, now: int, admissions: int = 1) -> PlanResult | None:
-    """Debit the target's amounts. Refuses (None) only on an image read in this call."""
+def plan_admit(
+    target: Target, now: int, admissions: int = 1, ledger: Ledger | None = None
+) -> PlanResult | None:
+    """Debit the target's amounts (a concurrency limit: hold them in this process's entry,
+    `ledger`). Refuses (None) only on an image read in this call."""
     image = target.image
     writes: dict[str, LimitWrite] = {}
     for name, amount in target.amounts.items():
@@ -30,52 +34,90 @@ def plan_admit(target: Target, now: int, admissions: int = 1) -> PlanResult | No
         if image.stamp.is_bypass:
             writes[name] = bucket.plan_count_only(state, amount)
             continue
-        write = bucket.plan_debit(
-            params,
-            state,
-            now,
-            image.slot,
-            amount,
-            enforce=not params.soft,
-            check=target.read_now,
-        )
+        if params.kind == Kind.CONCURRENT:
+            assert ledger is not None, "a concurrency limit is held by a writer"
+            holder = ledger.holder(item_key(image), name, now, params.period_ms)
+            enforce = not params.soft
+            write = hold_writes.plan_hold(
+                params,
+                state,
+                now,
+                image.slot,
+                amount,
+                holder,
+                enforce=enforce,
+                check=target.read_now,
+            )
+        else:
+            write = bucket.plan_debit(
+                params,
+                state,
+                now,
+                image.slot,
+                amount,
+                enforce=not params.soft,
+                check=target.read_now,
+            )
         if write is None:
             return None
         writes[name] = write
-    return writes, admissions
+    return with_renewals(image, writes, now, ledger), admissions
 
 
-def admit_planner(admissions: int) -> Planner:
+def with_renewals(
+    image: BucketImage, writes: dict[str, LimitWrite], now: int, ledger: Ledger | None
+) -> dict[str, LimitWrite]:
+    """`writes` plus a renewal of this writer's entries in the item's other concurrency limits
+    where one is due (a renewal rides along with whatever else the writer writes)."""
+    if ledger is None:
+        return writes
+    item = item_key(image)
+    for params in image.stamp.limits:
+        if params.kind != Kind.CONCURRENT or params.name in writes:
+            continue
+        holder = ledger.renewal(item, params.name, now, params.period_ms)
+        state = image.states.get(params.name)
+        if holder is not None and state is not None:
+            writes[params.name] = hold_writes.plan_renew(state, now, holder)
+    return writes
+
+
+def item_key(image: BucketImage) -> tuple[str, str, str, int]:
+    """The item a ledger entry is on (namespace, entity, resource, shard)."""
+    return (image.ns, image.entity_id, image.resource, image.shard)
+
+
+def admit_planner(admissions: int, ledger: Ledger | None = None) -> Planner:
     """Debit the target's amounts, counting `admissions` admissions."""
 
     def plan(target: Target, now: int) -> PlanResult | None:
-        return plan_admit(target, now, admissions)
+        return plan_admit(target, now, admissions, ledger)
 
     return plan
 
 
-def credit_planner(entry: Landed) -> Planner:
-    """Give back what `entry` debited (a debit never refunds above the ceiling)."""
+def credit_planner(entry: Landed, ledger: Ledger | None = None) -> Planner:
+    """Give back what `entry` debited (a debit never refunds above the ceiling; a hold whose
+    entry was lost gives back nothing)."""
 
     def plan(target: Target, now: int) -> PlanResult:
-        return _net_writes(target.image, entry, {n: -a for n, a in entry.debited.items()}, now), (
-            -entry.admissions
-        )
+        delta = {n: -a for n, a in entry.debited.items()}
+        return _net_writes(target.image, entry, delta, now, ledger), -entry.admissions
 
     return plan
 
 
-def adjust_planner(entry: Landed, delta: dict[str, int]) -> Planner:
+def adjust_planner(entry: Landed, delta: dict[str, int], ledger: Ledger | None = None) -> Planner:
     """Write a net adjustment (milli, signed) to a landed item: never refuses."""
 
     def plan(target: Target, now: int) -> PlanResult:
-        return _net_writes(target.image, entry, delta, now), 0
+        return _net_writes(target.image, entry, delta, now, ledger), 0
 
     return plan
 
 
 def _net_writes(
-    image: BucketImage, entry: Landed, delta: dict[str, int], now: int
+    image: BucketImage, entry: Landed, delta: dict[str, int], now: int, ledger: Ledger | None
 ) -> dict[str, LimitWrite]:
     """Signed changes per limit: positive debits (forced), negative credits (capped)."""
     writes: dict[str, LimitWrite] = {}
@@ -86,13 +128,41 @@ def _net_writes(
             continue
         if entry.bypass:
             writes[name] = bucket.plan_count_only(state, amount)
+        elif params.kind == Kind.CONCURRENT and ledger is not None:
+            write = _hold_change(params, state, image, entry, name, amount, now, ledger)
+            if write is not None:
+                writes[name] = write
         elif amount > 0:
             writes[name] = _force(params, state, now, image.slot, amount)
         else:
             writes[name] = bucket.plan_credit(
                 params, state, now, image.slot, -amount, entry.periods.get(name)
             )
-    return writes
+    return with_renewals(image, writes, now, ledger)
+
+
+def _hold_change(
+    params: Params,
+    state: State,
+    image: BucketImage,
+    entry: Landed,
+    name: str,
+    amount: int,
+    now: int,
+    ledger: Ledger,
+) -> LimitWrite | None:
+    """A lease's hold grows (forced) or is given back on the entry it was taken on; None when
+    that entry was lost (another writer gave it back already)."""
+    item, ttl, key = item_key(image), params.period_ms, entry.held.get(name, "")
+    holder = ledger.giving_back(item, name, key, now, ttl) if key else None
+    if amount > 0:
+        holder = holder or ledger.holder(item, name, now, ttl)
+    elif holder is None:  # lost: nothing to give back; the ledger forgets it
+        ledger.forget(item, name, key, -amount)
+        return None
+    else:  # never more than this process holds there (a hold lost and taken again)
+        amount = -min(-amount, ledger.amount(item, name, key))
+    return hold_writes.plan_hold(params, state, now, image.slot, amount, holder, enforce=False)
 
 
 def _force(params: Params, state: State, now: int, slot: Slot, amount: int) -> LimitWrite:
@@ -193,7 +263,9 @@ def ttl_for(stamp: Stamp, states: dict[str, State], now: int, multiplier: int) -
     horizon = 0
     for params in stamp.limits:  # inline: this runs on every write
         state = states.get(params.name) or State()
-        if params.kind == bucket.Kind.RATE:
+        if params.kind == Kind.CONCURRENT:
+            span = params.period_ms  # a lease_ttl: renewals write at least three times as often
+        elif params.kind == bucket.Kind.RATE:
             refill = max(1, params.shard_refill(bucket.WHOLE))
             span = params.shard_capacity(bucket.WHOLE) * params.period_ms // refill
             span += max(0, state.v - now * refill) // refill

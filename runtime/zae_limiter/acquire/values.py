@@ -78,6 +78,8 @@ class Landed:
     periods: dict[str, int | None]  # quota period each debit belongs to
     admissions: int
     bypass: bool
+    #: concurrency limits: the ledger entry (core.hold_ledger) each limit's hold is on
+    held: dict[str, str] = field(default_factory=dict)
 
 
 PlanResult = tuple[dict[str, LimitWrite], int]  # limit writes, admissions delta

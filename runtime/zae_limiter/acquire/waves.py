@@ -21,8 +21,8 @@ from ..dynamo import bucket_items as items
 from ..dynamo import keys
 from ..dynamo.bucket_items import BucketImage, Evidence, Stamp
 from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
+from . import lane_errors, planning
 from . import lanes as lanes_
-from . import planning
 from .shards import ShardChooser, split_parts
 from .store import BucketStore
 from .values import Contended, Planner, RulesChanged, Target, Unavailable
@@ -145,7 +145,7 @@ class Waves:
                         latest[index] = moved
                         retry.append((index, (moved, planner)))
                 else:
-                    if isinstance(outcome.error, lanes_.ShardGone):
+                    if isinstance(outcome.error, lane_errors.ShardGone):
                         self.images.forget(self.ns, target.entity_id, target.resource)
                     error = error or _job_error(outcome.error)
             pending = retry
@@ -310,9 +310,9 @@ class Waves:
 
 def _job_error(error: BaseException | None) -> BaseException:
     """A lane's reason for giving up on a call, as `write_all` reports it."""
-    if isinstance(error, lanes_.Contended):
+    if isinstance(error, lane_errors.Contended):
         return Contended()
-    if isinstance(error, lanes_.RulesChangedSignal):
+    if isinstance(error, lane_errors.RulesChangedSignal):
         return RulesChanged()
     if isinstance(error, DynamoError):
         return Unavailable(error)

@@ -380,6 +380,8 @@ def convert(
     For the same limit with a schedule, `since` (the item's last write, when the old window was
     in force) lets the balance follow each window's rate from the first window change on.
     """
+    if Kind.CONCURRENT in (old.kind, new.kind):  # holds stay held; no balance carries over
+        return state if old.kind == new.kind else full_state(new, slot)
     if since and _same_scheduled_limit(old, new):
         ended = next_window_change(old, since, now)
         if ended is not None and ended < now:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .bucket import Guard, LimitWrite
+from .holds import HoldWrite
 
 
 def holds(guard: Guard, value: int | None) -> bool:
@@ -51,6 +52,9 @@ def then(first: LimitWrite, second: LimitWrite) -> LimitWrite | None:
     folded = fold(guards)
     if folded is None:
         return None
+    held = _then_holds(first.holds, second.holds)
+    if held is False or held is True:
+        return None
     set_v, add_v = _combine(first.set_v, first.add_v, second.set_v, second.add_v)
     set_tu, add_tu = _combine(first.set_tu, first.add_tu, second.set_tu, second.add_tu)
     return LimitWrite(
@@ -63,6 +67,27 @@ def then(first: LimitWrite, second: LimitWrite) -> LimitWrite | None:
         consumed=first.consumed + second.consumed,
         overdrawn=first.overdrawn + second.overdrawn,
         result=second.result,
+        holds=held,
+    )
+
+
+def _then_holds(
+    first: HoldWrite | None, second: HoldWrite | None
+) -> HoldWrite | bool | None:  # False: no single write
+    """Two changes of a concurrency limit's entries as one; False when they add to different
+    entries (the second goes in the next write)."""
+    if first is None or second is None:
+        return first or second
+    if first.key and second.key and first.key != second.key:
+        return False
+    key = first.key or second.key
+    return HoldWrite(
+        key=key,
+        add=first.add + second.add,
+        create=first.create if first.key else second.create,
+        expiry=max(first.expiry, second.expiry),
+        renew=tuple(dict.fromkeys(k for k in (*first.renew, *second.renew) if k != key)),
+        reap=first.reap + second.reap,
     )
 
 

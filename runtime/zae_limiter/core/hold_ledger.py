@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from . import holds
 from .hold_writes import Holder
-from .holds import Hold
+from .holds import Hold, HoldWrite
 
 
 @dataclass
@@ -40,6 +40,9 @@ class Ledger:
         self.skew_ms = skew_ms
         self.generation = 0
         self.entries: dict[Slot, dict[str, Entry]] = {}
+        #: others' entries as last seen, (key, amount, expiry) -> when first seen so
+        self.seen: dict[Slot, dict[tuple[str, int, int], int]] = {}
+        self.ttls: dict[Slot, int] = {}  # each slot's lease_ttl (ms), as last planned
 
     def _live(self, slot: Slot, now: int) -> list[Entry]:
         out = []
@@ -50,18 +53,32 @@ class Ledger:
                 out.append(entry)
         return out
 
+    def quiet(self, slot: Slot, now: int, ttl_ms: int) -> frozenset[str]:
+        """Entries a write may remove: others' seen unchanged since more than `ttl_ms` before
+        `now`, and this writer's own lapsed ones (their leases count them as lost)."""
+        theirs = (k for (k, _, _), at in self.seen.get(slot, {}).items() if now - at > ttl_ms)
+        mine = (e.key for e in self.entries.get(slot, {}).values() if e.lost)  # lapsed: told
+        return frozenset((*theirs, *mine))
+
     def holder(self, item: Hashable, limit: str, now: int, ttl_ms: int) -> Holder:
         """The entry a write at `now` adds to (the newest live one, else a new generation),
         and the other live entries it renews."""
         slot = (item, limit)
+        self.ttls[slot] = ttl_ms
         live = self._live(slot, now)
         renew = tuple(e.key for e in live[:-1] if e.amount > 0)
+        quiet = self.quiet(slot, now, ttl_ms)
         if live:
-            return Holder(live[-1].key, False, now + ttl_ms, self.skew_ms, renew)
-        self.generation += 1
-        key = holds.entry_key(self.writer, self.generation)
-        self.entries.setdefault(slot, {})[key] = Entry(key)
-        return Holder(key, True, now + ttl_ms, self.skew_ms, renew)
+            return Holder(live[-1].key, False, now + ttl_ms, self.skew_ms, renew, quiet)
+        entries = self.entries.setdefault(slot, {})
+        pending = [e.key for e in entries.values() if not e.landed and not e.lost]
+        if pending:  # a generation planned and not (yet) written: the lane writes one at a time
+            key = pending[-1]
+        else:
+            self.generation += 1
+            key = holds.entry_key(self.writer, self.generation)
+            entries[key] = Entry(key)
+        return Holder(key, True, now + ttl_ms, self.skew_ms, renew, quiet)
 
     def giving_back(
         self, item: Hashable, limit: str, key: str, now: int, ttl_ms: int
@@ -72,62 +89,96 @@ class Ledger:
         if key not in {e.key for e in live}:
             return None
         renew = tuple(e.key for e in live if e.key != key and e.amount > 0)
-        return Holder(key, False, now + ttl_ms, self.skew_ms, renew)
+        quiet = self.quiet((item, limit), now, ttl_ms)
+        return Holder(key, False, now + ttl_ms, self.skew_ms, renew, quiet)
 
-    def dropped(self, item: Hashable, limit: str, holder: Holder) -> None:
-        """A write planned with `holder` did not land: a generation it would have created is
-        forgotten."""
+    def dropped(self, item: Hashable, limit: str, key: str) -> None:
+        """A write that would have created `key` may have landed unseen (its answer was lost):
+        that generation is never written again (a new one takes its place)."""
         entries = self.entries.get((item, limit), {})
-        entry = entries.get(holder.key)
-        if holder.create and entry is not None and not entry.landed:
-            del entries[holder.key]
+        entry = entries.get(key)
+        if entry is not None and not entry.landed:
+            del entries[key]
 
     def renewal(self, item: Hashable, limit: str, now: int, ttl_ms: int) -> Holder | None:
         """A holder that renews this slot's live entries holding something, when the last
         write to one of them is `ttl_ms / RENEW_DIVISOR` old; None when none is due."""
         live = [e for e in self._live((item, limit), now) if e.amount > 0]
-        if not live or min(now - e.written_at for e in live) * holds.RENEW_DIVISOR < ttl_ms:
-            return None
+        if not live or max(now - e.written_at for e in live) * holds.RENEW_DIVISOR < ttl_ms:
+            return None  # the oldest write to them is not yet lease_ttl / 3 old
         keys = tuple(e.key for e in live)
-        return Holder(keys[-1], False, now + ttl_ms, self.skew_ms, keys[:-1])
+        quiet = self.quiet((item, limit), now, ttl_ms)
+        return Holder(keys[-1], False, now + ttl_ms, self.skew_ms, keys[:-1], quiet)
 
-    def due(self, now: int, ttl_ms: dict[str, int]) -> list[Slot]:
-        """Every slot with a renewal due at `now` (`ttl_ms`: lease_ttl per limit name)."""
+    def due(self, now: int) -> list[Slot]:
+        """Every slot with a renewal due at `now`."""
         return [
             (item, limit)
             for item, limit in list(self.entries)
-            if limit in ttl_ms and self.renewal(item, limit, now, ttl_ms[limit]) is not None
+            if self.renewal(item, limit, now, self.ttls.get((item, limit), 0)) is not None
         ]
 
+    def holding(self) -> bool:
+        """Whether any entry holds something for an open lease (renewals must go on)."""
+        return any(
+            e.amount > 0 and not e.lost for slot in self.entries.values() for e in slot.values()
+        )
+
+    def shortest_ttl(self) -> int:
+        """The shortest lease_ttl (ms) among slots that hold something (0: none)."""
+        ttls = [
+            self.ttls.get(slot, 0)
+            for slot, entries in self.entries.items()
+            if any(e.amount > 0 for e in entries.values())
+        ]
+        return min(ttls, default=0)
+
     def landed(
-        self, item: Hashable, limit: str, holder: Holder, add: int, now: int, seen: tuple[Hold, ...]
+        self,
+        item: Hashable,
+        limit: str,
+        change: HoldWrite,
+        now: int,
+        seen: tuple[Hold, ...],
+        received_at: int,
     ) -> None:
-        """A write planned at `now` with `holder`, adding `add`, landed; `seen`: the entries of
-        the image it returned."""
+        """A write planned at `now` making `change` landed; `seen`: the entries of the image it
+        returned, received at `received_at`."""
         entries = self.entries.setdefault((item, limit), {})
-        written = (holder.key, *holder.renew) if holder.key else holder.renew
+        written = (change.key, *change.renew) if change.key else change.renew
         for key in written:
             entry = entries.setdefault(key, Entry(key))
-            entry.landed, entry.expiry, entry.written_at = True, holder.expiry, now
-        if holder.key:
-            entries[holder.key].amount += add
-        self.saw(item, limit, seen)
+            entry.landed, entry.expiry, entry.written_at = True, change.expiry, now
+        if change.key:
+            entries[change.key].amount += change.add
+        self.saw(item, limit, seen, received_at)
 
-    def saw(self, item: Hashable, limit: str, seen: tuple[Hold, ...]) -> None:
-        """An image of the item (returned by a write, or by a refused one): an entry of ours
-        that landed and is not in it was removed (lost); entries lost and freed are dropped."""
+    def saw(self, item: Hashable, limit: str, seen: tuple[Hold, ...], received_at: int) -> None:
+        """An image of the item returned by a write (landed or refused), received at
+        `received_at`: an entry of ours that landed and is not in it was removed (lost), and
+        others' entries are timed from when they were first seen as they are."""
         present = {h.key for h in seen}
-        entries = self.entries.get((item, limit), {})
+        slot = (item, limit)
+        before = self.seen.get(slot, {})
+        self.seen[slot] = {
+            (h.key, h.amount, h.expiry): before.get((h.key, h.amount, h.expiry), received_at)
+            for h in seen
+            if holds.holder_of(h.key) != self.writer
+        }
+        entries = self.entries.get(slot, {})
         for key, entry in list(entries.items()):
             if entry.landed and key not in present:
-                entry.lost = True
-                if entry.amount <= 0:
-                    del entries[key]
+                del entries[key]  # removed: lost, and nothing of it is left to give back
 
     def holds(self, item: Hashable, limit: str, key: str, now: int) -> bool:
         """Whether `key` still holds what this process's leases took there (at `now`)."""
         entry = self.entries.get((item, limit), {}).get(key)
         return entry is not None and entry in self._live((item, limit), now)
+
+    def amount(self, item: Hashable, limit: str, key: str) -> int:
+        """What this process's leases hold on `key` (milli), as far as it knows."""
+        entry = self.entries.get((item, limit), {}).get(key)
+        return 0 if entry is None else entry.amount
 
     def forget(self, item: Hashable, limit: str, key: str, amount: int) -> None:
         """A lease whose entry was lost ended: its `amount` is no longer this process's."""

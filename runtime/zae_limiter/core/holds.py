@@ -13,8 +13,10 @@ like any limit (``L.<name>``) with, besides the total ``v``:
 ``v`` is always the sum of ``h`` (every write changes both together), and every write that adds
 to ``v`` is guarded by ``v <= capacity - amount + freed``, so the amount recorded never exceeds
 the capacity. A writer removes the entries of other holders whose expiry has passed by more than
-the clock skew the project assumes (`expired`), each guarded to be unchanged since the image it
-planned from, and counts what it freed in the same write: no read is ever needed.
+the clock skew the project assumes (`expired`), or that it has itself seen unchanged for longer
+than the lease_ttl (elapsed time on one clock, whatever the skew: `quiet`), each guarded to be
+unchanged since the image it planned from, and counts what it freed in the same write: no read
+is ever needed.
 """
 
 from __future__ import annotations
@@ -89,10 +91,18 @@ def lapsed(hold: Hold, now: int) -> bool:
 
 
 def reapable(
-    holds: tuple[Hold, ...], now: int, skew_ms: int, keep: frozenset[str] = frozenset()
+    holds: tuple[Hold, ...],
+    now: int,
+    skew_ms: int,
+    keep: frozenset[str] = frozenset(),
+    quiet: frozenset[str] = frozenset(),
 ) -> tuple[Hold, ...]:
-    """The entries a write at `now` removes: expired ones other than those in `keep`."""
-    return tuple(h for h in holds if h.key not in keep and expired(h, now, skew_ms))
+    """The entries a write at `now` removes, other than those in `keep`: expired ones, and the
+    `quiet` ones (this writer saw them unchanged for longer than the lease_ttl, on its own
+    clock: their holder's clock passed their expiry whatever its skew)."""
+    return tuple(
+        h for h in holds if h.key not in keep and (h.key in quiet or expired(h, now, skew_ms))
+    )
 
 
 def held(total: int, holds: tuple[Hold, ...], now: int, skew_ms: int) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from . import bucket
+from . import bucket, holds
 from .bucket import Params, State
 from .shares import Slot
 
@@ -23,6 +23,9 @@ def retry_after_ms(params: Params, state: State, now: int, slot: Slot, requested
     current = bucket.view(params, state, now, slot)
     if current.balance >= requested:
         return 0
+    if params.kind == bucket.Kind.CONCURRENT:  # until enough holds reach their expiry
+        cap = params.shard_capacity(slot)
+        return holds.retry_after_ms(cap, state.v, state.holds, now, requested)
     if params.kind == bucket.Kind.RATE:
         if params.schedule:
             return _walk_windows(params, state, now, slot, requested)

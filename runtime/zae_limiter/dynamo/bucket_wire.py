@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core import holds
 from . import codec
 from .bucket_items import EVIDENCE_PREFIX, BucketImage, image_of, parse, state_from_item
 
@@ -18,7 +19,7 @@ IMAGE_ATTRIBUTES = frozenset(
 
 #: What an update can change besides the states: counters, time, expiry (and evidence).
 _COUNTERS = frozenset({"n", "g", "ts", "ttl", "k"})
-_STATE_ATTRIBUTES = frozenset({"v", "w", "tu", "t", "o"})
+_STATE_ATTRIBUTES = frozenset({"v", "w", "tu", "t", "o", holds.HOLDS_ATTR, holds.EXPIRIES_ATTR})
 
 
 def parse_updated(wire: dict[str, Any], planned: BucketImage) -> BucketImage:

@@ -40,14 +40,15 @@ def hold_parts(
     expiry = expr.value(change.expiry) if change.key or change.renew else ""
     if change.key:
         amount, until = paths(change.key)
-        if change.create:
+        if change.create:  # a new generation: never set over one that landed unseen
+            conditions.append(f"attribute_not_exists({until})")
             sets.append(f"{amount} = {expr.value(change.add)}")
         else:
             conditions.append(f"attribute_exists({until})")
             sets.append(f"{amount} = {amount} + {expr.value(change.add)}")
         sets.append(f"{until} = {expiry}")
     for key in change.renew:
-        _, until = paths(key)
+        until = expr.path("L", limit, holds.EXPIRIES_ATTR, key)
         conditions.append(f"attribute_exists({until})")
         sets.append(f"{until} = {expiry}")
     for hold in change.reap:

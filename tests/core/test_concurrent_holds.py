@@ -1,0 +1,156 @@
+"""Concurrency limits on DynamoDB Local (docs/concurrency.md): held on admission, given back on
+exit, refund and release, renewed while open, and freed by the next writer when their process
+stops renewing them. Costs are counted on the wire."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from support.clock import FakeClock
+from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository
+from zae_limiter.dynamo import keys
+
+TTL_S = 3
+TTL_MS = TTL_S * 1000
+
+
+def parallel(n: int = 2) -> list[Limit]:
+    return [Limit.concurrent("parallel", n, lease_ttl=TTL_S)]
+
+
+async def stored(repo: Repository, entity: str = "u1") -> dict[str, Any]:
+    """The concurrency limit's stored attributes, read from the table."""
+    key = keys.bucket(repo._ns, entity, "llm", 0)
+    raw = await repo.transport.client.get_item(
+        TableName=repo.table_name,
+        Key={"PK": {"S": key["PK"]}, "SK": {"S": key["SK"]}},
+        ConsistentRead=True,
+    )
+    limit = raw["Item"]["L"]["M"]["parallel"]["M"]
+    return {
+        "v": int(limit["v"]["N"]),
+        "h": {k: int(x["N"]) for k, x in limit["h"]["M"].items()},
+    }
+
+
+async def refused(limiter: RateLimiter) -> bool:
+    """Whether one more hold of "parallel" is refused for u1 (a hold taken is given back)."""
+    try:
+        async with limiter.acquire("u1", "llm", {"parallel": 1}):
+            return False
+    except RateLimitExceeded:
+        return True
+
+
+async def test_holds_cap_what_runs_at_once_and_come_back_on_every_exit(
+    limiter: RateLimiter, repo: Repository
+) -> None:
+    await limiter.set_resource_defaults("llm", parallel(2))
+    a = limiter.acquire("u1", "llm", {"parallel": 1})
+    b = limiter.acquire("u1", "llm", {"parallel": 1})
+    await a.__aenter__()
+    await b.__aenter__()
+    with pytest.raises(RateLimitExceeded) as full:
+        async with limiter.acquire("u1", "llm", {"parallel": 1}):
+            pass
+    (status,) = full.value.statuses
+    assert status.exceeded and status.available == 0
+    assert full.value.retry_after_seconds == TTL_S + 0.001  # just past the oldest expiry
+    assert (await stored(repo))["v"] == 2000
+    await a.__aexit__(None, None, None)  # normal exit
+    await b.__aexit__(RuntimeError, RuntimeError("work failed"), None)  # refund
+    assert (await stored(repo))["v"] == 0
+    async with limiter.acquire("u1", "llm", {"parallel": 2}) as lease:
+        await lease.release(parallel=1)
+        assert (await stored(repo))["v"] == 2000  # release() is written on exit
+    after = await stored(repo)
+    assert after["v"] == 0 and sum(after["h"].values()) == 0
+    assert lease.hold_lost is False
+
+
+async def test_a_dead_processs_hold_is_freed_by_the_next_writer_after_its_lease_ttl(
+    open_repo: Any, clock: FakeClock, wire: Any
+) -> None:
+    dead = RateLimiter(await open_repo(rejection_cache_ttl=0))
+    alive = RateLimiter(await open_repo(rejection_cache_ttl=0))
+    await alive.set_resource_defaults("llm", parallel(1))
+    async with alive.acquire("u1", "llm", {"parallel": 1}):  # warms `alive`'s images
+        pass
+    clock.advance(1)
+    dead.repository.scope.admission.renewals.stop()
+    await dead.acquire("u1", "llm", {"parallel": 1}).__aenter__()
+    # ... it never exits and never renews. `alive` is refused until TTL after it last saw it.
+    assert await refused(alive)
+    clock.advance(TTL_MS)
+    assert await refused(alive)  # first seen less than lease_ttl ago: still held
+    clock.advance(TTL_MS // 3)
+    with wire.block() as w:
+        async with alive.acquire("u1", "llm", {"parallel": 1}) as lease:
+            assert lease.hold_lost is False
+    assert (w.round_trips, w.wcu) == (2, 2)  # admitted freeing the dead hold, then its exit
+    assert w.rcu == 0
+
+
+async def test_admit_and_exit_cost_one_write_each(limiter: RateLimiter, wire: Any) -> None:
+    await limiter.set_resource_defaults("llm", parallel(4))
+    async with limiter.acquire("u1", "llm", {"parallel": 1}):
+        pass
+    acquisition = limiter.acquire("u1", "llm", {"parallel": 1})
+    with wire.block() as admit:
+        await acquisition.__aenter__()
+    with wire.block() as leave:
+        await acquisition.__aexit__(None, None, None)
+    assert (admit.round_trips, admit.rcu, admit.wcu) == (1, 0, 1)
+    assert (leave.round_trips, leave.rcu, leave.wcu) == (1, 0, 1)
+
+
+async def test_a_long_lease_keeps_its_hold_by_renewing_it(
+    open_repo: Any, clock: FakeClock, wire: Any
+) -> None:
+    limiter = RateLimiter(await open_repo(rejection_cache_ttl=0))
+    other = RateLimiter(await open_repo(rejection_cache_ttl=0))
+    await limiter.set_resource_defaults("llm", parallel(1))
+    renewals = limiter.repository.scope.admission.renewals
+    renewals.stop()  # renewals are driven by the test's clock below, not by the task
+    async with other.acquire("u1", "llm", {"parallel": 0}):
+        pass
+    acquisition = limiter.acquire("u1", "llm", {"parallel": 1})
+    lease = await acquisition.__aenter__()
+    written = 0
+    for _ in range(5 * 3):  # 5 x lease_ttl in steps of lease_ttl / 3
+        clock.advance(TTL_MS // 3)
+        with wire.block() as w:
+            written += await renewals.renew_due()
+        assert w.wcu == w.round_trips  # one write per renewal
+        assert await refused(other)  # still held: the other process is refused
+    assert written == 15 and lease.hold_lost is False
+    await acquisition.__aexit__(None, None, None)
+    async with other.acquire("u1", "llm", {"parallel": 1}):
+        pass
+
+
+async def test_a_lease_whose_hold_lapsed_is_told_and_gives_nothing_back_twice(
+    open_repo: Any, clock: FakeClock
+) -> None:
+    limiter = RateLimiter(await open_repo(rejection_cache_ttl=0))
+    other = RateLimiter(await open_repo(rejection_cache_ttl=0))
+    await limiter.set_resource_defaults("llm", parallel(1))
+    limiter.repository.scope.admission.renewals.stop()  # its renewals fail: it loses DynamoDB
+    async with other.acquire("u1", "llm", {"parallel": 0}):
+        pass
+    acquisition = limiter.acquire("u1", "llm", {"parallel": 1})
+    lease = await acquisition.__aenter__()
+    assert await refused(other)  # `other` sees the hold ...
+    clock.advance(TTL_MS + TTL_MS // 3 + 1)  # ... and sees it unrenewed for over a lease_ttl
+    assert lease.hold_lost is True
+    async with other.acquire("u1", "llm", {"parallel": 1}):  # frees the lapsed hold
+        repo = other.repository
+        assert (await stored(repo))["v"] == 1000
+        await acquisition.__aexit__(None, None, None)  # gives back nothing: not other's hold
+        assert (await stored(repo))["v"] == 1000
+    assert lease.hold_lost is True
+    assert (await stored(repo))["v"] == 0
+    ledger = limiter.repository.scope.admission.ledger
+    assert not ledger.holding()  # nothing left to renew
