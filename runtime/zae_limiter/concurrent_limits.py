@@ -31,7 +31,11 @@ class Constructor(Protocol):
 
 
 class Member:
-    """`Limit.concurrent` (spec §2.7): the constructor on the class, the bool field on a limit."""
+    """`Limit.concurrent` (spec §2.7): the constructor on the class, the bool field on a limit.
+    `build` is the constructor (limits.py hands it over once the class exists)."""
+
+    def __init__(self, build: Constructor | None = None) -> None:
+        self._build = build
 
     @overload
     def __get__(self, obj: None, owner: type[Limit]) -> Constructor: ...
@@ -39,7 +43,8 @@ class Member:
     def __get__(self, obj: Limit, owner: type[Limit]) -> bool: ...
     def __get__(self, obj: Limit | None, owner: type[Limit]) -> Constructor | bool:
         if obj is None:
-            return owner._concurrency_limit
+            assert self._build is not None, "limits.py sets Limit.concurrent up at import"
+            return self._build
         value: bool = obj.__dict__.get("concurrent", False)
         return value
 

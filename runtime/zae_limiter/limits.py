@@ -387,7 +387,7 @@ class Limit:
 
 # The dataclass was built with a plain `concurrent: bool = False` field; the member now serves
 # both the field (on a limit) and the constructor `Limit.concurrent(...)` (on the class).
-setattr(Limit, "concurrent", concurrent_limits.Member())  # noqa: B010
+setattr(Limit, "concurrent", concurrent_limits.Member(Limit._concurrency_limit))  # noqa: B010
 
 
 def _alert_thresholds(value: Any) -> tuple[int, ...]:

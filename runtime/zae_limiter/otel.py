@@ -16,8 +16,11 @@ Attributes: `zae_limiter.resources`, `zae_limiter.decision` (acquire: `admitted`
 Instruments (meter `zae_limiter`): counters `zae_limiter.admissions`,
 `zae_limiter.rejections`, `zae_limiter.unmetered_admissions` (attribute `zae_limiter.reason`:
 `unmetered` or `degraded`), `zae_limiter.capacity_units` (attribute `zae_limiter.kind`: `read`
-or `write`), and the histogram `zae_limiter.acquire.duration` (ms) of admissions. Read from the
-repository's `get_cache_stats()` at each collection (docs/on-unavailable.md): the counters
+or `write`), the up-down counter `zae_limiter.held` (what this process's leases hold of
+concurrency limits, attributes `zae_limiter.resource` and `zae_limiter.limit`, never an
+entity: added on admission, taken off on exit), and the histogram
+`zae_limiter.acquire.duration` (ms) of admissions. Read from the repository's
+`get_cache_stats()` at each collection (docs/on-unavailable.md): the counters
 `zae_limiter.undecided_writes` (writes given up with their outcome unknown),
 `zae_limiter.skewed_items` (items seen stamped too far ahead of this process's clock),
 `zae_limiter.resolved_after_deadline`, `zae_limiter.refunded_after_deadline` and
@@ -40,7 +43,7 @@ from typing import Any
 from .errors import RateLimitExceeded, ResourceDisabled
 from .http import policy_name
 from .instrumentation import RequestEvent
-from .lease_view import primary_shard, unmetered_resources
+from .lease_view import held_amounts, primary_shard, unmetered_resources
 from .limiter import RateLimiter
 from .sync import SyncAcquisition, SyncRateLimiter
 from .syncgen import async_of
@@ -124,6 +127,11 @@ class _Telemetry:
             unit="{capacity_unit}",
             description="DynamoDB capacity units acquires and exits consumed",
         )
+        self.held = meter.create_up_down_counter(
+            "zae_limiter.held",
+            unit="{hold}",
+            description="Concurrency limits held by this process's open leases",
+        )
         self.latency = meter.create_histogram(
             "zae_limiter.acquire.duration", unit="ms", description="Time to admit or reject"
         )
@@ -167,6 +175,12 @@ class _TracedAcquisition:
         self._inner = inner
         self._resources = tuple(resources)
         self._acquire_span: Any = None
+        self._held: dict[tuple[str, str], int] = {}
+
+    def _hold(self, sign: int) -> None:
+        for (resource, limit), amount in self._held.items():
+            attributes = {"zae_limiter.resource": resource, "zae_limiter.limit": limit}
+            self._t.held.add(sign * amount, attributes)
 
     def _base(self) -> dict[str, Any]:
         return {"zae_limiter.resources": self._resources}
@@ -213,6 +227,8 @@ class _TracedAcquisition:
                 shard = primary_shard(lease)
                 if shard is not None:
                     span.set_attribute("zae_limiter.shard", shard)
+                self._held = held_amounts(lease)
+                self._hold(+1)
             return lease
         finally:
             _CURRENT.reset(token)
@@ -238,6 +254,8 @@ class _TracedAcquisition:
             links=links,
         )
         token = _CURRENT.set(requests)
+        self._hold(-1)  # what admission added, whatever the exit's outcome: it nets to zero
+        self._held = {}
         try:
             result: bool | None = await self._inner.__aexit__(exc_type, exc, tb)
             return result

@@ -259,7 +259,7 @@ async def test_bad_manifests(zl: ZL, tmp_path: Path) -> None:
         f"Error: {path}:2:65: resources.r.limits.tpm.burst: unknown key; "
         "expected one of: capacity, refill_amount, refill_period, "
         "refill_period_seconds, reset_schedule, reset_after_seconds, "
-        "schedule, soft, alert_at"
+        "schedule, soft, concurrent, lease_ttl_seconds, alert_at"
     )
     assert "Missing option '-f'" in zl("limits", "plan", code=2).stderr
     assert "cannot read" in zl.error("limits", "diff", "-f", str(tmp_path / "nope.yaml"))
@@ -519,7 +519,7 @@ async def test_no_mistake_hides_another_and_they_come_in_file_order(
         f"  {path}:12:5: resources.budget.limits: duplicate key 'limits' (first at line 11)",
         f"  {path}:13:38: resources.docs.limits.rpm.burts: unknown key; expected one of: "
         "capacity, refill_amount, refill_period, refill_period_seconds, reset_schedule, "
-        "reset_after_seconds, schedule, soft, alert_at",
+        "reset_after_seconds, schedule, soft, concurrent, lease_ttl_seconds, alert_at",
         f"  {path}:13:48: resources.docs.limits.rpm.refill_amount: must be a YAML integer, not "
         "a number",
     ]

@@ -208,3 +208,17 @@ async def test_a_refused_top_up_leaves_neither_a_change_nor_an_event(repo: Repos
         AuditAction.LIMITS_SET,
     ]
     assert await repo.get_buckets("u1") == []
+
+
+async def test_an_audited_concurrency_limit_says_what_it_is(repo: Repository) -> None:
+    parallel = Limit.concurrent("parallel", 4, lease_ttl=timedelta(seconds=30))
+    await repo.set_resource_defaults("llm", [Limit.per_minute("requests", 60), parallel])
+    [event] = await repo.get_audit_events("$RESOURCE:llm")
+    assert event.details["limits"][1] == {
+        "name": "parallel",
+        "capacity": 4,
+        "concurrent": True,
+        "lease_ttl_seconds": 30,
+    }
+    stored = [Limit.from_dict(d.pop("name"), d) for d in event.details["limits"]]
+    assert stored == [Limit.per_minute("requests", 60), parallel]

@@ -585,3 +585,27 @@ async def test_background_aggregator_process(
         await asyncio.sleep(0.1)
     assert status is not None and status["pid"] != os.getpid(), status
     assert status["records"] > 0 and status["last_error"] is None
+
+
+async def test_a_concurrency_limit_nets_to_zero_over_its_leases(
+    limiter: RateLimiter, repo: Repository, runner: StreamRunner
+) -> None:
+    """Held vs given back: each hold counts when admitted and is taken off when given back (on
+    exit, on a refund), so whole leases net to zero; an open one shows what it holds."""
+    await limiter.set_resource_defaults(
+        "llm", [Limit.per_minute("requests", 100), Limit.concurrent("parallel", 4)]
+    )
+    async with limiter.acquire("user-1", "llm", {"requests": 1, "parallel": 2}):
+        pass
+    with pytest.raises(RuntimeError):
+        async with limiter.acquire("user-1", "llm", {"requests": 1, "parallel": 1}):
+            raise RuntimeError("refunded: nothing counts")
+    async with limiter.acquire("user-1", "llm", {"requests": 1, "parallel": 1}):
+        await runner.drain()
+        held = await only(limiter, "user-1", "llm", "hourly")
+        assert (held.counters, held.total_events) == ({"requests": 2, "parallel": 1}, 2)
+        assert await ledger(repo, "user-1", "llm") == {"requests": 2, "parallel": 1}
+    await runner.drain()
+    done = await only(limiter, "user-1", "llm", "hourly")
+    assert (done.counters, done.total_events) == ({"requests": 2, "parallel": 0}, 2)
+    assert await ledger(repo, "user-1", "llm") == {"requests": 2, "parallel": 0}

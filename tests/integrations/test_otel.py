@@ -236,3 +236,25 @@ async def test_work_resolved_after_a_deadline_is_observed(
     assert metrics["zae_limiter.resolved_after_deadline"] == [({}, 1)]
     assert metrics["zae_limiter.refunded_after_deadline"] == [({}, 1)]
     assert metrics["zae_limiter.abandoned_at_close"] == [({}, 0)]
+
+
+async def test_held_concurrency_is_a_per_resource_up_down_counter(
+    limiter: RateLimiter, telemetry: Telemetry
+) -> None:
+    """`zae_limiter.held`: what open leases hold, per resource and limit, never per entity."""
+    await limiter.set_resource_defaults(
+        "llm", [Limit.per_minute("requests", 100), Limit.concurrent("parallel", 4)]
+    )
+    traced = telemetry.instrument(limiter)
+    where = {"zae_limiter.resource": "llm", "zae_limiter.limit": "parallel"}
+    async with traced.acquire("user-1", "llm", {"requests": 1, "parallel": 1}):
+        async with traced.acquire("user-2", "llm", {"requests": 1, "parallel": 2}):
+            assert telemetry.metrics()["zae_limiter.held"] == [(where, 3)]
+        assert telemetry.metrics()["zae_limiter.held"] == [(where, 1)]
+    with pytest.raises(RuntimeError):
+        async with traced.acquire("user-1", "llm", {"requests": 1, "parallel": 1}):
+            assert telemetry.metrics()["zae_limiter.held"] == [(where, 1)]
+            raise RuntimeError("the work failed: the lease is refunded")
+    async with traced.acquire("user-1", "llm", {"requests": 1}):  # holds nothing
+        assert telemetry.metrics()["zae_limiter.held"] == [(where, 0)]
+    assert telemetry.metrics()["zae_limiter.held"] == [(where, 0)]

@@ -342,8 +342,8 @@ def _with_amounts(entity_id: str, ordered: list[ResourcePlan]) -> list[ResourceP
 
 
 def _check_in_flight(stamp: Stamp, amounts: dict[str, int], resource: str, entity_id: str) -> None:
-    for name, amount in amounts.items():
-        params = stamp.params(name)
-        if params is not None and params.kind == Kind.CONCURRENT:
+    for params in stamp.limits:  # one pass, no lookup: this runs on every acquire
+        if params.kind == Kind.CONCURRENT and params.name in amounts:
             where = f"{resource!r} for {entity_id!r}"
-            concurrent_limits.check_amount(name, amount, params.capacity // MILLI, where)
+            amount = amounts[params.name]
+            concurrent_limits.check_amount(params.name, amount, params.capacity // MILLI, where)

@@ -295,7 +295,7 @@ class BalancesMixin(AdminBase):
                 f"resource {call.resource!r} declares {list(declared)} for {call.entity_id!r}; "
                 f"{_verb(call)} only those",
             )
-        names = call.names if call.names is not None else declared
+        names = _without_holds(call, stamp)
         gained = dict.fromkeys(names, 0)
         if stamp is None or (not bucket.shards and not call.is_top_up):
             return [], gained
@@ -444,6 +444,23 @@ async def _nothing() -> None:
 
 def _full(stamp: Stamp, shard: int) -> dict[str, State]:
     return {p.name: full_state(p, Slot(shard, stamp.shards)) for p in stamp.limits}
+
+
+def _without_holds(call: _Call, stamp: Stamp | None) -> tuple[str, ...]:
+    """The limits to change: a concurrency limit holds live leases' work, so it is never reset
+    (left out when no names are given) and never topped up (naming one is refused)."""
+    limits = stamp.limits if stamp is not None else ()
+    held = {p.name for p in limits if p.kind == Kind.CONCURRENT}
+    named = [n for n in call.names or () if n in held]
+    if named:
+        raise ValidationError(
+            "limit name",
+            named[0],
+            f"{named[0]!r} is a concurrency limit: what it holds comes back when leases end, "
+            f"so {_verb(call)} cannot change it (raise its max_in_flight instead)",
+        )
+    names = call.names if call.names is not None else tuple(p.name for p in limits)
+    return tuple(n for n in names if n not in held)
 
 
 def _verb(call: _Call) -> str:
