@@ -112,8 +112,8 @@ class Admission:
                 # A debit landed and its refund did not: say so, never "nothing was debited".
                 log.error("a refund after a failed admission could not land: %s", exc)
                 raise Unavailable(UnknownOutcome(exc)) from exc
-        if isinstance(result.error, Contended):
-            raise RateLimitExceeded(self.statuses(result.latest, self.clock()), contended=True)
+        if isinstance(result.error, Contended):  # contended only if the item as found admits it
+            raise self.rejection(result.latest, self.clock())
         if result.refused:
             judged_at = result.refused_at if result.refused_at is not None else self.clock()
             raise self.rejection(result.latest, judged_at)
