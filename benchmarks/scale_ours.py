@@ -65,11 +65,11 @@ async def _deliver(aggregator: Any, batch: list[dict[str, Any]]) -> list[Any]:
 
 def _consumed(batch: list[dict[str, Any]]) -> dict[str, int]:
     """What the batch's records debited (milli-units, by limit): each counted once."""
-    from zae_limiter import aggregation
+    from zae_limiter import stream_records
 
     total: Counter[str] = Counter()
     for raw in batch:
-        change = aggregation.bucket_change(aggregation.parse_record(raw))
+        change = stream_records.bucket_change(stream_records.parse_record(raw))
         if change is not None:
             total.update(change.counts.consumed)
     return dict(total)
@@ -90,7 +90,7 @@ async def aggregator_batches(
 ) -> list[dict[str, Any]]:
     """Acquires on AGGREGATOR_ENTITIES users make stream records; batches of each size are
     processed by one `Aggregator.process` call each (one invocation), then delivered again."""
-    from zae_limiter import aggregation
+    from zae_limiter import stream_records
     from zae_limiter.local.stream_runner import StreamRunner
 
     tables = Tables(Ours(endpoint_url))
@@ -111,7 +111,7 @@ async def aggregator_batches(
         records = [
             r
             for r in await _stream_records(endpoint_url, table, sum(sizes))
-            if aggregation.bucket_change(aggregation.parse_record(r)) is not None
+            if stream_records.bucket_change(stream_records.parse_record(r)) is not None
         ]
         rows = []
         async with StreamRunner(table, endpoint_url) as runner:

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .dynamo.bucket_items import BucketImage
+from .core.images import BucketImage
 from .models import CacheStats
 
 T = TypeVar("T")

@@ -5,38 +5,19 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
-from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import validation
-from .acquire import Admission, Landed, ResourcePlan, RulesChanged, Unavailable, deadlines
-from .acquire.lease import (
-    Lease,
-    Ledger,
-    ResourceHold,
-    apply_to_debited,
-    degraded_lease,
-    landed_items,
-    overdrawn_names,
-    pending_changes,
-    target_for_more,
-)
-from .acquire.pending import DeadlinePassed
-from .admin.gates import check_limit_gates
-from .caches import ImageCache
-from .dynamo.bucket_items import BucketImage
-from .dynamo.transport import AccessDenied, DynamoError, UnknownOutcome
-from .errors import PermissionDenied, RateLimiterUnavailable, ValidationError
+from .acquire import deadlines
+from .acquire.acquisition import Acquisition
+from .errors import ValidationError
 from .limits import Limit, check_limit_list
 from .models import OnUnavailable
 from .repository import Repository
-from .scope import Scope
 
 log = logging.getLogger("zae_limiter")
 
 MAX_ACQUIRE_RESOURCES = 16
-_RESTARTS = 3
 
 
 def _validate_acquire(
@@ -87,217 +68,6 @@ def _amounts_for(resource: str, amounts: Any) -> dict[str, int]:
             f"consume for {resource!r}", amounts, "name at least one limit, e.g. {'rpm': 1}"
         )
     return checked
-
-
-class Acquisition:
-    """The async context manager behind `acquire()`; also serves the lease's writes."""
-
-    def __init__(
-        self,
-        limiter: RateLimiter,
-        entity_id: str,
-        requests: dict[str, dict[str, int]],
-        limits: list[Limit] | None,
-        on_unavailable: OnUnavailable | None,
-        timeout: float | None,
-    ) -> None:
-        self.limiter = limiter
-        self.repository = limiter.repository
-        self.scope: Scope = limiter.repository.scope
-        self.admission: Admission = self.scope.admission
-        self.clock: Callable[[], int] = self.scope.clock
-        self.entity_id = entity_id
-        self.requests = requests
-        self.limits = limits
-        self.on_unavailable = on_unavailable
-        self.lease: Lease | None = None
-        self.ledger = Ledger({})
-        self.mode = OnUnavailable.BLOCK
-        self.timeout = timeout
-        self.pending = self.scope.shared.pending
-
-    def _describe(self, message: str, cause: BaseException) -> RateLimiterUnavailable:
-        root = cause.cause if isinstance(cause, Unavailable) else cause
-        if isinstance(root, AccessDenied):
-            return PermissionDenied(
-                f"DynamoDB refused dynamodb:{root.operation}; attach the zae-limiter 'app' "
-                "managed policy (or 'admin' for administrative calls) to this role",
-                root,
-                table_name=self.repository.table_name,
-                entity_id=self.entity_id,
-            )
-        return RateLimiterUnavailable(
-            message,
-            root,
-            table_name=self.repository.table_name,
-            entity_id=self.entity_id,
-            resource=next(iter(self.requests)),
-        )
-
-    def _unavailable(self, message: str, cause: BaseException) -> Lease:
-        """`on_unavailable` for an admission that was not decided: raise, or the degraded lease."""
-        error = self._describe(message, cause)
-        self.mode = self.scope.unavailable_mode(self.on_unavailable)
-        if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
-            raise error from cause
-        log.warning("acquire admitted without metering under on_unavailable=ALLOW: %s", error)
-        self.lease = degraded_lease(self.ledger)
-        return self.lease
-
-    async def __aenter__(self) -> Lease:
-        if self.pending.full:
-            return self._unavailable(
-                f"{self.pending.count} acquire outcomes are still being resolved off callers' "
-                "paths; nothing was debited",
-                RuntimeError("too many unresolved outcomes"),
-            )
-        try:
-            holds = await self.pending.bounded(self._admit(), self.timeout, self._give_back)
-        except DeadlinePassed as exc:
-            return self._unavailable(
-                f"no decision within the {self.timeout:g} s deadline; any debit that lands "
-                "will be refunded",
-                exc,
-            )
-        except (DynamoError, Unavailable) as exc:
-            return self._unavailable(f"DynamoDB is unavailable; {_what_was_debited(exc)}", exc)
-        self.ledger.holds = holds
-        self.lease = Lease(self, self.ledger)
-        return self.lease
-
-    async def _give_back(self, holds: dict[str, ResourceHold]) -> None:
-        """Refund an admission whose caller stopped waiting (deadline or cancellation)."""
-        await self.admission.refund_for_departed(landed_items(holds))
-
-    async def _admit(self) -> dict[str, ResourceHold]:
-        if self.limits:
-            await check_limit_gates(self.scope, self.limits)
-        for attempt in range(_RESTARTS):
-            try:  # finding the targets may restamp an item, which concurrent changes can race
-                plans = await self.admission.targets(self.entity_id, self.requests, self.limits)
-                targets = [t for p in plans for t in (p.child, p.parent) if t is not None]
-                landed = await self.admission.debit(targets, local_ok=True) if targets else []
-            except RulesChanged:
-                if attempt + 1 == _RESTARTS:
-                    raise Unavailable(RuntimeError("bucket rules kept changing")) from None
-                continue
-            return self._holds(plans, landed)
-        raise AssertionError("unreachable")
-
-    @staticmethod
-    def _holds(plans: list[ResourcePlan], landed: list[Landed]) -> dict[str, ResourceHold]:
-        holds = {}
-        for plan in plans:
-            child = next((x for x in landed if x.target is not None and _same(x, plan.child)), None)
-            parent = next((x for x in landed if _same(x, plan.parent)), None)
-            holds[plan.resource] = ResourceHold(plan, child, parent, dict(plan.amounts))
-        return holds
-
-    async def consume_more(self, hold: ResourceHold, amounts: dict[str, int]) -> None:
-        entries = [e for e in (hold.child, hold.parent) if e is not None]
-        targets = [target_for_more(e, amounts) for e in entries]
-        targets = [t for t in targets if t.amounts]
-        try:
-            landed = await self.pending.bounded(
-                self.admission.debit(targets, local_ok=False, admissions=0),
-                self.timeout,
-                self.admission.refund_for_departed,
-            )
-        except DeadlinePassed as exc:
-            raise self._describe(
-                f"no decision within the {self.timeout:g} s deadline; any further debit that "
-                "lands will be refunded",
-                exc,
-            ) from exc
-        except (DynamoError, Unavailable) as exc:
-            raise self._describe(
-                f"DynamoDB is unavailable; {_what_was_debited(exc, 'more ')}", exc
-            ) from exc
-        for new in landed:
-            for entry in entries:
-                if _same(entry, new.target):
-                    entry.target = replace(entry.target, image=new.target.image)
-                    apply_to_debited(entry, new.debited)
-                    entry.periods.update(new.periods)
-        for name, amount in amounts.items():
-            hold.consumed[name] = hold.consumed.get(name, 0) + amount
-
-    def now(self) -> int:
-        return self.clock()
-
-    def newest_image(self, image: BucketImage) -> BucketImage:
-        """The newest image of `image`'s item this client has seen."""
-        cached = self.admission.images.get(ImageCache.key_of(image))
-        return cached[0] if cached is not None and cached[0].stamp_seq >= image.stamp_seq else image
-
-    def overdrawn(self, hold: ResourceHold) -> list[str]:
-        """Soft limits of the hold's item below zero now, on the newest image seen."""
-        if hold.child is None:
-            return []
-        target = hold.child.target
-        cached = self.admission.images.get((target.image.ns, target.entity_id, target.resource, 0))
-        current = cached[0] if cached else target.image
-        return overdrawn_names(current, hold.pending, self.clock())
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        lease = self.lease
-        self.ledger.close(None if lease is None or lease.degraded else self)
-        if lease is None or lease.degraded:
-            return
-        holds = self.ledger.holds
-        if exc_type is not None:
-            work = self.admission.refund(landed_items(holds))
-        else:
-            changes = pending_changes(holds)
-            if not changes:
-                return
-            work = self.admission.apply_adjustments(changes)
-        try:
-            await self.pending.bounded(work, self.timeout, None)
-        except DeadlinePassed:
-            log.warning(
-                "the exit of %s's lease goes on after its %s s deadline: it lands off the "
-                "caller's path",
-                self.entity_id,
-                self.timeout,
-            )
-        except (DynamoError, Unavailable) as failure:
-            if exc_type is not None:
-                log.error("refund could not land for %s: %s", self.entity_id, failure)
-                return  # the original exception propagates
-            error = self._describe("the exit write could not land", failure)
-            self.mode = self.scope.unavailable_mode(self.on_unavailable)
-            if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
-                raise error from failure
-            log.error(
-                "exit write lost for entity %s, amounts %s: %s",
-                self.entity_id,
-                {r: h.pending for r, h in holds.items()},
-                error,
-            )
-
-
-def _what_was_debited(exc: BaseException, more: str = "") -> str:
-    """What a failed admission is known to have left: only an unknown outcome may have landed."""
-    root = exc.cause if isinstance(exc, Unavailable) else exc
-    if isinstance(root, UnknownOutcome):
-        return (
-            f"whether a {more}debit landed is unknown (its answers were lost; logged and counted "
-            "in undecided_writes)"
-        )
-    return f"nothing {more}was debited"
-
-
-def _same(entry: Landed | None, target: Any) -> bool:
-    if entry is None or target is None:
-        return False
-    t = entry.target
-    return (t.entity_id, t.resource, t.role) == (target.entity_id, target.resource, target.role)
 
 
 P = ParamSpec("P")

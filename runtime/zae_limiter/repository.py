@@ -16,6 +16,7 @@ from typing import Any
 
 from . import schema, versioning
 from .acquire import Admission, deadlines
+from .acquire.dynamo_store import DynamoBucketStore
 from .admin.alerts import AlertsMixin
 from .admin.availability import AvailabilityMixin
 from .admin.balances import BalancesMixin
@@ -39,12 +40,13 @@ from .connection import (
     system_clock,
 )
 from .dynamo import keys, records
-from .dynamo.bucket_store import DynamoBucketStore
 from .dynamo.store import Store
 from .dynamo.transport import (
+    MAX_ATTEMPTS,
     DynamoError,
     TableMissing,
     Transport,
+    request_timeouts,
 )
 from .instrumentation import RequestListener
 from .models import CacheStats, OnUnavailable
@@ -142,7 +144,9 @@ class Repository(
 
         validation.positive_number(split_writes_per_second, "split_writes_per_second")
         timeout = deadlines.acquire_timeout(acquire_timeout)
-        deadlines.check_client_config(client_config)
+        timeouts = request_timeouts(client_config)
+        if client_config is not None:
+            deadlines.check_request_timeouts(*timeouts)
         table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
         ns_name = namespace or os.environ.get("ZAEL_NAMESPACE") or "default"
         validation.namespace_name(ns_name)
@@ -161,7 +165,7 @@ class Repository(
             endpoint_url=endpoint,
             unmetered=unmetered_policy,
             acquire_timeout=timeout,
-            resolution_bound_s=deadlines.resolution_bound_s(client_config),
+            resolution_bound_s=deadlines.resolution_bound_s(*timeouts, MAX_ATTEMPTS),
         )
         try:
             record = await read_version_record(shared.store)

@@ -8,8 +8,8 @@ from typing import Any
 
 from . import config as cfg
 from .caches import ConfigCache
+from .core.images import Stamp
 from .dynamo import keys
-from .dynamo.bucket_items import Stamp
 from .dynamo.store import Store
 from .limits import Limit
 from .models import OnUnavailable

@@ -10,7 +10,8 @@ from types import TracebackType
 from typing import Any
 
 from . import syncgen
-from .limiter import Acquisition, RateLimiter
+from .acquire.acquisition import Acquisition
+from .limiter import RateLimiter
 from .repository import Repository
 from .sync_lease import SyncLease, SyncLeaseResource
 

@@ -23,8 +23,8 @@ from zae_limiter import (
     UsageSummary,
 )
 from zae_limiter.acquire import deadlines
+from zae_limiter.acquire.acquisition import Acquisition
 from zae_limiter.dynamo.transport import Transport
-from zae_limiter.limiter import Acquisition
 from zae_limiter.scope import Scope
 from zae_limiter.sync_lease import SyncLease as SyncLease
 from zae_limiter.sync_lease import SyncLeaseResource as SyncLeaseResource

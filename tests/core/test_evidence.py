@@ -21,8 +21,9 @@ from support.ledger import open_behind
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
 from zae_limiter.acquire.lanes import UNKNOWN_RESENDS
+from zae_limiter.core.images import new_writer_id
 from zae_limiter.dynamo import keys
-from zae_limiter.dynamo.bucket_items import EVIDENCE_PREFIX, new_writer_id
+from zae_limiter.dynamo.bucket_items import EVIDENCE_PREFIX
 
 
 @pytest.mark.parametrize("others", [1, 4, 16, 64])

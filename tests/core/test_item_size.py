@@ -11,8 +11,8 @@ from typing import Any
 
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository
+from zae_limiter.core.images import new_writer_id
 from zae_limiter.dynamo import keys
-from zae_limiter.dynamo.bucket_items import new_writer_id
 
 KB = 1024
 WRITERS = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)

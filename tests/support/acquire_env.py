@@ -11,13 +11,14 @@ from typing import Any, cast
 from support.clock import FakeClock
 from support.memory_store import MemoryBucketStore
 from zae_limiter.acquire import Admission, Target
+from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.planning import blank_image
 from zae_limiter.acquire.values import ENTITY
 from zae_limiter.caches import ConfigCache, ImageCache
 from zae_limiter.core import bucket
 from zae_limiter.core.bucket import MILLI, Kind, Params, State
-from zae_limiter.dynamo import keys
-from zae_limiter.dynamo.bucket_items import BucketImage, Stamp
+from zae_limiter.core.images import BucketImage, Stamp
+from zae_limiter.dynamo import bucket_items, keys
 from zae_limiter.resolution import Resolver
 
 NS = "ns1"
@@ -26,13 +27,17 @@ RPM = Params("rpm", Kind.RATE, 10 * MILLI, 10 * MILLI, 60_000)
 
 
 class AcquireEnv:
-    def __init__(self, limits: tuple[Params, ...] = (RPM,)) -> None:
+    def __init__(
+        self, limits: tuple[Params, ...] = (RPM,), *, backoff: Backoff | None = None
+    ) -> None:
         self.clock = FakeClock()
         self.store = MemoryBucketStore()
         self.images = ImageCache(rejection_ttl_seconds=1.0, size=1_000)
         # The resolver reads config; these tests hand the targets in, so it is never called.
         resolver = Resolver(cast(Any, None), NS, ConfigCache(60), self.clock)
-        self.admission = Admission(self.store, NS, resolver, self.images, self.clock, 7)
+        self.admission = Admission(
+            self.store, NS, resolver, self.images, self.clock, 7, backoff=backoff
+        )
         self.limits = limits
 
     def stamp(self, *, shards: int = 1, parent: str | None = None) -> Stamp:
@@ -51,10 +56,10 @@ class AcquireEnv:
         stamp = stamp or self.stamp()
         image = blank_image(NS, entity, resource, stamp, 1, shard)
         seed = {"seed0000": self.clock()}  # another writer's evidence entry
-        item = self.admission.maker.item_for(
+        new = self.admission.maker.image_for(
             image, stamp, 1, states or image.states, self.clock(), evidence=seed
         )
-        return self.store.put(item)
+        return self.store.put(bucket_items.item_of(new))
 
     def target(
         self,

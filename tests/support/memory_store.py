@@ -16,10 +16,11 @@ conditions and changes our layer asks DynamoDB for (see `zae_limiter.dynamo.buck
   removes evidence entries, legacy op-id slots and `par` the new item does not carry.
 - split: every part or none (a transaction), idempotent per token.
 
-A failed condition raises `ConditionFailed` with the stored item (None if absent). Faults can be
-injected for a chosen write (`inject`): a lost response (applied, then `UnknownOutcome`), a
-timeout (not applied, `UnknownOutcome`), a condition failure (not applied, `ConditionFailed` with
-the stored item) or an outage (not applied, `Unavailable`). Every call is logged in `calls`.
+Like the DynamoDB store it speaks images and the acquire path's errors: a failed condition
+raises `ItemChanged` with the stored item's image (None if absent). Faults can be injected for a
+chosen write (`inject`): a lost response (applied, then `AnswerLost`), a timeout (not applied,
+`AnswerLost`), a condition failure (not applied, `ItemChanged` with the stored item) or an outage
+(not applied, `Unavailable`). Every call is logged in `calls`.
 """
 
 from __future__ import annotations
@@ -31,17 +32,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from zae_limiter.acquire.store import ShardSplit
+from zae_limiter.acquire.values import AnswerLost, ItemChanged, Unavailable
 from zae_limiter.core.bucket import Guard, LimitWrite
+from zae_limiter.core.images import Address, BucketImage, Evidence
 from zae_limiter.dynamo import bucket_items as items
-from zae_limiter.dynamo.bucket_items import BucketImage
-from zae_limiter.dynamo.bucket_store import ShardSplit
-from zae_limiter.dynamo.transport import (
-    ConditionFailed,
-    DynamoError,
-    TransactionCancelled,
-    Unavailable,
-    UnknownOutcome,
-)
+from zae_limiter.dynamo import keys
 
 Key = tuple[str, str]
 
@@ -66,7 +62,7 @@ class Fault(enum.Enum):
 class Call:
     operation: str  # read, update, create, replace, split, fence
     key: Key | None
-    evidence: items.Evidence | None = None
+    evidence: Evidence | None = None
 
 
 @dataclass
@@ -107,9 +103,10 @@ class MemoryBucketStore:
 
     # --- BucketStore -------------------------------------------------------------------------
 
-    async def read(self, keys: Sequence[dict[str, str]]) -> list[BucketImage]:
-        self.calls += [Call("read", (k["PK"], k["SK"])) for k in keys]
-        found = (self.items.get((k["PK"], k["SK"])) for k in keys)
+    async def read(self, addresses: Sequence[Address]) -> list[BucketImage]:
+        wanted = [_key(keys.bucket(*address)) for address in addresses]
+        self.calls += [Call("read", key) for key in wanted]
+        found = (self.items.get(key) for key in wanted)
         return [items.parse(copy.deepcopy(item)) for item in found if item is not None]
 
     async def update(
@@ -120,15 +117,15 @@ class MemoryBucketStore:
         now: int,
         ttl: int | None,
         admissions: int,
-        evidence: items.Evidence | None,
+        evidence: Evidence | None,
     ) -> BucketImage:
-        key = _key(image.key)
+        key = _key(keys.bucket(*image.address))
         self.calls.append(Call("update", key, evidence))
 
         def apply() -> None:
             stored = self.items.get(key)
             if stored is None or not _update_holds(stored, image, writes, evidence):
-                raise ConditionFailed(copy.deepcopy(stored))
+                raise _changed(stored)
             _apply_update(
                 stored, writes, now=now, ttl=ttl, admissions=admissions, evidence=evidence
             )
@@ -136,45 +133,45 @@ class MemoryBucketStore:
         self._write("update", key, apply)
         return self._parsed(key)
 
-    async def fence(
-        self, image: BucketImage, evidence: items.Evidence, blocked: int
-    ) -> BucketImage:
-        key = _key(image.key)
+    async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
+        key = _key(keys.bucket(*image.address))
         self.calls.append(Call("fence", key, evidence))
 
         def apply() -> None:
             stored = self.items.get(key)
             if stored is None or not _below(stored, evidence.writer, blocked):
-                raise ConditionFailed(copy.deepcopy(stored))
+                raise _changed(stored)
             stored[items.evidence_name(evidence.writer)] = evidence.seq
 
         self._write("fence", key, apply)
         return self._parsed(key)
 
-    async def create(self, item: dict[str, Any], *, expired_before_s: int) -> BucketImage:
+    async def create(self, new: BucketImage, *, expired_before_s: int) -> BucketImage:
+        item = items.item_of(new)
         key = (item["PK"], item["SK"])
-        entries = items.parse(item).evidence
+        entries = new.evidence
         writer = next(iter(entries), None)
-        evidence = None if writer is None else items.Evidence(writer, entries[writer])
+        evidence = None if writer is None else Evidence(writer, entries[writer])
         self.calls.append(Call("create", key, evidence))
 
         def apply() -> None:
             stored = self.items.get(key)
             if stored is not None and not _expired_before(stored, expired_before_s):
-                raise ConditionFailed(copy.deepcopy(stored))
+                raise _changed(stored)
             self.items[key] = {**(stored or {}), **copy.deepcopy(item)}
 
         self._write("create", key, apply)
         return self._parsed(key)
 
-    async def replace(self, item: dict[str, Any], *, replaces: BucketImage) -> BucketImage:
+    async def replace(self, new: BucketImage, *, replaces: BucketImage) -> BucketImage:
+        item = items.item_of(new)
         key = (item["PK"], item["SK"])
         self.calls.append(Call("replace", key))
 
         def apply() -> None:
             stored = self.items.get(key)
             if stored is None or not _is_exactly(stored, replaces):
-                raise ConditionFailed(copy.deepcopy(stored))
+                raise _changed(stored)
             new = {**stored, **copy.deepcopy(item)}
             stale = [items.evidence_name(w) for w in replaces.evidence]
             for name in (*stale, *items.LEGACY_OP_SLOTS):
@@ -211,15 +208,14 @@ class MemoryBucketStore:
     def _write(self, operation: str, key: Key | None, apply: Callable[[], None]) -> None:
         fault = self._take_fault(operation)
         if fault is Fault.TIMEOUT:
-            raise UnknownOutcome(TimeoutError("no response"))
+            raise AnswerLost(TimeoutError("no response"))
         if fault is Fault.OUTAGE:
             raise Unavailable(ConnectionError("unreachable"))
         if fault is Fault.CONDITION_FAILED:
-            stored = None if key is None else self.items.get(key)
-            raise ConditionFailed(copy.deepcopy(stored))
+            raise _changed(None if key is None else self.items.get(key))
         apply()
         if fault is Fault.LOST_RESPONSE:
-            raise UnknownOutcome(TimeoutError("response lost"))
+            raise AnswerLost(TimeoutError("response lost"))
 
     def _take_fault(self, operation: str) -> Fault | None:
         for injected in self._faults:
@@ -233,11 +229,11 @@ class MemoryBucketStore:
         return None
 
     def _stage_split(self, staged: dict[Key, dict[str, Any]], part: ShardSplit) -> None:
-        old_key = _key(part.old.key)
+        old_key = _key(keys.bucket(*part.old.address))
         stored = staged.get(old_key)
         if part.exists:
             if stored is None or not _update_holds(stored, part.old, part.old_writes, None):
-                raise TransactionCancelled([{"Code": "ConditionalCheckFailed"}])
+                raise ItemChanged(None)  # the transaction was cancelled
             new = copy.deepcopy(stored)
             _apply_update(
                 new,
@@ -252,18 +248,24 @@ class MemoryBucketStore:
             staged[old_key] = new
         else:
             if stored is not None:
-                raise TransactionCancelled([{"Code": "ConditionalCheckFailed"}])
-            assert part.old_item is not None
-            staged[old_key] = copy.deepcopy(part.old_item)
-        sibling_key = (part.sibling["PK"], part.sibling["SK"])
+                raise ItemChanged(None)
+            assert part.old_new is not None
+            staged[old_key] = items.item_of(part.old_new)
+        sibling = items.item_of(part.sibling)
+        sibling_key = (sibling["PK"], sibling["SK"])
         there = staged.get(sibling_key)
         if there is not None and not _expired_before(there, part.now // 1000):
-            raise TransactionCancelled([{"Code": "ConditionalCheckFailed"}])
-        staged[sibling_key] = copy.deepcopy(part.sibling)
+            raise ItemChanged(None)
+        staged[sibling_key] = sibling
 
 
 def _key(key: dict[str, str]) -> Key:
     return (key["PK"], key["SK"])
+
+
+def _changed(stored: dict[str, Any] | None) -> ItemChanged:
+    """What DynamoDB's failed condition becomes in the store: the stored item, as an image."""
+    return ItemChanged(None if stored is None else items.parse(copy.deepcopy(stored)))
 
 
 def _expired_before(stored: dict[str, Any], second: int) -> bool:
@@ -292,7 +294,7 @@ def _update_holds(
     stored: dict[str, Any],
     image: BucketImage,
     writes: Mapping[str, LimitWrite],
-    evidence: items.Evidence | None,
+    evidence: Evidence | None,
 ) -> bool:
     if stored.get("cv") != image.stamp_seq:
         return False
@@ -313,14 +315,14 @@ def _apply_update(
     now: int,
     ttl: int | None,
     admissions: int,
-    evidence: items.Evidence | None,
+    evidence: Evidence | None,
     new_shards: int | None = None,
     seq: int | None = None,
 ) -> None:
     for name, write in writes.items():
         limit = stored.get("L", {}).get(name)
         if limit is None:
-            raise DynamoError(f"the document path L.{name} does not exist")
+            raise Unavailable(ValueError(f"the document path L.{name} does not exist"))
         if write.set_v is not None:
             limit["v"] = write.set_v
         elif write.add_v:

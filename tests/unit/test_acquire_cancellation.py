@@ -21,11 +21,12 @@ import pytest
 
 from support.acquire_env import NS, AcquireEnv
 from support.memory_store import MemoryBucketStore
+from zae_limiter.acquire.acquisition import Acquisition
+from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.pending import Pending
 from zae_limiter.acquire.values import PARENT, ResourcePlan
 from zae_limiter.core.bucket import MILLI
-from zae_limiter.dynamo import keys, transport
-from zae_limiter.limiter import Acquisition
+from zae_limiter.dynamo import keys
 from zae_limiter.models import OnUnavailable
 
 
@@ -63,7 +64,7 @@ class Case:
     """One acquire on a fresh store: single resource, or the seed's three-bucket call."""
 
     def __init__(self, shape: str) -> None:
-        self.env = env = AcquireEnv()
+        self.env = env = AcquireEnv(backoff=Backoff(scale=0.0))
         self.store = env.store = SuspendingStore()
         env.admission.waves.store = self.store
         env.admission.finder.store = self.store
@@ -107,11 +108,6 @@ class Case:
         image = self.store.image(keys.bucket(NS, entity, resource, 0))
         assert image is not None
         return image.states["rpm"].consumed // MILLI
-
-
-@pytest.fixture(autouse=True)
-def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transport, "backoff_scale", 0.0)
 
 
 async def run_cancelled_at(case: Case, k: int, adjust: bool) -> tuple[bool, bool]:

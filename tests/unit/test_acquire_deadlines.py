@@ -13,15 +13,10 @@ from support.acquire_env import AcquireEnv
 from support.memory_store import MemoryBucketStore
 from zae_limiter import Repository, ValidationError
 from zae_limiter.acquire import deadlines
+from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.lanes import PRUNE_AGE_MS, UNKNOWN_RESENDS
-from zae_limiter.acquire.values import Unavailable
+from zae_limiter.acquire.values import AnswerLost, Unavailable
 from zae_limiter.dynamo import transport
-from zae_limiter.dynamo.transport import UnknownOutcome
-
-
-@pytest.fixture(autouse=True)
-def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transport, "backoff_scale", 0.0)
 
 
 class SlowLosingStore(MemoryBucketStore):
@@ -36,11 +31,11 @@ class SlowLosingStore(MemoryBucketStore):
     async def update(self, *args: Any, **kwargs: Any) -> Any:
         self.sent_at.append(self.env.clock())
         self.env.clock.advance(seconds=self.read_s)
-        raise UnknownOutcome(TimeoutError("read timeout"))
+        raise AnswerLost(TimeoutError("read timeout"))
 
 
 async def test_re_sends_stop_by_time_whatever_the_read_timeout() -> None:
-    env = AcquireEnv()
+    env = AcquireEnv(backoff=Backoff(scale=0.0))
     store = SlowLosingStore(env, read_s=34)  # the timeout that made 9 sends outlive the rules
     store.items = env.store.items
     env.admission.waves.store = store
@@ -55,8 +50,9 @@ async def test_re_sends_stop_by_time_whatever_the_read_timeout() -> None:
 
 def test_the_longest_resolution_window_fits_what_the_rules_assume() -> None:
     worst = Config(connect_timeout=5, read_timeout=deadlines.MAX_REQUEST_TIMEOUT_S - 5)
-    deadlines.check_client_config(worst)  # accepted
-    bound_ms = deadlines.resolution_bound_s(worst) * 1000
+    timeouts = transport.request_timeouts(worst)
+    deadlines.check_request_timeouts(*timeouts)  # accepted
+    bound_ms = deadlines.resolution_bound_s(*timeouts, transport.MAX_ATTEMPTS) * 1000
     assert bound_ms + deadlines.ASSUMED_SKEW_MS < PRUNE_AGE_MS
 
 

@@ -17,9 +17,10 @@ from support.acquire_env import RPM, AcquireEnv
 from support.memory_store import Fault, MemoryBucketStore
 from zae_limiter.acquire import Admission
 from zae_limiter.acquire.lanes import UNKNOWN_RESENDS
-from zae_limiter.acquire.values import Unavailable
+from zae_limiter.acquire.values import AnswerLost, ItemChanged, Unavailable
 from zae_limiter.caches import ConfigCache, ImageCache
 from zae_limiter.core.bucket import MILLI, Kind, Params
+from zae_limiter.dynamo import keys
 from zae_limiter.resolution import Resolver
 
 BIG = Params("rpm", Kind.RATE, 1_000 * MILLI, 1_000 * MILLI, 60_000)
@@ -75,9 +76,7 @@ class Interleaving(MemoryBucketStore):
         await super().update(image, writes, **kwargs)  # landed
         self.lost_seq = kwargs["evidence"].seq
         await between()
-        from zae_limiter.dynamo.transport import UnknownOutcome
-
-        raise UnknownOutcome(TimeoutError("answer lost"))
+        raise AnswerLost(TimeoutError("answer lost"))
 
 
 def another_writer(env: AcquireEnv) -> Admission:
@@ -102,7 +101,7 @@ async def test_a_lost_write_is_found_after_k_other_writes(others: int) -> None:
 
     async def others_write() -> None:
         for writer in writers:
-            current = store.image(image.key)
+            current = store.image(keys.bucket(*image.address))
             assert current is not None
             await writer.debit([env.target(current, {"rpm": 1}, read_now=False)], local_ok=False)
 
@@ -155,15 +154,14 @@ async def test_a_late_copy_of_a_fenced_write_never_lands() -> None:
     assert first.evidence is not None
     # the copy of the first write, arriving now, is refused by its own evidence condition
     from zae_limiter.core import bucket
-    from zae_limiter.dynamo.transport import ConditionFailed
 
     write = bucket.plan_debit(
         BIG, image.states["rpm"], env.clock(), image.slot, 5 * MILLI, enforce=True
     )
     assert write is not None
-    stored = env.store.image(image.key)
+    stored = env.store.image(keys.bucket(*image.address))
     assert stored is not None
-    with pytest.raises(ConditionFailed):
+    with pytest.raises(ItemChanged):
         await env.store.update(
             stored,
             {"rpm": write},

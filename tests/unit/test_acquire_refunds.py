@@ -3,20 +3,18 @@ above a ceiling, never refused."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import pytest
 
 from support.acquire_env import AcquireEnv
 from support.memory_store import Fault
+from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.values import Unavailable
 from zae_limiter.acquire.waves import SETTLE_ROUNDS
 from zae_limiter.core.bucket import MILLI
-from zae_limiter.dynamo import transport
+from zae_limiter.dynamo import keys
 from zae_limiter.errors import RateLimitExceeded
-
-
-@pytest.fixture
-def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transport, "backoff_scale", 0.0)
 
 
 async def test_a_refused_item_refunds_the_items_that_landed() -> None:
@@ -34,17 +32,15 @@ async def test_a_refused_item_refunds_the_items_that_landed() -> None:
     assert [s.resource for s in exceeded] == ["b"]  # judged on the item the guard returned
     assert env.state("a").consumed == 0
     assert env.balance("a") == 10
-    image = env.store.image(free.key)
+    image = env.store.image(keys.bucket(*free.address))
     assert image is not None and image.admissions == 0
 
 
-async def test_a_refused_admission_s_refund_that_met_other_writers_lands_later(
-    no_sleep: None,
-) -> None:
+async def test_a_refused_admission_s_refund_that_met_other_writers_lands_later() -> None:
     """Found by the soak (benchmarks/results/soak-2026-12-02.md: 78 such refunds): the refund of a
     refused admission's landed debit kept failing its condition, so it certainly did not land,
     and the debit stayed on a refund-only entity. It is tried again off the caller's path."""
-    env = AcquireEnv()
+    env = AcquireEnv(backoff=Backoff(scale=0.0))
     free = env.stored(resource="a")
     full_looking = env.stored(resource="b")
     env.stored(resource="b", states=env.drained())
@@ -84,14 +80,35 @@ async def test_a_second_refund_of_the_same_lease_gives_nothing_back() -> None:
     assert env.state().consumed == 0
 
 
-async def test_a_refund_retries_through_a_brief_outage(no_sleep: None) -> None:
-    env = AcquireEnv()
+async def test_a_refund_retries_through_a_brief_outage() -> None:
+    env = AcquireEnv(backoff=Backoff(scale=0.0))
     image = env.stored()
     landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
     env.store.inject(Fault.OUTAGE)
     await env.admission.refund(landed)
     assert env.state().consumed == 0
     assert env.balance() == 10
+
+
+@dataclass(frozen=True)
+class RecordedBackoff(Backoff):
+    """Pauses nothing; remembers every pause asked for."""
+
+    pauses: list[float] = field(default_factory=list)
+
+    async def pause(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+
+
+async def test_a_retry_pauses_as_the_injected_backoff_says() -> None:
+    backoff = RecordedBackoff()
+    env = AcquireEnv(backoff=backoff)
+    image = env.stored()
+    landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
+    env.store.inject(Fault.OUTAGE)
+    await env.admission.refund(landed)
+    assert backoff.pauses == [0.05]  # one outage: one pause before the settle write's retry
+    assert env.state().consumed == 0
 
 
 async def test_a_refund_after_the_limit_refilled_stays_under_the_ceiling() -> None:

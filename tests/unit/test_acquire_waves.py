@@ -17,7 +17,7 @@ from support.memory_store import Fault
 from zae_limiter.acquire import RulesChanged, Unavailable
 from zae_limiter.acquire.waves import MAX_ROUNDS
 from zae_limiter.core.bucket import MILLI
-from zae_limiter.dynamo.bucket_items import BucketImage
+from zae_limiter.core.images import BucketImage
 from zae_limiter.errors import RateLimitExceeded
 
 

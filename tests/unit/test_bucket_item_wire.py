@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zae_limiter.core.bucket import MILLI, Kind, Params, State
+from zae_limiter.core.images import Stamp
 from zae_limiter.dynamo import bucket_items as items
 from zae_limiter.dynamo import bucket_wire, codec
 
@@ -46,7 +47,7 @@ def test_parse_wire_is_parse_of_the_decoded_item(
     evidence: dict[str, int],
     writes: int,
 ) -> None:
-    stamp = items.Stamp(limits, parent=parent, cascade=parent is not None, shards=shards)
+    stamp = Stamp(limits, parent=parent, cascade=parent is not None, shards=shards)
     item = items.full_item(
         "ns1",
         "user-1",

@@ -74,7 +74,7 @@ def test_the_split_detector_tracks_a_bounded_number_of_shards() -> None:
     from zae_limiter.acquire.shards import SplitDetector
     from zae_limiter.caches import TRACKED_MAX_ENTRIES
     from zae_limiter.core.bucket import MILLI, Kind, Params
-    from zae_limiter.dynamo.bucket_items import Stamp
+    from zae_limiter.core.images import Stamp
 
     stamp = Stamp(
         limits=(Params("rpm", Kind.RATE, 10 * MILLI, 10 * MILLI, 60_000),),

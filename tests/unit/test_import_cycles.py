@@ -134,3 +134,31 @@ def test_no_runtime_module_imports_itself_through_others() -> None:
     assert found == [], "import cycles among runtime modules:\n" + "\n".join(
         " -> ".join(c) for c in found
     )
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_only_the_store_module_of_acquire_imports_dynamo() -> None:
+    """`acquire/` reaches DynamoDB through one door: its store implementation (issue 31)."""
+    graph = import_graph()
+    talking = {
+        module
+        for module, edges in graph.items()
+        if _in(module, "zae_limiter.acquire")
+        and any(_in(edge, "zae_limiter.dynamo") for edge in edges)
+    }
+    assert talking == {"zae_limiter.acquire.dynamo_store"}
+
+
+def test_core_imports_nothing_of_ours_outside_core() -> None:
+    graph = import_graph()
+    outside = {
+        f"{module} -> {edge}"
+        for module, edges in graph.items()
+        if _in(module, "zae_limiter.core")
+        for edge in edges
+        if not _in(edge, "zae_limiter.core")
+    }
+    assert outside == set()

@@ -2,14 +2,26 @@
 
 Modules, one job each:
 
-- `values`: the immutable targets and plans the steps pass on, the landed-write ledger, errors.
+- `acquisition`: `Acquisition`, one `acquire()` call from admission to exit: restarts, holds,
+  `consume_more`, exit writes, the unavailable policy, and the one translation of this path's
+  errors into the documented exceptions.
+- `values`: the immutable targets and plans the steps pass on, the landed-write ledger, and this
+  path's errors (`RulesChanged`, `ShardGone`, `Contended`, `ItemChanged`, `Unavailable`,
+  `AnswerLost`).
 - `planning`: pure planning (planners, statuses, expiry, stamp and schedule-window checks).
 - `targets`: finding and loading the items (image cache, or one wave of reads).
 - `shards`: which shard a call writes, when a bucket is too hot, the parts of a split.
-- `store`: the `BucketStore` protocol the waves write through.
+- `store`: the `BucketStore` protocol the waves write through, in images.
+- `dynamo_store`: `DynamoBucketStore`, the protocol on DynamoDB, and `lowered`, which maps
+  DynamoDB's failures into this path's errors: the only module here that imports `dynamo/`.
+- `lanes`: one writer's writes per item, one in flight, coalesced, exactly once.
 - `waves`: the only code that sends bucket writes and interprets their outcomes.
 - `admission`: `Admission`, composing the above for one namespace scope.
 - `lease`: `Lease`, what an acquire holds until its block exits.
+- `pending`, `deadlines`, `skew`: work past a caller's deadline, the time bounds and the
+  injected retry `Backoff`, clock skew between writers.
+
+The item types themselves (`BucketImage`, `Stamp`, `Evidence`) are pure values in `core.images`.
 """
 
 from .admission import Admission

@@ -15,19 +15,28 @@ from dataclasses import replace
 
 from ..caches import ImageCache
 from ..core.evolve import evolve
-from ..dynamo import transport
-from ..dynamo.bucket_items import BucketImage, Stamp
-from ..dynamo.transport import DynamoError, UnknownOutcome
+from ..core.images import BucketImage, Stamp
 from ..errors import RateLimitExceeded
 from ..limits import Limit
 from ..models import LimitStatus
 from ..resolution import Resolver
 from . import planning
+from .deadlines import Backoff
+from .dynamo_store import lowered
 from .pending import Pending
 from .shards import SPLIT_WRITES_PER_SECOND, ShardChooser, SplitDetector
 from .store import BucketStore
 from .targets import Loaded, TargetFinder
-from .values import Contended, Landed, Planner, ResourcePlan, RulesChanged, Target, Unavailable
+from .values import (
+    AnswerLost,
+    Contended,
+    Landed,
+    Planner,
+    ResourcePlan,
+    RulesChanged,
+    Target,
+    Unavailable,
+)
 from .waves import MoreOperations, Waves, Written
 
 log = logging.getLogger("zae_limiter")
@@ -48,15 +57,19 @@ class Admission:
         ttl_multiplier: int,
         split_writes_per_second: float = SPLIT_WRITES_PER_SECOND,
         pending: Pending | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.ns = ns
         self.pending = pending if pending is not None else Pending()
+        self.backoff = backoff if backoff is not None else Backoff()
         self.images = images
         self.clock = clock
         self.maker = planning.ItemMaker(ns, ttl_multiplier)
         self.shards = ShardChooser(ns, images, clock)
         self.detector = SplitDetector(split_writes_per_second)
-        self.waves = Waves(store, images, clock, self.maker, self.shards, on_written=self._observe)
+        self.waves = Waves(
+            store, images, clock, self.maker, self.shards, on_written=self._observe, backoff=backoff
+        )
         self.waves.on_orphan = self._orphaned
         self.finder = TargetFinder(
             store, ns, resolver, images, clock, self.shards, self.waves.restamp
@@ -73,13 +86,15 @@ class Admission:
         override: Sequence[Limit] | None,
     ) -> list[ResourcePlan]:
         """The items an acquire writes, resource by resource (child, then cascade parent)."""
-        return await self.finder.targets(entity_id, requests, override)
+        with lowered:  # config reads go to DynamoDB beside the store
+            return await self.finder.targets(entity_id, requests, override)
 
     async def load(
         self, entity_id: str, resources: Sequence[str], role: str, override: Sequence[Limit] | None
     ) -> Loaded:
         """Read one entity's config and items (restamped where needed)."""
-        return await self.finder.load(entity_id, resources, role, override)
+        with lowered:
+            return await self.finder.load(entity_id, resources, role, override)
 
     async def restamp(self, image: BucketImage, stamp: Stamp) -> BucketImage:
         """Rewrite an item under new rules, keeping balances (cut to lower ceilings)."""
@@ -113,7 +128,7 @@ class Admission:
             if failed is not None:
                 # A debit landed and its refund did not: say so, never "nothing was debited".
                 log.error("a refund after a failed admission could not land: %s", failed)
-                raise Unavailable(UnknownOutcome(failed)) from failed
+                raise AnswerLost(failed) from failed
         if isinstance(result.error, Contended):  # contended only if the item as found admits it
             raise self.rejection(result.latest, self.clock())
         if result.refused:
@@ -156,7 +171,7 @@ class Admission:
         for entry, outcome in zip(landed, outcomes, strict=True):
             if outcome is None:
                 continue
-            if not isinstance(outcome, DynamoError | Unavailable):
+            if not isinstance(outcome, Unavailable):
                 raise outcome
             first = first or outcome
             if _not_landed(outcome):
@@ -165,11 +180,11 @@ class Admission:
 
     async def _refund_later(self, entry: Landed) -> None:
         for attempt in range(1, LATER_REFUNDS + 1):
-            await asyncio.sleep(0.1 * attempt * transport.backoff_scale)
+            await self.backoff.pause(0.1 * attempt)
             try:
                 await self.refund([entry])
                 return
-            except (DynamoError, Unavailable) as exc:
+            except Unavailable as exc:
                 if not _not_landed(exc) or attempt == LATER_REFUNDS:
                     log.error("a refund after a failed admission stays undone: %s", exc)
                     return
@@ -263,7 +278,7 @@ class Admission:
 
     async def create(self, target: Target) -> BucketImage:
         """Write a bucket item that does not exist yet, at its full allowance (pre-splitting).
-        Raises ConditionFailed if one exists."""
+        Raises ItemChanged if one exists."""
         return await self.waves.create(target)
 
     async def settle_splits(self) -> None:
@@ -274,7 +289,11 @@ class Admission:
 
 def _not_landed(error: BaseException) -> bool:
     """A settle write's failure that certainly did not apply (conditions failed every round)."""
-    return isinstance(error, Unavailable) and isinstance(error.cause, Contended | RulesChanged)
+    return (
+        isinstance(error, Unavailable)
+        and not error.maybe_landed
+        and isinstance(error.cause, Contended | RulesChanged)
+    )
 
 
 def _landed(written: Written, admissions: int) -> Landed:

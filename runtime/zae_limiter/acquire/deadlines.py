@@ -14,11 +14,12 @@ Two different bounds:
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
+from dataclasses import dataclass
 from typing import Any, Final
 
-from ..dynamo.transport import CLIENT_SETTINGS, MAX_ATTEMPTS
 from ..errors import ValidationError
 
 #: No re-send of a write whose answer was lost starts later than this after its first send.
@@ -31,6 +32,17 @@ ASSUMED_SKEW_MS = 120_000
 #: The default deadline of an admission and of a lease's exit (seconds).
 DEFAULT_ACQUIRE_TIMEOUT = 1.0
 ENV_ACQUIRE_TIMEOUT = "ZAEL_ACQUIRE_TIMEOUT"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """The pause before a write is tried again: `seconds` times `scale` (injected; tests use 0,
+    so that retries cost no wall time)."""
+
+    scale: float = 1.0
+
+    async def pause(self, seconds: float) -> None:
+        await asyncio.sleep(seconds * self.scale)
 
 
 class Default:
@@ -73,23 +85,9 @@ def acquire_timeout(value: float | Default | None) -> float | None:
     return timeout_value(number, ENV_ACQUIRE_TIMEOUT)
 
 
-def request_timeouts(client_config: Any) -> tuple[float, float]:
-    """(connect_timeout, read_timeout) in seconds, as the client will use them: the library's
-    settings merged with what `client_config` sets explicitly (`Transport.connect`)."""
-    merged: Any = dict(CLIENT_SETTINGS)
-    if client_config is not None:
-        from botocore.config import Config
-
-        merged = Config(**CLIENT_SETTINGS).merge(client_config)
-        return float(merged.connect_timeout), float(merged.read_timeout)
-    return float(merged["connect_timeout"]), float(merged["read_timeout"])
-
-
-def check_client_config(client_config: Any) -> None:
-    """Refuse timeouts that could let a write land after the exactly-once rules stop watching."""
-    if client_config is None:
-        return
-    connect, read = request_timeouts(client_config)
+def check_request_timeouts(connect: float, read: float) -> None:
+    """Refuse request timeouts (seconds, as the client will use them) that could let a write
+    land after the exactly-once rules stop watching."""
     if connect + read > MAX_REQUEST_TIMEOUT_S:
         raise ValidationError(
             "client_config",
@@ -100,7 +98,7 @@ def check_client_config(client_config: Any) -> None:
         )
 
 
-def resolution_bound_s(client_config: Any) -> float:
-    """The longest time after its first send that a write can still land (seconds)."""
-    connect, read = request_timeouts(client_config)
-    return RESEND_WINDOW_MS / 1000 + MAX_ATTEMPTS * (connect + read)
+def resolution_bound_s(connect: float, read: float, attempts: int) -> float:
+    """The longest time after its first send that a write can still land (seconds), with
+    these request timeouts and at most `attempts` sends per request."""
+    return RESEND_WINDOW_MS / 1000 + attempts * (connect + read)

@@ -27,12 +27,19 @@ from typing import Protocol
 from ..core.bucket import LimitWrite
 from ..core.compose import then_all
 from ..core.evolve import evolve
-from ..dynamo import transport
-from ..dynamo.bucket_items import BucketImage, Evidence, new_writer_id, parse
-from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
-from .deadlines import RESEND_WINDOW_MS
+from ..core.images import BucketImage, Evidence, new_writer_id
+from .deadlines import RESEND_WINDOW_MS, Backoff
 from .skew import SkewWatch
-from .values import Planner, Target
+from .values import (
+    AnswerLost,
+    Contended,
+    ItemChanged,
+    Planner,
+    RulesChanged,
+    ShardGone,
+    Target,
+    Unavailable,
+)
 
 log = logging.getLogger("zae_limiter")
 
@@ -122,10 +129,6 @@ class _Batch:
         return self.lost <= UNKNOWN_RESENDS and now - started <= RESEND_WINDOW_MS
 
 
-class Contended(Exception):
-    """Writes kept failing their conditions (never expected below a limit)."""
-
-
 class Undecided(Exception):
     """A write's answer was lost on every re-send: it may or may not have landed."""
 
@@ -143,8 +146,10 @@ class Lanes:
         blank: Callable[[BucketImage], BucketImage],
         writer: str | None = None,
         on_orphan: Callable[[Call, Outcome], None] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.sender = sender
+        self.backoff = backoff if backoff is not None else Backoff()
         self.on_orphan = on_orphan
         self.clock = clock
         self.on_image = on_image
@@ -342,23 +347,23 @@ class _Lane:
                     batch.evidence,
                     batch.now,
                 )
-            except ConditionFailed as failed:
-                await self._condition_failed(batch, failed)
+            except ItemChanged as changed:
+                await self._condition_failed(batch, changed.current)
                 return
-            except UnknownOutcome as lost:
+            except AnswerLost as lost:
                 batch.lost += 1
                 if batch.skewed or not batch.resend_allowed(lanes.clock()):
                     self._give_up(batch, lost)
                     return
-                await asyncio.sleep(0.02 * batch.lost * transport.backoff_scale)
+                await lanes.backoff.pause(0.02 * batch.lost)
                 continue  # the same write again: its evidence lets it land only once
-            except DynamoError as exc:
+            except Unavailable as exc:
                 if batch.lost:  # still unknown whether an earlier send landed
                     batch.lost += 1
                     if not batch.resend_allowed(lanes.clock()):
                         self._give_up(batch, exc)
                         return
-                    await asyncio.sleep(0.05 * batch.lost * transport.backoff_scale)
+                    await lanes.backoff.pause(0.05 * batch.lost)
                     continue
                 await self._unavailable(batch, exc)
                 return
@@ -375,9 +380,8 @@ class _Lane:
             target = evolve(call.target, image=image, exists=True)
             call.resolve(Outcome(target, image=image, writes=writes), self.lanes)
 
-    async def _condition_failed(self, batch: _Batch, failed: ConditionFailed) -> None:
+    async def _condition_failed(self, batch: _Batch, current: BucketImage | None) -> None:
         lanes = self.lanes
-        current = None if failed.item is None else parse(failed.item)
         if current is not None:
             lanes.on_image(current, False)
             if batch.lost and current.evidence.get(lanes.writer, -1) >= batch.evidence.seq:
@@ -399,7 +403,7 @@ class _Lane:
             self.image, self.exists = lanes.blank(batch.image), False
         else:
             if lanes.rules_matter(batch.image, current):
-                self._fail(batch.calls, RulesChangedSignal())
+                self._fail(batch.calls, RulesChanged())
                 return
             self.image, self.exists = current, True
         self._retry(batch, self.image)
@@ -414,15 +418,15 @@ class _Lane:
         for attempt in range(UNKNOWN_RESENDS + 1):
             try:
                 image = await lanes.sender.fence(current, fence, batch.evidence.seq)
-            except ConditionFailed as failed:
-                if failed.item is None:
+            except ItemChanged as changed:
+                seen = changed.current
+                if seen is None:
                     return True, None  # gone: an update cannot land on no item
-                seen = parse(failed.item)
                 lanes.on_image(seen, False)
                 return True, seen  # holds the write's sequence (landed), our fence, or later
-            except DynamoError as exc:
+            except Unavailable as exc:  # a lost answer too
                 cause = exc
-                await asyncio.sleep(0.02 * (attempt + 1) * transport.backoff_scale)
+                await lanes.backoff.pause(0.02 * (attempt + 1))
                 continue
             lanes.on_image(image, False)
             return True, image
@@ -451,7 +455,7 @@ class _Lane:
             retry.append(call)
         self.queue.extendleft(reversed(retry))
 
-    async def _unavailable(self, batch: _Batch, exc: DynamoError) -> None:
+    async def _unavailable(self, batch: _Batch, exc: Unavailable) -> None:
         """Certainly not applied: settle calls wait and retry, the others give up."""
         waiting = False
         retry = []
@@ -463,7 +467,7 @@ class _Lane:
             else:
                 call.resolve(Outcome(call.target, error=exc), self.lanes)
         if waiting:
-            await asyncio.sleep(0.05 * max(c.tries for c in retry) * transport.backoff_scale)
+            await self.lanes.backoff.pause(0.05 * max(c.tries for c in retry))
             self.queue.extendleft(reversed(retry))
 
     def _give_up(self, batch: _Batch, cause: BaseException) -> None:
@@ -482,18 +486,10 @@ class _Lane:
             cause,
         )
         # Whatever the last answer said, an earlier send may have landed.
-        error = cause if isinstance(cause, UnknownOutcome) else UnknownOutcome(cause)
+        error = cause if isinstance(cause, AnswerLost) else AnswerLost(cause)
         self._fail(batch.calls, error)
 
     def _fail(self, calls: list[Call], error: BaseException) -> None:
         for call in calls:
             if not call.future.done():
                 call.future.set_result(Outcome(call.target, error=error))
-
-
-class RulesChangedSignal(Exception):
-    """The item's rules changed under the batch: its calls resolve their targets again."""
-
-
-class ShardGone(RulesChangedSignal):
-    """A shard other than 0 was found deleted: the bucket's layout must be read again."""

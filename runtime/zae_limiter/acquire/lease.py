@@ -13,7 +13,7 @@ from typing import Protocol
 from .. import validation
 from ..core import bucket
 from ..core.bucket import MILLI
-from ..dynamo.bucket_items import BucketImage
+from ..core.images import BucketImage
 from ..errors import LeaseExpiredError, ValidationError
 from .values import Landed, ResourcePlan, Target
 

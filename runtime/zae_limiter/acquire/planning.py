@@ -6,13 +6,10 @@ admissions delta of one write, or None when the image shows the request cannot b
 
 from __future__ import annotations
 
-from typing import Any
-
 from .. import config as cfg
 from ..core import bucket, waits
 from ..core.bucket import MILLI, LimitWrite, Params, Slot, State
-from ..dynamo import bucket_items as items
-from ..dynamo.bucket_items import BucketImage, Stamp
+from ..core.images import BucketImage, Stamp, new_op_id
 from ..models import LimitStatus
 from .values import Landed, Planner, PlanResult, Target
 
@@ -271,7 +268,7 @@ class ItemMaker:
     def ttl(self, stamp: Stamp, states: dict[str, State], now: int) -> int | None:
         return ttl_for(stamp, states, now, self.ttl_multiplier)
 
-    def item_for(
+    def image_for(
         self,
         image: BucketImage,
         stamp: Stamp,
@@ -283,19 +280,19 @@ class ItemMaker:
         admissions: int = 0,
         generation: str | None = None,
         evidence: dict[str, int] | None = None,
-    ) -> dict[str, Any]:
-        """Every attribute of one of `image`'s bucket's items, its expiry from `states`."""
-        return items.full_item(
-            self.ns,
-            image.entity_id,
-            image.resource,
-            image.shard if shard is None else shard,
-            stamp,
-            seq,
-            states,
+    ) -> BucketImage:
+        """A whole new item of `image`'s bucket, written at `now`, its expiry from `states`."""
+        return BucketImage(
+            ns=self.ns,
+            entity_id=image.entity_id,
+            resource=image.resource,
+            shard=image.shard if shard is None else shard,
+            stamp=stamp,
+            stamp_seq=seq,
+            states=states,
             admissions=admissions,
-            generation=generation or items.new_op_id(),
-            now=now,
+            generation=generation or new_op_id(),
+            written_at=now,
             ttl=self.ttl(stamp, states, now),
-            evidence=evidence,
+            evidence=dict(evidence or {}),
         )

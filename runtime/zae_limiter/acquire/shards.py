@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 from ..caches import BoundedDict, ImageCache
 from ..core import bucket
 from ..core.bucket import LimitWrite, Slot, State
+from ..core.images import BucketImage, Stamp
 from ..core.shard_split import split_limit
-from ..dynamo.bucket_items import BucketImage, Stamp
-from ..dynamo.bucket_store import ShardSplit
 from . import planning
+from .store import ShardSplit
 from .values import Target
 
 MAX_SHARDS = 32
@@ -218,15 +218,13 @@ def _split_part(
         )
     stamp: Stamp = replace(image.stamp, shards=doubled)
     seq = image.stamp_seq + 1
-    sibling = maker.item_for(image, stamp, seq, sibling_states, now, shard=image.shard + shards)
-    old_item = None
+    sibling = maker.image_for(image, stamp, seq, sibling_states, now, shard=image.shard + shards)
+    sibling = replace(sibling, rearms=image.rearms)  # the new items keep the alert re-arm count
+    old_new = None
     if not exists:
         slot = Slot(image.shard, doubled)
         states = {p.name: bucket.full_state(p, slot) for p in stamp.limits}
-        old_item = maker.item_for(image, stamp, seq, states, now)
-    for made in (sibling, old_item):
-        if made is not None and image.rearms:  # the new items keep the alert re-arm count
-            made["ag"] = image.rearms
+        old_new = replace(maker.image_for(image, stamp, seq, states, now), rearms=image.rearms)
     return ShardSplit(
-        image, exists=exists, old_writes=old_writes, old_item=old_item, sibling=sibling, now=now
+        image, exists=exists, old_writes=old_writes, old_new=old_new, sibling=sibling, now=now
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from ..dynamo.bucket_items import BucketImage
+from ..core.images import BucketImage
 from .deadlines import ASSUMED_SKEW_MS
 
 log = logging.getLogger("zae_limiter")

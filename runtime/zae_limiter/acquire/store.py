@@ -1,24 +1,43 @@
-"""`BucketStore`: the bucket operations the acquire path's waves send, as a protocol.
+"""`BucketStore`: the bucket operations the acquire path sends, as a protocol in domain terms.
 
-`zae_limiter.dynamo.bucket_store.DynamoBucketStore` implements it on DynamoDB; the unit tests
-use an in-memory double of it (`tests/support/memory_store.py`). Every method raises the
-transport's `ConditionFailed` (with the stored item, or None when there is none),
-`UnknownOutcome` (sent, not confirmed) or another `DynamoError`.
+`dynamo_store.DynamoBucketStore` implements it on DynamoDB (the one module of `acquire/` that
+talks to `zae_limiter.dynamo`); the unit tests use an in-memory double of it
+(`tests/support/memory_store.py`). It speaks images, never stored items, and every method raises
+only the acquire path's errors (`values`): `ItemChanged` with the stored item as an image (None
+when there is none), `AnswerLost` (sent, not confirmed) or `Unavailable` (not applied).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Protocol
 
 from ..core.bucket import LimitWrite
-from ..dynamo.bucket_items import BucketImage, Evidence
-from ..dynamo.bucket_store import ShardSplit
+from ..core.images import Address, BucketImage, Evidence
+
+
+@dataclass(frozen=True)
+class ShardSplit:
+    """One old shard of a bucket whose shard count doubles, and its new sibling.
+
+    An existing old shard gets `old_writes` (its share moves to the sibling) and the new shard
+    count, guarded like a debit; a missing one is created as `old_new`. `sibling` (the shard
+    `old.shard + old.stamp.shards`) is created unless a live item is there.
+    """
+
+    old: BucketImage
+    _: KW_ONLY
+    exists: bool
+    old_writes: Mapping[str, LimitWrite]
+    old_new: BucketImage | None
+    sibling: BucketImage
+    now: int
 
 
 class BucketStore(Protocol):
-    async def read(self, keys: Sequence[dict[str, str]]) -> list[BucketImage]:
-        """Every stored item among `keys` (strongly consistent), in any order."""
+    async def read(self, addresses: Sequence[Address]) -> list[BucketImage]:
+        """Every stored item among `addresses` (strongly consistent), in any order."""
         ...
 
     async def update(
@@ -41,17 +60,19 @@ class BucketStore(Protocol):
         `blocked` (so no write with sequence `blocked` can land afterwards)."""
         ...
 
-    async def create(self, item: dict[str, Any], *, expired_before_s: int) -> BucketImage:
-        """Write `item` if its key holds nothing (or an item expired before that second)."""
+    async def create(self, new: BucketImage, *, expired_before_s: int) -> BucketImage:
+        """Write the item `new` describes if its address holds nothing (or an item expired
+        before that second)."""
         ...
 
-    async def replace(self, item: dict[str, Any], *, replaces: BucketImage) -> BucketImage:
-        """Write `item` over the stored one if that is still exactly `replaces`."""
+    async def replace(self, new: BucketImage, *, replaces: BucketImage) -> BucketImage:
+        """Write the item `new` describes over the stored one if that is still exactly
+        `replaces`."""
         ...
 
     async def split(
         self, parts: Sequence[ShardSplit], *, token: str, extra: Sequence[dict[str, Any]] = ()
     ) -> None:
         """Double a bucket's shards, all parts (and the `extra` transaction operations, an
-        audit event) or none."""
+        audit event) or none; raises `ItemChanged(None)` when a part's condition failed."""
         ...

@@ -17,8 +17,7 @@ from .. import config as cfg
 from ..caches import BoundedSet, ImageCache
 from ..core.bucket import MILLI
 from ..core.evolve import evolve
-from ..dynamo import keys
-from ..dynamo.bucket_items import BucketImage, Stamp
+from ..core.images import BucketImage, Stamp
 from ..errors import ResourceDisabled, ValidationError
 from ..limits import Limit
 from ..resolution import Resolver, stamp_for
@@ -125,10 +124,9 @@ class TargetFinder:
     async def _read_once(
         self, entity_id: str, resources: tuple[str, ...]
     ) -> tuple[dict[str, cfg.Resolved], list[BucketImage]]:
-        bucket_keys = [keys.bucket(self.ns, entity_id, r, 0) for r in resources]
         (_, resolved), found = await asyncio.gather(
             self.resolver.resolve_many(entity_id, resources),
-            self.store.read(bucket_keys),
+            self.store.read([(self.ns, entity_id, r, 0) for r in resources]),
         )
         return resolved, found
 

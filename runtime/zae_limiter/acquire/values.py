@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 
 from ..core.bucket import LimitWrite
-from ..dynamo.bucket_items import BucketImage, Stamp
+from ..core.images import BucketImage, Stamp
 
 ENTITY = "entity"
 PARENT = "parent"
@@ -84,17 +84,54 @@ PlanResult = tuple[dict[str, LimitWrite], int]  # limit writes, admissions delta
 Planner = Callable[[Target, int], "PlanResult | None"]
 
 
+# --- the acquire path's errors (the public boundary, `acquisition.py`, translates them) ---------
+
+
 class RulesChanged(Exception):
-    """An item's parent, cascade or flags changed while we wrote: resolve again."""
+    """An item's parent, cascade, flags or limits changed while we wrote: resolve again."""
 
 
-class Unavailable(Exception):
-    """DynamoDB could not be reached (or kept answering with errors)."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
+class ShardGone(RulesChanged):
+    """A shard other than 0 was found deleted: the bucket's layout must be read again."""
 
 
 class Contended(Exception):
     """Writes kept meeting concurrent writers' effects until the rounds ran out."""
+
+
+class ItemChanged(Exception):
+    """A conditional write did not apply: `current` is the item as stored (None: no item)."""
+
+    def __init__(self, current: BucketImage | None) -> None:
+        super().__init__("condition failed")
+        self.current = current
+
+
+class Unavailable(Exception):
+    """The store could not be reached or kept failing: nothing applied (but see `AnswerLost`).
+    `denied`: the operation AWS refused, when that is why."""
+
+    maybe_landed = False  # whether a write may have applied
+
+    def __init__(self, cause: BaseException, *, denied: str | None = None) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.denied = denied
+
+
+class AnswerLost(Unavailable):
+    """A write was sent and its answer lost (every time): it may or may not have applied."""
+
+    maybe_landed = True
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(cause)
+        self.args = (f"outcome unknown: {cause}",)
+
+
+def failed_below(error: BaseException) -> BaseException:
+    """What failed under an `Unavailable` (DynamoDB's or the transport's error), for messages;
+    a lost answer, and anything else, as itself."""
+    if isinstance(error, Unavailable) and not isinstance(error, AnswerLost):
+        return error.cause
+    return error

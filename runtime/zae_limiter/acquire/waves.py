@@ -17,15 +17,21 @@ from typing import Any, TypeVar
 
 from ..caches import ImageCache
 from ..core.bucket import LimitWrite
-from ..dynamo import bucket_items as items
-from ..dynamo import keys
-from ..dynamo.bucket_items import BucketImage, Evidence, Stamp
-from ..dynamo.transport import ConditionFailed, DynamoError, UnknownOutcome
+from ..core.images import BucketImage, Evidence, Stamp, new_op_id
 from . import lanes as lanes_
 from . import planning
+from .deadlines import Backoff
 from .shards import ShardChooser, split_parts
 from .store import BucketStore
-from .values import Contended, Planner, RulesChanged, Target, Unavailable
+from .values import (
+    AnswerLost,
+    ItemChanged,
+    Planner,
+    RulesChanged,
+    ShardGone,
+    Target,
+    Unavailable,
+)
 
 log = logging.getLogger("zae_limiter")
 _T = TypeVar("_T")
@@ -71,6 +77,7 @@ class Waves:
         shards: ShardChooser,
         *,
         on_written: Callable[[BucketImage], None],
+        backoff: Backoff | None = None,
     ) -> None:
         self.store = store
         self.images = images
@@ -89,6 +96,7 @@ class Waves:
             ),
             blank=self._blank_after,
             on_orphan=self._orphaned,
+            backoff=backoff,
         )
 
     @property
@@ -145,9 +153,10 @@ class Waves:
                         latest[index] = moved
                         retry.append((index, (moved, planner)))
                 else:
-                    if isinstance(outcome.error, lanes_.ShardGone):
+                    if isinstance(outcome.error, ShardGone):
                         self.images.forget(self.ns, target.entity_id, target.resource)
-                    error = error or _job_error(outcome.error)
+                    assert outcome.error is not None
+                    error = error or outcome.error
             pending = retry
         return WaveResult(written, refused, error, latest, refused_at)
 
@@ -180,7 +189,7 @@ class Waves:
             return None
         images = await self.store.read(
             [
-                keys.bucket(self.ns, target.entity_id, target.resource, shard)
+                (self.ns, target.entity_id, target.resource, shard)
                 for shard in range(target.stamp.shards)
             ]
         )
@@ -213,7 +222,7 @@ class Waves:
                 admissions=admissions,
                 evidence=evidence,
             )
-        item = self.maker.item_for(
+        new = self.maker.image_for(
             image,
             image.stamp,
             image.stamp_seq,
@@ -222,7 +231,7 @@ class Waves:
             admissions=max(0, admissions),
             evidence={evidence.writer: evidence.seq},
         )
-        return await self.store.create(item, expired_before_s=now // 1000)
+        return await self.store.create(new, expired_before_s=now // 1000)
 
     async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
         return await self.store.fence(image, evidence, blocked)
@@ -252,7 +261,7 @@ class Waves:
         for _ in range(MAX_ROUNDS):
             now = self.clock()
             states = planning.restamped_states(image, stamp, now)
-            item = self.maker.item_for(
+            restamped = self.maker.image_for(
                 image,
                 stamp,
                 image.stamp_seq + 1,
@@ -263,15 +272,15 @@ class Waves:
                 evidence=image.evidence,  # every writer's evidence survives a restamp
             )
             try:
-                new = await self.store.replace(item, replaces=image)
-            except ConditionFailed as failed:
-                if failed.item is None:
+                new = await self.store.replace(restamped, replaces=image)
+            except ItemChanged as changed:
+                if changed.current is None:
                     raise RulesChanged() from None
-                image = items.parse(failed.item)
+                image = changed.current
                 if image.stamp.same_rules(stamp) and not planning.newer(stamp, image.stamp):
                     return image
                 continue
-            except UnknownOutcome:
+            except AnswerLost:
                 continue  # the snapshot guard makes a resend safe
             self.images.put(new, now)
             return new
@@ -290,34 +299,22 @@ class Waves:
     ) -> int:
         """Double a bucket's shards from `shards`, in one transaction (with `extra(doubled)`'s
         operations). Returns the new count."""
-        shard_keys = [keys.bucket(self.ns, entity_id, resource, s) for s in range(shards)]
+        addresses = [(self.ns, entity_id, resource, s) for s in range(shards)]
         for _ in range(MAX_ROUNDS):
-            found = {image.shard: image for image in await self.store.read(shard_keys)}
+            found = {image.shard: image for image in await self.store.read(addresses)}
             current = found.get(0)
             if current is None or current.stamp.shards != shards:
                 return current.stamp.shards if current else shards
             parts = split_parts(current, found, self.clock(), self.maker)
             more = await extra(shards * 2) if extra is not None else []
             try:
-                await self.store.split(parts, token=items.new_op_id(), extra=more)
-            except DynamoError:
+                await self.store.split(parts, token=new_op_id(), extra=more)
+            except (ItemChanged, Unavailable):
                 continue  # a concurrent write changed a shard's stamp: read again
             self.images.forget(self.ns, entity_id, resource)
             log.info("split %s/%s into %d shards", entity_id, resource, shards * 2)
             return shards * 2
         return shards
-
-
-def _job_error(error: BaseException | None) -> BaseException:
-    """A lane's reason for giving up on a call, as `write_all` reports it."""
-    if isinstance(error, lanes_.Contended):
-        return Contended()
-    if isinstance(error, lanes_.RulesChangedSignal):
-        return RulesChanged()
-    if isinstance(error, DynamoError):
-        return Unavailable(error)
-    assert error is not None
-    return error
 
 
 async def _settle_all(calls: list[Coroutine[Any, Any, _T]]) -> list[_T | BaseException]:

@@ -12,9 +12,9 @@ from .. import validation
 from ..acquire import limit_statuses
 from ..core import bucket
 from ..core.bucket import MILLI
+from ..core.images import BucketImage, Stamp
 from ..dynamo import bucket_items as items
 from ..dynamo import keys
-from ..dynamo.bucket_items import BucketImage, Stamp
 from ..errors import ResourceDisabled, ValidationError
 from ..limits import Limit, check_limit_list
 from ..models import Availability, LimitStatus

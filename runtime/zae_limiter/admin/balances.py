@@ -26,12 +26,13 @@ from typing import Any
 
 from .. import validation
 from ..acquire import RulesChanged
+from ..acquire.values import Unavailable, failed_below
 from ..audit import iso
 from ..core import operations
 from ..core.bucket import MILLI, Kind, LimitWrite, Slot, State, full_state
+from ..core.images import BucketImage, Stamp
 from ..dynamo import bucket_items as items
 from ..dynamo import codec, keys
-from ..dynamo.bucket_items import BucketImage, Stamp
 from ..dynamo.transport import AccessDenied, DynamoError, TransactionCancelled
 from ..errors import (
     EntityNotFoundError,
@@ -172,9 +173,9 @@ class BalancesMixin(AdminBase):
                 bucket = await self._read_bucket(call)
             except RulesChanged:
                 continue
-            except DynamoError as exc:
+            except (DynamoError, Unavailable) as exc:
                 raise self._failure(
-                    call, exc, "reading the bucket failed; nothing was changed"
+                    call, failed_below(exc), "reading the bucket failed; nothing was changed"
                 ) from exc
             if bucket.record is not None:
                 return _replay(call, bucket.record)
@@ -367,7 +368,8 @@ class BalancesMixin(AdminBase):
             request["ExpressionAttributeNames"]["#rearm"] = "ag"
             request["ExpressionAttributeValues"][":one"] = {"N": "1"}
         else:
-            item = self._admission.maker.item_for(image, image.stamp, image.stamp_seq, states, now)
+            new = self._admission.maker.image_for(image, image.stamp, image.stamp_seq, states, now)
+            item = items.item_of(new)
             item["ag"] = rearmed
             request = items.put_request(
                 self._store.table, item, replaces=None, expired_before_s=now // 1000

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from .. import audit
 from .. import config as cfg
 from ..acquire import RulesChanged
+from ..acquire.values import Unavailable, failed_below
+from ..core.images import Stamp
 from ..dynamo import bucket_items as items
 from ..dynamo import keys
 from ..dynamo.store import Store
@@ -160,15 +162,15 @@ class AdminBase:
                 except RulesChanged as changed:
                     # Deleted meanwhile, or restamped by a later change's own fan-out: nothing
                     # left to do. Else rewritten faster than this could: left for a re-run.
-                    current = await self._store.get(image.key, consistent=True)
+                    current = await self._store.get(keys.bucket(*image.address), consistent=True)
                     if current is not None and not _caught_up(items.parse(current).stamp, wanted):
                         left.append(f"{image.resource}#{image.shard}")
                         cause = changed
                     continue
                 stamped += 1
-        except (DynamoError, RateLimiterUnavailable) as exc:
+        except (DynamoError, Unavailable, RateLimiterUnavailable) as exc:
             raise FanoutIncomplete(
-                stamped, exc, entity_id=entity_id, resource=resource, left=left
+                stamped, failed_below(exc), entity_id=entity_id, resource=resource, left=left
             ) from exc
         finally:
             self._forget(entity_id)
@@ -179,7 +181,7 @@ class AdminBase:
         return stamped
 
 
-def _versions(stamp: items.Stamp) -> tuple[int, int, int]:
+def _versions(stamp: Stamp) -> tuple[int, int, int]:
     return (stamp.entity_version, stamp.resource_version, stamp.system_version)
 
 
@@ -187,6 +189,6 @@ async def _none() -> None:
     return None
 
 
-def _caught_up(current: items.Stamp, wanted: items.Stamp) -> bool:
+def _caught_up(current: Stamp, wanted: Stamp) -> bool:
     """The item's stamp is from this change's config versions or later ones."""
     return all(c >= w for c, w in zip(_versions(current), _versions(wanted), strict=True))

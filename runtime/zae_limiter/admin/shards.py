@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import validation
 from ..acquire.shards import MAX_SHARDS
-from ..acquire.values import RulesChanged
+from ..acquire.values import ItemChanged, RulesChanged, Unavailable, failed_below
 from ..dynamo.transport import DynamoError
 from ..errors import RateLimiterUnavailable, ValidationError
 from ..models import AuditAction
@@ -47,7 +47,8 @@ class ShardsMixin(AdminBase):
                 shards = (
                     doubled if doubled != shards else await self._bucket_shards(entity_id, resource)
                 )
-        except DynamoError as exc:
+        except (DynamoError, Unavailable) as failure:
+            exc = failed_below(failure)
             raise RateLimiterUnavailable(
                 f"set_shards: DynamoDB failed ({exc}); the bucket keeps the shards it has, "
                 "run it again",
@@ -83,7 +84,7 @@ class ShardsMixin(AdminBase):
                 return target.stamp.shards
             try:
                 await self._admission.create(target)
-            except DynamoError:
+            except (ItemChanged, Unavailable):
                 continue  # created concurrently: read it again
         raise RateLimiterUnavailable(
             "set_shards could not read a stable bucket; run it again",

@@ -14,6 +14,7 @@ bucket is judged per shard against that shard's share; the first shard to cross 
 from __future__ import annotations
 
 from ..core.bucket import Kind, Params, State, view
+from ..core.images import BucketImage
 from ..dynamo import bucket_items
 from ..stream_records import MalformedRecord, StreamRecord, is_bucket
 from .event import Crossing
@@ -62,7 +63,7 @@ def _limit_crossings(
     state: State,
     old_params: Params | None,
     before: State | None,
-    new: bucket_items.BucketImage,
+    new: BucketImage,
 ) -> list[Crossing]:
     now, slot = new.written_at, new.slot
     in_force = params.in_window(now)

@@ -18,112 +18,16 @@ its last write that landed here (docs/on-unavailable.md, "Exactly once").
 
 from __future__ import annotations
 
-import secrets
-from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.bucket import Guard, Kind, LimitWrite, Params, Slot, State
+from ..core.bucket import Guard, Kind, LimitWrite, Params, State
+from ..core.images import BucketImage, Evidence, Stamp
 from . import codec, keys
 
 #: Attribute-name prefix of a writer's evidence entry ("~" + writer id).
 EVIDENCE_PREFIX = "~"
 #: Operation-id slots of items written before writer evidence (removed by the next replace).
 LEGACY_OP_SLOTS = ("q0", "q1", "q2", "q3")
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What a write says about its writer: `writer`'s entry becomes `seq`, and the write
-    applies only if that entry is below `seq` (absent counts as below); entries of idle writers
-    in `prune` (writer, value they still hold) are removed on the way."""
-
-    writer: str
-    seq: int
-    prune: tuple[tuple[str, int], ...] = ()
-
-
-@dataclass(frozen=True)
-class Stamp:
-    """What a bucket item says about its (entity, resource): limits, flags, parent, versions."""
-
-    limits: tuple[Params, ...]
-    parent: str | None = None
-    cascade: bool = False
-    disabled: str = ""  # "", "disabled:<level>", "bypass:<level>"
-    shards: int = 1
-    entity_version: int = 0
-    resource_version: int = 0
-    system_version: int = 0
-    override: bool = False  # limits came from acquire(limits=...)
-    #: When the config this stamp comes from was last written (epoch ms; 0: unknown). Not
-    #: stored: a restamp uses it to carry a live quota period over a schedule change.
-    changed_at: int = field(default=0, compare=False)
-
-    def params(self, name: str) -> Params | None:
-        for p in self.limits:
-            if p.name == name:
-                return p
-        return None
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.limits)
-
-    @property
-    def is_disabled(self) -> bool:
-        return self.disabled.startswith("disabled:")
-
-    @property
-    def is_bypass(self) -> bool:
-        return self.disabled.startswith("bypass:")
-
-    @property
-    def flag_level(self) -> str:
-        return self.disabled.split(":", 1)[1] if self.disabled else ""
-
-    def same_rules(self, other: Stamp) -> bool:
-        return (
-            self.limits == other.limits
-            and self.parent == other.parent
-            and self.cascade == other.cascade
-            and self.disabled == other.disabled
-            and self.shards == other.shards
-            and self.override == other.override
-        )
-
-
-@dataclass(frozen=True)
-class BucketImage:
-    """One bucket item as last seen: stamp, states, counters."""
-
-    ns: str
-    entity_id: str
-    resource: str
-    shard: int
-    stamp: Stamp
-    stamp_seq: int
-    states: dict[str, State]
-    admissions: int = 0
-    generation: str = ""
-    written_at: int = 0
-    ttl: int | None = None
-    evidence: dict[str, int] = field(default_factory=dict)  # writer -> its last sequence here
-    writes: int = 0  # every hot-path write adds 1: the split detector's rate; replaces check it
-    rearms: int = 0  # `ag`: top-ups and resets so far (absent: 0)
-
-    @property
-    def key(self) -> dict[str, str]:
-        return keys.bucket(self.ns, self.entity_id, self.resource, self.shard)
-
-    def expired(self, now_ms: int) -> bool:
-        """Past its TTL, so read as absent. A split bucket's items never expire (their layout
-        must outlive every shard, docs/sharding.md): a TTL left on one is ignored."""
-        return self.ttl is not None and self.ttl * 1000 < now_ms and self.stamp.shards == 1
-
-    @property
-    def slot(self) -> Slot:
-        """Which shard of how many this item is: what its limits' shares depend on."""
-        return Slot(self.shard, self.stamp.shards)
 
 
 # --- parsing -----------------------------------------------------------------------------------
@@ -232,16 +136,6 @@ def image_of(
 # --- requests ----------------------------------------------------------------------------------
 
 
-def new_op_id() -> str:
-    """A random id: item generations, transaction tokens."""
-    return secrets.token_urlsafe(9)
-
-
-def new_writer_id() -> str:
-    """A writer's id: 48 random bits (8 characters), so concurrent writers never share one."""
-    return secrets.token_urlsafe(6)
-
-
 def evidence_name(writer: str) -> str:
     return EVIDENCE_PREFIX + writer
 
@@ -344,7 +238,7 @@ def update_request(
         update += " REMOVE " + ", ".join(removes)
     return {
         "TableName": table,
-        "Key": codec.encode_item(image.key),
+        "Key": codec.encode_item(keys.bucket(*image.address)),
         "UpdateExpression": update,
         "ConditionExpression": " AND ".join(conditions),
         "ExpressionAttributeNames": expr.names,
@@ -441,6 +335,28 @@ def full_item(
         item["ttl"] = ttl
     for writer, seq in (evidence or {}).items():
         item[evidence_name(writer)] = seq
+    return item
+
+
+def item_of(image: BucketImage) -> dict[str, Any]:
+    """Every attribute of the item `image` describes (plain form), written at `written_at`."""
+    item = full_item(
+        image.ns,
+        image.entity_id,
+        image.resource,
+        image.shard,
+        image.stamp,
+        image.stamp_seq,
+        image.states,
+        admissions=image.admissions,
+        generation=image.generation,
+        now=image.written_at,
+        ttl=image.ttl,
+        evidence=image.evidence,
+        writes=image.writes,
+    )
+    if image.rearms:
+        item["ag"] = image.rearms
     return item
 
 

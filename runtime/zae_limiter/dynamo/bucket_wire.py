@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.images import BucketImage
 from . import codec
-from .bucket_items import EVIDENCE_PREFIX, BucketImage, image_of, parse, state_from_item
+from .bucket_items import EVIDENCE_PREFIX, image_of, parse, state_from_item
 
 #: The attributes `parse` reads (besides writers' evidence entries).
 IMAGE_ATTRIBUTES = frozenset(

@@ -76,6 +76,17 @@ CLIENT_SETTINGS: dict[str, Any] = {
 }
 
 
+def request_timeouts(client_config: Any) -> tuple[float, float]:
+    """(connect_timeout, read_timeout) in seconds, as the client will use them: the library's
+    settings merged with what `client_config` sets explicitly (`Transport.connect`)."""
+    if client_config is None:
+        return float(CLIENT_SETTINGS["connect_timeout"]), float(CLIENT_SETTINGS["read_timeout"])
+    from botocore.config import Config
+
+    merged = Config(**CLIENT_SETTINGS).merge(client_config)
+    return float(merged.connect_timeout), float(merged.read_timeout)
+
+
 def default_client_config() -> AioConfig:
     from aiobotocore.config import AioConfig
 
