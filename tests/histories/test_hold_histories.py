@@ -27,6 +27,7 @@ HOLDS = Run(
     rate=0.2,
     kills=2,
     kill_window=(0.5, 0.8),  # once every process is under way (starting one takes seconds)
+    kill_by="seconds",  # the hold worker logs holds, not invocations
     skew_ms=200,
     partitions=0,
     read_timeout=0.5,

@@ -103,7 +103,12 @@ async def one_call(
 
 
 async def open_behind(
-    url: str, table: str, *, read_timeout: float, clock: Callable[[], int] | None = None
+    url: str,
+    table: str,
+    *,
+    read_timeout: float,
+    clock: Callable[[], int] | None = None,
+    rejection_cache_ttl: float = 1.0,
 ) -> Repository:
     """A Repository on `table` reached through `url` (a fault proxy), with a short read timeout
     so that held answers turn into unknown outcomes quickly, and no deadline: callers wait for
@@ -112,6 +117,7 @@ async def open_behind(
         table=table,
         endpoint_url=url,
         clock=clock,
+        rejection_cache_ttl=rejection_cache_ttl,
         client_config=Config(read_timeout=read_timeout, connect_timeout=1),
         acquire_timeout=None,
     )

@@ -36,6 +36,28 @@ async def test_a_refused_item_refunds_the_items_that_landed() -> None:
     assert image is not None and image.admissions == 0
 
 
+async def test_a_refused_admission_s_refund_that_met_other_writers_lands_later() -> None:
+    """Found by the soak (benchmarks/results/soak-2026-12-02.md: 78 such refunds): the refund of a
+    refused admission's landed debit kept failing its condition, so it certainly did not land,
+    and the debit stayed on a refund-only entity. It is tried again off the caller's path."""
+    env = AcquireEnv(backoff=Backoff(scale=0.0))
+    free = env.stored(resource="a")
+    full_looking = env.stored(resource="b")
+    env.stored(resource="b", states=env.drained())
+    targets = [
+        env.target(free, {"rpm": 4}),
+        env.target(full_looking, {"rpm": 1}, read_now=False),
+    ]
+    for _ in range(SETTLE_ROUNDS):
+        env.store.inject(Fault.CONDITION_FAILED, nth=3)  # every round of the refund of a
+    with pytest.raises(Unavailable):
+        await env.admission.debit(targets, local_ok=False)
+    assert env.state("a").consumed == 4 * MILLI  # not yet: the caller was told unavailable
+    assert await env.admission.pending.drain(None) == 0
+    assert env.state("a").consumed == 0
+    assert env.balance("a") == 10
+
+
 async def test_a_refund_whose_response_is_lost_credits_once() -> None:
     env = AcquireEnv()
     image = env.stored()

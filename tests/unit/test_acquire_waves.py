@@ -127,6 +127,32 @@ async def test_writes_that_keep_failing_their_condition_are_a_contended_rejectio
     assert env.state().consumed == 0
 
 
+async def test_rounds_that_run_out_on_a_drained_item_name_the_limit() -> None:
+    """Found by the exactly-once matrix with tight limits (a call `contended` at its limit):
+    the last failed condition returned an item with no room left for the call, so the refusal
+    names the limit (issue 34 item 1: `contended` only when the call would fit)."""
+    env = AcquireEnv()
+    image = env.stored()
+    for _ in range(MAX_ROUNDS):
+        env.store.inject(Fault.CONDITION_FAILED)
+    update = env.store.update
+    sent = 0
+
+    async def draining_last(*args: Any, **kwargs: Any) -> BucketImage:
+        nonlocal sent
+        sent += 1
+        if sent == MAX_ROUNDS:  # another writer takes the whole limit before the last round
+            env.stored(states=env.drained())
+        return await update(*args, **kwargs)
+
+    env.store.update = draining_last  # type: ignore[method-assign]
+    with pytest.raises(RateLimitExceeded) as raised:
+        await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
+    assert not raised.value.contended
+    assert [s.limit_name for s in raised.value.statuses if s.exceeded] == ["rpm"]
+    assert env.state().consumed == 10 * MILLI  # the other writer's, nothing of ours
+
+
 async def test_one_condition_failure_is_retried_and_lands() -> None:
     env = AcquireEnv()
     image = env.stored()

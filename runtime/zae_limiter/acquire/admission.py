@@ -41,6 +41,8 @@ from .values import (
 from .waves import MoreOperations, Waves, Written
 
 log = logging.getLogger("zae_limiter")
+#: Tries, off the caller's path, of a refund that kept meeting other writers' changes.
+LATER_REFUNDS = 5
 
 
 class Admission:
@@ -60,6 +62,7 @@ class Admission:
     ) -> None:
         self.ns = ns
         self.pending = pending if pending is not None else Pending()
+        self.backoff = backoff if backoff is not None else Backoff()
         self.images = images
         self.clock = clock
         self.maker = planning.ItemMaker(ns, ttl_multiplier)
@@ -128,14 +131,13 @@ class Admission:
         if not result.refused and result.error is None:
             return landed
         if landed:
-            try:
-                await self.refund(landed)
-            except Unavailable as exc:
+            failed = await self._give_back(landed)
+            if failed is not None:
                 # A debit landed and its refund did not: say so, never "nothing was debited".
-                log.error("a refund after a failed admission could not land: %s", exc)
-                raise AnswerLost(exc) from exc
-        if isinstance(result.error, Contended):
-            raise RateLimitExceeded(self.statuses(result.latest, self.clock()), contended=True)
+                log.error("a refund after a failed admission could not land: %s", failed)
+                raise AnswerLost(failed) from failed
+        if isinstance(result.error, Contended):  # contended only if the item as found admits it
+            raise self.rejection(result.latest, self.clock())
         if result.refused:
             judged_at = result.refused_at if result.refused_at is not None else self.clock()
             raise self.rejection(result.latest, judged_at)
@@ -164,6 +166,35 @@ class Admission:
         for entry in landed:
             entry.debited = {}
             entry.admissions = 0
+
+    async def _give_back(self, landed: list[Landed]) -> BaseException | None:
+        """Refund a refused admission's landed debits, each on its own; the first failure, or
+        None. A refund that certainly did not land (it kept meeting other writers' changes) is
+        tried again off the caller's path; an undecided one is not (it may have landed)."""
+        outcomes = await asyncio.gather(
+            *(self.refund([entry]) for entry in landed), return_exceptions=True
+        )
+        first: BaseException | None = None
+        for entry, outcome in zip(landed, outcomes, strict=True):
+            if outcome is None:
+                continue
+            if not isinstance(outcome, Unavailable):
+                raise outcome
+            first = first or outcome
+            if _not_landed(outcome):
+                self.pending.adopt(asyncio.ensure_future(self._refund_later(entry)), None)
+        return first
+
+    async def _refund_later(self, entry: Landed) -> None:
+        for attempt in range(1, LATER_REFUNDS + 1):
+            await self.backoff.pause(0.1 * attempt)
+            try:
+                await self.refund([entry])
+                return
+            except Unavailable as exc:
+                if not _not_landed(exc) or attempt == LATER_REFUNDS:
+                    log.error("a refund after a failed admission stays undone: %s", exc)
+                    return
 
     async def refund_for_departed(self, landed: list[Landed]) -> None:
         """`refund` for a caller that stopped waiting: counted, and logged with each item key."""
@@ -260,6 +291,15 @@ class Admission:
         """Wait for splits started in the background (tests, shutdown)."""
         while self._split_tasks:
             await asyncio.gather(*list(self._split_tasks), return_exceptions=True)
+
+
+def _not_landed(error: BaseException) -> bool:
+    """A settle write's failure that certainly did not apply (conditions failed every round)."""
+    return (
+        isinstance(error, Unavailable)
+        and not error.maybe_landed
+        and isinstance(error.cause, Contended | RulesChanged)
+    )
 
 
 def _landed(written: Written, admissions: int) -> Landed:

@@ -410,8 +410,9 @@ class _Lane:
             if call.future.done():
                 continue  # its caller left and nothing of it landed: drop it
             call.tries += 1
-            if call.tries >= call.rounds:
-                call.future.set_result(Outcome(call.target, error=Contended()))
+            if call.tries >= call.rounds:  # on the item as found: the refusal judges it there
+                found = evolve(call.target, image=image, exists=self.exists)
+                call.future.set_result(Outcome(found, error=Contended()))
                 continue
             call.now = batch.now
             call.target = evolve(

@@ -10,7 +10,10 @@ Per bucket (``entity|resource|limit``):
   credited back by operations overlapping it (refunds, adjustments down; an unknown operation's
   whole debit). Forced adjustments up are not admissions;
 - **leftover** (refund-only entities, whose every call raises in its block): consumption 0, or
-  no more than unknown operations could have left;
+  no more than unknown operations could have left; `killed_upper` is the part of that bound
+  from operations of processes that were killed (a debit that landed for a process killed before
+  its refund is known to no living writer: only its undecided writes and deadlines could be
+  resolved by another read, and those are);
 - **all-or-none** (entities of the three-bucket call): the calls that landed on ``api`` (its
   ``rpm``, 1 a call) and on ``budget`` (``usd``, 3 a call) differ by no more than the unknown
   calls on that entity.
@@ -104,6 +107,7 @@ class Verdict:
     over: float  # worst excess over the allowance, 0 when none
     ledger_ok: bool
     leftover: int | None = None  # refund-only buckets: their consumption
+    killed_upper: int = 0  # the most that operations of killed processes could have left
     leftover_ok: bool = True
     all_or_none_gap: Fraction | None = None  # api calls minus budget calls (three-bucket)
     all_or_none_ok: bool = True
@@ -236,6 +240,9 @@ async def check(ran: Ran, repo: Repository, limits: Limits) -> Checked:
         if entity in GHOSTS.values():
             verdict.leftover = consumed
             verdict.leftover_ok = consumed == 0 or consumed <= upper
+            verdict.killed_upper = sum(
+                int(op.invoke["max"][bucket]) for op in unknown if op.done is None
+            )
         if entity in (*USERS, GHOSTS["three"], ORG) and (resource, name) == ("api", "rpm"):
             calls_api = Fraction(consumed)
             calls_budget = Fraction(stored[f"{entity}|budget|usd"], 3)

@@ -47,14 +47,18 @@ def render(ran: Ran, checked: Checked, *, title: str) -> str:
         "",
         "Consumption must lie in [ok, ok + unknown]; *over* is the worst excess of what was "
         "admitted in a window over capacity + refill + credits (0: never over); *turns* is "
-        "what ok operations admitted divided by capacity.",
+        "what ok operations admitted divided by capacity; a *leftover* on a refund-only "
+        "entity shows the most that operations of killed processes could have left.",
         "",
         "| Bucket | Capacity | Turns | Over | Consumed | [ok, ok + unknown] | Ledger "
         "| Leftover | All-or-none gap |",
         "|---|---:|---:|---:|---:|---|---|---:|---:|",
     ]
     for v in checked.verdicts:
-        leftover = "" if v.leftover is None else f"{v.leftover} {'ok' if v.leftover_ok else 'BAD'}"
+        leftover = ""
+        if v.leftover is not None:
+            verdict = "ok" if v.leftover_ok else "BAD"
+            leftover = f"{v.leftover} {verdict} (kills: <= {v.killed_upper})"
         gap = "" if v.all_or_none_gap is None else str(v.all_or_none_gap)
         gap += "" if v.all_or_none_ok else " BAD"
         lines.append(

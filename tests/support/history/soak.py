@@ -1,8 +1,8 @@
 """Run and check one history; `make soak` runs the large one and writes its report.
 
-`python -m support.history.soak [--seed N] [--seconds S] [--out PATH]` (with tests/ on the path)
-starts its own DynamoDB Local, runs `LARGE` and writes benchmarks/results/soak-<date>.md; it exits
-1 when the checker found a violation.
+`SMALL` (in `make test`) and `LARGE` are the two plans. `python -m support.history.soak [--seed N]
+[--ops N] [--out PATH]` (with tests/ on the path) starts its own DynamoDB Local, runs `LARGE` and
+writes benchmarks/results/soak-<date>.md; it exits 1 when the checker found a violation.
 """
 
 from __future__ import annotations
@@ -25,19 +25,36 @@ from zae_limiter import Repository
 from zae_limiter.local import start_engine
 from zae_limiter.local.engine import AMBIENT_AWS_VARIABLES, ISOLATED_AWS_ENV
 
+#: The small run in `make test` (tests/histories/test_histories.py): 2 processes x 4 tasks, 12
+#: operations a task, one kill, a partition in each process. The limits refill slowly (4 every
+#: 20 s) so that the org's are reached at any pace the machine runs at: on 2 idle cores the run
+#: lasts about 40 s, and it stays over its limits even 8 times slower. 300 s bounds a stall.
+SMALL = Run(
+    seed=1,
+    processes=2,
+    tasks=4,
+    seconds=300,
+    ops=12,
+    limits=Limits(rpm=4, period_s=20),
+    kills=1,
+    partitions=1,
+    partition_s=1.5,
+    pause_s=0.02,
+)
 #: The large run (issue 30's acceptance: 4+ processes x 16+ tasks, every fault kind at 10 %,
-#: 3+ kills, 500 ms skew, partitions, tight limits, >= 100,000 operations). 30 a minute is far
-#: less than the tasks ask for, so most calls are rejected, many from the rejection cache. 256
-#: tasks a process, because calls on one item queue behind its write in flight (one per item per
-#: writer) and a write that meets faults takes seconds: measured on 2 busy cores, 16 tasks a
-#: process made about 20 operations a second in all, 64 about 47, 256 about 54: the run lasts
-#: 35 minutes to pass 100,000.
-LARGE = Run(
+#: 3+ kills, 500 ms skew, partitions, tight limits, >= 100,000 operations: 4 x 256 x 100, and a
+#: replacement process runs its tasks' 100 again). 30 a minute is far less than the tasks ask
+#: for, so most calls are rejected, many from the rejection cache. 256 tasks a process, because
+#: calls on one item queue behind its write in flight (one per item per writer) and a write that
+#: meets faults takes seconds (on 2 busy cores, 16 tasks a process made about 20 operations a
+#: second in all; 256 made 124,981 operations in 1,409 s at load 13: soak-2026-12-02.md).
+LARGE = replace(
+    SMALL,
     seed=30,
     processes=4,
     tasks=256,
-    seconds=2_100,
-    ops=1_000,
+    seconds=2_400,
+    ops=100,
     limits=Limits(rpm=30, period_s=60),
     kills=3,
     partitions=4,
@@ -66,16 +83,17 @@ async def history(run: Run, endpoint: str, workdir: Path) -> tuple[Ran, Checked]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seed", type=int, default=LARGE.seed)
-    parser.add_argument("--seconds", type=float, default=LARGE.seconds)
+    parser.add_argument("--ops", type=int, default=LARGE.ops, help="operations a task")
+    parser.add_argument("--seconds", type=float, default=LARGE.seconds, help="a stall's bound")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--logs", type=Path, default=None, help="keep the histories here")
     args = parser.parse_args()
-    run = replace(LARGE, seed=args.seed, seconds=args.seconds)
+    run = replace(LARGE, seed=args.seed, ops=args.ops, seconds=args.seconds)
     os.environ.update(ISOLATED_AWS_ENV)
     for name in AMBIENT_AWS_VARIABLES:
         os.environ.pop(name, None)
-    print(f"soak: seed {run.seed}, {run.processes} processes x {run.tasks} tasks, "
-          f"{run.seconds:.0f} s at most", flush=True)  # fmt: skip
+    print(f"soak: seed {run.seed}, {run.processes} processes x {run.tasks} tasks x {run.ops} "
+          f"operations, {run.seconds:.0f} s at most", flush=True)  # fmt: skip
     with start_engine(engine="dynamodb-local") as engine, tempfile.TemporaryDirectory() as tmp:
         logs = args.logs or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,9 @@
 
 It opens a `Repository` (a new writer) behind its own fault proxy, with its clock skewed by
 `offset_ms`, runs `tasks` asyncio tasks of `workload.one_op` until each has done `ops` operations
-or the wall clock passes `until`, opens the proxy's partitions on schedule, and logs everything to
-`log` (see workload.py), with a ``stats`` line (faults by kind, undecided writes) every second.
+(or, in a stalled run, the wall clock passes `until`), opens a partition of the proxy when its
+tasks have started the operation count each of `partitions` names, and logs everything to `log`
+(see workload.py), with a ``stats`` line (faults by kind, undecided writes) every second.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ async def connected(settings: dict[str, Any]) -> AsyncIterator[tuple[Any, Reposi
                     endpoint_url=proxy.url,
                     clock=skewed_clock(settings["offset_ms"]),
                     rejection_cache_ttl=settings["rejection_cache_ttl"],
+                    acquire_timeout=settings["acquire_timeout"],
                     client_config=Config(read_timeout=settings["read_timeout"], connect_timeout=1),
                 )
             except RateLimiterUnavailable:
@@ -79,30 +81,31 @@ async def run(settings: dict[str, Any]) -> None:
                            "skewed": cache.skewed_items,
                            "local_rejections": cache.local_rejections})  # fmt: skip
 
+            partitions = [tuple(p) for p in settings["partitions"]]  # (after ops, seconds)
+            started = 0
+
             async def task(index: int) -> None:
+                nonlocal started
                 rng = random.Random(f"{settings['seed']}/{name}/{index}")
                 for op in range(settings["ops"]):
                     if time.time() > until:
                         return
+                    started += 1
+                    while partitions and partitions[0][0] <= started:
+                        proxy.partition(partitions.pop(0)[1])
                     await one_op(limiter, log, f"{name}-{index}-{op}", rng)
                     await asyncio.sleep(rng.uniform(0, settings["pause_s"]))
-
-            async def partitions() -> None:
-                for start, length in settings["partitions"]:
-                    await asyncio.sleep(max(0.0, start - time.time()))
-                    proxy.partition(length)
 
             async def report() -> None:
                 while True:
                     stats()
                     await asyncio.sleep(1.0)
 
-            side = [asyncio.create_task(partitions()), asyncio.create_task(report())]
+            side = asyncio.create_task(report())
             try:
                 await asyncio.gather(*(task(i) for i in range(settings["tasks"])))
             finally:
-                for job in side:
-                    job.cancel()
+                side.cancel()
                 stats()
                 await repo.close()
 

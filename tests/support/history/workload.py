@@ -52,10 +52,7 @@ class Limits:
         return [self._limit("usd", 3 * self.rpm)]
 
     def _limit(self, name: str, capacity: int) -> Limit:
-        if self.period_s == 1:
-            return Limit.per_second(name, capacity)
-        assert self.period_s == 60, self.period_s
-        return Limit.per_minute(name, capacity)
+        return Limit.custom(name, capacity, capacity, self.period_s)
 
     def by_bucket(self) -> dict[str, tuple[int, float]]:
         """Capacity and refill per second of every bucket the run touches."""
