@@ -1,4 +1,5 @@
-"""CPU per call of zae_limiter.http on a real lease and rejection (DynamoDB Local started here).
+"""CPU per call of zae_limiter.integrations.headers on a real lease and rejection (DynamoDB Local
+started here).
 
     .venv/bin/python benchmarks/http_headers_cpu.py
 
@@ -12,7 +13,7 @@ import os
 import time
 
 from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository
-from zae_limiter.http import problem_details, ratelimit_headers
+from zae_limiter.integrations.headers import problem_details, ratelimit_headers
 from zae_limiter.local import LOCAL_REGION, start_engine
 from zae_limiter.local.engine import ISOLATED_AWS_ENV
 

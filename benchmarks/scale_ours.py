@@ -65,7 +65,7 @@ async def _deliver(aggregator: Any, batch: list[dict[str, Any]]) -> list[Any]:
 
 def _consumed(batch: list[dict[str, Any]]) -> dict[str, int]:
     """What the batch's records debited (milli-units, by limit): each counted once."""
-    from zae_limiter import stream_records
+    from zae_limiter.usage import records as stream_records
 
     total: Counter[str] = Counter()
     for raw in batch:
@@ -90,8 +90,8 @@ async def aggregator_batches(
 ) -> list[dict[str, Any]]:
     """Acquires on AGGREGATOR_ENTITIES users make stream records; batches of each size are
     processed by one `Aggregator.process` call each (one invocation), then delivered again."""
-    from zae_limiter import stream_records
     from zae_limiter.local.stream_runner import StreamRunner
+    from zae_limiter.usage import records as stream_records
 
     tables = Tables(Ours(endpoint_url))
     try:

@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from zae_limiter import Limit, RateLimiter, Repository
-from zae_limiter.asgi import RateLimitMiddleware, limiter_lifespan
+from zae_limiter.integrations.asgi import RateLimitMiddleware, limiter_lifespan
 
 LIMITS = [Limit.per_minute("rpm", 10), Limit.per_minute("results", 1_000)]
 

@@ -24,7 +24,7 @@ from aws_lambda_powertools.event_handler import (
 )
 
 from zae_limiter import Limit, SyncLease, SyncRateLimiter
-from zae_limiter.aws_lambda import current_lease, rate_limited
+from zae_limiter.integrations.aws_lambda import current_lease, rate_limited
 
 LIMITS = [Limit.per_minute("rpm", 10), Limit.per_minute("results", 1_000)]
 RESOLVERS = {"rest": APIGatewayRestResolver, "http": APIGatewayHttpResolver, "alb": ALBResolver}

@@ -203,9 +203,9 @@ def test_the_wheel_holds_the_construct_and_both_lambdas(unpacked_wheel: tuple[Pa
         "zae_limiter/py.typed",
         "zae_limiter/cdk/__init__.py",
         "zae_limiter/cdk/construct.py",
-        "zae_limiter/cdk/lambdas/aggregator/handler.py",
-        "zae_limiter/cdk/lambdas/version_record/handler.py",
-        "zae_limiter/cdk/lambdas/version_record/record_writer.py",
+        "zae_limiter/lambdas/aggregator/handler.py",
+        "zae_limiter/lambdas/version_record/handler.py",
+        "zae_limiter/lambdas/version_record/record_writer.py",
     ):
         assert path in names, path
     info = f"zae_limiter-{versioning.LIBRARY_VERSION}.dist-info"

@@ -1,6 +1,7 @@
 """What an admitted lease left on its primary resource, as `LimitStatus` values (no I/O).
 
-The integrations (`zae_limiter.http`, `asgi`, `aws_lambda`) build response headers from this.
+The integrations (`zae_limiter.integrations.headers`, `asgi`, `aws_lambda`) build response
+headers from this.
 It is the one place outside the acquire path that reads a lease's held state; it reads the
 item image the admitting write returned, so it costs no DynamoDB request.
 """

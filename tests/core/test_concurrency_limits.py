@@ -8,7 +8,7 @@ import pytest
 from support.clock import FakeClock
 from support.ratelimit_fields import checked
 from zae_limiter import Limit, RateLimiter, RateLimitExceeded, ValidationError
-from zae_limiter.http import ratelimit_headers
+from zae_limiter.integrations.headers import ratelimit_headers
 
 LLM = [Limit.per_minute("requests", 100), Limit.concurrent("parallel", 2, lease_ttl=30)]
 

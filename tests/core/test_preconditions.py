@@ -23,7 +23,7 @@ from zae_limiter.acquire.lanes import PRUNE_AGE_MS
 from zae_limiter.acquire.planning import MIN_EXPIRY_MS
 from zae_limiter.acquire.skew import MAX_SKEW_MS
 from zae_limiter.dynamo import keys
-from zae_limiter.otel import instrument
+from zae_limiter.integrations.otel import instrument
 
 
 async def open_at(table: TableRef, clock: FakeClock, url: str | None = None) -> Repository:

@@ -23,7 +23,6 @@ from cdk_helpers import (
 from cdk_stacks import SUPPLIED_LAYER_ARN, SUPPLIED_ROLE_ARN, Synthesized
 
 from zae_limiter import audit, schema, versioning
-from zae_limiter.aggregator import AggregatorConfig
 from zae_limiter.cdk.access import NAMESPACE_TAG
 from zae_limiter.cdk.aggregator import (
     METRIC_NAMESPACE,
@@ -32,6 +31,7 @@ from zae_limiter.cdk.aggregator import (
 )
 from zae_limiter.cdk.version_record import RESOURCE_TYPE
 from zae_limiter.dynamo import keys
+from zae_limiter.usage.aggregator import AggregatorConfig
 
 TABLE = "AWS::DynamoDB::Table"
 FUNCTION = "AWS::Lambda::Function"
@@ -196,7 +196,7 @@ def test_aggregator_reads_the_configuration_the_construct_sets(synthesized: Synt
         env = {k: v for k, v in variables.items() if isinstance(v, str)}
         config = AggregatorConfig.from_env(env)
         assert (config.windows, config.default_retention_days) == (windows, days)
-    handler = importlib.import_module("zae_limiter.aggregator_lambda")  # what handler.py re-exports
+    handler = importlib.import_module("zae_limiter.lambdas.aggregator.handler")
     assert (handler.METRIC_NAMESPACE, handler.SERVICE) == (METRIC_NAMESPACE, SERVICE_NAME)
 
 

@@ -45,7 +45,7 @@ class FakeContext:
 
 @pytest.fixture(scope="module")
 def handler() -> Iterator[ModuleType]:
-    module = importlib.import_module("zae_limiter.aggregator_lambda")
+    module = importlib.import_module("zae_limiter.lambdas.aggregator.handler")
     yield module
     if module._aggregator is not None:
         module._loop.run_until_complete(module._aggregator.close())

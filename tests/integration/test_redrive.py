@@ -22,7 +22,7 @@ from zae_limiter import Limit, RateLimiter, Repository
 from zae_limiter.cli import cli
 from zae_limiter.dynamo import codec, keys, transport
 from zae_limiter.local.stream_runner import StreamRunner
-from zae_limiter.redrive import NoDeadLetterQueue, StreamRange, redrive
+from zae_limiter.usage.redrive import NoDeadLetterQueue, StreamRange, redrive
 
 pytestmark = pytest.mark.ddb
 

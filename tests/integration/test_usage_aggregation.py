@@ -19,7 +19,6 @@ from support.clock import FakeClock
 from support.faults import ddb_error, inject
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository, UsageSnapshot, ValidationError
-from zae_limiter.aggregator import ATTEMPTS, AggregatorConfig
 from zae_limiter.dynamo import transport
 from zae_limiter.local.engine import stop_pid
 from zae_limiter.local.stream_runner import (
@@ -28,6 +27,7 @@ from zae_limiter.local.stream_runner import (
     read_status,
     start_aggregator_process,
 )
+from zae_limiter.usage.aggregator import ATTEMPTS, AggregatorConfig
 
 pytestmark = pytest.mark.ddb
 

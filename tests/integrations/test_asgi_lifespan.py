@@ -16,8 +16,8 @@ from support.clock import FakeClock
 from support.faultproxy import fault_proxy
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository
-from zae_limiter.asgi import LIMITER_KEY, RateLimitMiddleware, limiter_lifespan
-from zae_limiter.http import REDUCED_CAPACITY_TYPE
+from zae_limiter.integrations.asgi import LIMITER_KEY, RateLimitMiddleware, limiter_lifespan
+from zae_limiter.integrations.headers import REDUCED_CAPACITY_TYPE
 
 service = load_example("asgi_service")
 KEY = {"X-Api-Key": "key-1"}

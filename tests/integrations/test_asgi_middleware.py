@@ -14,7 +14,7 @@ from support.clock import FakeClock
 from support.ratelimit_fields import checked
 from support.tables import TableRef
 from zae_limiter import Limit, OnUnavailable, RateLimiter, Repository
-from zae_limiter.asgi import LEASE_KEY, RateLimitMiddleware
+from zae_limiter.integrations.asgi import LEASE_KEY, RateLimitMiddleware
 
 service = load_example("asgi_service")
 KEY = {"X-Api-Key": "key-1"}

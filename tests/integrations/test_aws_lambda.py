@@ -26,8 +26,8 @@ from zae_limiter import (
     SyncRateLimiter,
     SyncRepository,
 )
-from zae_limiter.aws_lambda import current_lease, rate_limited
-from zae_limiter.http import REDUCED_CAPACITY_TYPE
+from zae_limiter.integrations.aws_lambda import current_lease, rate_limited
+from zae_limiter.integrations.headers import REDUCED_CAPACITY_TYPE
 
 EVENTS = Path(__file__).resolve().parents[1] / "fixtures" / "lambda_events"
 INTEGRATIONS = {"rest": "apigw_rest.json", "http": "apigw_http.json", "alb": "alb.json"}

@@ -1,4 +1,5 @@
-"""RateLimit headers, problem bodies and `as_dict(public=True)` (zae_limiter.http, §3).
+"""RateLimit headers, problem bodies and `as_dict(public=True)`
+(zae_limiter.integrations.headers, §3).
 
 Every header is read back with a Structured Fields parser and checked against the draft's
 grammar (support/ratelimit_fields.py). Leases come from DynamoDB Local.
@@ -25,7 +26,7 @@ from zae_limiter import (
     ValidationError,
 )
 from zae_limiter.acquire.lease import Ledger, degraded_lease
-from zae_limiter.http import partition_key, problem_details, ratelimit_headers
+from zae_limiter.integrations.headers import partition_key, problem_details, ratelimit_headers
 
 
 async def rejection(limiter: RateLimiter, *args: object, **kwargs: object) -> RateLimitExceeded:

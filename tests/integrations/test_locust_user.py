@@ -1,4 +1,4 @@
-"""The Locust user class (zae_limiter.locust_user) under gevent, on DynamoDB Local.
+"""The Locust user class (zae_limiter.integrations.locust_user) under gevent, on DynamoDB Local.
 
 Locust monkey-patches the process with gevent when imported, so it runs in a subprocess
 (`locust --headless`), never in the test process. Checked by counts: every acquire Locust
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.ddb
 
 USERS = 4
 LOCUSTFILE = """
-from zae_limiter.locust_user import LimiterUser
+from zae_limiter.integrations.locust_user import LimiterUser
 
 class ApiUser(LimiterUser):
     table = {table!r}

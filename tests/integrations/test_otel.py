@@ -1,5 +1,6 @@
-"""zae_limiter.otel with the OpenTelemetry SDK's in-memory exporter and reader, on DynamoDB Local;
-and the import guarantee (no OpenTelemetry module unless asked for), in subprocesses."""
+"""zae_limiter.integrations.otel with the OpenTelemetry SDK's in-memory exporter and reader, on
+DynamoDB Local; and the import guarantee (no OpenTelemetry module unless asked for), in
+subprocesses."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ from zae_limiter import (
     SyncRateLimiter,
     SyncRepository,
 )
-from zae_limiter.asgi import RateLimitMiddleware
-from zae_limiter.otel import TracedRateLimiter, instrument
+from zae_limiter.integrations.asgi import RateLimitMiddleware
+from zae_limiter.integrations.otel import TracedRateLimiter, instrument
 
 
 class Telemetry:
@@ -201,7 +202,9 @@ def _run(code: str) -> str:
 
 def test_importing_the_package_pulls_no_opentelemetry_module() -> None:
     code = (
-        "import sys, zae_limiter, zae_limiter.http, zae_limiter.asgi, zae_limiter.aws_lambda\n"
+        "import sys, zae_limiter\n"
+        "import zae_limiter.integrations.headers, zae_limiter.integrations.asgi\n"
+        "import zae_limiter.integrations.aws_lambda\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )
     assert _run(code) == "[]"
@@ -212,7 +215,7 @@ def test_without_opentelemetry_instrument_is_a_no_op() -> None:
         "import sys\n"
         "sys.modules['opentelemetry'] = None  # as if the extra were not installed\n"
         "from zae_limiter import RateLimiter\n"
-        "from zae_limiter.otel import instrument\n"
+        "from zae_limiter.integrations.otel import instrument\n"
         "limiter = RateLimiter.__new__(RateLimiter)\n"
         "print(instrument(limiter) is limiter)"
     )

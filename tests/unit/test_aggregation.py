@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from zae_limiter import Limit, ValidationError
-from zae_limiter.aggregator import AggregatorConfig, Outcome, _chunks, _Pending
 from zae_limiter.audit import event_item
 from zae_limiter.config import to_params
 from zae_limiter.core.bucket import State
 from zae_limiter.core.images import Stamp
 from zae_limiter.dynamo import bucket_items, codec, keys, snapshot_items
 from zae_limiter.dynamo.snapshot_items import Counts, SnapshotKey
-from zae_limiter.stream_records import (
+from zae_limiter.usage.aggregator import AggregatorConfig, Outcome, _chunks, _Pending
+from zae_limiter.usage.records import (
     MalformedRecord,
     archive_object,
     audit_line,
@@ -31,7 +31,7 @@ from zae_limiter.stream_records import (
     parse_record,
     snapshot_counts,
 )
-from zae_limiter.usage_windows import bounds, from_iso, iso, query_time, window_type
+from zae_limiter.usage.windows import bounds, from_iso, iso, query_time, window_type
 
 NS = "a1b2c3d4e5"
 T0 = 1_767_608_100_000  # 2026-01-05T10:15:00Z

@@ -1,4 +1,5 @@
-"""A full concurrency limit in HTTP answers (zae_limiter.http, docs/concurrency.md): its
+"""A full concurrency limit in HTTP answers (zae_limiter.integrations.headers,
+docs/concurrency.md): its
 `RateLimit-Policy` item is in `concurrent-requests` with no window, the 429 body says the
 violation is about work in flight, and the operator's body names its lease. Pure: the
 rejection is built from statuses as the acquire path reports them."""
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from support.ratelimit_fields import checked
 from zae_limiter import Limit, RateLimitExceeded
-from zae_limiter.http import problem_details, ratelimit_headers
+from zae_limiter.integrations.headers import problem_details, ratelimit_headers
 from zae_limiter.models import LimitStatus
 
 PARALLEL = Limit.concurrent("parallel", 4, lease_ttl=30)

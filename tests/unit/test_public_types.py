@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from zae_limiter import Lease, RateLimiter, SyncLease, SyncRateLimiter
-from zae_limiter.aws_lambda import current_lease
+from zae_limiter.integrations.aws_lambda import current_lease
 
 COST: Mapping[str, int] = MappingProxyType({"rpm": 1})
 ALSO: Mapping[str, Mapping[str, int]] = MappingProxyType({"budget": Counter(units=5)})
@@ -62,7 +62,7 @@ def test_mappings_and_the_lambda_lease_pass_mypy_strict(tmp_path: Path) -> None:
 def test_an_untyped_lease_would_be_caught(tmp_path: Path) -> None:
     """`current_lease()` is not `Any`: a wrong member is an error."""
     source = (
-        "from zae_limiter.aws_lambda import current_lease\n"
+        "from zae_limiter.integrations.aws_lambda import current_lease\n"
         "lease = current_lease()\n"
         "assert lease is not None\n"
         "lease.no_such_member()\n"

@@ -1,10 +1,7 @@
 """Fixtures for the upgrade tests.
 
-library      session: the `zae_limiter` package `upgrade` zips, with its aggregator entry point
-             (`zae_limiter.aggregator_lambda`). While that entry point still lives only in the
-             handler (`zae_limiter/cdk/lambdas/aggregator/handler.py`), this is a copy of the
-             installed package with that handler placed there, i.e. the library as it must ship;
-             once the runtime package holds the entry point, it is the installed package itself.
+library      session: the `zae_limiter` package `upgrade` zips (the installed package, which holds
+             the aggregator entry point `zae_limiter.lambdas.aggregator.handler`).
 use_library  autouse: `upgrade` (function and command) builds its zip from `library`.
 stack        a moto "deployment": a table made by `Repository.create_table`, an aggregator
              function (any zip, handler `handler.handler`) and a version record naming it, at
@@ -13,34 +10,23 @@ stack        a moto "deployment": a table made by `Repository.create_table`, an 
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator, Iterator
 from importlib.resources.abc import Traversable
 from typing import Any
 
 import boto3
 import pytest
-from upgrade_stack import REPO_ROOT, Stack, old_code, put_record
+from upgrade_stack import Stack, old_code, put_record
 
 from support.fixtures import REGION
 from support.tables import TableRef, delete_table_quietly
 from zae_limiter import Repository
 from zae_limiter.upgrade import bundle
 
-CHECKOUT_HANDLER = (
-    REPO_ROOT / "runtime" / "zae_limiter" / "cdk" / "lambdas" / "aggregator" / "handler.py"
-)
-
 
 @pytest.fixture(scope="session")
-def library(tmp_path_factory: pytest.TempPathFactory) -> Traversable:
-    installed = bundle.installed_package()
-    if (installed / f"{bundle.ENTRY_MODULE}.py").is_file():
-        return installed
-    root = tmp_path_factory.mktemp("library") / bundle.PACKAGE
-    shutil.copytree(str(installed), root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copyfile(CHECKOUT_HANDLER, root / f"{bundle.ENTRY_MODULE}.py")
-    return root
+def library() -> Traversable:
+    return bundle.installed_package()
 
 
 @pytest.fixture(autouse=True)

@@ -19,6 +19,7 @@ from zae_limiter.upgrade import UpgradeError, build_aggregator_bundle
 from zae_limiter.upgrade.bundle import (
     DEPENDENCIES,
     ENTRY_MODULE,
+    ENTRY_PATH,
     FILE_MODE,
     LAMBDA_HANDLER,
     PACKAGE,
@@ -54,7 +55,7 @@ def test_the_zip_is_the_package_plus_the_handler_shim(library: Traversable) -> N
     }
     assert "packaging/version.py" in dependencies
     assert set(names) == source_files(Path(str(library))) | dependencies | {SHIM_NAME}
-    assert f"{PACKAGE}/{ENTRY_MODULE}.py" in names
+    assert f"{PACKAGE}/{ENTRY_PATH}" in names
     assert archive.read(SHIM_NAME).decode() == SHIM_SOURCE
     for info in archive.infolist():
         assert (info.date_time, info.external_attr >> 16, info.compress_type) == (
@@ -81,13 +82,13 @@ def test_the_zip_and_its_hash_are_stable(library: Traversable, tmp_path: Path) -
 
 def test_a_package_without_the_entry_point_is_refused(library: Traversable, tmp_path: Path) -> None:
     root = package_copy(library, tmp_path)
-    (root / f"{ENTRY_MODULE}.py").unlink()
+    (root / ENTRY_PATH).unlink()
     with pytest.raises(
         UpgradeError,
         match=re.escape(f"no aggregator entry point ({PACKAGE}.{ENTRY_MODULE} is missing)"),
     ):
         build_aggregator_bundle(root)
-    (root / f"{ENTRY_MODULE}.py").write_text("def process(event, context):\n    return {}\n")
+    (root / ENTRY_PATH).write_text("def process(event, context):\n    return {}\n")
     with pytest.raises(UpgradeError, match="defines no `handler`"):
         build_aggregator_bundle(root)
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import usage_windows as windows
 from .. import validation
 from ..alerts.event import AlertEvent, event_from_item
 from ..dynamo import keys
 from ..schema import PARTITION_KEY, SORT_KEY
+from ..usage import windows
 from .base import AdminBase
 from .usage import MAX_LIMIT, decode_cursor, encode_cursor
 

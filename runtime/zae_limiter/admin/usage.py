@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from .. import usage_windows as windows
 from .. import validation
 from ..core.bucket import MILLI
 from ..dynamo import keys
@@ -25,6 +24,7 @@ from ..dynamo import snapshot_items as snapshots
 from ..errors import ValidationError
 from ..models import UsageSnapshot, UsageSummary
 from ..schema import PARTITION_KEY, SORT_KEY
+from ..usage import windows
 from .base import AdminBase
 
 MAX_LIMIT = 1000

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..core.bucket import MILLI
 from ..dynamo import keys
-from ..usage_windows import iso
+from ..usage.windows import iso
 
 #: `pub` of an alert still to be published (absent: nobody publishes it, e.g. no bus configured).
 UNPUBLISHED = 0

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from ..aggregator_config import DEFAULT_ALERT_RETENTION_DAYS
 from ..dynamo.failures import ConditionFailed
 from ..dynamo.store import Store
+from ..usage.aggregator_settings import DEFAULT_ALERT_RETENTION_DAYS
 from .event import PUBLISHED, UNPUBLISHED, AlertEvent, Crossing, event_from_item
 
 #: Publishes one alert (namespace id, event); raises if it was not accepted.

@@ -20,7 +20,7 @@ from constructs import Construct
 
 from zae_limiter import schema
 from zae_limiter.dynamo import keys
-from zae_limiter.stream_records import ARCHIVE_PREFIX
+from zae_limiter.usage.records import ARCHIVE_PREFIX
 
 from .bundling import RUNTIME, runtime_lambda_code
 from .paths import AGGREGATOR_DIR, HANDLER

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from aws_cdk import Acknowledgment, CfnElement, Stack, Validations
 from constructs import IConstruct
 
-from zae_limiter.stream_records import ARCHIVE_PREFIX
+from zae_limiter.usage.records import ARCHIVE_PREFIX
 
 if TYPE_CHECKING:
     from .construct import ZaeLimiter

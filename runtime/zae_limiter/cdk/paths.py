@@ -10,7 +10,7 @@ import packaging
 CDK_PACKAGE_DIR = Path(__file__).resolve().parent
 #: The runtime package every Lambda bundles (without `CDK_PACKAGE_DIR`: Lambdas never synth).
 RUNTIME_PACKAGE_DIR = CDK_PACKAGE_DIR.parent
-LAMBDAS_DIR = CDK_PACKAGE_DIR / "lambdas"
+LAMBDAS_DIR = RUNTIME_PACKAGE_DIR / "lambdas"
 AGGREGATOR_DIR = LAMBDAS_DIR / "aggregator"
 VERSION_RECORD_DIR = LAMBDAS_DIR / "version_record"
 #: The runtime package's pure-Python dependencies the Lambda runtime lacks (PEP 440 versions;

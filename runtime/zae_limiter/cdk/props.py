@@ -15,7 +15,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 
 from zae_limiter import schema
-from zae_limiter.usage_windows import DEFAULT_WINDOWS, WINDOW_TYPES
+from zae_limiter.usage.windows import DEFAULT_WINDOWS, WINDOW_TYPES
 
 #: Snapshot windows: the defaults are always written (docs/usage.md), others on request.
 REQUIRED_SNAPSHOT_WINDOWS: tuple[str, ...] = DEFAULT_WINDOWS

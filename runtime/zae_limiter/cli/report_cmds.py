@@ -195,7 +195,7 @@ def usage_summary(
 @click.pass_context
 def usage_redrive(ctx: click.Context, dry_run: bool) -> None:
     """Re-apply stream ranges the aggregator sent to its DLQ (within the stream's 24 h)."""
-    from ..redrive import redrive
+    from ..usage.redrive import redrive
 
     settings: Settings = ctx.obj
     report = with_repo(settings, lambda repo: redrive(repo, dry_run=dry_run))

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import usage_windows as windows
 from ..core.bucket import MILLI
 from ..models import UsageSnapshot
+from ..usage import windows
 from . import keys
 
 CONSUMED_PREFIX = "c:"

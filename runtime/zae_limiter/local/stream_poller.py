@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiobotocore.session import get_session
 
-from zae_limiter.aggregator import Aggregator, AggregatorConfig, ArchiveSink
 from zae_limiter.alerts.recorder import AlertSink
 from zae_limiter.dynamo import transport
 from zae_limiter.local.engine import LOCAL_REGION
 from zae_limiter.local.processes import AGGREGATOR_MARKER
-from zae_limiter.stream_records import lambda_record
+from zae_limiter.usage.aggregator import Aggregator, AggregatorConfig, ArchiveSink
+from zae_limiter.usage.records import lambda_record
 from zae_limiter.versioning import LIBRARY_VERSION
 
 if TYPE_CHECKING:

@@ -25,7 +25,9 @@ PACKAGE = "zae_limiter"
 #: Pure-Python packages the runtime package imports that the Lambda runtime does not provide.
 DEPENDENCIES = ("packaging", "cronsim")
 #: The module of the installed package that holds the aggregator's Lambda entry point.
-ENTRY_MODULE = "aggregator_lambda"
+ENTRY_MODULE = "lambdas.aggregator.handler"
+#: Where that module lives inside the package.
+ENTRY_PATH = ENTRY_MODULE.replace(".", "/") + ".py"
 ENTRY_FUNCTION = "handler"
 #: The handler setting of the aggregator function (`<module>.<function>` at the zip's root).
 LAMBDA_HANDLER = "handler.handler"
@@ -76,7 +78,7 @@ def _walk(root: Traversable, prefix: str) -> Iterator[tuple[str, Traversable]]:
 
 
 def _check_entry_point(package: Traversable) -> None:
-    module = package / f"{ENTRY_MODULE}.py"
+    module = package.joinpath(*ENTRY_PATH.split("/"))
     where = f"{PACKAGE}.{ENTRY_MODULE}"
     if not module.is_file():
         raise UpgradeError(

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .usage_windows import DEFAULT_WINDOWS, WINDOW_TYPES
+from .windows import DEFAULT_WINDOWS, WINDOW_TYPES
 
 DEFAULT_ALERT_RETENTION_DAYS = 90
 DEFAULT_MARKER_TTL_HOURS = 72  # longer than the stream's 24 h, so any redelivery finds its marker

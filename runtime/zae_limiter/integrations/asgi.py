@@ -12,17 +12,17 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
-from .errors import (
+from ..errors import (
     PermissionDenied,
     RateLimiterUnavailable,
     RateLimitExceeded,
     ResourceDisabled,
     ValidationError,
 )
-from .http import error_response, ratelimit_headers, resolve_request
-from .limiter import RateLimiter
-from .models import OnUnavailable
-from .repository import Repository
+from ..limiter import RateLimiter
+from ..models import OnUnavailable
+from ..repository import Repository
+from .headers import error_response, ratelimit_headers, resolve_request
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -72,7 +72,7 @@ class RateLimitMiddleware:
     request is not limited; it may also return an awaitable). `consume` and `also` are dicts,
     or callables of the scope returning them. The app reaches the lease at
     `scope["state"]["zae_lease"]` to `adjust()` once the real cost is known. `units` and
-    `pk_secret` are passed to `zae_limiter.http.ratelimit_headers`.
+    `pk_secret` are passed to `zae_limiter.integrations.headers.ratelimit_headers`.
     """
 
     def __init__(
@@ -93,7 +93,7 @@ class RateLimitMiddleware:
         if limiter is not None and not isinstance(limiter, RateLimiter):
             raise TypeError(
                 "RateLimitMiddleware needs an async RateLimiter (SyncRateLimiter is for "
-                "blocking code such as zae_limiter.aws_lambda.rate_limited)"
+                "blocking code such as zae_limiter.integrations.aws_lambda.rate_limited)"
             )
         self.app = app
         self.limiter = limiter
@@ -155,8 +155,9 @@ def _lifespan_limiter(scope: Scope) -> RateLimiter:
             "limiter",
             limiter,
             "RateLimitMiddleware was built without limiter= and the request's state has none: "
-            "serve the app with lifespan=zae_limiter.asgi.limiter_lifespan(...) (and the "
-            "server's lifespan on), or pass limiter=",
+            "serve the app with "
+            "lifespan=zae_limiter.integrations.asgi.limiter_lifespan(...) (and the server's "
+            "lifespan on), or pass limiter=",
         )
     return limiter
 

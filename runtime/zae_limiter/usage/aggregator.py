@@ -34,16 +34,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import stream_records, versioning
-from .aggregator_config import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
-from .aggregator_config import AggregatorConfig as AggregatorConfig
-from .alerts.detect import crossings as alert_crossings
-from .alerts.event import Crossing
-from .alerts.recorder import AlertRecorder, AlertSink
-from .dynamo import keys, snapshot_items, transport
-from .dynamo.snapshot_items import Counts, SnapshotKey
-from .dynamo.store import Store
-from .dynamo.transport import (
+from .. import versioning
+from ..alerts.detect import crossings as alert_crossings
+from ..alerts.event import Crossing
+from ..alerts.recorder import AlertRecorder, AlertSink
+from ..dynamo import keys, snapshot_items, transport
+from ..dynamo.snapshot_items import Counts, SnapshotKey
+from ..dynamo.store import Store
+from ..dynamo.transport import (
     AccessDenied,
     TableMissing,
     TransactionCancelled,
@@ -51,12 +49,15 @@ from .dynamo.transport import (
     Unavailable,
     UnknownOutcome,
 )
-from .errors import IncompatibleSchemaError, InfrastructureNotFoundError
-from .schema import SCHEMA_VERSION
-from .stream_records import BucketChange, MalformedRecord, StreamRecord
-from .usage_windows import bounds
+from ..errors import IncompatibleSchemaError, InfrastructureNotFoundError
+from ..schema import SCHEMA_VERSION
+from . import records as stream_records
+from .aggregator_settings import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
+from .aggregator_settings import AggregatorConfig as AggregatorConfig
+from .records import BucketChange, MalformedRecord, StreamRecord
+from .windows import bounds
 
-log = logging.getLogger("zae_limiter.aggregator")
+log = logging.getLogger("zae_limiter.usage.aggregator")
 
 MAX_TRANSACTION_ITEMS = 100
 ATTEMPTS = 5

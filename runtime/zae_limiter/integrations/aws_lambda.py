@@ -18,12 +18,12 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
-from .acquire.lease import Lease
-from .errors import PermissionDenied, RateLimiterUnavailable, RateLimitExceeded, ResourceDisabled
-from .http import Refusal, error_response, ratelimit_headers, resolve_request
-from .limiter import RateLimiter
-from .sync import SyncRateLimiter
-from .sync_lease import SyncLease
+from ..acquire.lease import Lease
+from ..errors import PermissionDenied, RateLimiterUnavailable, RateLimitExceeded, ResourceDisabled
+from ..limiter import RateLimiter
+from ..sync import SyncRateLimiter
+from ..sync_lease import SyncLease
+from .headers import Refusal, error_response, ratelimit_headers, resolve_request
 
 Event = dict[str, Any]
 Handler = TypeVar("Handler", bound=Callable[..., Any])

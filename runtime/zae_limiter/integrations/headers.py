@@ -19,9 +19,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .connection import system_clock
-from .errors import RateLimiterUnavailable, RateLimitExceeded, ResourceDisabled, ValidationError
-from .lease_view import LimitView, is_lease, primary_limits
+from ..connection import system_clock
+from ..errors import RateLimiterUnavailable, RateLimitExceeded, ResourceDisabled, ValidationError
+from ..lease_view import LimitView, is_lease, primary_limits
 
 PROBLEM_JSON = "application/problem+json"
 QUOTA_EXCEEDED_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"

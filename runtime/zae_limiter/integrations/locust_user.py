@@ -2,7 +2,7 @@
 
 Subclass it in a locustfile and say where and what to acquire (docs/performance.md, "Locust")::
 
-    from zae_limiter.locust_user import LimiterUser
+    from zae_limiter.integrations.locust_user import LimiterUser
 
     class SearchUser(LimiterUser):
         table = "rate_limits"
@@ -29,9 +29,9 @@ from typing import Any, ClassVar, cast
 
 from locust import User, constant, events, task
 
-from .errors import ValidationError, ZAELimiterError
-from .loadtest import is_loopback
-from .sync import SyncRateLimiter, SyncRepository
+from ..errors import ValidationError, ZAELimiterError
+from ..loadtest import is_loopback
+from ..sync import SyncRateLimiter, SyncRepository
 
 
 class LimiterUser(User):

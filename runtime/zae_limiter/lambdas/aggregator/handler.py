@@ -1,6 +1,6 @@
 """Aggregator Lambda: the table's stream -> usage snapshots, metrics and the audit archive.
 
-Thin shell around `zae_limiter.aggregator.Aggregator` (the local stream runner runs the same
+Thin shell around `zae_limiter.usage.aggregator.Aggregator` (the local stream runner runs the same
 code). Powertools: structured JSON logs, CloudWatch EMF metrics (namespace `ZaeLimiter`), and the
 batch processor's partial batch response, so only failed records are retried. DynamoDB is reached
 through a boto3 client (Lambda's runtime has no aiobotocore), wrapped by `dynamo.threaded`.
@@ -36,10 +36,10 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from zae_limiter.aggregator import Aggregator, AggregatorConfig, ArchiveSink, Outcome
 from zae_limiter.alerts.sinks import eventbridge_sink
 from zae_limiter.dynamo.store import Store
 from zae_limiter.dynamo.threaded import client_config, threaded_transport
+from zae_limiter.usage.aggregator import Aggregator, AggregatorConfig, ArchiveSink, Outcome
 
 SERVICE = "zae-limiter-aggregator"
 METRIC_NAMESPACE = "ZaeLimiter"

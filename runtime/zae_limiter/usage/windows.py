@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from .errors import ValidationError
+from ..errors import ValidationError
 
 WindowType = Literal["hourly", "daily", "monthly"]
 WINDOW_TYPES: tuple[WindowType, ...] = ("hourly", "daily", "monthly")

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from . import audit
-from . import usage_windows as windows
-from .dynamo import codec, keys
-from .dynamo.snapshot_items import Counts, SnapshotKey
-from .schema import PARTITION_KEY, SORT_KEY
+from .. import audit
+from ..dynamo import codec, keys
+from ..dynamo.snapshot_items import Counts, SnapshotKey
+from ..schema import PARTITION_KEY, SORT_KEY
+from . import windows
 
 ARCHIVE_PREFIX = "audit"
 TTL_PRINCIPAL = "dynamodb.amazonaws.com"

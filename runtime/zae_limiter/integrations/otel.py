@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from .errors import RateLimitExceeded, ResourceDisabled
-from .http import policy_name
-from .instrumentation import RequestEvent
-from .lease_view import held_amounts, primary_shard, unmetered_resources
-from .limiter import RateLimiter
-from .sync import SyncAcquisition, SyncRateLimiter
-from .syncgen import async_of
+from ..errors import RateLimitExceeded, ResourceDisabled
+from ..instrumentation import RequestEvent
+from ..lease_view import held_amounts, primary_shard, unmetered_resources
+from ..limiter import RateLimiter
+from ..sync import SyncAcquisition, SyncRateLimiter
+from ..syncgen import async_of
+from .headers import policy_name
 
 try:
     from opentelemetry import metrics, trace
@@ -323,7 +323,7 @@ def instrument(
         return limiter
     if trace is None:
         log.warning(
-            "zae_limiter.otel: opentelemetry-api is not installed "
+            "zae_limiter.integrations.otel: opentelemetry-api is not installed "
             "(pip install 'zae-limiter[otel]'); acquire is not traced"
         )
         return limiter

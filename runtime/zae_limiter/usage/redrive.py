@@ -22,12 +22,12 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..errors import ZAELimiterError
 from .aggregator import Aggregator, AggregatorConfig
-from .errors import ZAELimiterError
-from .stream_records import lambda_record
+from .records import lambda_record
 
 if TYPE_CHECKING:
-    from .repository import Repository
+    from ..repository import Repository
 
 #: How long a received message stays hidden while the run lasts (kept ones are shown again at
 #: its end; a run that dies shows them again after this).

@@ -1,0 +1,1 @@
+"""Integrations: HTTP headers, ASGI middleware, Lambda decorator, OpenTelemetry, Locust."""

@@ -1,0 +1,1 @@
+"""Usage metering: the aggregator's stream records, snapshot windows, settings and redrive."""
