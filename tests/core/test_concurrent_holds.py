@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from support.clock import FakeClock
-from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository
+from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository, ValidationError
 from zae_limiter.dynamo import keys
 
 TTL_S = 3
@@ -154,3 +154,30 @@ async def test_a_lease_whose_hold_lapsed_is_told_and_gives_nothing_back_twice(
     assert (await stored(repo))["v"] == 0
     ledger = limiter.repository.scope.admission.ledger
     assert not ledger.holding()  # nothing left to renew
+
+
+async def test_sharding_stops_before_a_share_of_max_in_flight_falls_below_one(
+    open_repo: Any, clock: FakeClock
+) -> None:
+    """Spec §5.19: a hot bucket splits until its concurrency limit's share would fall below 1
+    (2 shards for max_in_flight=2), and pre-splitting further is a ValidationError naming the
+    fix. The same traffic on a rate limit alone splits past 2 (the floor is what stops it)."""
+    repo = await open_repo(split_writes_per_second=5)
+    repo._admission.rate_window_ms = 3_000
+    limiter = RateLimiter(repo)
+    await limiter.set_resource_defaults("llm", [Limit.per_minute("rpm", 1_000_000)])
+    await limiter.set_limits("u1", [*parallel(2), Limit.per_minute("rpm", 1_000_000)], "llm")
+    for entity in ("u1", "u2"):  # u2: the rate limit alone
+        for _ in range(12 * 30):  # twelve seconds at 30 writes a second, one at a time
+            async with limiter.acquire(entity, "llm", {"rpm": 1}):
+                pass
+            clock.advance(33)
+            await repo._admission.settle_splits()
+    assert {b.shard_count for b in await repo.get_buckets("u1", "llm")} == {2}
+    assert min(b.shard_count for b in await repo.get_buckets("u2", "llm")) > 2
+    assert await repo._admission.split("u1", "llm", 2) == 2  # refused at the transaction too
+    with pytest.raises(ValidationError, match=r"at most 2 shards.*max_in_flight to at least 4"):
+        await repo.set_shards("u1", "llm", 4)
+    one, two = (limiter.acquire("u1", "llm", {"parallel": 1}) for _ in range(2))
+    async with one, two:  # a shard each: 2 at once, a third refused
+        assert await refused(limiter)
