@@ -28,6 +28,8 @@ async def stored(repo: Repository, entity: str = "u1") -> dict[str, Any]:
         Key={"PK": {"S": key["PK"]}, "SK": {"S": key["SK"]}},
         ConsistentRead=True,
     )
+    if "Item" not in raw:  # never written
+        return {"v": 0, "h": {}}
     limit = raw["Item"]["L"]["M"]["parallel"]["M"]
     return {
         "v": int(limit["v"]["N"]),
@@ -181,3 +183,36 @@ async def test_sharding_stops_before_a_share_of_max_in_flight_falls_below_one(
     one, two = (limiter.acquire("u1", "llm", {"parallel": 1}) for _ in range(2))
     async with one, two:  # a shard each: 2 at once, a third refused
         assert await refused(limiter)
+
+
+async def test_an_organisation_wide_cap_holds_child_and_org_all_or_none(
+    limiter: RateLimiter, repo: Repository
+) -> None:
+    """Cascade: each member holds against its own cap and the organisation's, in one write; a
+    refusal by either debits neither, and every exit (normal or refunded) gives back both."""
+    await limiter.create_entity(entity_id="org")
+    for member in ("u1", "u2"):
+        await limiter.create_entity(entity_id=member, parent_id="org")
+        await limiter.set_limits(member, parallel(2), resource="llm")
+    await limiter.set_limits("org", parallel(3), resource="llm")
+    await repo.set_resource_cascade("llm", True)
+
+    async def held() -> dict[str, int]:
+        return {e: (await stored(repo, e))["v"] // 1000 for e in ("u1", "u2", "org")}
+
+    a = limiter.acquire("u1", "llm", {"parallel": 2})
+    await a.__aenter__()
+    assert await refused(limiter)  # u1's own cap; the organisation has room for one more
+    assert await held() == {"u1": 2, "u2": 0, "org": 2}
+    b = limiter.acquire("u2", "llm", {"parallel": 1})
+    await b.__aenter__()
+    with pytest.raises(RateLimitExceeded) as full:  # u2 has room, the organisation does not
+        async with limiter.acquire("u2", "llm", {"parallel": 1}):
+            pass
+    assert [s.entity_id for s in full.value.statuses if s.exceeded] == ["org"]
+    assert await held() == {"u1": 2, "u2": 1, "org": 3}
+    await a.__aexit__(None, None, None)
+    await b.__aexit__(RuntimeError, RuntimeError("work failed"), None)
+    assert await held() == {"u1": 0, "u2": 0, "org": 0}
+    async with limiter.acquire("u2", "llm", {"parallel": 2}):  # the org's room is back
+        assert await held() == {"u1": 0, "u2": 2, "org": 2}
