@@ -216,3 +216,38 @@ async def test_an_organisation_wide_cap_holds_child_and_org_all_or_none(
     assert await held() == {"u1": 0, "u2": 0, "org": 0}
     async with limiter.acquire("u2", "llm", {"parallel": 2}):  # the org's room is back
         assert await held() == {"u1": 0, "u2": 2, "org": 2}
+
+
+async def test_a_consume_after_the_hold_lapsed_holds_anew_and_exit_gives_back_only_that(
+    open_repo: Any, clock: FakeClock
+) -> None:
+    """A lease whose hold was freed by another writer takes more with `consume()`: that lands on
+    the process's new entry (beside another lease's hold there), and the exit gives back only
+    the lease's part of that entry: never what was freed already, never the other lease's part;
+    nothing stays held and nothing is left for the process to renew."""
+    limiter = RateLimiter(await open_repo(rejection_cache_ttl=0))
+    other = RateLimiter(await open_repo(rejection_cache_ttl=0))
+    await limiter.set_resource_defaults("llm", parallel(3))
+    limiter.repository.scope.admission.renewals.stop()  # its renewals fail
+    repo = other.repository
+    acquisition = limiter.acquire("u1", "llm", {"parallel": 1})
+    lease = await acquisition.__aenter__()
+    async with other.acquire("u1", "llm", {"parallel": 0}):  # `other` sees the hold ...
+        pass
+    clock.advance(TTL_MS + TTL_MS // 3 + 1)  # ... unrenewed for over a lease_ttl
+    async with other.acquire("u1", "llm", {"parallel": 1}):  # frees the lapsed hold, holds 1
+        assert lease.hold_lost is True
+        assert (await stored(repo))["v"] == 1000
+        async with limiter.acquire("u1", "llm", {"parallel": 1}):  # the process's new entry
+            await lease.consume(parallel=1)  # lands on that entry too: 3 held
+            assert (await stored(repo))["v"] == 3000
+            assert lease.consumed == {"parallel": 2}  # what the lease took, freed part included
+            assert lease.hold_lost is True  # it was lost, whatever it holds now
+            await acquisition.__aexit__(None, None, None)
+            mid = await stored(repo)
+            assert mid["v"] == 2000  # the lease's 1 on the new entry came back, no more
+            assert sorted(v for v in mid["h"].values() if v) == [1000, 1000]
+        assert (await stored(repo))["v"] == 1000  # other's hold stays
+    final = await stored(repo)
+    assert final["v"] == 0 and sum(final["h"].values()) == 0
+    assert not limiter.repository.scope.admission.ledger.holding()
