@@ -460,6 +460,13 @@ def markdown(
         from benchmarks import outage
 
         parts += ["## Outages (ours, deadlines 0.2 s and 1 s)", outage.section(results["outage"])]
+    if "concurrency" in results:
+        from benchmarks import concurrency_cpu
+
+        parts += [
+            "## A concurrency limit against a rate limit (ours, client CPU)",
+            concurrency_cpu.section(results["concurrency"]),
+        ]
     parts += report_scale.sections(results, scale_plots or {})
     return "\n\n".join(parts) + "\n"
 

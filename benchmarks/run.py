@@ -16,7 +16,10 @@ happens, and drives the workers in turn:
 4. hot: one hot item far below its limit, 1 to 64 tasks;
 5. outage: benchmarks/outage.py on an engine of its own (ours only: 0.17.0 has no deadline),
    time per acquire per outage shape, deadline and mode, and what is left after the drain;
-6. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
+6. concurrency: benchmarks/concurrency_cpu.py on an engine of its own (ours only), client CPU of
+   a warm call with a concurrency limit against one with a rate limit, alternated, 2 RT and
+   2 WCU per call asserted (acceptance: within 5 %);
+7. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
    entities, hot_procs, hot_org, aggregator, manifest.
 
 Writes benchmarks/results/<date>[-quick].json, .md and -latency.png (benchmarks/report.py).
@@ -41,7 +44,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from benchmarks import outage, report, run_scale, stats
+from benchmarks import concurrency_cpu, outage, report, run_scale, stats
 from benchmarks.scenarios import CONTENTION_KINDS, HOT_TASKS, TIMING_CASES
 from benchmarks.targets import COST_ROWS, check
 from zae_limiter.local.engine import AMBIENT_AWS_VARIABLES, ISOLATED_AWS_ENV
@@ -51,7 +54,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 THEIRS_VERSION = "0.17.0"
 THEIRS_VENV = ROOT / "benchmarks" / f".venv-{THEIRS_VERSION}"
 IMPLS = ("ours", "theirs")
-ALL_PHASES = ("costs", "timing", "contention", "hot", "outage", *run_scale.PHASES)
+ALL_PHASES = ("costs", "timing", "contention", "hot", "outage", "concurrency", *run_scale.PHASES)
 
 #: The same local credentials for both workers (DynamoDB Local wants an alphanumeric key id).
 LOCAL_ENV = {**ISOLATED_AWS_ENV, "PYTHONUNBUFFERED": "1"}
@@ -485,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
             run_hot(workers, 1.0, (1, 32)) if args.quick else run_hot(workers)
         ),
         "outage": lambda workers, _: outage.bench_phase(20 if args.quick else 40),
+        "concurrency": lambda workers, _: (
+            concurrency_cpu.bench_phase(3, 200) if args.quick else concurrency_cpu.bench_phase()
+        ),
         **run_scale.phases(scale_plan, log),
     }
     results["meta"]["load_before"] = {}

@@ -88,3 +88,14 @@ def test_the_outage_phase_names_the_rows_above_the_deadline() -> None:
     text = outage.section({"calls": 40, "load_before": 1.0, "rows": [row, late], "missed": missed})
     assert "p99 above the deadline + 50 ms in stopped 0.2 s BLOCK" in text
     assert "| hold | 0.2 s | BLOCK | 201.0 | 249.0 |" in text
+
+
+def test_the_concurrency_phase_alternates_and_asserts_one_write_each_way() -> None:
+    from benchmarks import concurrency_cpu, run
+
+    assert "concurrency" in run.ALL_PHASES
+    result = concurrency_cpu.bench_phase(rounds=2, calls=10)
+    assert result["per_call"] == {k: {"requests": 2.0, "wcu": 2.0} for k in ("rate", "held")}
+    assert [len(result["cpu_us"][k]) for k in ("rate", "held")] == [2, 2]
+    text = concurrency_cpu.section({**result, "median_ratio": 1.2})
+    assert "1.200 x the client CPU" in text and "NOT within 5 %" in text

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from support.clock import FakeClock
-from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository
+from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository, ValidationError
 from zae_limiter.dynamo import keys
 
 TTL_S = 3
@@ -28,6 +28,8 @@ async def stored(repo: Repository, entity: str = "u1") -> dict[str, Any]:
         Key={"PK": {"S": key["PK"]}, "SK": {"S": key["SK"]}},
         ConsistentRead=True,
     )
+    if "Item" not in raw:  # never written
+        return {"v": 0, "h": {}}
     limit = raw["Item"]["L"]["M"]["parallel"]["M"]
     return {
         "v": int(limit["v"]["N"]),
@@ -154,3 +156,98 @@ async def test_a_lease_whose_hold_lapsed_is_told_and_gives_nothing_back_twice(
     assert (await stored(repo))["v"] == 0
     ledger = limiter.repository.scope.admission.ledger
     assert not ledger.holding()  # nothing left to renew
+
+
+async def test_sharding_stops_before_a_share_of_max_in_flight_falls_below_one(
+    open_repo: Any, clock: FakeClock
+) -> None:
+    """Spec §5.19: a hot bucket splits until its concurrency limit's share would fall below 1
+    (2 shards for max_in_flight=2), and pre-splitting further is a ValidationError naming the
+    fix. The same traffic on a rate limit alone splits past 2 (the floor is what stops it)."""
+    repo = await open_repo(split_writes_per_second=5)
+    repo._admission.rate_window_ms = 3_000
+    limiter = RateLimiter(repo)
+    await limiter.set_resource_defaults("llm", [Limit.per_minute("rpm", 1_000_000)])
+    await limiter.set_limits("u1", [*parallel(2), Limit.per_minute("rpm", 1_000_000)], "llm")
+    for entity in ("u1", "u2"):  # u2: the rate limit alone
+        for _ in range(12 * 30):  # twelve seconds at 30 writes a second, one at a time
+            async with limiter.acquire(entity, "llm", {"rpm": 1}):
+                pass
+            clock.advance(33)
+            await repo._admission.settle_splits()
+    assert {b.shard_count for b in await repo.get_buckets("u1", "llm")} == {2}
+    assert min(b.shard_count for b in await repo.get_buckets("u2", "llm")) > 2
+    assert await repo._admission.split("u1", "llm", 2) == 2  # refused at the transaction too
+    with pytest.raises(ValidationError, match=r"at most 2 shards.*max_in_flight to at least 4"):
+        await repo.set_shards("u1", "llm", 4)
+    one, two = (limiter.acquire("u1", "llm", {"parallel": 1}) for _ in range(2))
+    async with one, two:  # a shard each: 2 at once, a third refused
+        assert await refused(limiter)
+
+
+async def test_an_organisation_wide_cap_holds_child_and_org_all_or_none(
+    limiter: RateLimiter, repo: Repository
+) -> None:
+    """Cascade: each member holds against its own cap and the organisation's, in one write; a
+    refusal by either debits neither, and every exit (normal or refunded) gives back both."""
+    await limiter.create_entity(entity_id="org")
+    for member in ("u1", "u2"):
+        await limiter.create_entity(entity_id=member, parent_id="org")
+        await limiter.set_limits(member, parallel(2), resource="llm")
+    await limiter.set_limits("org", parallel(3), resource="llm")
+    await repo.set_resource_cascade("llm", True)
+
+    async def held() -> dict[str, int]:
+        return {e: (await stored(repo, e))["v"] // 1000 for e in ("u1", "u2", "org")}
+
+    a = limiter.acquire("u1", "llm", {"parallel": 2})
+    await a.__aenter__()
+    assert await refused(limiter)  # u1's own cap; the organisation has room for one more
+    assert await held() == {"u1": 2, "u2": 0, "org": 2}
+    b = limiter.acquire("u2", "llm", {"parallel": 1})
+    await b.__aenter__()
+    with pytest.raises(RateLimitExceeded) as full:  # u2 has room, the organisation does not
+        async with limiter.acquire("u2", "llm", {"parallel": 1}):
+            pass
+    assert [s.entity_id for s in full.value.statuses if s.exceeded] == ["org"]
+    assert await held() == {"u1": 2, "u2": 1, "org": 3}
+    await a.__aexit__(None, None, None)
+    await b.__aexit__(RuntimeError, RuntimeError("work failed"), None)
+    assert await held() == {"u1": 0, "u2": 0, "org": 0}
+    async with limiter.acquire("u2", "llm", {"parallel": 2}):  # the org's room is back
+        assert await held() == {"u1": 0, "u2": 2, "org": 2}
+
+
+async def test_a_consume_after_the_hold_lapsed_holds_anew_and_exit_gives_back_only_that(
+    open_repo: Any, clock: FakeClock
+) -> None:
+    """A lease whose hold was freed by another writer takes more with `consume()`: that lands on
+    the process's new entry (beside another lease's hold there), and the exit gives back only
+    the lease's part of that entry: never what was freed already, never the other lease's part;
+    nothing stays held and nothing is left for the process to renew."""
+    limiter = RateLimiter(await open_repo(rejection_cache_ttl=0))
+    other = RateLimiter(await open_repo(rejection_cache_ttl=0))
+    await limiter.set_resource_defaults("llm", parallel(3))
+    limiter.repository.scope.admission.renewals.stop()  # its renewals fail
+    repo = other.repository
+    acquisition = limiter.acquire("u1", "llm", {"parallel": 1})
+    lease = await acquisition.__aenter__()
+    async with other.acquire("u1", "llm", {"parallel": 0}):  # `other` sees the hold ...
+        pass
+    clock.advance(TTL_MS + TTL_MS // 3 + 1)  # ... unrenewed for over a lease_ttl
+    async with other.acquire("u1", "llm", {"parallel": 1}):  # frees the lapsed hold, holds 1
+        assert lease.hold_lost is True
+        assert (await stored(repo))["v"] == 1000
+        async with limiter.acquire("u1", "llm", {"parallel": 1}):  # the process's new entry
+            await lease.consume(parallel=1)  # lands on that entry too: 3 held
+            assert (await stored(repo))["v"] == 3000
+            assert lease.consumed == {"parallel": 2}  # what the lease took, freed part included
+            assert lease.hold_lost is True  # it was lost, whatever it holds now
+            await acquisition.__aexit__(None, None, None)
+            mid = await stored(repo)
+            assert mid["v"] == 2000  # the lease's 1 on the new entry came back, no more
+            assert sorted(v for v in mid["h"].values() if v) == [1000, 1000]
+        assert (await stored(repo))["v"] == 1000  # other's hold stays
+    final = await stored(repo)
+    assert final["v"] == 0 and sum(final["h"].values()) == 0
+    assert not limiter.repository.scope.admission.ledger.holding()

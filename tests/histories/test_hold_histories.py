@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from support.faultproxy import KINDS
-from support.history.hold_checker import check_holds
+from support.history.hold_checker import HoldHistory, check_holds
 from support.history.runner import Run, run_workers, worker_errors
 from support.history.workload import Limits
 from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository
@@ -25,7 +28,7 @@ HOLDS = Run(
     ops=1_000,
     limits=Limits(rpm=1, period_s=1),  # unused by the hold workload
     rate=0.2,
-    kills=2,
+    kills=4,  # a victim holds no lease at times (one process often holds the cap): 4 kills
     kill_window=(0.5, 0.8),  # once every process is under way (starting one takes seconds)
     kill_by="seconds",  # the hold worker logs holds, not invocations
     skew_ms=200,
@@ -36,6 +39,12 @@ HOLDS = Run(
     worker="support.history.hold_worker",
     extra=(("lease_ttl", TTL_S),),
 )
+
+
+#: The same with one 2 s network partition per process (a lease_ttl: a partitioned process's
+#: holds lapse) at a drawn number of started operations; fewer operations per task, so that the
+#: partitions fall inside the run.
+PARTITIONED = replace(HOLDS, seed=33, ops=100, partitions=1, partition_s=2.0)
 
 
 async def held_after(repo: Repository) -> tuple[int, dict[str, int]]:
@@ -49,10 +58,24 @@ async def held_after(repo: Repository) -> tuple[int, dict[str, int]]:
     return int(limit["v"]["N"]), {k: int(v["N"]) for k, v in limit["h"]["M"].items()}
 
 
+def report(checked: HoldHistory, kills: int) -> None:
+    """Operations, kills, faults, partitions, and the dead holds' recovery against its bound."""
+    operations = sum(checked.outcomes.values())
+    timed = [r for r in checked.recoveries if r.freed is not None and r.bound is not None]
+    past_expiry = max((r.freed - r.expiry for r in timed if r.freed), default=0.0)
+    before_bound = min((r.bound - r.freed for r in timed if r.bound and r.freed), default=0.0)
+    print(f"holds history: {operations} operations {dict(checked.outcomes)}, {kills} kills, "
+          f"faults {dict(checked.faults)}, {checked.partitions} partitions; "
+          f"{len(checked.recoveries)} dead entries, {len(timed)} timed: freed at most "
+          f"{past_expiry:.2f} s past their expiry, at least {before_bound:.2f} s before their "
+          f"bound (lease_ttl + one write)")  # fmt: skip
+
+
+@pytest.mark.parametrize("run", [HOLDS, PARTITIONED], ids=["faults", "partitions"])
 async def test_holds_never_exceed_max_in_flight_through_kills_and_faults(
-    ddb_endpoint: str, tmp_path: Path
+    ddb_endpoint: str, tmp_path: Path, run: Run
 ) -> None:
-    table = f"holds-{HOLDS.seed}-{int(time.time())}"
+    table = f"holds-{run.seed}-{int(time.time())}"
     await Repository.create_table(table=table, endpoint_url=ddb_endpoint)
     admin = await Repository.open(table=table, endpoint_url=ddb_endpoint, rejection_cache_ttl=0)
     try:
@@ -60,16 +83,18 @@ async def test_holds_never_exceed_max_in_flight_through_kills_and_faults(
         await limiter.set_resource_defaults(
             "llm", [Limit.concurrent("parallel", CAP, lease_ttl=TTL_S)]
         )
-        ran = await asyncio.to_thread(run_workers, HOLDS, ddb_endpoint, table, tmp_path)
-        checked = check_holds(ran.logs, CAP)
-        operations = sum(checked.outcomes.values())
-        print(f"holds history: {operations} operations {dict(checked.outcomes)}, "
-              f"{ran.kills} kills, faults {dict(checked.faults)}")  # fmt: skip
+        ran = await asyncio.to_thread(run_workers, run, ddb_endpoint, table, tmp_path)
+        checked = check_holds(ran.logs, CAP, TTL_S)
+        report(checked, ran.kills)
         assert worker_errors(ran) == []
         assert checked.over == [] and checked.max_held == CAP  # the cap bound, and was reached
-        assert ran.kills == 2 and checked.outcomes["refused"] > 0
+        assert ran.kills == run.kills and checked.outcomes["refused"] > 0
         assert checked.outcomes["open at kill"] > 0  # killed processes left holds behind
         assert all(checked.faults[kind] > 0 for kind in KINDS), checked.faults
+        # Every entry a killed process left is gone from each write past its bound (an entry
+        # with no write late enough to time it is freed by the whole-cap acquire below).
+        assert checked.recoveries and [r for r in checked.recoveries if r.late] == []
+        assert (checked.partitions > 0) == (run.partitions > 0)
         # A new writer takes the whole cap once the holds left behind have lapsed: it sees
         # them on its first refused write and frees them a lease_ttl later.
         started, attempts = time.monotonic(), 0

@@ -253,3 +253,17 @@ def test_a_concurrency_limit_splits_only_while_nothing_is_held() -> None:
     held = State(v=MILLI, holds=(Hold("a.1", MILLI, 9),))
     old, _ = split_limit(params, held, 5, WHOLE)
     assert not all(guard.value == held.v for guard in old.guards)  # refused while held
+
+
+def test_a_concurrency_limit_is_never_split_below_one_unit_a_shard() -> None:
+    """Spec §5.19: sharding divides max_in_flight like a capacity and stops before a shard's
+    share of it would fall below 1 (whole-unit halving: at most max_in_flight shards)."""
+    from zae_limiter.core.shard_split import too_small_to_double
+
+    rpm = Params("rpm", Kind.RATE, 10 * MILLI, 10 * MILLI, 60_000)
+    assert too_small_to_double([rpm, parallel(4)], 1) is None  # 2 shards: 2 + 2
+    assert too_small_to_double([rpm, parallel(4)], 2) is None  # 4 shards: 1 each
+    assert too_small_to_double([rpm, parallel(4)], 4) == parallel(4)  # 8 would leave 0s
+    assert too_small_to_double([rpm, parallel(3)], 2) == parallel(3)  # 4: 1, 1, 1, 0
+    assert too_small_to_double([rpm, parallel(1)], 1) == parallel(1)
+    assert too_small_to_double([rpm], 16) is None  # only concurrency limits stop a split

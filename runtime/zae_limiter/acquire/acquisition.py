@@ -82,6 +82,7 @@ class Acquisition:
         self.ledger = Ledger({})
         self.mode = OnUnavailable.BLOCK
         self.timeout = timeout
+        self.moved_hold = False  # a hold was lost and taken again: hold_lost stays True
         self.pending = self.scope.shared.pending
 
     def _describe(self, message: str, cause: BaseException) -> RateLimiterUnavailable:
@@ -199,10 +200,24 @@ class Acquisition:
             for entry in entries:
                 if _same(entry, new.target):
                     entry.target = replace(entry.target, image=new.target.image)
+                    self._hold_moved(entry, new)
                     apply_to_debited(entry, new.debited)
                     entry.periods.update(new.periods)
         for name, amount in amounts.items():
             hold.consumed[name] = hold.consumed.get(name, 0) + amount
+
+    def _hold_moved(self, entry: Landed, new: Landed) -> None:
+        """More held on a new entry because the lease's was lost (a new entry is started only
+        then): the lost part is forgotten, so the exit gives back only what the new entry holds
+        for this lease, never what another writer freed already nor another lease's part."""
+        item = item_key(entry.target.image)
+        for name, key in new.held.items():
+            old = entry.held.get(name)
+            if old is not None and old != key:
+                self.admission.ledger.forget(item, name, old, entry.debited.get(name, 0))
+                entry.debited[name] = 0
+                self.moved_hold = True
+            entry.held[name] = key
 
     def now(self) -> int:
         return self.clock()
@@ -215,7 +230,7 @@ class Acquisition:
     def hold_lost(self, holds: dict[str, ResourceHold]) -> bool:
         """Whether an entry a concurrency hold of these was taken on is lost (core.hold_ledger)."""
         ledger, now = self.admission.ledger, self.clock()
-        return any(
+        return self.moved_hold or any(
             not ledger.holds(item_key(entry.target.image), name, key, now)
             for entry in landed_items(holds)
             for name, key in entry.held.items()

@@ -18,7 +18,7 @@ from ..caches import BoundedDict, ImageCache
 from ..core import bucket
 from ..core.bucket import LimitWrite, Slot, State
 from ..core.images import BucketImage, Stamp
-from ..core.shard_split import split_limit
+from ..core.shard_split import split_limit, too_small_to_double
 from . import planning
 from .store import ShardSplit
 from .values import Target
@@ -175,7 +175,11 @@ class SplitDetector:
             return False
         self._rates[key] = _Rate(image.writes, image.written_at, shards)
         rate = (image.writes - first.writes) * 1000 / elapsed
-        return rate > self.threshold and shards < MAX_SHARDS
+        return (
+            rate > self.threshold
+            and shards < MAX_SHARDS
+            and too_small_to_double(image.stamp.limits, shards) is None
+        )
 
 
 def split_parts(

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from ..caches import ImageCache
 from ..core.bucket import LimitWrite
 from ..core.images import BucketImage, Evidence, Stamp, new_op_id
+from ..core.shard_split import too_small_to_double
 from . import lanes as lanes_
 from . import planning
 from .deadlines import Backoff
@@ -306,6 +307,8 @@ class Waves:
             current = found.get(0)
             if current is None or current.stamp.shards != shards:
                 return current.stamp.shards if current else shards
+            if too_small_to_double(current.stamp.limits, shards) is not None:
+                return shards  # a concurrency limit's share would fall below one unit
             parts = split_parts(current, found, self.clock(), self.maker)
             more = await extra(shards * 2) if extra is not None else []
             try:

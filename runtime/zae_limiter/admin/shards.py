@@ -8,6 +8,9 @@ from typing import Any
 from .. import validation
 from ..acquire.shards import MAX_SHARDS
 from ..acquire.values import ItemChanged, RulesChanged, Unavailable, failed_below
+from ..core.images import Stamp
+from ..core.shard_split import too_small_to_double
+from ..core.shares import MILLI
 from ..dynamo.transport import DynamoError
 from ..errors import RateLimiterUnavailable, ValidationError
 from ..models import AuditAction
@@ -33,10 +36,12 @@ class ShardsMixin(AdminBase):
                 "count", count, f"must be one of {', '.join(map(str, SHARD_COUNTS))}"
             )
         try:
-            shards = before = await self._bucket_shards(entity_id, resource)
+            stamp = await self._bucket_stamp(entity_id, resource)
+            shards = before = stamp.shards
             for _ in range(MAX_ATTEMPTS * len(SHARD_COUNTS)):
                 if shards >= count:
                     return shards
+                _refuse_below_one_unit(stamp, shards, count)
                 last = shards * 2 >= count
                 doubled = await self._admission.split(
                     entity_id,
@@ -44,9 +49,10 @@ class ShardsMixin(AdminBase):
                     shards,
                     self._sharded_event(entity_id, resource, before, principal) if last else None,
                 )
-                shards = (
-                    doubled if doubled != shards else await self._bucket_shards(entity_id, resource)
-                )
+                if doubled == shards:
+                    stamp = await self._bucket_stamp(entity_id, resource)
+                    doubled = stamp.shards
+                shards = doubled
         except (DynamoError, Unavailable) as failure:
             exc = failed_below(failure)
             raise RateLimiterUnavailable(
@@ -66,8 +72,9 @@ class ShardsMixin(AdminBase):
             resource=resource,
         )
 
-    async def _bucket_shards(self, entity_id: str, resource: str) -> int:
-        """The bucket's shard count, creating the bucket (one shard, full) if it is absent."""
+    async def _bucket_stamp(self, entity_id: str, resource: str) -> Stamp:
+        """The bucket's stamp (its limits, its shard count), creating the bucket (one shard,
+        full) if it is absent."""
         for _ in range(MAX_ATTEMPTS):
             try:
                 loaded = await self._admission.load(entity_id, [resource], "entity", None)
@@ -81,7 +88,7 @@ class ShardsMixin(AdminBase):
                     f"has no limits for {entity_id!r} (unmetered): there is no bucket to split",
                 )
             if target.exists:
-                return target.stamp.shards
+                return target.stamp
             try:
                 await self._admission.create(target)
             except (ItemChanged, Unavailable):
@@ -109,3 +116,18 @@ class ShardsMixin(AdminBase):
             return [{"Put": {"Item": item}}]
 
         return event
+
+
+def _refuse_below_one_unit(stamp: Stamp, shards: int, count: int) -> None:
+    """A ValidationError when doubling `shards` would give a concurrency limit a shard share
+    below one unit (spec §5.19), naming the most shards it allows and the fix."""
+    small = too_small_to_double(stamp.limits, shards)
+    if small is None:
+        return
+    units = small.capacity // MILLI
+    raise ValidationError(
+        "count",
+        count,
+        f"splits concurrency limit {small.name!r} (max_in_flight={units}) below one unit per "
+        f"shard: ask for at most {shards} shards, or raise its max_in_flight to at least {count}",
+    )

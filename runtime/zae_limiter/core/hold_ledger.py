@@ -47,6 +47,8 @@ class Ledger:
         self.ttls: dict[Slot, int] = {}  # each slot's lease_ttl (ms), as last planned
         #: told (entry, expiry) of every entry a landed write set (a history's log)
         self.on_written: Callable[[str, int], None] | None = None
+        #: told (planned at, received at, keys present) of every landed write (a history's log)
+        self.on_landed: Callable[[int, int, list[str]], None] | None = None
 
     def _live(self, slot: Slot, now: int) -> list[Entry]:
         out = []
@@ -160,6 +162,8 @@ class Ledger:
                 self.on_written(key, change.expiry)
         if change.key:
             entries[change.key].amount += change.add
+        if self.on_landed is not None:
+            self.on_landed(now, received_at, [h.key for h in seen])
         self.saw(item, limit, seen, received_at)
 
     def saw(self, item: Hashable, limit: str, seen: tuple[Hold, ...], received_at: int) -> None:

@@ -13,16 +13,30 @@ while the sibling opens it too (docs/sharding.md, "A split racing the old layout
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from .bucket import Guard, Kind, LimitWrite, Params, State, period_not_opened, view
-from .shares import Slot, halves, split_balance
+from .shares import MILLI, Slot, halves, share, split_balance
 
 
 def siblings(slot: Slot) -> tuple[Slot, Slot]:
     """The two shards `slot` becomes when its bucket's shard count doubles."""
     doubled = slot.count * 2
     return Slot(slot.index, doubled), Slot(slot.index + slot.count, doubled)
+
+
+def too_small_to_double(limits: Iterable[Params], shards: int) -> Params | None:
+    """The concurrency limit that a bucket of `shards` shards cannot be split for, because a
+    shard of twice as many would hold a share below one unit (spec §5.19: the split stops
+    there); None when every limit allows the doubling."""
+    doubled = Slot(0, shards * 2).all()
+    for params in limits:
+        if params.kind == Kind.CONCURRENT and any(
+            share(params.capacity, slot) < MILLI for slot in doubled
+        ):
+            return params
+    return None
 
 
 def split_limit(params: Params, state: State, now: int, slot: Slot) -> tuple[LimitWrite, State]:

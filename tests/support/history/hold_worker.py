@@ -5,8 +5,11 @@ Like `worker`, behind its own fault proxy with a skewed clock, but each task tak
 unit of a concurrency limit, holds it for a random time up to 1.5 x lease_ttl, and exits. Logged
 (real time, seconds): ``held`` when the acquire returned (with the entry the hold is on),
 ``leave`` when the exit is invoked (with `hold_lost`), ``left`` when it returned, ``refused``,
-``unavailable``; and ``entry`` for every entry a landed write set, with its expiry in real time
-(the holder counts a hold as lost from then on), so a killed process's holds can be timed.
+``unavailable``; ``entry`` for every entry a landed write set, with its expiry in real time
+(the holder counts a hold as lost from then on), so a killed process's holds can be timed;
+``wrote`` for every landed write (planned and received, real time, and the entries its image
+shows), so when a dead hold was freed, and by which write, can be checked; ``partition`` when
+the worker opens one of its proxy's partitions (after a drawn number of started operations).
 """
 
 from __future__ import annotations
@@ -67,13 +70,24 @@ async def run(settings: dict[str, Any]) -> None:
             ledger.on_written = lambda key, expiry: log.write(
                 {"e": "entry", "key": key, "expiry": (expiry - offset) / 1000}
             )
+            ledger.on_landed = lambda now, received, keys: log.write(
+                {"e": "wrote", "t": (now - offset) / 1000, "rt": (received - offset) / 1000,
+                 "keys": keys}
+            )  # fmt: skip
             limiter = RateLimiter(repo)
+            partitions = [tuple(p) for p in settings["partitions"]]  # (after ops, seconds)
+            started = 0
 
             async def task(index: int) -> None:
+                nonlocal started
                 rng = random.Random(f"{settings['seed']}/{name}/{index}")
                 for op in range(settings["ops"]):
                     if time.time() > until:
                         return
+                    started += 1
+                    while partitions and partitions[0][0] <= started:
+                        log.write({"e": "partition", "t": time.time(), "s": partitions[0][1]})
+                        proxy.partition(partitions.pop(0)[1])
                     await hold_once(limiter, log, f"{name}-{index}-{op}", rng, ttl)
                     await asyncio.sleep(rng.uniform(0, settings["pause_s"]))
 
