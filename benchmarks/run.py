@@ -484,7 +484,9 @@ def main(argv: list[str] | None = None) -> int:
         "hot": lambda workers, _: (
             run_hot(workers, 1.0, (1, 32)) if args.quick else run_hot(workers)
         ),
-        "outage": lambda workers, _: outage.bench_phase(20 if args.quick else 40),
+        "outage": lambda workers, _: outage.bench_phase(
+            20 if args.quick else 40, workers["theirs"]
+        ),
         **run_scale.phases(scale_plan, log),
     }
     results["meta"]["load_before"] = {}
