@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,14 +102,27 @@ def fault(proxy: ProxyProcess, shape: str, pid: int) -> Iterator[None]:
     """The shape's fault while the block runs: the engine stopped, or the proxy's mode."""
     if shape == "stopped":
         stop_engine(pid)
+        _check_stopped(pid, "after SIGSTOP")
     else:
         proxy.set_mode(shape)
     try:
         yield
+        if shape == "stopped":  # a row whose engine ran again meanwhile measures nothing
+            _check_stopped(pid, "at the end of the row")
     finally:
         if shape == "stopped":
             resume_engine(pid)
         proxy.set_mode("pass")
+
+
+def _check_stopped(pid: int, when: str) -> None:
+    """Raise unless the process is in the stopped state ("T" in /proc/PID/stat)."""
+    for _ in range(100):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "T":
+            return
+        time.sleep(0.01)
+    raise RuntimeError(f"the engine (pid {pid}) is not stopped {when}: state {state!r}")
 
 
 async def run(endpoint: str, pid: int, calls: int, shapes: tuple[str, ...]) -> list[dict[str, Any]]:

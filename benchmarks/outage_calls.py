@@ -119,7 +119,7 @@ class Side:
         from zae_limiter import Limit, RateLimiter
 
         await self.close()
-        table = f"outage-{entity}".replace(".", "-").lower()
+        table = f"outage-{entity}".replace(".", "-").replace("_", "-").lower()
         direct = make_impl(impl_name, upstream)
         await direct.create_table(table)
         self.repo = await make_impl(impl_name, proxy_url).open(table)
