@@ -1,15 +1,18 @@
 """Acquire under outages: time per acquire, outcomes, and what is left after close() drained.
 
-    .venv/bin/python -m benchmarks.outage [--calls 40] [--json FILE]
+    .venv/bin/python -m benchmarks.outage [--calls 40] [--shapes stopped,hold] [--json FILE]
 
 Starts DynamoDB Local on 127.0.0.1 and the tests' switchable outage proxy in front of it
-(tests/support/outage.py). Per shape (engine stopped with SIGSTOP, answers held 30 s, 2 s
-latency on half of the writes, connection refused, throttling), deadline (`timeout=0.2` and
-`1.0`) and mode (BLOCK, ALLOW): `--calls` warm single-resource acquires from 8 tasks while the
-fault lasts, each adjusting in its block (an exit write). Reports p50/p99/max of the time from
-entering `async with` to the lease or the exception, and of the exit; the outcomes; then, after
-the engine recovered and `close()` drained, the units left beyond the ledger of admitted
-leases (0 is exact) and the counters of work resolved off callers' paths.
+(tests/support/outage.py), in a process of its own (benchmarks/outage_proxy.py). Per shape
+(engine stopped with SIGSTOP, answers held 30 s, 2 s latency on half of the writes, connection
+refused, throttling), deadline (`timeout=0.2` and `1.0`) and mode (BLOCK, ALLOW): `--calls`
+warm single-resource acquires from 8 tasks while the fault lasts, each adjusting in its block
+(an exit write). Reports p50/p99/max of the time from entering `async with` to the lease or the
+exception, and of the exit; the outcomes; then, after the engine recovered and `close()`
+drained, the units left beyond the ledger of admitted leases (0 is exact) and the counters of
+work resolved off callers' paths; beside each row how late the p99 caller returned and how late
+the event loop ran (benchmarks/outage_calls.py). In `benchmarks.run` the phase then runs 0.17.0
+(no deadline) behind the same proxy.
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ happens, and drives the workers in turn:
 3. contention: 32 concurrent tasks on distinct entities, on one entity, and under one
    organisation cap, alternating;
 4. hot: one hot item far below its limit, 1 to 64 tasks;
-5. outage: benchmarks/outage.py on an engine of its own (ours only: 0.17.0 has no deadline),
-   time per acquire per outage shape, deadline and mode, and what is left after the drain;
+5. outage: benchmarks/outage.py on an engine of its own, time per acquire per outage shape,
+   deadline and mode, and what is left after the drain; then 0.17.0 (no deadline: how long it
+   holds the caller, capped at 60 s a call) behind the same proxy;
 6. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
    entities, hot_procs, hot_org, aggregator, manifest.
 
