@@ -459,7 +459,10 @@ def markdown(
     if "outage" in results:
         from benchmarks import outage
 
-        parts += ["## Outages (ours, deadlines 0.2 s and 1 s)", outage.section(results["outage"])]
+        parts += [
+            "## Outages (deadlines 0.2 s and 1 s; 0.17.0 beside)",
+            outage.section(results["outage"]),
+        ]
     if "concurrency" in results:
         from benchmarks import concurrency_cpu
 

@@ -5,7 +5,8 @@
 run from the repository root by the interpreter of the implementation's venv. Each request is one
 line `{"op": NAME, ...arguments}`; each answer one line `{"ok": true, "result": ...}` or
 `{"ok": false, "error": "..."}`. Anything the libraries print goes to stderr. Ops: info, costs,
-timing_setup, timing_block, floor_setup, floor_block, contention, hot_item, the scale phases'
+timing_setup, timing_block, floor_setup, floor_block, contention, hot_item, outage_setup,
+outage_calls (benchmarks/outage_calls.py), the scale phases'
 (benchmarks/scale.py: spans, resources, entities, shared_setup, shared_run, shards; ours only,
 benchmarks/scale_ours.py: aggregator, manifest), quit.
 """
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The wire recorder lives with the tests (tests/support/wire.py); it needs only botocore.
 sys.path.insert(0, str(ROOT / "tests"))
 
-from benchmarks import scale, scenarios  # noqa: E402
+from benchmarks import outage_calls, scale, scenarios  # noqa: E402
 from benchmarks.impls import library_info, make_impl  # noqa: E402
 from support.wire import WireRecorder  # noqa: E402
 
@@ -36,6 +37,7 @@ class Worker:
         self.recorder = WireRecorder()
         self.recorder.install()
         self.timing: scenarios.TimingBench | None = None
+        self.outage = outage_calls.Side()
 
     async def handle(self, op: str, args: dict[str, Any]) -> Any:
         if op == "info":
@@ -65,6 +67,10 @@ class Worker:
             return await scenarios.hot_item(
                 self.impl, self.recorder, tasks=int(args["tasks"]), seconds=float(args["seconds"])
             )
+        if op == "outage_setup":
+            return await self.outage.setup(self.impl.name, **args)
+        if op == "outage_calls":
+            return await self.outage.calls(**args)
         if op in SCALE_OPS:
             return await SCALE_OPS[op](self, args)
         raise ValueError(f"unknown op {op!r}")
@@ -75,6 +81,7 @@ class Worker:
         return self.timing
 
     async def close(self) -> None:
+        await self.outage.close()
         if self.timing is not None:
             await self.timing.close()
 

@@ -81,13 +81,44 @@ def test_the_outage_phase_names_the_rows_above_the_deadline() -> None:
         "left_units": 0,
         "resolved_after_deadline": 40,
         "refunded_after_deadline": 1,
+        "late_p99_ms": 49.0,
+        "lag_p99_ms": 3.0,
+        "lag_max_ms": 48.0,
     }
-    late = {**row, "shape": "stopped", "p99_ms": 251.0}
+    late = {**row, "shape": "stopped", "p99_ms": 251.0, "late_p99_ms": 51.0}
     missed = outage.missed([row, late])
     assert missed == [late]
-    text = outage.section({"calls": 40, "load_before": 1.0, "rows": [row, late], "missed": missed})
+    theirs = {"shape": "hold", "mode": "BLOCK", "p50_ms": 60001.0, "p99_ms": 60002.0}
+    theirs |= {"lag_p99_ms": 2.0, "lag_max_ms": 9.0, "exit_max_ms": None}
+    theirs["outcomes"] = {"held past the 60 s cap": 8}
+    text = outage.section(
+        {
+            "calls": 40,
+            "load_before": 1.0,
+            "rows": [row, late],
+            "missed": missed,
+            "theirs": [theirs],
+            "theirs_cap_s": 60.0,
+        }
+    )
     assert "p99 above the deadline + 50 ms in stopped 0.2 s BLOCK" in text
-    assert "| hold | 0.2 s | BLOCK | 201.0 | 249.0 |" in text
+    assert "| hold | 0.2 s | BLOCK | 201.0 | 249.0 | 251.0 | 49.0 | 3.0 / 48.0 |" in text
+    held = "| hold | BLOCK | 60001.0 | 60002.0 | 2.0 / 9.0 | None | held past the 60 s cap 8 |"
+    assert held in text
+
+
+def test_the_outage_callers_report_lateness_and_loop_lag() -> None:
+    from benchmarks.outage_calls import summary
+
+    raw = {
+        "entered": [0.2005, 0.2010, 0.2600],
+        "exited": [],
+        "outcomes": {"refused": 3},
+        "lags": [0.001, 0.002, 0.030],
+    }
+    row = summary(raw, 0.2)
+    assert (row["p99_ms"], row["late_p99_ms"]) == (260.0, 60.0)
+    assert (row["lag_p99_ms"], row["lag_max_ms"], row["exit_max_ms"]) == (30.0, 30.0, None)
 
 
 def test_the_concurrency_phase_alternates_and_asserts_one_write_each_way() -> None:

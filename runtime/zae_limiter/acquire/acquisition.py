@@ -151,7 +151,10 @@ class Acquisition:
             try:  # finding the targets may restamp an item, which concurrent changes can race
                 plans = await self.admission.targets(self.entity_id, self.requests, self.limits)
                 targets = [t for p in plans for t in (p.child, p.parent) if t is not None]
-                landed = await self._debit(targets) if targets else []
+                if len(targets) == 1:  # one write, in this task (not via _debit: 2 calls)
+                    landed = await self.admission.debit(targets, local_ok=True)
+                else:
+                    landed = await self._debit(targets) if targets else []
             except RulesChanged:
                 if attempt + 1 == _RESTARTS:
                     raise Unavailable(RuntimeError("bucket rules kept changing")) from None
@@ -160,11 +163,10 @@ class Acquisition:
         raise AssertionError("unreachable")
 
     async def _debit(self, targets: list[Target]) -> list[Landed]:
-        """Safe to cancel: one write is (the lanes resolve a write its caller left); several
-        run as a task that goes on, and refunds what landed, when the caller leaves."""
+        """Several writes, safe to cancel: they run as a task that goes on, and refunds what
+        landed, when the caller leaves. (One write is safe to cancel in the caller's task: the
+        lanes resolve a write its caller left; `_admit` sends it directly.)"""
         work = self.admission.debit(targets, local_ok=True)
-        if len(targets) == 1:
-            return await work
         return await self.pending.bounded(work, None, self.admission.refund_for_departed)
 
     @staticmethod

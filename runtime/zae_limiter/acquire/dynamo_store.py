@@ -24,9 +24,11 @@ from ..dynamo.store import Store
 from ..dynamo.transport import (
     AccessDenied,
     ConditionFailed,
-    DynamoError,
     TransactionCancelled,
     UnknownOutcome,
+)
+from ..dynamo.transport import (
+    DynamoError as DynamoError,  # re-exported: acquire modules catch it only through here
 )
 from .store import ShardSplit
 from .values import AnswerLost, ItemChanged, Unavailable
@@ -97,8 +99,10 @@ class DynamoBucketStore:
             admissions=admissions,
             evidence=evidence,
         )
-        with lowered:
+        try:  # not `with lowered:`, whose two calls the warm path would pay
             wire = await self.store.send_update(request)
+        except DynamoError as error:
+            raise lowering(error) from error
         return bucket_wire.parse_updated(wire, image)
 
     async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:

@@ -1,0 +1,107 @@
+"""Python calls, event-loop turns and tasks per warm acquire: a deterministic CPU proxy.
+
+    .venv/bin/python -m benchmarks.acquire_calls [--calls 200] [--endpoint URL]
+
+Counts, with `sys.setprofile` and a wrapper around the loop's `_run_once`, what `--calls` warm
+single-resource acquires (one UpdateItem each, through the real HTTP exchange) execute, divided
+by the calls. Without `--endpoint` it starts DynamoDB Local; with it, it uses that engine, so
+an earlier tree can be counted by the same script against an engine this tree started:
+
+    git archive 9bc42c7^1 runtime | tar -x -C /tmp/before
+    PYTHONPATH=/tmp/before/runtime .venv/bin/python -m benchmarks.acquire_calls --endpoint URL
+
+Only the public API the trees share is used. Wall time is never measured: the counts move only
+when the code does (a call more per acquire is a call more, whatever the machine's load).
+`--by-function` prints the calls per acquire of each function (folder/file:name), to diff two
+trees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import uuid
+from collections import Counter
+from types import FrameType
+from typing import Any
+
+REGION = "us-east-1"
+WARM = 20
+
+
+async def count(endpoint: str, calls: int, by_function: bool = False) -> dict[str, Any]:
+    from zae_limiter import Limit, RateLimiter, Repository
+
+    table = f"calls-{uuid.uuid4().hex[:8]}"
+    await Repository.create_table(table=table, endpoint_url=endpoint, region=REGION)
+    repo = await Repository.open(table=table, endpoint_url=endpoint, region=REGION)
+    limiter = RateLimiter(repo)
+    await limiter.set_resource_defaults("api", [Limit.per_day("rpm", 10**12)])
+    for _ in range(WARM):
+        async with limiter.acquire("user-1", "api", {"rpm": 1}):
+            pass
+    loop: Any = asyncio.get_running_loop()
+    seen = {"calls": 0, "turns": 0, "tasks": 0}
+    where: Counter[str] = Counter()
+    run_once = loop._run_once
+
+    def turn() -> None:
+        seen["turns"] += 1
+        run_once()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            seen["calls"] += 1
+            if by_function:
+                code = frame.f_code
+                where["/".join(code.co_filename.split("/")[-2:]) + ":" + code.co_name] += 1
+
+    def task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+        seen["tasks"] += 1
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop._run_once = turn
+    loop.set_task_factory(task_factory)
+    sys.setprofile(profile)
+    try:
+        for _ in range(calls):
+            async with limiter.acquire("user-1", "api", {"rpm": 1}):
+                pass
+    finally:
+        sys.setprofile(None)
+        loop.set_task_factory(None)
+        del loop._run_once
+    await repo.close()
+    counts: dict[str, Any] = {k: round(v / calls, 1) for k, v in seen.items()}
+    if by_function:
+        counts["by_function"] = {k: round(v / calls, 2) for k, v in sorted(where.items())}
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--endpoint", help="an engine already running (default: start one)")
+    parser.add_argument(
+        "--by-function", action="store_true", help="also the calls per acquire of each function"
+    )
+    args = parser.parse_args()
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    if args.endpoint:
+        print(json.dumps(asyncio.run(count(args.endpoint, args.calls, args.by_function))))
+        return
+    from zae_limiter.local import start_engine
+
+    engine = start_engine()
+    try:
+        print(json.dumps(asyncio.run(count(engine.endpoint_url, args.calls, args.by_function))))
+    finally:
+        engine.stop()
+
+
+if __name__ == "__main__":
+    main()
