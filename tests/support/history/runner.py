@@ -45,6 +45,8 @@ class Run:
     skew_ms: int = 500
     partitions: int = 1  # per process
     partition_s: float = 2.0
+    #: Where a process's partitions open, as a share of the operations it plans.
+    partition_window: tuple[float, float] = (0.05, 0.85)
     read_timeout: float = 0.5
     pause_s: float = 0.02  # a task's pause between operations, at most
     rejection_cache_ttl: float = 1.0  # the library's default: repeated rejections answered locally
@@ -57,6 +59,9 @@ class Run:
     #: What "part of the run" counts: the operations the workers started (their logs' invoke
     #: lines; deterministic under load) or, for a worker whose log has none, seconds.
     kill_by: Literal["operations", "seconds"] = "operations"
+    #: Which process a kill takes: any live one, or one whose log shows a lease it holds
+    #: ("held" lines not yet followed by "leave"), waiting for one to hold if none does.
+    victims: Literal["any", "holding"] = "any"
     worker: str = "support.history.worker"  # the worker's module (its workload)
     extra: tuple[tuple[str, Any], ...] = ()  # more settings for that worker
 
@@ -125,7 +130,7 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
     def start(slot: int, generation: int) -> Worker:
         name = f"p{slot}g{generation}"
         partitions = sorted(
-            (int(rng.uniform(0.05, 0.85) * per_worker), run.partition_s)
+            (int(rng.uniform(*run.partition_window) * per_worker), run.partition_s)
             for _ in range(run.partitions)
         )
         settings: dict[str, Any] = {
@@ -170,11 +175,11 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
     live = {slot: start(slot, 0) for slot in range(run.processes)}
     try:
         for generation, share in enumerate(marks, start=1):
-            while not reached(share) and _running(live, until):
+            while not (reached(share) and _victims(run, live)) and _running(live, until):
                 time.sleep(0.05)
             if not _running(live, until):
                 break  # a stalled run, or every worker ended: no more kills
-            slot = rng.choice(sorted(s for s, w in live.items() if w.process.poll() is None))
+            slot = rng.choice(_victims(run, live))
             victim = live[slot]
             victim.process.send_signal(signal.SIGKILL)
             victim.process.wait()
@@ -195,6 +200,20 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
                 worker.process.wait()
     ran.ended = time.time()
     return ran
+
+
+def _victims(run: Run, live: dict[int, Worker]) -> list[int]:
+    alive = sorted(s for s, w in live.items() if w.process.poll() is None)
+    if run.victims == "any":
+        return alive
+    return [s for s in alive if _holding(live[s].log)]
+
+
+def _holding(log: Path) -> bool:
+    if not log.exists():
+        return False
+    text = log.read_bytes()
+    return text.count(b'"e":"held"') > text.count(b'"e":"leave"')
 
 
 def _running(live: dict[int, Worker], until: float) -> bool:
