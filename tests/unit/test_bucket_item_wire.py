@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zae_limiter.core.bucket import MILLI, Kind, Params, State
+from zae_limiter.core.holds import Hold
 from zae_limiter.core.images import Stamp
 from zae_limiter.dynamo import bucket_items as items
 from zae_limiter.dynamo import bucket_wire, codec
@@ -15,7 +16,19 @@ from zae_limiter.dynamo import bucket_wire, codec
 LIMITS = (
     Params("rpm", Kind.RATE, 100 * MILLI, 100 * MILLI, 60_000),
     Params("weekly", Kind.CALENDAR, 50 * MILLI, 0, 60_000, soft=True, cron="0 0 * * 1|UTC"),
+    Params("parallel", Kind.CONCURRENT, 8 * MILLI, 0, 30_000),
 )
+# a concurrency limit's entries (core.holds), read from the wire without generic decoding
+entries = st.lists(
+    st.builds(
+        Hold,
+        key=st.sampled_from(["w1.1", "w1.2", "w2.1", "a.b.7"]),
+        amount=st.integers(-(10**6), 10**6),
+        expiry=st.integers(0, 2 * 10**12),
+    ),
+    unique_by=lambda h: h.key,
+    max_size=3,
+).map(lambda hs: tuple(sorted(hs, key=lambda h: h.key)))
 states = st.builds(
     State,
     v=st.integers(-(10**30), 10**30),
@@ -23,12 +36,13 @@ states = st.builds(
     tu=st.integers(0, 10**6),
     consumed=st.integers(-(10**9), 10**9),
     overdrawn=st.integers(0, 100),
+    holds=entries,
 )
 
 
 @settings(max_examples=100, deadline=None)
 @given(
-    limits=st.sampled_from([LIMITS[:1], LIMITS]),
+    limits=st.sampled_from([LIMITS[:1], LIMITS[:2], LIMITS]),
     state=states,
     parent=st.sampled_from([None, "org-1"]),
     shards=st.sampled_from([1, 4]),

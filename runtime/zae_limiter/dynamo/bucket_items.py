@@ -23,6 +23,7 @@ from typing import Any
 
 from ..core import holds
 from ..core.bucket import Kind, LimitWrite, Params, State
+from ..core.holds import Hold
 from ..core.images import BucketImage, Evidence, Stamp
 from . import codec, keys, limit_exprs
 
@@ -70,7 +71,9 @@ def params_from_item(name: str, raw: dict[str, Any]) -> Params:
     )
 
 
-def state_from_item(raw: dict[str, Any]) -> State:
+def state_from_item(raw: dict[str, Any], entries: tuple[Hold, ...] | None = None) -> State:
+    """A limit's state from its stored map (plain form); `entries`: its holds when already
+    read (else read from the map)."""
     w = raw.get("w")
     return State(
         v=int(raw.get("v", 0)),
@@ -78,7 +81,7 @@ def state_from_item(raw: dict[str, Any]) -> State:
         tu=int(raw.get("tu", 0)),
         consumed=int(raw.get("t", 0)),
         overdrawn=int(raw.get("o", 0)),
-        holds=holds.holds_from_item(raw),
+        holds=holds.holds_from_item(raw) if entries is None else entries,
     )
 
 

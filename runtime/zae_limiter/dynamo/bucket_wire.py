@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core import holds
+from ..core.holds import Hold
 from ..core.images import BucketImage
 from . import codec
 from .bucket_items import EVIDENCE_PREFIX, image_of, parse, state_from_item
@@ -20,7 +21,20 @@ IMAGE_ATTRIBUTES = frozenset(
 
 #: What an update can change besides the states: counters, time, expiry (and evidence).
 _COUNTERS = frozenset({"n", "g", "ts", "ttl", "k"})
-_STATE_ATTRIBUTES = frozenset({"v", "w", "tu", "t", "o", holds.HOLDS_ATTR, holds.EXPIRIES_ATTR})
+_STATE_ATTRIBUTES = frozenset({"v", "w", "tu", "t", "o"})
+
+
+def holds_from_wire(raw: dict[str, Any]) -> tuple[Hold, ...]:
+    """`holds.holds_from_item` of a limit's map in wire form, without decoding the maps
+    generically (every write of a concurrency limit returns them)."""
+    amounts = raw.get(holds.HOLDS_ATTR)
+    if amounts is None:
+        return ()
+    expiries = raw.get(holds.EXPIRIES_ATTR, {}).get("M", {})
+    return tuple(
+        Hold(key, int(amount["N"]), int(expiries[key]["N"]) if key in expiries else 0)
+        for key, amount in sorted(amounts["M"].items())
+    )
 
 
 def parse_updated(wire: dict[str, Any], planned: BucketImage) -> BucketImage:
@@ -40,8 +54,10 @@ def parse_updated(wire: dict[str, Any], planned: BucketImage) -> BucketImage:
         entry = entries.get(name)
         if entry is None or "M" not in entry:
             return parse_wire(wire)
+        raw = entry["M"]
         states[name] = state_from_item(
-            {k: codec.decode(v) for k, v in entry["M"].items() if k in _STATE_ATTRIBUTES}
+            {k: codec.decode(v) for k, v in raw.items() if k in _STATE_ATTRIBUTES},
+            holds_from_wire(raw),
         )
     item = {
         name: codec.decode(value)

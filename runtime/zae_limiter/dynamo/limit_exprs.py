@@ -30,12 +30,15 @@ def hold_parts(
 ) -> None:
     """A concurrency limit's entries: the writer's own (set or added to, and renewed), and
     others' expired ones removed only if unchanged since the image (core.holds)."""
+    if not (change.key or change.renew or change.reap):
+        return  # nothing to write (no alias may go unused)
+    # the prefix once per limit, not once per entry: names are allocated in the same order as
+    # path("L", limit, attr, key) would, so the request is the same
+    base = expr.path("L", limit)
 
     def paths(key: str) -> tuple[str, str]:
-        return (
-            expr.path("L", limit, holds.HOLDS_ATTR, key),
-            expr.path("L", limit, holds.EXPIRIES_ATTR, key),
-        )
+        amounts, entry = expr.name(holds.HOLDS_ATTR), expr.name(key)
+        return f"{base}.{amounts}.{entry}", f"{base}.{expr.name(holds.EXPIRIES_ATTR)}.{entry}"
 
     expiry = expr.value(change.expiry) if change.key or change.renew else ""
     if change.key:
@@ -48,7 +51,7 @@ def hold_parts(
             sets.append(f"{amount} = {amount} + {expr.value(change.add)}")
         sets.append(f"{until} = {expiry}")
     for key in change.renew:
-        until = expr.path("L", limit, holds.EXPIRIES_ATTR, key)
+        until = f"{base}.{expr.name(holds.EXPIRIES_ATTR)}.{expr.name(key)}"
         conditions.append(f"attribute_exists({until})")
         sets.append(f"{until} = {expiry}")
     for hold in change.reap:
