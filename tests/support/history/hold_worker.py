@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any
 
-from support.history.worker import connected
+from support.history.worker import connected, run_tasks
 from support.history.workload import Log
 from zae_limiter import RateLimiter, RateLimiterUnavailable, RateLimitExceeded
 from zae_limiter.acquire.lease import holds_of
@@ -59,7 +59,7 @@ async def hold_once(
 
 
 async def run(settings: dict[str, Any]) -> None:
-    name, until, offset = settings["name"], settings["until"], settings["offset_ms"]
+    name, offset = settings["name"], settings["offset_ms"]
     ttl = settings["lease_ttl"]
     with open(settings["log"], "a", encoding="utf-8") as stream:
         log = Log(stream)
@@ -75,24 +75,13 @@ async def run(settings: dict[str, Any]) -> None:
                  "keys": keys}
             )  # fmt: skip
             limiter = RateLimiter(repo)
-            partitions = [tuple(p) for p in settings["partitions"]]  # (after ops, seconds)
-            started = 0
-
-            async def task(index: int) -> None:
-                nonlocal started
-                rng = random.Random(f"{settings['seed']}/{name}/{index}")
-                for op in range(settings["ops"]):
-                    if time.time() > until:
-                        return
-                    started += 1
-                    while partitions and partitions[0][0] <= started:
-                        log.write({"e": "partition", "t": time.time(), "s": partitions[0][1]})
-                        proxy.partition(partitions.pop(0)[1])
-                    await hold_once(limiter, log, f"{name}-{index}-{op}", rng, ttl)
-                    await asyncio.sleep(rng.uniform(0, settings["pause_s"]))
-
             try:
-                await asyncio.gather(*(task(i) for i in range(settings["tasks"])))
+                await run_tasks(
+                    settings,
+                    proxy,
+                    lambda op, rng: hold_once(limiter, log, op, rng, ttl),
+                    lambda seconds: log.write({"e": "partition", "t": time.time(), "s": seconds}),
+                )
             finally:
                 log.write({"e": "stats", "name": name, "faults": dict(proxy.counts)})
                 await repo.close()

@@ -14,7 +14,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -64,9 +64,38 @@ async def connected(settings: dict[str, Any]) -> AsyncIterator[tuple[Any, Reposi
         yield proxy, repo
 
 
+async def run_tasks(
+    settings: dict[str, Any],
+    proxy: Any,
+    operation: Callable[[str, random.Random], Awaitable[None]],
+    on_partition: Callable[[float], None] = lambda seconds: None,
+) -> None:
+    """The process's tasks, each running `operation` up to `ops` times until `until`, with a
+    pause between operations; the proxy's partitions open after their drawn number of started
+    operations (`on_partition` is told each one's length first)."""
+    name, until = settings["name"], settings["until"]
+    partitions = [tuple(p) for p in settings["partitions"]]  # (after ops, seconds)
+    started = 0
+
+    async def task(index: int) -> None:
+        nonlocal started
+        rng = random.Random(f"{settings['seed']}/{name}/{index}")
+        for op in range(settings["ops"]):
+            if time.time() > until:
+                return
+            started += 1
+            while partitions and partitions[0][0] <= started:
+                seconds = partitions.pop(0)[1]
+                on_partition(seconds)
+                proxy.partition(seconds)
+            await operation(f"{name}-{index}-{op}", rng)
+            await asyncio.sleep(rng.uniform(0, settings["pause_s"]))
+
+    await asyncio.gather(*(task(i) for i in range(settings["tasks"])))
+
+
 async def run(settings: dict[str, Any]) -> None:
     name = settings["name"]
-    until = settings["until"]
     with open(settings["log"], "a", encoding="utf-8") as stream:
         log = Log(stream)
         async with connected(settings) as (proxy, repo):
@@ -81,21 +110,6 @@ async def run(settings: dict[str, Any]) -> None:
                            "skewed": cache.skewed_items,
                            "local_rejections": cache.local_rejections})  # fmt: skip
 
-            partitions = [tuple(p) for p in settings["partitions"]]  # (after ops, seconds)
-            started = 0
-
-            async def task(index: int) -> None:
-                nonlocal started
-                rng = random.Random(f"{settings['seed']}/{name}/{index}")
-                for op in range(settings["ops"]):
-                    if time.time() > until:
-                        return
-                    started += 1
-                    while partitions and partitions[0][0] <= started:
-                        proxy.partition(partitions.pop(0)[1])
-                    await one_op(limiter, log, f"{name}-{index}-{op}", rng)
-                    await asyncio.sleep(rng.uniform(0, settings["pause_s"]))
-
             async def report() -> None:
                 while True:
                     stats()
@@ -103,7 +117,7 @@ async def run(settings: dict[str, Any]) -> None:
 
             side = asyncio.create_task(report())
             try:
-                await asyncio.gather(*(task(i) for i in range(settings["tasks"])))
+                await run_tasks(settings, proxy, lambda op, rng: one_op(limiter, log, op, rng))
             finally:
                 side.cancel()
                 stats()
