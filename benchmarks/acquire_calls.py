@@ -13,7 +13,8 @@ an earlier tree can be counted by the same script against an engine this tree st
 Only the public API the trees share is used. Wall time is never measured: the counts move only
 when the code does (a call more per acquire is a call more, whatever the machine's load).
 `--by-function` prints the calls per acquire of each function (folder/file:name), to diff two
-trees.
+trees. `--kind rate` / `--kind held` count the two calls the `concurrency` phase times (a rate
+limit with `adjust`, a concurrency limit given back: two writes each).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Any
 
@@ -32,7 +34,29 @@ REGION = "us-east-1"
 WARM = 20
 
 
-async def count(endpoint: str, calls: int, by_function: bool = False) -> dict[str, Any]:
+def caller(limiter: Any, kind: str) -> Callable[[], Awaitable[None]]:
+    """One call of `kind`: "plain" a warm acquire on a rate limit (one write); "rate" the same
+    with `adjust` (admit and exit: two writes); "held" a warm acquire on a concurrency limit
+    (admit and give back: two writes), the two `benchmarks.concurrency_cpu` compares."""
+
+    async def plain() -> None:
+        async with limiter.acquire("user-1", "api", {"rpm": 1}):
+            pass
+
+    async def rate() -> None:
+        async with limiter.acquire("user-1", "api", {"rpm": 1}) as lease:
+            await lease.adjust(rpm=1)
+
+    async def held() -> None:
+        async with limiter.acquire("user-1", "held", {"parallel": 1}):
+            pass
+
+    return {"plain": plain, "rate": rate, "held": held}[kind]
+
+
+async def count(
+    endpoint: str, calls: int, by_function: bool = False, kind: str = "plain"
+) -> dict[str, Any]:
     from zae_limiter import Limit, RateLimiter, Repository
 
     table = f"calls-{uuid.uuid4().hex[:8]}"
@@ -40,9 +64,11 @@ async def count(endpoint: str, calls: int, by_function: bool = False) -> dict[st
     repo = await Repository.open(table=table, endpoint_url=endpoint, region=REGION)
     limiter = RateLimiter(repo)
     await limiter.set_resource_defaults("api", [Limit.per_day("rpm", 10**12)])
+    if kind == "held":
+        await limiter.set_resource_defaults("held", [Limit.concurrent("parallel", 10**6)])
+    one = caller(limiter, kind)
     for _ in range(WARM):
-        async with limiter.acquire("user-1", "api", {"rpm": 1}):
-            pass
+        await one()
     loop: Any = asyncio.get_running_loop()
     seen = {"calls": 0, "turns": 0, "tasks": 0}
     where: Counter[str] = Counter()
@@ -68,8 +94,7 @@ async def count(endpoint: str, calls: int, by_function: bool = False) -> dict[st
     sys.setprofile(profile)
     try:
         for _ in range(calls):
-            async with limiter.acquire("user-1", "api", {"rpm": 1}):
-                pass
+            await one()
     finally:
         sys.setprofile(None)
         loop.set_task_factory(None)
@@ -88,17 +113,27 @@ def main() -> None:
     parser.add_argument(
         "--by-function", action="store_true", help="also the calls per acquire of each function"
     )
+    parser.add_argument(
+        "--kind",
+        choices=("plain", "rate", "held"),
+        default="plain",
+        help="plain: warm acquire; rate / held: the concurrency phase's two calls",
+    )
     args = parser.parse_args()
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+
+    def counted(endpoint: str) -> str:
+        return json.dumps(asyncio.run(count(endpoint, args.calls, args.by_function, args.kind)))
+
     if args.endpoint:
-        print(json.dumps(asyncio.run(count(args.endpoint, args.calls, args.by_function))))
+        print(counted(args.endpoint))
         return
     from zae_limiter.local import start_engine
 
     engine = start_engine()
     try:
-        print(json.dumps(asyncio.run(count(engine.endpoint_url, args.calls, args.by_function))))
+        print(counted(engine.endpoint_url))
     finally:
         engine.stop()
 

@@ -158,12 +158,19 @@ class WorkerProcess:
     """One `benchmarks.worker` child process, spoken to in JSON lines."""
 
     def __init__(
-        self, impl: str, python: Path | str, endpoint_url: str, log_dir: Path, suffix: str = ""
+        self,
+        impl: str,
+        python: Path | str,
+        endpoint_url: str,
+        log_dir: Path,
+        suffix: str = "",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.impl = impl
         self.log_path = log_dir / f"worker-{impl}{suffix}.log"
         self._log: IO[str] = self.log_path.open("w")
-        env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV} | LOCAL_ENV
+        inherited = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV}
+        env = inherited | LOCAL_ENV | (env or {})
         self.process = subprocess.Popen(
             [str(python), "-m", "benchmarks.worker", "--impl", impl, "--endpoint", endpoint_url],
             cwd=ROOT,
