@@ -19,10 +19,16 @@ from ..errors import ResourceDisabled, ValidationError
 from ..limits import Limit, check_limit_list
 from ..models import Availability, LimitStatus
 from ..resolution import stamp_for
-from .base import AdminBase
+from ..scope import Scope
 
 
-class AvailabilityMixin(AdminBase):
+class AvailabilityCheck:
+    """`check_availability`: balances and waits at one instant, writing nothing."""
+
+    def __init__(self, scope: Scope) -> None:
+        self._store, self._ns, self._clock = scope.store, scope.namespace_id, scope.clock
+        self._resolver = scope.resolver
+
     async def check_availability(
         self,
         entity_id: str,

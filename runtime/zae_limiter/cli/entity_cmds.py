@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..admin.base import entity_known
+from ..admin.changes import entity_known
 from ..errors import EntityNotFoundError
 from ..repository import Repository
 from ..validation import DEFAULT_RESOURCE
