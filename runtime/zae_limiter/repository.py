@@ -19,7 +19,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import schema, versioning
 from .acquire import Admission, deadlines
-from .acquire.dynamo_store import DynamoBucketStore
+from .acquire.dynamo_bucket_io import DynamoBucketIO
 from .admin.alerts import Alerts
 from .admin.availability import AvailabilityCheck
 from .admin.balances import Balances
@@ -94,7 +94,7 @@ class Repository:
         self._config_cache = ConfigCache(shared.config_cache_ttl)
         self._resolver = Resolver(self._store, namespace_id, self._config_cache, shared.clock)
         self._admission = Admission(
-            DynamoBucketStore(self._store),
+            DynamoBucketIO(self._store),
             namespace_id,
             self._resolver,
             shared.images,

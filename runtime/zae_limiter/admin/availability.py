@@ -134,7 +134,7 @@ def _as_stamped(
         state = stored.states.get(params.name) if stored and old else None
         if old is None or state is None:
             states[params.name] = bucket.full_state(params, blank.slot)
-        elif old == params and not bucket.window_passed(old, stored_at, now):
+        elif old == params and not bucket.entry_passed(old, stored_at, now):
             states[params.name] = state
         else:
             states[params.name] = bucket.convert(

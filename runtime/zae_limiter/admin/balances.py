@@ -88,7 +88,7 @@ class Balances:
         (docs/reset-and-top-up.md).
 
         A quota gains exactly the amount above its plan until its next reset (a session quota:
-        until the live window ends, opening one if none is live). A dripping limit gains at
+        until the live session ends, opening one if none is live). A dripping limit gains at
         most its room below the ceiling; the result says what was granted. A missing bucket is
         created at its full allowance plus the top-up. Pass an `idempotency_key` (an order id)
         so that a retry grants once.
@@ -124,7 +124,7 @@ class Balances:
 
         Dripping: to the ceiling. Calendar quota: the full allowance plus this period's
         top-ups, this period's spend forgotten, the next edge unchanged. Session quota: the
-        window ends, so the next call opens a fresh one. A missing bucket is a no-op
+        session ends, so the next call opens a fresh one. A missing bucket is a no-op
         (`shards=0`).
         """
         validation.entity_id(entity_id)
@@ -304,7 +304,7 @@ class Balances:
                     ]
                     shares = operations.allocate(rooms, milli)
                 else:
-                    shares = operations.split(milli, slots)
+                    shares = operations.spread(milli, slots)
                 planned = [
                     operations.plan_top_up(params, state, now, slot, share) if share else (None, 0)
                     for state, slot, share in zip(states, slots, shares, strict=True)
