@@ -41,7 +41,8 @@ from zae_limiter.dynamo import keys
 
 Key = tuple[str, str]
 
-_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+#: A guard's operator, as DynamoDB evaluates it.
+COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     "=": operator.eq,
     "<>": operator.ne,
     "<": operator.lt,
@@ -287,7 +288,7 @@ def _guard_holds(limit: dict[str, Any] | None, guard: Guard) -> bool:
     value = None if limit is None else limit.get(guard.attr)
     if value is None:
         return guard.or_absent
-    return _COMPARE[guard.op](value, guard.value)
+    return COMPARE[guard.op](value, guard.value)
 
 
 def _update_holds(

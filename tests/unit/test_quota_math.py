@@ -9,12 +9,10 @@ writer's is what happens on the server.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable
-
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from support.memory_bucket_io import COMPARE
 from zae_limiter.core import bucket, operations
 from zae_limiter.core.bucket import MILLI, WHOLE, Guard, Kind, LimitWrite, Params, Slot, State
 
@@ -22,21 +20,12 @@ MONDAY = 1_767_571_200_000  # 2026-01-05 00:00 UTC
 WEEK = 7 * 86_400_000
 HOUR = 3_600_000
 
-_OPS: dict[str, Callable[[int, int], bool]] = {
-    "=": operator.eq,
-    "<>": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
-
 
 def holds(guard: Guard, state: State) -> bool:
     value = getattr(state, guard.attr)
     if value is None:
         return guard.or_absent
-    return _OPS[guard.op](value, guard.value)
+    return COMPARE[guard.op](value, guard.value)
 
 
 def land(write: LimitWrite | None, state: State) -> State | None:
