@@ -120,7 +120,7 @@ def _union(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
-def split_call(span: list[int], requests: list[dict[str, Any]]) -> dict[str, float]:
+def divide_call(span: list[int], requests: list[dict[str, Any]]) -> dict[str, float]:
     """One call's time in µs: client, wire, engine (pure)."""
     t0, t1 = span
     out = _union([(r["head"], r["written"]) for r in requests])
@@ -143,7 +143,7 @@ def summarise(spans: list[list[int]], records: list[dict[str, Any]]) -> dict[str
     calls, mine = [], []
     for span in spans:
         inside = [r for r in records if span[0] <= r["head"] <= span[1]]
-        calls.append(split_call(span, inside))
+        calls.append(divide_call(span, inside))
         mine += inside
     out: dict[str, Any] = {"calls": len(calls)}
     for key in ("total_us", "client_us", "wire_us", "engine_us", "before_send_us", "requests"):

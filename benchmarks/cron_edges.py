@@ -1,4 +1,4 @@
-"""CPU per quota edge and per schedule-window look-up, for each cron shape (run on demand).
+"""CPU per quota edge and per schedule-entry look-up, for each cron shape (run on demand).
 
     python -m benchmarks.cron_edges            # writes benchmarks/results/<date>-cron-edges.json
     python -m benchmarks.cron_edges --n 200    # fewer samples
@@ -53,13 +53,13 @@ def _per_call_us(call: Callable[[int], Any], instants: list[int]) -> dict[str, f
 
 def measure(n: int = 1000, seed: int = 21) -> dict[str, Any]:
     """Per shape: next edge, last edge, a repeated look-up inside one period, and the first
-    schedule-window change within a week (the window scan), each in µs of CPU."""
+    schedule-entry change within a week (the entry scan), each in µs of CPU."""
     rng = random.Random(seed)
     instants = [START + rng.randrange(SPAN) for _ in range(n)]
     out: dict[str, Any] = {}
     for label, expr, tz in SHAPES:
         parsed = cron.parse(expr, tz)
-        window = schedule.encode([{"cron": expr, "tz": tz, "scale": 2}])
+        entries = schedule.encode([{"cron": expr, "tz": tz, "scale": 2}])
         last = parsed.last_edge_ms(instants[0])
         out[label] = {
             "cron": expr,
@@ -68,7 +68,7 @@ def measure(n: int = 1000, seed: int = 21) -> dict[str, Any]:
             "last_edge": _per_call_us(cron.parse(expr, tz).last_edge_ms, instants),
             "cached": _per_call_us(parsed.last_edge_ms, [last or 0] * min(n, 200)),
             "window_change": _per_call_us(
-                lambda at, w=window: schedule.next_change.__wrapped__(
+                lambda at, w=entries: schedule.next_change.__wrapped__(
                     w, schedule.active(w, at), at // schedule.MINUTE_MS, 7 * 24 * 60
                 ),
                 instants[: max(1, n // 5)],

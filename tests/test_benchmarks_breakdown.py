@@ -16,8 +16,8 @@ def request(head: int, sent: int, answered: int, written: int) -> dict[str, int]
     return {"head": head, "sent": sent, "answered": answered, "written": written}
 
 
-def test_one_request_splits_into_client_wire_and_engine() -> None:
-    parts = breakdown.split_call([0, 10_000], [request(2_000, 3_000, 7_000, 8_000)])
+def test_one_request_divides_into_client_wire_and_engine() -> None:
+    parts = breakdown.divide_call([0, 10_000], [request(2_000, 3_000, 7_000, 8_000)])
     assert parts == {
         "total_us": 10.0,
         "client_us": 4.0,
@@ -31,9 +31,9 @@ def test_one_request_splits_into_client_wire_and_engine() -> None:
 def test_requests_sent_together_are_counted_once() -> None:
     together = [request(1_000, 1_000, 5_000, 5_000), request(2_000, 2_000, 6_000, 6_000)]
     apart = [request(1_000, 1_000, 3_000, 3_000), request(5_000, 5_000, 7_000, 7_000)]
-    assert breakdown.split_call([0, 8_000], together)["engine_us"] == 5.0
-    assert breakdown.split_call([0, 8_000], apart)["engine_us"] == 4.0
-    assert breakdown.split_call([0, 8_000], apart)["client_us"] == 4.0
+    assert breakdown.divide_call([0, 8_000], together)["engine_us"] == 5.0
+    assert breakdown.divide_call([0, 8_000], apart)["engine_us"] == 4.0
+    assert breakdown.divide_call([0, 8_000], apart)["client_us"] == 4.0
 
 
 def test_the_memory_driver_keeps_every_container_at_its_bound() -> None:

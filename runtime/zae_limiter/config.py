@@ -156,7 +156,7 @@ def level_from_item(item: dict[str, Any] | None) -> Level:
 
 
 def to_params(limit: Limit, now: int | None = None) -> Params:
-    """A Limit as stamped on bucket items (milli-units, ms), its schedule window at `now`."""
+    """A Limit as stamped on bucket items (milli-units, ms), its schedule entry at `now`."""
     if limit.concurrent:
         kind = Kind.CONCURRENT
     elif limit.reset_after is not None:
@@ -178,12 +178,12 @@ def to_params(limit: Limit, now: int | None = None) -> Params:
     )
     if not limit.schedule:
         return base
-    windowed = replace(
+    stamped = replace(
         base,
         schedule=schedule.encode([entry.to_dict() for entry in limit.schedule]),
         base=(base.capacity, base.refill, base.period_ms),
     )
-    return windowed if now is None else windowed.in_window(now)
+    return stamped if now is None else stamped.scheduled(now)
 
 
 def from_params(params: Params, *, configured: bool = False) -> Limit:
@@ -202,7 +202,7 @@ def from_params(params: Params, *, configured: bool = False) -> Limit:
             period_ms=base[2],
             schedule="",
             base=None,
-            window=-1,
+            entry=-1,
         )
         entries = tuple(ScheduleEntry.from_dict(e) for e in schedule.decode(params.schedule))
         return from_params(plain).with_schedule(entries)

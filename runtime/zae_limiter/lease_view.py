@@ -25,7 +25,7 @@ class LimitView:
     resource: str
     name: str
     capacity: int  # the entity's whole allowance (undivided)
-    window_seconds: int | None  # a rate limit: from empty to full; a session: its length
+    span_seconds: int | None  # a rate limit: from empty to full; a session: its length
     is_quota: bool
     available: int  # the balance now (one shard's when sharded; negative in debt)
     ceiling: int  # the most `available` can be (one shard's when sharded)
@@ -36,18 +36,18 @@ class LimitView:
     def of_status(cls, status: LimitStatus) -> LimitView:
         limit = status.limit
         if limit.concurrent:
-            window = None
+            span = None
         elif limit.is_quota:
-            window = limit.reset_after_seconds
+            span = limit.reset_after_seconds
         else:
-            window = _refill_window(
+            span = _refill_seconds(
                 limit.capacity, limit.refill_amount, limit.refill_period_seconds * 1000
             )
         return cls(
             status.resource,
             status.limit_name,
             limit.capacity,
-            window,
+            span,
             limit.is_quota,
             status.available,
             status.max_request or limit.capacity,
@@ -56,7 +56,7 @@ class LimitView:
         )
 
 
-def _refill_window(capacity: int, refill: int, period_ms: int) -> int | None:
+def _refill_seconds(capacity: int, refill: int, period_ms: int) -> int | None:
     """Whole seconds (at least 1) a rate limit takes to refill from empty."""
     if refill <= 0:
         return None
@@ -98,17 +98,17 @@ def primary_limits(lease: Any) -> tuple[str, list[LimitView], int]:
         state = image.states.get(params.name) or bucket.full_state(params, slot)
         view = bucket.view(params, state, now, slot)
         is_rate = params.kind == Kind.RATE
-        held = params.kind == Kind.CONCURRENT  # no window, no reset: a hold comes back on exit
+        held = params.kind == Kind.CONCURRENT  # no span, no reset: a hold comes back on exit
         if is_rate:
-            window = _refill_window(params.capacity, params.refill, params.period_ms)
+            span = _refill_seconds(params.capacity, params.refill, params.period_ms)
         else:
-            window = params.reset_after_ms // 1000 if params.kind == Kind.SESSION else None
+            span = params.reset_after_ms // 1000 if params.kind == Kind.SESSION else None
         out.append(
             LimitView(
                 image.resource,
                 params.name,
                 params.capacity // MILLI,
-                window,
+                span,
                 not (is_rate or held),
                 view.balance // MILLI - hold.pending.get(params.name, 0),
                 view.ceiling // MILLI,

@@ -54,7 +54,8 @@ def _validate_acquire(
                 "also",
                 f"{len(also)} extra resources ({len(also) + 1} with the primary)",
                 f"at most {MAX_ACQUIRE_RESOURCES - 1} extra resources "
-                f"({MAX_ACQUIRE_RESOURCES} with the primary) per acquire; split the call",
+                f"({MAX_ACQUIRE_RESOURCES} with the primary) per acquire; "
+                "spread them over several calls",
             )
         for extra, amounts in also.items():
             validation.resource_name(extra, field="also resource")

@@ -18,7 +18,7 @@ MIN_ALERT_PERCENT, MAX_ALERT_PERCENT = 1, 1000
 
 @dataclass(frozen=True)
 class ScheduleEntry:
-    """A cron window (parameter entry) or a reset edge (`ScheduleEntry.reset`)."""
+    """A cron entry (parameter period) or a reset edge (`ScheduleEntry.reset`)."""
 
     cron: str
     tz: str = "UTC"

@@ -284,7 +284,7 @@ def summarise(spec: LoadSpec, results: list[dict[str, Any]]) -> dict[str, Any]:
         errors.update(r["errors"])
     last_end = max((r["last_end"] for r in results), default=0.0)
     elapsed = max(last_end - min(r["loops_start"] for r in results), 1e-9)  # counted loops
-    window = max(last_end - min(r["first_start"] for r in results), 0.0)  # warm-up included
+    spanned = max(last_end - min(r["first_start"] for r in results), 0.0)  # warm-up included
     summary: dict[str, Any] = {
         "scenario": spec.scenario,
         "processes": spec.processes,
@@ -307,7 +307,7 @@ def summarise(spec: LoadSpec, results: list[dict[str, Any]]) -> dict[str, Any]:
     }
     if spec.scenario == "hot-org":
         # burst + what refilled from the first call (warm-up included) to the last
-        allowed = spec.org_rate + math.floor(spec.org_rate * window)
+        allowed = spec.org_rate + math.floor(spec.org_rate * spanned)
         units = sum(r["units_admitted"] for r in results)
         summary.update(allowed=allowed, units_admitted=units, over_admitted=max(0, units - allowed))
     return summary

@@ -1,35 +1,39 @@
 """`Repository`: the connection to one table, scoped to a namespace (docs/getting-started.md,
 docs/configuration.md, docs/reset-and-top-up.md).
 
-The entity, config, flag and balance operations live in the mixins of `zae_limiter.admin`; this
-module holds the connection, the shared caches and the version check.
+The entity, config, flag, balance and report operations are services of `zae_limiter.admin`,
+each built here with what it needs (the namespace's `Scope`, the `Changes` protocol); this module
+holds the connection, the shared caches and the version check, and delegates each public method
+to its service in one line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import schema, versioning
 from .acquire import Admission, deadlines
-from .acquire.dynamo_store import DynamoBucketStore
-from .admin.alerts import AlertsMixin
-from .admin.availability import AvailabilityMixin
-from .admin.balances import BalancesMixin
-from .admin.entities import EntitiesMixin
-from .admin.flags import FlagsMixin
-from .admin.namespaces import NamespacesMixin
-from .admin.reports import ReportsMixin
-from .admin.shards import ShardsMixin
-from .admin.usage import UsageMixin
+from .acquire.dynamo_bucket_io import DynamoBucketIO
+from .admin.alerts import Alerts
+from .admin.availability import AvailabilityCheck
+from .admin.balances import Balances
+from .admin.changes import Changes
+from .admin.config import Config
+from .admin.entities import Entities
+from .admin.flags import Flags
+from .admin.namespaces import Namespaces
+from .admin.reports import Reports
+from .admin.shards import Shards
+from .admin.usage import Usage
 from .audit import iso
 from .caches import ConfigCache, ImageCache, stats
 from .connection import (
-    caller_identity,
     check_versions,
     connect,
     namespace_id_of,
@@ -49,26 +53,33 @@ from .dynamo.transport import (
     request_timeouts,
 )
 from .instrumentation import RequestListener
-from .models import CacheStats, OnUnavailable
+from .models import CacheStats
 from .resolution import Resolver
 from .scope import Scope, Shared
 from .unmetered import Unmetered
 
 log = logging.getLogger("zae_limiter")
 
+S = TypeVar("S")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _served(
+    service: Callable[[Repository], S], method: Callable[Concatenate[S, P], Coroutine[Any, Any, R]]
+) -> Callable[Concatenate[Repository, P], Coroutine[Any, Any, R]]:
+    """A public method of `Repository`: `method` of the repository's `service`, with its
+    signature and docstring."""
+
+    async def call(self: Repository, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await method(service(self), *args, **kwargs)
+
+    functools.update_wrapper(call, method)
+    return call
+
 
 @public_errors
-class Repository(
-    NamespacesMixin,
-    EntitiesMixin,
-    FlagsMixin,
-    ReportsMixin,
-    AvailabilityMixin,
-    BalancesMixin,
-    ShardsMixin,
-    UsageMixin,
-    AlertsMixin,
-):
+class Repository:
     """One table, one namespace. Open with `await Repository.open(...)`."""
 
     def __init__(
@@ -83,7 +94,7 @@ class Repository(
         self._config_cache = ConfigCache(shared.config_cache_ttl)
         self._resolver = Resolver(self._store, namespace_id, self._config_cache, shared.clock)
         self._admission = Admission(
-            DynamoBucketStore(self._store),
+            DynamoBucketIO(self._store),
             namespace_id,
             self._resolver,
             shared.images,
@@ -94,10 +105,90 @@ class Repository(
         )
         self._unmetered = Unmetered(shared.unmetered, namespace_name, self._configured_resources)
         self._admission.finder.unmetered = self._unmetered
-        self._scope = Scope(
+        self._scope = scope = Scope(
             namespace_id, self._store, shared.clock, self._resolver, self._admission, shared
         )
         self._scopes: dict[str, Repository] = {}
+        changes = Changes(scope, self._forget)
+        self._namespaces = Namespaces(scope, changes)
+        self._entities = Entities(scope, changes)
+        self._config = Config(scope, changes)
+        self._flags = Flags(scope, changes)
+        self._reports = Reports(scope)
+        self._availability = AvailabilityCheck(scope)
+        self._balances = Balances(scope, changes)
+        self._shards = Shards(scope, changes)
+        self._usage = Usage(scope)
+        self._alerts = Alerts(scope)
+
+    # --- the services' operations (docs/: one implementation each, in zae_limiter.admin) --------
+
+    register_namespace = _served(lambda repo: repo._namespaces, Namespaces.register_namespace)
+    register_namespaces = _served(lambda repo: repo._namespaces, Namespaces.register_namespaces)
+    get_namespace = _served(lambda repo: repo._namespaces, Namespaces.get_namespace)
+    list_namespaces = _served(lambda repo: repo._namespaces, Namespaces.list_namespaces)
+    list_orphan_namespaces = _served(
+        lambda repo: repo._namespaces, Namespaces.list_orphan_namespaces
+    )
+    delete_namespace = _served(lambda repo: repo._namespaces, Namespaces.delete_namespace)
+    recover_namespace = _served(lambda repo: repo._namespaces, Namespaces.recover_namespace)
+    purge_namespace = _served(lambda repo: repo._namespaces, Namespaces.purge_namespace)
+
+    create_entity = _served(lambda repo: repo._entities, Entities.create_entity)
+    get_entity = _served(lambda repo: repo._entities, Entities.get_entity)
+    get_children = _served(lambda repo: repo._entities, Entities.get_children)
+    delete_entity = _served(lambda repo: repo._entities, Entities.delete_entity)
+    set_parent = _served(lambda repo: repo._entities, Entities.set_parent)
+
+    set_limits = _served(lambda repo: repo._config, Config.set_limits)
+    get_limits = _served(lambda repo: repo._config, Config.get_limits)
+    delete_limits = _served(lambda repo: repo._config, Config.delete_limits)
+    list_entities_with_custom_limits = _served(
+        lambda repo: repo._config, Config.list_entities_with_custom_limits
+    )
+    list_resources_with_entity_configs = _served(
+        lambda repo: repo._config, Config.list_resources_with_entity_configs
+    )
+    set_resource_defaults = _served(lambda repo: repo._config, Config.set_resource_defaults)
+    get_resource_defaults = _served(lambda repo: repo._config, Config.get_resource_defaults)
+    delete_resource_defaults = _served(lambda repo: repo._config, Config.delete_resource_defaults)
+    list_resources_with_defaults = _served(
+        lambda repo: repo._config, Config.list_resources_with_defaults
+    )
+    set_system_defaults = _served(lambda repo: repo._config, Config.set_system_defaults)
+    get_system_defaults = _served(lambda repo: repo._config, Config.get_system_defaults)
+    delete_system_defaults = _served(lambda repo: repo._config, Config.delete_system_defaults)
+    resolve_limits = _served(lambda repo: repo._config, Config.resolve_limits)
+
+    disable_resource = _served(lambda repo: repo._flags, Flags.disable_resource)
+    enable_resource = _served(lambda repo: repo._flags, Flags.enable_resource)
+    clear_resource_disabled = _served(lambda repo: repo._flags, Flags.clear_resource_disabled)
+    bypass_resource = _served(lambda repo: repo._flags, Flags.bypass_resource)
+    get_resource_disabled = _served(lambda repo: repo._flags, Flags.get_resource_disabled)
+    set_resource_cascade = _served(lambda repo: repo._flags, Flags.set_resource_cascade)
+    clear_resource_cascade = _served(lambda repo: repo._flags, Flags.clear_resource_cascade)
+    get_resource_cascade = _served(lambda repo: repo._flags, Flags.get_resource_cascade)
+    disable_entity = _served(lambda repo: repo._flags, Flags.disable_entity)
+    enable_entity = _served(lambda repo: repo._flags, Flags.enable_entity)
+    clear_entity_disabled = _served(lambda repo: repo._flags, Flags.clear_entity_disabled)
+    bypass_entity = _served(lambda repo: repo._flags, Flags.bypass_entity)
+    get_entity_disabled = _served(lambda repo: repo._flags, Flags.get_entity_disabled)
+    set_entity_cascade = _served(lambda repo: repo._flags, Flags.set_entity_cascade)
+    clear_entity_cascade = _served(lambda repo: repo._flags, Flags.clear_entity_cascade)
+    get_entity_cascade = _served(lambda repo: repo._flags, Flags.get_entity_cascade)
+
+    get_audit_events = _served(lambda repo: repo._reports, Reports.get_audit_events)
+    get_buckets = _served(lambda repo: repo._reports, Reports.get_buckets)
+    get_resource_capacity = _served(lambda repo: repo._reports, Reports.get_resource_capacity)
+    check_availability = _served(
+        lambda repo: repo._availability, AvailabilityCheck.check_availability
+    )
+    top_up = _served(lambda repo: repo._balances, Balances.top_up)
+    reset_bucket = _served(lambda repo: repo._balances, Balances.reset_bucket)
+    set_shards = _served(lambda repo: repo._shards, Shards.set_shards)
+    get_usage_snapshots = _served(lambda repo: repo._usage, Usage.get_usage_snapshots)
+    get_usage_summary = _served(lambda repo: repo._usage, Usage.get_usage_summary)
+    get_alerts = _served(lambda repo: repo._alerts, Alerts.get_alerts)
 
     # --- connecting --------------------------------------------------------------------------
 
@@ -381,21 +472,3 @@ class Repository(
         await self._store.put(item)
         self._shared.version_record = {k: v for k, v in item.items() if k not in ("PK", "SK")}
         self._shared.gates_passed.clear()
-
-    # --- on_unavailable ----------------------------------------------------------------------
-
-    def _unavailable_mode(self, explicit: OnUnavailable | None) -> OnUnavailable:
-        """The call's mode, else the stored one (last good value, no I/O), else BLOCK."""
-        return self._scope.unavailable_mode(explicit)
-
-    # --- principal ---------------------------------------------------------------------------
-
-    async def _principal(self, explicit: str | None) -> str | None:
-        if explicit is not None:
-            return explicit
-        shared = self._shared
-        if not shared.principal_resolved:
-            shared.principal_resolved = True
-            if shared.endpoint_url is None:
-                shared.principal = await caller_identity(self.region)
-        return shared.principal

@@ -57,7 +57,7 @@ def stamp_for(
     override: bool = False,
     now: int | None = None,
 ) -> Stamp:
-    """The stamp for (entity, resource): limits with their schedule windows applied at `now`."""
+    """The stamp for (entity, resource): limits with their schedule entries applied at `now`."""
     return Stamp(
         limits=tuple(cfg.to_params(lim, now) for lim in limits),
         parent=resolved.parent if resolved.cascade else None,

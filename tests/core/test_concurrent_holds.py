@@ -165,7 +165,7 @@ async def test_sharding_stops_before_a_share_of_max_in_flight_falls_below_one(
     (2 shards for max_in_flight=2), and pre-splitting further is a ValidationError naming the
     fix. The same traffic on a rate limit alone splits past 2 (the floor is what stops it)."""
     repo = await open_repo(split_writes_per_second=5)
-    repo._admission.rate_window_ms = 3_000
+    repo._admission.rate_span_ms = 3_000
     limiter = RateLimiter(repo)
     await limiter.set_resource_defaults("llm", [Limit.per_minute("rpm", 1_000_000)])
     await limiter.set_limits("u1", [*parallel(2), Limit.per_minute("rpm", 1_000_000)], "llm")

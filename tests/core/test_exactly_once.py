@@ -29,7 +29,7 @@ from zae_limiter import Limit, RateLimiter, Repository
 SEEDS = (1, 2, 3)
 FAULTS = {kind: (kind,) for kind in KINDS} | {"all": KINDS}
 READ_TIMEOUT_S = 2.0  # generous: a loaded machine must not time out on its own
-#: No rejection cache: the clock is fixed, so its 1 s window would never end, and an image that
+#: No rejection cache: the clock is fixed, so its 1 s lifetime would never end, and an image that
 #: showed the limit held by another process's debit (refunded since) would refuse every later
 #: call without a request (docs/several-resources.md: the cache's one error, made permanent).
 #: Every refusal is judged on an image DynamoDB returned.

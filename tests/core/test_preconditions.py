@@ -2,7 +2,7 @@
 
 - Clocks: an item stamped by a writer further ahead of this writer's clock than MAX_SKEW_MS is
   counted (`skewed_items`), logged, and settled toward rejecting (no re-send, no pruning).
-- Expiry: an item outlives any re-send window, however fast its limit refills.
+- Expiry: an item outlives any re-send bound, however fast its limit refills.
 - Both counters reach OpenTelemetry.
 """
 
@@ -84,7 +84,7 @@ async def test_clocks_within_the_allowance_re_send_as_usual(
     await fast.close()
 
 
-async def test_an_item_outlives_the_re_send_window_however_fast_it_refills(
+async def test_an_item_outlives_the_re_send_bound_however_fast_it_refills(
     table: TableRef, clock: FakeClock
 ) -> None:
     assert MAX_SKEW_MS < PRUNE_AGE_MS <= MIN_EXPIRY_MS
@@ -101,7 +101,7 @@ async def test_an_item_outlives_the_re_send_window_however_fast_it_refills(
     item = await repo._store.get(keys.bucket(repo.namespace_id, "u", "api"))
     assert item is not None
     assert int(item["ttl"]) >= (clock() + MIN_EXPIRY_MS) // 1000
-    clock.advance(seconds=30)  # past the refill horizon, inside the re-send window
+    clock.advance(seconds=30)  # past the refill horizon, inside the re-send bound
     [state] = await repo.get_buckets("u")
     assert state.total_consumed == 2  # not expired: a re-send would find its evidence here
     await repo.close()

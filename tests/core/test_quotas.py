@@ -89,19 +89,19 @@ async def test_a_session_ends_exactly_reset_after_its_first_use(
     await limiter.set_resource_defaults(
         "budget", [Limit.quota("session", 10, reset_after=timedelta(hours=5))]
     )
-    clock.advance(12_345)  # not on any grid: the window opens at the entity's own first use
+    clock.advance(12_345)  # not on any grid: the session opens at the entity's own first use
     opened = clock.now_ms
     await spend(limiter, "budget", session=4)
     clock.advance(HOUR_MS)
-    await spend(limiter, "budget", session=6)  # exhausted: the window does not move
+    await spend(limiter, "budget", session=6)  # exhausted: the session does not move
     error = await rejection(limiter, "budget", session=1)
-    assert error.retry_after_seconds == 4 * 3600  # until the window ends
+    assert error.retry_after_seconds == 4 * 3600  # until the session ends
     assert error.violations[0].resets_at_ms == opened + 5 * HOUR_MS
     clock.set(opened + 5 * HOUR_MS - 1)
     assert (await rejection(limiter, "budget", session=1)).retry_after_seconds == 0.001
     clock.set(opened + 5 * HOUR_MS)  # [start, start + 5 h): it has ended
     assert await limiter.available("u1", "budget") == {"session": 10}
-    clock.set(opened + 5 * HOUR_MS + 1)  # one millisecond later, a request opens a new window
+    clock.set(opened + 5 * HOUR_MS + 1)  # one millisecond later, a request opens a new session
     await spend(limiter, "budget", session=3)
     status = (await limiter.check_availability("u1", "budget")).status("session")
     assert (status.available, status.resets_at_ms) == (7, opened + 10 * HOUR_MS + 1)
@@ -121,7 +121,7 @@ async def test_check_availability_never_opens_a_session(
     assert status.resets_at_ms == clock.now_ms + 5 * HOUR_MS
 
 
-async def test_a_session_request_larger_than_the_allowance_waits_one_window(
+async def test_a_session_request_larger_than_the_allowance_waits_one_session(
     limiter: RateLimiter,
 ) -> None:
     await limiter.set_resource_defaults(

@@ -1,4 +1,4 @@
-"""Scheduled parameter windows (docs/limits-and-time.md)."""
+"""Schedule entries (docs/limits-and-time.md)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ async def test_office_hours_double_the_limit(limiter: RateLimiter, clock: Any) -
     assert info.value.violations[0].limit.capacity == 10
 
 
-async def test_a_window_ending_cuts_the_balance_to_the_lower_ceiling(
+async def test_an_entry_ending_cuts_the_balance_to_the_lower_ceiling(
     limiter: RateLimiter, clock: Any
 ) -> None:
     await limiter.set_resource_defaults(
@@ -77,7 +77,7 @@ async def test_a_window_ending_cuts_the_balance_to_the_lower_ceiling(
             pass
 
 
-async def test_a_scaled_quota_keeps_its_balance_across_windows(
+async def test_a_scaled_quota_keeps_its_balance_across_entries(
     limiter: RateLimiter, clock: Any
 ) -> None:
     weekend = ScheduleEntry(cron="* * * * SAT,SUN", scale=0.5)
@@ -95,8 +95,8 @@ async def test_a_scaled_quota_keeps_its_balance_across_windows(
     assert (await limiter.available("u", "budget")) == {"weekly": 1_000}
 
 
-async def test_retry_after_walks_into_the_next_window(limiter: RateLimiter, clock: Any) -> None:
-    """docs/limits-and-time.md: each window's rate applies while it is in force."""
+async def test_retry_after_walks_into_the_next_entry(limiter: RateLimiter, clock: Any) -> None:
+    """docs/limits-and-time.md: each entry's rate applies while it is in force."""
     await limiter.set_resource_defaults(
         "api",
         [Limit.per_hour("units", 60).with_schedule((OFFICE,))],  # 1/min; 2/min from 09:00
@@ -114,7 +114,7 @@ async def test_retry_after_walks_into_the_next_window(limiter: RateLimiter, cloc
         pass
 
 
-async def test_availability_after_an_edge_follows_each_windows_rate(
+async def test_availability_after_an_edge_follows_each_entrys_rate(
     limiter: RateLimiter, repo: Repository, clock: Any
 ) -> None:
     """Read before any write after the edge: what the next acquire will find."""
@@ -133,10 +133,10 @@ async def test_availability_after_an_edge_follows_each_windows_rate(
         pass
 
 
-async def test_a_bucket_idle_through_a_whole_window_earns_that_windows_rate(
+async def test_a_bucket_idle_through_a_whole_entry_earns_that_entrys_rate(
     limiter: RateLimiter, clock: Any
 ) -> None:
-    """Out and back: the window in force is the stamped one again, the balance still walks."""
+    """Out and back: the entry in force is the stamped one again, the balance still walks."""
     await limiter.set_resource_defaults(
         "api",
         [Limit.per_day("units", 1440).with_schedule((OFFICE,))],  # 1/min; 2/min 09-18

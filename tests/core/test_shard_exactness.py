@@ -196,7 +196,7 @@ async def test_debits_landing_between_a_splits_read_and_its_write_are_not_admitt
     assert availability.available == {"rps": 0}
 
 
-async def test_two_processes_of_24_tasks_across_forced_splits_stay_within_every_window(
+async def test_two_processes_of_24_tasks_across_forced_splits_stay_within_every_interval(
     open_repo: Any, clock: Any, wire: Any
 ) -> None:
     repos = [await open_repo(split_writes_per_second=5) for _ in range(2)]
@@ -230,8 +230,8 @@ async def test_two_processes_of_24_tasks_across_forced_splits_stay_within_every_
         await repo._admission.settle_splits()
     buckets = await repos[0].get_buckets("org", "api")
     assert ledger["jobs"] <= 60
-    assert_every_window(spans, capacity=20, per_second=20)
-    assert_every_window(small_spans, capacity=2, per_second=2)
+    assert_every_interval(spans, capacity=20, per_second=20)
+    assert_every_interval(small_spans, capacity=2, per_second=2)
     assert max(b.shard_count for b in buckets) > 1  # the knob forced splits
     for name in ledger:  # per-shard consumption is exactly what was admitted
         assert sum(b.total_consumed for b in buckets if b.limit_name == name) == ledger[name]
@@ -245,7 +245,7 @@ async def test_two_processes_of_24_tasks_across_forced_splits_stay_within_every_
     assert (w.round_trips, w.rcu, w.wcu) == (1, 0, 1)
 
 
-def assert_every_window(spans: list[tuple[int, int]], *, capacity: int, per_second: int) -> None:
+def assert_every_interval(spans: list[tuple[int, int]], *, capacity: int, per_second: int) -> None:
     """For every interval [a, b]: the calls surely admitted inside it (started at or after a,
     returned by b) are at most capacity + refill over b - a."""
     starts = sorted({s for s, _ in spans})

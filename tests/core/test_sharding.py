@@ -23,13 +23,13 @@ async def test_a_hot_organisation_bucket_splits_and_every_process_converges(
     open_repo: Any, clock: Any
 ) -> None:
     # instead of ~1,000 writes a second per shard, measured over 3 s. Writes land on a random
-    # shard, so a shard's count over a window is binomial. At 4 shards the mean is 8.25/s, and
-    # a window above 14/s has odds of 4.8e-5 (42 or more of 99 writes at p = 1/4). That is
-    # about 0.2 % a run over ~36 checks (3 processes, 4 shards, 3 windows). A threshold of 12 had
+    # shard, so a shard's count over a span is binomial. At 4 shards the mean is 8.25/s, and
+    # a span above 14/s has odds of 4.8e-5 (42 or more of 99 writes at p = 1/4). That is
+    # about 0.2 % a run over ~36 checks (3 processes, 4 shards, 3 spans). A threshold of 12 had
     # 4.3e-3 a check: it split to 8 in one of this session's full runs.
     repos = [await open_repo(split_writes_per_second=14) for _ in range(3)]
     for repo in repos:
-        repo._admission.rate_window_ms = 3_000
+        repo._admission.rate_span_ms = 3_000
     admin = RateLimiter(repos[0])
     await admin.set_resource_defaults("api", [Limit.per_minute("rpm", 1_000_000)])
     await repos[0].set_resource_cascade("api", True)

@@ -103,7 +103,7 @@ async def test_reset_restores_the_allowance_plus_this_periods_top_ups(
 # --- session quotas ------------------------------------------------------------------------------
 
 
-async def test_a_session_top_up_lasts_for_the_live_window_only(
+async def test_a_session_top_up_lasts_for_the_live_session_only(
     repo: Repository, limiter: RateLimiter, clock: FakeClock
 ) -> None:
     await limiter.set_resource_defaults("budget", [SESSION])
@@ -112,11 +112,11 @@ async def test_a_session_top_up_lasts_for_the_live_window_only(
     clock.advance(HOUR_MS)
     await repo.top_up("u1", "budget", {"session": 40})
     assert await available(limiter, "u1", "budget") == {"session": 40}
-    clock.set(opened + 5 * HOUR_MS)  # the window ends, and its top-up with it
+    clock.set(opened + 5 * HOUR_MS)  # the session ends, and its top-up with it
     assert await available(limiter, "u1", "budget") == {"session": 100}
 
 
-async def test_a_session_top_up_opens_a_window_when_none_is_live(
+async def test_a_session_top_up_opens_a_session_when_none_is_live(
     repo: Repository, limiter: RateLimiter, clock: FakeClock
 ) -> None:
     await limiter.set_resource_defaults("budget", [SESSION])
@@ -128,7 +128,7 @@ async def test_a_session_top_up_opens_a_window_when_none_is_live(
     assert await available(limiter, "u1", "budget") == {"session": 100}
 
 
-async def test_a_session_reset_ends_the_window_and_the_next_call_opens_a_fresh_one(
+async def test_a_session_reset_ends_the_session_and_the_next_call_opens_a_fresh_one(
     repo: Repository, limiter: RateLimiter, clock: FakeClock
 ) -> None:
     await limiter.set_resource_defaults("budget", [WEEKLY, SESSION])
@@ -140,7 +140,7 @@ async def test_a_session_reset_ends_the_window_and_the_next_call_opens_a_fresh_o
     assert await available(limiter, "u1", "budget") == {"weekly": 920, "session": 100}
     await spend(limiter, "u1", "budget", weekly=1, session=1)
     status = (await limiter.check_availability("u1", "budget")).status("session")
-    assert status.resets_at_ms == clock.now_ms + 5 * HOUR_MS  # a fresh window, opened now
+    assert status.resets_at_ms == clock.now_ms + 5 * HOUR_MS  # a fresh session, opened now
 
 
 # --- dripping limits -----------------------------------------------------------------------------

@@ -30,7 +30,7 @@ HOLDS = Run(
     rate=0.2,
     kills=4,
     victims="holding",  # each kill takes a process with a lease open, so holds are left behind
-    kill_window=(0.5, 0.8),  # once every process is under way (starting one takes seconds)
+    kill_span=(0.5, 0.8),  # once every process is under way (starting one takes seconds)
     kill_by="seconds",  # the hold worker logs holds, not invocations
     skew_ms=200,
     partitions=0,
@@ -46,7 +46,7 @@ HOLDS = Run(
 #: holds lapse) early in each process's operations (2-15 % of the 300 it plans, which even a slow
 #: machine starts within the 30 s), so that every partition falls inside the run.
 PARTITIONED = replace(
-    HOLDS, seed=33, ops=100, partitions=1, partition_s=2.0, partition_window=(0.02, 0.15)
+    HOLDS, seed=33, ops=100, partitions=1, partition_s=2.0, partition_span=(0.02, 0.15)
 )
 
 

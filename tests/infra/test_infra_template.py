@@ -31,7 +31,7 @@ from zae_limiter.cdk.aggregator import (
 )
 from zae_limiter.cdk.version_record import RESOURCE_TYPE
 from zae_limiter.dynamo import keys
-from zae_limiter.usage.aggregator import AggregatorConfig
+from zae_limiter.usage.aggregator import AggregatorSettings
 
 TABLE = "AWS::DynamoDB::Table"
 FUNCTION = "AWS::Lambda::Function"
@@ -186,7 +186,7 @@ def test_aggregator_options(synthesized: Synthesized) -> None:
     assert {g["Properties"]["RetentionInDays"] for g in groups.values()} == {14}
 
 
-def test_aggregator_reads_the_configuration_the_construct_sets(synthesized: Synthesized) -> None:
+def test_aggregator_reads_the_settings_the_construct_sets(synthesized: Synthesized) -> None:
     """The environment, metric namespace and service name match what the aggregator expects."""
     for template, windows, days in (
         (synthesized.default, ("hourly", "daily"), 90),
@@ -194,8 +194,8 @@ def test_aggregator_reads_the_configuration_the_construct_sets(synthesized: Synt
     ):
         variables = aggregator(template)["Properties"]["Environment"]["Variables"]
         env = {k: v for k, v in variables.items() if isinstance(v, str)}
-        config = AggregatorConfig.from_env(env)
-        assert (config.windows, config.default_retention_days) == (windows, days)
+        settings = AggregatorSettings.from_env(env)
+        assert (settings.windows, settings.default_retention_days) == (windows, days)
     handler = importlib.import_module("zae_limiter.lambdas.aggregator.handler")
     assert (handler.METRIC_NAMESPACE, handler.SERVICE) == (METRIC_NAMESPACE, SERVICE_NAME)
 

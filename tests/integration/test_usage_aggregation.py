@@ -27,7 +27,7 @@ from zae_limiter.local.stream_runner import (
     read_status,
     start_aggregator_process,
 )
-from zae_limiter.usage.aggregator import ATTEMPTS, AggregatorConfig
+from zae_limiter.usage.aggregator import ATTEMPTS, AggregatorSettings
 
 pytestmark = pytest.mark.ddb
 
@@ -180,8 +180,8 @@ async def test_monthly_windows_when_configured(
         clock.set_datetime(datetime(2026, 1, day, 12))
         async with limiter.acquire("user-1", "search", consume={"rpm": 3}):
             pass
-    config = AggregatorConfig(windows=("hourly", "daily", "monthly"))
-    async with StreamRunner.from_repository(repo, config=config) as runner:
+    settings = AggregatorSettings(windows=("hourly", "daily", "monthly"))
+    async with StreamRunner.from_repository(repo, settings=settings) as runner:
         await runner.drain()
     monthly = await only(limiter, "user-1", "search", "monthly")
     assert (monthly.window_start, monthly.window_end, monthly.counters) == (
@@ -297,7 +297,7 @@ async def test_contention_that_persists_fails_the_batch_without_applying_any(
     client = runner.aggregator.store.transport.client
     with inject(client, "TransactWriteItems", [conflict] * ATTEMPTS) as plan:
         outcome = await runner.aggregator.process(records)
-    assert plan.sent == ATTEMPTS  # retried, never split
+    assert plan.sent == ATTEMPTS  # retried, never halved
     assert outcome.applied == 0 and len(outcome.failures) == 8
     retry = await runner.aggregator.process(records)
     assert (retry.applied, retry.failures) == (8, {})

@@ -56,7 +56,7 @@ async def test_a_lease_gets_one_policy_per_limit_of_the_primary_resource(
     assert "Retry-After" not in headers
 
 
-async def test_a_rejection_adds_retry_after_and_never_a_window_past_it(
+async def test_a_rejection_adds_retry_after_and_never_a_w_past_it(
     limiter: RateLimiter,
 ) -> None:
     await limiter.set_resource_defaults(

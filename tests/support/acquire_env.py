@@ -1,6 +1,6 @@
-"""An acquire path on the in-memory bucket store (`memory_store.py`), for unit tests of its rules.
+"""An acquire path on the in-memory `MemoryBucketIO`, for unit tests of its rules.
 
-`AcquireEnv` builds an `Admission` over a `MemoryBucketStore` with a fake clock, and makes
+`AcquireEnv` builds an `Admission` over a `MemoryBucketIO` with a fake clock, and makes
 targets on bucket items that are stored (or not) with full balances.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from support.clock import FakeClock
-from support.memory_store import MemoryBucketStore
+from support.memory_bucket_io import MemoryBucketIO
 from zae_limiter.acquire import Admission, Target
 from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.planning import blank_image
@@ -31,12 +31,12 @@ class AcquireEnv:
         self, limits: tuple[Params, ...] = (RPM,), *, backoff: Backoff | None = None
     ) -> None:
         self.clock = FakeClock()
-        self.store = MemoryBucketStore()
+        self.bucket_io = MemoryBucketIO()
         self.images = ImageCache(rejection_ttl_seconds=1.0, size=1_000)
         # The resolver reads config; these tests hand the targets in, so it is never called.
         resolver = Resolver(cast(Any, None), NS, ConfigCache(60), self.clock)
         self.admission = Admission(
-            self.store, NS, resolver, self.images, self.clock, 7, backoff=backoff
+            self.bucket_io, NS, resolver, self.images, self.clock, 7, backoff=backoff
         )
         self.limits = limits
 
@@ -59,7 +59,7 @@ class AcquireEnv:
         new = self.admission.maker.image_for(
             image, stamp, 1, states or image.states, self.clock(), evidence=seed
         )
-        return self.store.put(bucket_items.item_of(new))
+        return self.bucket_io.put(bucket_items.item_of(new))
 
     def target(
         self,
@@ -88,13 +88,13 @@ class AcquireEnv:
         return self.target(image, amounts, exists=False)
 
     def state(self, resource: str = "search", shard: int = 0, name: str = "rpm") -> State:
-        image = self.store.image(keys.bucket(NS, "u1", resource, shard))
+        image = self.bucket_io.image(keys.bucket(NS, "u1", resource, shard))
         assert image is not None, "no item stored"
         return image.states[name]
 
     def balance(self, resource: str = "search", shard: int = 0, name: str = "rpm") -> int:
         """Whole units available now on a stored item."""
-        image = self.store.image(keys.bucket(NS, "u1", resource, shard))
+        image = self.bucket_io.image(keys.bucket(NS, "u1", resource, shard))
         assert image is not None
         params = image.stamp.params(name)
         assert params is not None

@@ -15,7 +15,7 @@ of draws the client's retry bounds were never meant for):
 - ``late``:     hold the request for `delay_s`, then forward it and drop the answer (it lands
   after the client gave up on it, possibly after its re-send); not among the default kinds
 
-`partition(seconds)` opens a window in which every request, whatever its operation, hangs and is
+`partition(seconds)` opens a span in which every request, whatever its operation, hangs and is
 dropped: some are forwarded first (they may land), some never are (again by identity). Partitions
 are counted under ``partition``.
 

@@ -1,7 +1,7 @@
-"""Cancellation at every await point of the acquire path, on the in-memory bucket store.
+"""Cancellation at every await point of the acquire path, on the in-memory bucket IO.
 
-Every store operation of the double suspends twice (before it applies, and after it applied but
-before its caller hears of it: the window where an answer is lost), so that every point where a
+Every operation of the double suspends twice (before it applies, and after it applied but
+before its caller hears of it: when an answer is lost), so that every point where a
 real request can be cut is a point where the caller can be cancelled. For every k, a fresh acquire
 runs k turns of the event loop and is then cancelled, until it completes before the k-th turn:
 that enumerates every await point the caller can be cancelled at (cancellation is only ever
@@ -20,7 +20,7 @@ from typing import Any, cast
 import pytest
 
 from support.acquire_env import NS, AcquireEnv
-from support.memory_store import MemoryBucketStore
+from support.memory_bucket_io import MemoryBucketIO
 from zae_limiter.acquire.acquisition import Acquisition
 from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.pending import Pending
@@ -33,16 +33,16 @@ from zae_limiter.models import OnUnavailable
 def _suspending(name: str) -> Any:
     """The double's operation `name`, suspending before it applies and before it answers."""
 
-    async def operation(self: SuspendingStore, *args: Any, **kwargs: Any) -> Any:
+    async def operation(self: SuspendingBucketIO, *args: Any, **kwargs: Any) -> Any:
         await self.turn()
-        result = await getattr(MemoryBucketStore, name)(self, *args, **kwargs)
+        result = await getattr(MemoryBucketIO, name)(self, *args, **kwargs)
         await self.turn()
         return result
 
     return operation
 
 
-class SuspendingStore(MemoryBucketStore):
+class SuspendingBucketIO(MemoryBucketIO):
     """The double, with every operation suspending before and after it applies."""
 
     def __init__(self) -> None:
@@ -61,13 +61,13 @@ class SuspendingStore(MemoryBucketStore):
 
 
 class Case:
-    """One acquire on a fresh store: single resource, or the seed's three-bucket call."""
+    """One acquire on a fresh double: single resource, or the seed's three-bucket call."""
 
     def __init__(self, shape: str) -> None:
         self.env = env = AcquireEnv(backoff=Backoff(scale=0.0))
-        self.store = env.store = SuspendingStore()
-        env.admission.waves.store = self.store
-        env.admission.finder.store = self.store
+        self.bucket_io = env.bucket_io = SuspendingBucketIO()
+        env.admission.waves.bucket_io = self.bucket_io
+        env.admission.finder.bucket_io = self.bucket_io
         self.pending = Pending()
         env.admission.pending = self.pending
         child = env.stored("user-3", "search")
@@ -85,7 +85,7 @@ class Case:
         ]
 
         async def targets(*_: Any) -> list[ResourcePlan]:
-            await self.store.turn()
+            await self.bucket_io.turn()
             return plans
 
         env.admission.targets = targets  # type: ignore[method-assign,assignment]
@@ -105,7 +105,7 @@ class Case:
         return Acquisition(cast(Any, self.limiter), "user-3", requests, None, None, None)
 
     def consumed(self, entity: str, resource: str) -> int:
-        image = self.store.image(keys.bucket(NS, entity, resource, 0))
+        image = self.bucket_io.image(keys.bucket(NS, entity, resource, 0))
         assert image is not None
         return image.states["rpm"].consumed // MILLI
 

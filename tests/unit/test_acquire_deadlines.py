@@ -1,4 +1,4 @@
-"""The resolution window is bounded in time (docs/on-unavailable.md): re-sends stop by the
+"""The resolution bound holds in time (docs/on-unavailable.md): re-sends stop by the
 clock, not by a count that multiplies the read timeout, and `open()` refuses timeouts that could
 let a late copy of a write land after the exactly-once rules stop watching for it."""
 
@@ -11,7 +11,7 @@ import pytest
 from botocore.config import Config
 
 from support.acquire_env import AcquireEnv
-from support.memory_store import MemoryBucketStore
+from support.memory_bucket_io import MemoryBucketIO
 from zae_limiter import Repository, ValidationError
 from zae_limiter.acquire import deadlines
 from zae_limiter.acquire.deadlines import Backoff
@@ -21,7 +21,7 @@ from zae_limiter.acquire.values import AnswerLost, Unavailable
 from zae_limiter.dynamo import transport
 
 
-class SlowLosingStore(MemoryBucketStore):
+class SlowLosingBucketIO(MemoryBucketIO):
     """Every update takes `read_s` seconds of the writer's clock and loses its answer."""
 
     def __init__(self, env: AcquireEnv, read_s: float) -> None:
@@ -38,19 +38,21 @@ class SlowLosingStore(MemoryBucketStore):
 
 async def test_re_sends_stop_by_time_whatever_the_read_timeout() -> None:
     env = AcquireEnv(backoff=Backoff(scale=0.0))
-    store = SlowLosingStore(env, read_s=34)  # the timeout that made 9 sends outlive the rules
-    store.items = env.store.items
-    env.admission.waves.store = store
+    bucket_io = SlowLosingBucketIO(
+        env, read_s=34
+    )  # the timeout that made 9 sends outlive the rules
+    bucket_io.items = env.bucket_io.items
+    env.admission.waves.bucket_io = bucket_io
     image = env.stored()
     with pytest.raises(Unavailable):
         await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
-    first, last = store.sent_at[0], store.sent_at[-1]
-    assert last - first <= deadlines.RESEND_WINDOW_MS  # no send began after the window
-    assert len(store.sent_at) < UNKNOWN_RESENDS + 1  # the count alone would have sent 9
+    first, last = bucket_io.sent_at[0], bucket_io.sent_at[-1]
+    assert last - first <= deadlines.RESEND_BOUND_MS  # no send began after the bound
+    assert len(bucket_io.sent_at) < UNKNOWN_RESENDS + 1  # the count alone would have sent 9
     assert env.admission.waves.lanes.undecided == 1
 
 
-def test_the_longest_resolution_window_fits_what_the_rules_assume() -> None:
+def test_the_longest_resolution_bound_fits_what_the_rules_assume() -> None:
     worst = Config(connect_timeout=5, read_timeout=deadlines.MAX_REQUEST_TIMEOUT_S - 5)
     timeouts = transport.request_timeouts(worst)
     deadlines.check_request_timeouts(*timeouts)  # accepted

@@ -1,4 +1,4 @@
-"""Writer evidence and lanes on the in-memory bucket store (docs/on-unavailable.md, "Exactly once").
+"""Writer evidence and lanes on the in-memory bucket IO (docs/on-unavailable.md, "Exactly once").
 
 The interleavings that broke the four-slot guard: a write lands, its answer is lost, and k other
 writers write the item before the re-send (k up to 64); a write that did not land, found so only
@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 
 from support.acquire_env import RPM, AcquireEnv
-from support.memory_store import Fault, MemoryBucketStore
+from support.memory_bucket_io import Fault, MemoryBucketIO
 from zae_limiter.acquire import Admission
 from zae_limiter.acquire.lanes import UNKNOWN_RESENDS
 from zae_limiter.acquire.values import AnswerLost, ItemChanged, Unavailable
@@ -26,7 +26,7 @@ from zae_limiter.resolution import Resolver
 BIG = Params("rpm", Kind.RATE, 1_000 * MILLI, 1_000 * MILLI, 60_000)
 
 
-class Yielding(MemoryBucketStore):
+class Yielding(MemoryBucketIO):
     """Every update lets other tasks run while it is 'in flight' (and counts how many are)."""
 
     def __init__(self) -> None:
@@ -52,8 +52,8 @@ class Yielding(MemoryBucketStore):
 
 def yielding_env(limits: tuple[Params, ...]) -> AcquireEnv:
     env = AcquireEnv(limits=limits)
-    env.store = Yielding()
-    env.admission = Admission(env.store, "ns1", _resolver(env), env.images, env.clock, 7)
+    env.bucket_io = Yielding()
+    env.admission = Admission(env.bucket_io, "ns1", _resolver(env), env.images, env.clock, 7)
     return env
 
 
@@ -61,8 +61,8 @@ def _resolver(env: AcquireEnv) -> Resolver:
     return Resolver(cast(Any, None), "ns1", ConfigCache(60), env.clock)
 
 
-class Interleaving(MemoryBucketStore):
-    """A store that runs `between()` after the next write lands and before its answer is lost."""
+class Interleaving(MemoryBucketIO):
+    """A double that runs `between()` after the next write lands and before its answer is lost."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -82,38 +82,38 @@ class Interleaving(MemoryBucketStore):
 def another_writer(env: AcquireEnv) -> Admission:
     """A second process: its own writer id, caches and lanes, on the same items."""
     images = ImageCache(rejection_ttl_seconds=1.0, size=1_000)
-    return Admission(env.store, "ns1", _resolver(env), images, env.clock, 7)
+    return Admission(env.bucket_io, "ns1", _resolver(env), images, env.clock, 7)
 
 
 def interleaving_env() -> tuple[AcquireEnv, Interleaving]:
     env = AcquireEnv(limits=(BIG,))
-    store = Interleaving()
-    env.store = store
-    env.admission = Admission(store, "ns1", _resolver(env), env.images, env.clock, 7)
-    return env, store
+    bucket_io = Interleaving()
+    env.bucket_io = bucket_io
+    env.admission = Admission(bucket_io, "ns1", _resolver(env), env.images, env.clock, 7)
+    return env, bucket_io
 
 
 @pytest.mark.parametrize("others", [0, 1, 3, 4, 5, 16, 64])
 async def test_a_lost_write_is_found_after_k_other_writes(others: int) -> None:
-    env, store = interleaving_env()
+    env, bucket_io = interleaving_env()
     image = env.stored()
     writers = [another_writer(env) for _ in range(others)]
 
     async def others_write() -> None:
         for writer in writers:
-            current = store.image(keys.bucket(*image.address))
+            current = bucket_io.image(keys.bucket(*image.address))
             assert current is not None
             await writer.debit([env.target(current, {"rpm": 1}, read_now=False)], local_ok=False)
 
-    store.between = others_write
+    bucket_io.between = others_write
     landed = await env.admission.debit([env.target(image, {"rpm": 7})], local_ok=False)
     assert landed[0].debited == {"rpm": 7 * MILLI}
     assert env.state().consumed == (7 + others) * MILLI  # ours once, theirs once each
-    updates = [c for c in store.writes() if c.operation == "update"]
+    updates = [c for c in bucket_io.writes() if c.operation == "update"]
     writer = env.admission.waves.lanes.writer
     mine = [c for c in updates if c.evidence and c.evidence.writer == writer]
     assert len(mine) == 2  # the lost write and its one re-send, decided from the item it returned
-    assert not [c for c in store.writes() if c.operation == "fence"]
+    assert not [c for c in bucket_io.writes() if c.operation == "fence"]
 
 
 async def test_a_write_that_did_not_land_is_fenced_before_it_is_planned_again() -> None:
@@ -123,7 +123,7 @@ async def test_a_write_that_did_not_land_is_fenced_before_it_is_planned_again() 
     env = AcquireEnv(limits=(RPM,))
     image = env.stored()
     other = another_writer(env)
-    env.store.inject(Fault.TIMEOUT)
+    env.bucket_io.inject(Fault.TIMEOUT)
     # the other process drains all but 2 before our re-send
     drained = env.target(image, {"rpm": 8}, read_now=False)
     call = asyncio.ensure_future(
@@ -134,7 +134,7 @@ async def test_a_write_that_did_not_land_is_fenced_before_it_is_planned_again() 
     with pytest.raises(Exception) as raised:
         await call
     assert "Rate limit exceeded" in str(raised.value)
-    operations = [c.operation for c in env.store.writes()]
+    operations = [c.operation for c in env.bucket_io.writes()]
     assert "fence" in operations
     assert env.state().consumed == 8 * MILLI  # only the other process's debit
 
@@ -145,12 +145,12 @@ async def test_a_late_copy_of_a_fenced_write_never_lands() -> None:
     lanes = env.admission.waves.lanes
     writer = lanes.writer
     target = env.target(image, {"rpm": 5}, read_now=False)
-    env.store.inject(Fault.TIMEOUT)
-    env.store.inject(Fault.CONDITION_FAILED)
+    env.bucket_io.inject(Fault.TIMEOUT)
+    env.bucket_io.inject(Fault.CONDITION_FAILED)
     await env.admission.debit([target], local_ok=False)
-    fence = next(c for c in env.store.writes() if c.operation == "fence")
+    fence = next(c for c in env.bucket_io.writes() if c.operation == "fence")
     assert fence.evidence is not None and fence.evidence.writer == writer
-    first = env.store.writes()[0]
+    first = env.bucket_io.writes()[0]
     assert first.evidence is not None
     # the copy of the first write, arriving now, is refused by its own evidence condition
     from zae_limiter.core import bucket
@@ -159,10 +159,10 @@ async def test_a_late_copy_of_a_fenced_write_never_lands() -> None:
         BIG, image.states["rpm"], env.clock(), image.slot, 5 * MILLI, enforce=True
     )
     assert write is not None
-    stored = env.store.image(keys.bucket(*image.address))
+    stored = env.bucket_io.image(keys.bucket(*image.address))
     assert stored is not None
     with pytest.raises(ItemChanged):
-        await env.store.update(
+        await env.bucket_io.update(
             stored,
             {"rpm": write},
             now=env.clock(),
@@ -183,7 +183,9 @@ async def test_concurrent_calls_of_one_writer_go_out_as_one_write_each_round() -
     landed = await asyncio.gather(*calls)
     assert len(landed) == 40
     assert env.state().consumed == 40 * MILLI
-    assert len(env.store.writes()) == 2  # the first call alone, then the 39 that queued behind it
+    assert (
+        len(env.bucket_io.writes()) == 2
+    )  # the first call alone, then the 39 that queued behind it
 
 
 async def test_a_call_that_does_not_fit_beside_the_others_waits_and_is_refused_alone() -> None:
@@ -208,9 +210,9 @@ async def test_a_call_that_does_not_fit_beside_the_others_waits_and_is_refused_a
 async def test_every_resend_lost_is_undecided_counted_and_debits_at_most_once() -> None:
     env = AcquireEnv(limits=(BIG,))
     image = env.stored()
-    env.store.inject(Fault.LOST_RESPONSE)  # landed, answer lost
+    env.bucket_io.inject(Fault.LOST_RESPONSE)  # landed, answer lost
     for _ in range(UNKNOWN_RESENDS):
-        env.store.inject(Fault.TIMEOUT)  # every re-send's answer lost too
+        env.bucket_io.inject(Fault.TIMEOUT)  # every re-send's answer lost too
     with pytest.raises(Unavailable):
         await env.admission.debit([env.target(image, {"rpm": 2})], local_ok=False)
     assert env.admission.waves.lanes.undecided == 1
@@ -222,25 +224,25 @@ async def test_a_cancelled_caller_never_lets_a_second_write_go_out_beside_its_ba
     the batch still ends for the others, and a call arriving meanwhile is sent only after it
     (never two writes of one writer in flight on one item)."""
     env = yielding_env((BIG,))
-    store = env.store
-    assert isinstance(store, Yielding)
+    bucket_io = env.bucket_io
+    assert isinstance(bucket_io, Yielding)
     image = env.stored()
-    env.store.inject(Fault.CONDITION_FAILED)  # the first write fails: its retry leads a batch
+    env.bucket_io.inject(Fault.CONDITION_FAILED)  # the first write fails: its retry leads a batch
 
     def debit() -> asyncio.Future[Any]:
         target = env.target(image, {"rpm": 1}, read_now=False)
         return asyncio.ensure_future(env.admission.debit([target], local_ok=False))
 
     first, retry = asyncio.Event(), asyncio.Event()
-    store.holds = {1: first, 2: retry}
+    bucket_io.holds = {1: first, 2: retry}
     leader = debit()
-    while store.updates < 1:
+    while bucket_io.updates < 1:
         await asyncio.sleep(0)  # the leader's first write is in flight (and will fail)
     others = [debit() for _ in range(3)]
     for _ in range(10):
         await asyncio.sleep(0)  # the others queue behind it
     first.set()
-    while store.updates < 2:
+    while bucket_io.updates < 2:
         await asyncio.sleep(0)  # the leader's retry now carries the others too
     leader.cancel()
     late = debit()
@@ -248,5 +250,5 @@ async def test_a_cancelled_caller_never_lets_a_second_write_go_out_beside_its_ba
         await asyncio.sleep(0)  # the late call would go out now if the lane were free
     retry.set()
     await asyncio.wait_for(asyncio.gather(*others, late), 10)  # a stranded call fails, not hangs
-    assert store.most_in_flight == 1
+    assert bucket_io.most_in_flight == 1
     assert env.state().consumed >= 4 * MILLI  # the three others and the late call landed

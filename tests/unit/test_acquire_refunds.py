@@ -1,4 +1,4 @@
-"""Refunds and exit adjustments on the in-memory bucket store: all or none, exactly once, never
+"""Refunds and exit adjustments on the in-memory bucket IO: all or none, exactly once, never
 above a ceiling, never refused."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from support.acquire_env import AcquireEnv
-from support.memory_store import Fault
+from support.memory_bucket_io import Fault
 from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.values import Unavailable
 from zae_limiter.acquire.waves import SETTLE_ROUNDS
@@ -32,7 +32,7 @@ async def test_a_refused_item_refunds_the_items_that_landed() -> None:
     assert [s.resource for s in exceeded] == ["b"]  # judged on the item the guard returned
     assert env.state("a").consumed == 0
     assert env.balance("a") == 10
-    image = env.store.image(keys.bucket(*free.address))
+    image = env.bucket_io.image(keys.bucket(*free.address))
     assert image is not None and image.admissions == 0
 
 
@@ -49,7 +49,7 @@ async def test_a_refused_admission_s_refund_that_met_other_writers_lands_later()
         env.target(full_looking, {"rpm": 1}, read_now=False),
     ]
     for _ in range(SETTLE_ROUNDS):
-        env.store.inject(Fault.CONDITION_FAILED, nth=3)  # every round of the refund of a
+        env.bucket_io.inject(Fault.CONDITION_FAILED, nth=3)  # every round of the refund of a
     with pytest.raises(Unavailable):
         await env.admission.debit(targets, local_ok=False)
     assert env.state("a").consumed == 4 * MILLI  # not yet: the caller was told unavailable
@@ -62,7 +62,7 @@ async def test_a_refund_whose_response_is_lost_credits_once() -> None:
     env = AcquireEnv()
     image = env.stored()
     landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
-    env.store.inject(Fault.LOST_RESPONSE)
+    env.bucket_io.inject(Fault.LOST_RESPONSE)
     await env.admission.refund(landed)
     assert env.state().consumed == 0  # not -4: the resend did not apply again
     assert env.balance() == 10  # and not above the ceiling
@@ -74,9 +74,9 @@ async def test_a_second_refund_of_the_same_lease_gives_nothing_back() -> None:
     image = env.stored()
     landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
     await env.admission.refund(landed)
-    writes = len(env.store.writes())
+    writes = len(env.bucket_io.writes())
     await env.admission.refund(landed)
-    assert len(env.store.writes()) == writes
+    assert len(env.bucket_io.writes()) == writes
     assert env.state().consumed == 0
 
 
@@ -84,7 +84,7 @@ async def test_a_refund_retries_through_a_brief_outage() -> None:
     env = AcquireEnv(backoff=Backoff(scale=0.0))
     image = env.stored()
     landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
-    env.store.inject(Fault.OUTAGE)
+    env.bucket_io.inject(Fault.OUTAGE)
     await env.admission.refund(landed)
     assert env.state().consumed == 0
     assert env.balance() == 10
@@ -105,7 +105,7 @@ async def test_a_retry_pauses_as_the_injected_backoff_says() -> None:
     env = AcquireEnv(backoff=backoff)
     image = env.stored()
     landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
-    env.store.inject(Fault.OUTAGE)
+    env.bucket_io.inject(Fault.OUTAGE)
     await env.admission.refund(landed)
     assert backoff.pauses == [0.05]  # one outage: one pause before the settle write's retry
     assert env.state().consumed == 0
@@ -146,7 +146,7 @@ async def test_a_refund_that_keeps_failing_its_condition_is_unavailable_not_cont
     image = env.stored()
     landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
     for _ in range(SETTLE_ROUNDS + 1):
-        env.store.inject(Fault.CONDITION_FAILED)
+        env.bucket_io.inject(Fault.CONDITION_FAILED)
     with pytest.raises(Unavailable):  # the exit maps it: RateLimiterUnavailable, or logged
         await env.admission.refund(landed)
     assert env.state().consumed == 4 * MILLI  # not refunded: over-counts, never admits extra

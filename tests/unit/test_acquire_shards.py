@@ -1,4 +1,4 @@
-"""Write sharding rules on the in-memory bucket store: shard choice, retries on other shards,
+"""Write sharding rules on the in-memory bucket IO: shard choice, retries on other shards,
 the split detector and the split transaction."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 from dataclasses import replace
 
 from support.acquire_env import NS, AcquireEnv
-from support.memory_store import Fault
+from support.memory_bucket_io import Fault
 from zae_limiter.acquire.shards import MIN_SHARDS_TRIED, SplitDetector
 from zae_limiter.core.bucket import MILLI
 from zae_limiter.dynamo import keys
@@ -60,7 +60,7 @@ async def test_a_local_rejection_needs_every_tried_shard_short() -> None:
     stamp = env.stamp(shards=2)
     for shard in (0, 1):
         env.images.put(env.stored(shard=shard, stamp=stamp, states=env.drained()), env.clock())
-    first = env.store.image(keys.bucket(NS, "u1", "search", 0))
+    first = env.bucket_io.image(keys.bucket(NS, "u1", "search", 0))
     assert first is not None
     target = env.target(first, {"rpm": 1})
     short, _ = env.admission.shards.short_everywhere(target, env.clock())
@@ -77,7 +77,7 @@ def test_the_split_detector_flags_a_shard_writing_faster_than_the_threshold() ->
     detector.threshold = 10
     image = env.stored()
     assert not detector.too_hot(replace(image, writes=0, written_at=0))
-    assert not detector.too_hot(replace(image, writes=5, written_at=500))  # window not over
+    assert not detector.too_hot(replace(image, writes=5, written_at=500))  # span not over
     assert detector.too_hot(replace(image, writes=30, written_at=1_000))  # 30 writes/s
     assert not detector.too_hot(replace(image, writes=35, written_at=2_000))  # 5 writes/s
 
@@ -89,7 +89,7 @@ async def test_a_split_doubles_the_shards_and_keeps_the_total_balance() -> None:
     assert await env.admission.split("u1", "search", 1) == 2
     total = env.balance(shard=0) + env.balance(shard=1)
     assert 5 <= total <= 6  # 6 left, at most one milli-unit per shard lost to rounding
-    zero = env.store.image(keys.bucket(NS, "u1", "search", 0))
+    zero = env.bucket_io.image(keys.bucket(NS, "u1", "search", 0))
     assert zero is not None and zero.stamp.shards == 2 and zero.stamp_seq == image.stamp_seq + 1
     assert env.state(shard=0).consumed == 4 * MILLI  # usage stays where it was counted
 
@@ -97,13 +97,13 @@ async def test_a_split_doubles_the_shards_and_keeps_the_total_balance() -> None:
 async def test_a_split_that_meets_a_concurrent_change_reads_again() -> None:
     env = AcquireEnv()
     env.stored()
-    env.store.inject(Fault.CONDITION_FAILED, operation="split")
+    env.bucket_io.inject(Fault.CONDITION_FAILED, operation="split")
     assert await env.admission.split("u1", "search", 1) == 2
-    assert [c.operation for c in env.store.calls] == ["read", "split", "read", "split"]
+    assert [c.operation for c in env.bucket_io.calls] == ["read", "split", "read", "split"]
 
 
 async def test_a_split_of_a_bucket_already_split_elsewhere_does_nothing() -> None:
     env = AcquireEnv()
     env.stored(stamp=env.stamp(shards=2))
     assert await env.admission.split("u1", "search", 1) == 2
-    assert [c.operation for c in env.store.calls] == ["read"]
+    assert [c.operation for c in env.bucket_io.calls] == ["read"]

@@ -1,6 +1,6 @@
-"""The acquire path's write rules on the in-memory bucket store: guards, retries, lost responses.
+"""The acquire path's write rules on the in-memory bucket IO: guards, retries, lost responses.
 
-No DynamoDB: `support.memory_store` applies the conditions our layer asks DynamoDB for, and
+No DynamoDB: `support.memory_bucket_io` applies the conditions our layer asks DynamoDB for, and
 injects faults for a chosen write. The same behaviours run end to end on DynamoDB Local in
 tests/core (test_acquire.py, test_unknown_outcomes.py, test_concurrency.py).
 """
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from support.acquire_env import AcquireEnv
-from support.memory_store import Fault
+from support.memory_bucket_io import Fault
 from zae_limiter.acquire import RulesChanged, Unavailable
 from zae_limiter.acquire.waves import MAX_ROUNDS
 from zae_limiter.core.bucket import MILLI
@@ -25,7 +25,7 @@ def ops(env: AcquireEnv) -> list[tuple[str, bool]]:
     """Each write, and whether it re-sends the one before (the same writer sequence)."""
     out = []
     previous = None
-    for call in env.store.writes():
+    for call in env.bucket_io.writes():
         seq = call.evidence.seq if call.evidence else None
         out.append((call.operation, seq is not None and seq == previous))
         previous = seq
@@ -56,7 +56,7 @@ async def test_a_stale_image_is_replanned_on_the_item_the_failed_condition_retur
     stale = env.stored()
     newer = await env.admission.restamp(stale, env.stamp())
     assert newer.stamp_seq == stale.stamp_seq + 1
-    env.store.calls.clear()
+    env.bucket_io.calls.clear()
     await env.admission.debit([env.target(stale, {"rpm": 1}, read_now=False)], local_ok=False)
     assert ops(env) == [("update", False), ("update", False)]
     assert env.state().consumed == 1 * MILLI
@@ -79,7 +79,7 @@ async def test_a_stale_image_never_admits_past_the_limit() -> None:
 async def test_a_lost_response_is_resolved_by_the_writers_evidence_and_debits_once() -> None:
     env = AcquireEnv()
     image = env.stored()
-    env.store.inject(Fault.LOST_RESPONSE)
+    env.bucket_io.inject(Fault.LOST_RESPONSE)
     landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
     # the resend refuses to apply a second time; the item it returns holds its sequence
     assert ops(env) == [("update", False), ("update", True)]
@@ -91,7 +91,7 @@ async def test_a_lost_response_is_resolved_by_the_writers_evidence_and_debits_on
 async def test_a_timeout_that_did_not_apply_is_resent_and_applies_once() -> None:
     env = AcquireEnv()
     image = env.stored()
-    env.store.inject(Fault.TIMEOUT)
+    env.bucket_io.inject(Fault.TIMEOUT)
     await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
     assert ops(env) == [("update", False), ("update", True)]
     assert env.state().consumed == 4 * MILLI
@@ -99,7 +99,7 @@ async def test_a_timeout_that_did_not_apply_is_resent_and_applies_once() -> None
 
 async def test_a_lost_response_on_a_first_write_is_resolved_too() -> None:
     env = AcquireEnv()
-    env.store.inject(Fault.LOST_RESPONSE)
+    env.bucket_io.inject(Fault.LOST_RESPONSE)
     await env.admission.debit([env.new_target({"rpm": 2})], local_ok=True)
     # the resend is the same create: it fails (the item is there) and holds its sequence
     assert ops(env) == [("create", False), ("create", True)]
@@ -109,7 +109,7 @@ async def test_a_lost_response_on_a_first_write_is_resolved_too() -> None:
 async def test_an_item_deleted_since_it_was_seen_is_created_again() -> None:
     env = AcquireEnv()
     image = env.stored()
-    env.store.items.clear()  # expired and deleted by DynamoDB
+    env.bucket_io.items.clear()  # expired and deleted by DynamoDB
     await env.admission.debit([env.target(image, {"rpm": 1}, read_now=False)], local_ok=False)
     assert ops(env) == [("update", False), ("create", False)]
     assert env.balance() == 9
@@ -119,7 +119,7 @@ async def test_writes_that_keep_failing_their_condition_are_a_contended_rejectio
     env = AcquireEnv()
     image = env.stored()
     for _ in range(MAX_ROUNDS):
-        env.store.inject(Fault.CONDITION_FAILED)
+        env.bucket_io.inject(Fault.CONDITION_FAILED)
     with pytest.raises(RateLimitExceeded) as raised:
         await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
     assert raised.value.contended
@@ -134,8 +134,8 @@ async def test_rounds_that_run_out_on_a_drained_item_name_the_limit() -> None:
     env = AcquireEnv()
     image = env.stored()
     for _ in range(MAX_ROUNDS):
-        env.store.inject(Fault.CONDITION_FAILED)
-    update = env.store.update
+        env.bucket_io.inject(Fault.CONDITION_FAILED)
+    update = env.bucket_io.update
     sent = 0
 
     async def draining_last(*args: Any, **kwargs: Any) -> BucketImage:
@@ -145,7 +145,7 @@ async def test_rounds_that_run_out_on_a_drained_item_name_the_limit() -> None:
             env.stored(states=env.drained())
         return await update(*args, **kwargs)
 
-    env.store.update = draining_last  # type: ignore[method-assign]
+    env.bucket_io.update = draining_last  # type: ignore[method-assign]
     with pytest.raises(RateLimitExceeded) as raised:
         await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
     assert not raised.value.contended
@@ -156,7 +156,7 @@ async def test_rounds_that_run_out_on_a_drained_item_name_the_limit() -> None:
 async def test_one_condition_failure_is_retried_and_lands() -> None:
     env = AcquireEnv()
     image = env.stored()
-    env.store.inject(Fault.CONDITION_FAILED)
+    env.bucket_io.inject(Fault.CONDITION_FAILED)
     await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
     assert len(ops(env)) == 2
     assert env.state().consumed == 1 * MILLI
@@ -169,8 +169,8 @@ async def test_a_call_arriving_during_a_retry_is_planned_at_its_own_time() -> No
     pay its debit back (10 left after two debits of a full 10)."""
     env = AcquireEnv()
     image = env.stored()  # full: 10, refilling 1 every 6 s
-    env.store.inject(Fault.CONDITION_FAILED)  # the first call meets another writer's write
-    real_update = env.store.update
+    env.bucket_io.inject(Fault.CONDITION_FAILED)  # the first call meets another writer's write
+    real_update = env.bucket_io.update
     later: list[asyncio.Task[object]] = []
 
     async def update_while_a_call_arrives(*args: Any, **kwargs: Any) -> BucketImage:
@@ -183,7 +183,7 @@ async def test_a_call_arriving_during_a_retry_is_planned_at_its_own_time() -> No
         image_after: BucketImage = await real_update(*args, **kwargs)
         return image_after
 
-    setattr(env.store, "update", update_while_a_call_arrives)  # noqa: B010 (a method swapped in)
+    setattr(env.bucket_io, "update", update_while_a_call_arrives)  # noqa: B010 (a method swapped in)
     await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
     await later[0]
     assert env.state().consumed == 2 * MILLI
@@ -193,7 +193,7 @@ async def test_a_call_arriving_during_a_retry_is_planned_at_its_own_time() -> No
 async def test_an_outage_raises_unavailable_and_debits_nothing() -> None:
     env = AcquireEnv()
     image = env.stored()
-    env.store.inject(Fault.OUTAGE)
+    env.bucket_io.inject(Fault.OUTAGE)
     with pytest.raises(Unavailable):
         await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
     assert env.state().consumed == 0

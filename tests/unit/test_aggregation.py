@@ -21,7 +21,7 @@ from zae_limiter.core.bucket import State
 from zae_limiter.core.images import Stamp
 from zae_limiter.dynamo import bucket_items, codec, keys, snapshot_items
 from zae_limiter.dynamo.snapshot_items import Counts, SnapshotKey
-from zae_limiter.usage.aggregator import AggregatorConfig, Outcome, _chunks, _Pending
+from zae_limiter.usage.aggregator import AggregatorSettings, Outcome, _chunks, _Pending
 from zae_limiter.usage.records import (
     MalformedRecord,
     archive_object,
@@ -335,8 +335,8 @@ def test_outcome_reports_failures_in_batch_order() -> None:
     }
 
 
-def test_config_from_env() -> None:
-    config = AggregatorConfig.from_env(
+def test_settings_from_env() -> None:
+    settings = AggregatorSettings.from_env(
         {
             "SNAPSHOT_WINDOWS": "hourly, daily,monthly",
             "USAGE_RETENTION_DAYS": "30",
@@ -344,13 +344,16 @@ def test_config_from_env() -> None:
             "AGGREGATOR_MARKER_TTL_HOURS": "48",
         }
     )
-    assert config.windows == ("hourly", "daily", "monthly")
-    assert (config.default_retention_days, dict(config.retention_days)) == (30, {"monthly": 400})
-    assert config.marker_ttl_hours == 48
-    assert AggregatorConfig.from_env({}).windows == ("hourly", "daily")
+    assert settings.windows == ("hourly", "daily", "monthly")
+    assert (settings.default_retention_days, dict(settings.retention_days)) == (
+        30,
+        {"monthly": 400},
+    )
+    assert settings.marker_ttl_hours == 48
+    assert AggregatorSettings.from_env({}).windows == ("hourly", "daily")
     for bad in ({"SNAPSHOT_WINDOWS": "weekly"}, {"USAGE_RETENTION_DAYS": "-1"}):
         with pytest.raises(ValueError):
-            AggregatorConfig.from_env(bad)
+            AggregatorSettings.from_env(bad)
 
 
 # --- audit archive -------------------------------------------------------------------------------

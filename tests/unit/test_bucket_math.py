@@ -141,7 +141,7 @@ def test_a_guard_refuses_a_debit_the_image_cannot_admit() -> None:
     assert bucket.view(p, soft.result, T0, WHOLE).balance == -5 * MILLI
 
 
-# --- retry_after across schedule windows (docs/limits-and-time.md) ----------------------------
+# --- retry_after across schedule entries (docs/limits-and-time.md) ----------------------------
 
 HOUR_12 = 1_767_571_200_000 + 12 * 3_600_000  # 2026-01-05 12:00 UTC
 DOUBLE_AT_NOON = schedule.encode([{"cron": "* 12 * * *", "tz": "UTC", "scale": 2}])
@@ -149,7 +149,7 @@ DOUBLE_AT_NOON = schedule.encode([{"cron": "* 12 * * *", "tz": "UTC", "scale": 2
 
 def scheduled(capacity: int, refill: int, period_s: int, entries: str, now: int) -> Params:
     base = (capacity * MILLI, refill * MILLI, period_s * 1000)
-    return Params("r", Kind.RATE, *base, schedule=entries, base=base).in_window(now)
+    return Params("r", Kind.RATE, *base, schedule=entries, base=base).scheduled(now)
 
 
 def holding(p: Params, now: int, balance: int) -> State:
@@ -157,7 +157,7 @@ def holding(p: Params, now: int, balance: int) -> State:
     return State(v=now * p.shard_refill(WHOLE) + (p.shard_capacity(WHOLE) - balance) * p.period_ms)
 
 
-def test_a_window_that_begins_speeds_the_wait_up() -> None:
+def test_an_entry_that_begins_speeds_the_wait_up() -> None:
     now = HOUR_12 - 30_000  # 11:59:30: 1/s now, 2/s from noon
     p = scheduled(60, 60, 60, DOUBLE_AT_NOON, now)
     # 30 s at 1/s, then the other 30 units at 2/s: 15 s
@@ -166,23 +166,23 @@ def test_a_window_that_begins_speeds_the_wait_up() -> None:
     assert waits.retry_after_ms(plain, holding(plain, now, 0), now, WHOLE, 60 * MILLI) == 60_001
 
 
-def test_a_window_that_ends_slows_the_wait_down() -> None:
+def test_an_entry_that_ends_slows_the_wait_down() -> None:
     now = HOUR_12 + 59 * 60_000 + 30_000  # 12:59:30: 2/s until 13:00, then 1/s
     p = scheduled(60, 60, 60, DOUBLE_AT_NOON, now)
     assert p.shard_capacity(WHOLE) == 120 * MILLI
     # from 12:59:50: 20 units by 13:00, then the other 20 at 1/s
     later = now + 20_000
     assert waits.retry_after_ms(p, holding(p, later, 0), later, WHOLE, 40 * MILLI) == 30_001
-    # 100 is above the base ceiling (60): it fits only in tomorrow's noon window, from 60 at 2/s
+    # 100 is above the base ceiling (60): it fits only in tomorrow's noon entry, from 60 at 2/s
     tomorrow_noon = HOUR_12 + 86_400_000
     assert waits.retry_after_ms(p, holding(p, now, 0), now, WHOLE, 100 * MILLI) == (
         tomorrow_noon + 20_000 - now + 1
     )
-    # fits before the window ends: the window's own rate only
+    # fits before the entry ends: the entry's own rate only
     assert waits.retry_after_ms(p, holding(p, now, 100 * MILLI), now, WHOLE, 110 * MILLI) == 5_001
 
 
-def test_a_lower_window_in_between_cuts_the_balance_and_the_wait_resumes_after_it() -> None:
+def test_a_lower_entry_in_between_cuts_the_balance_and_the_wait_resumes_after_it() -> None:
     entries = schedule.encode([{"cron": "* 12 * * *", "tz": "UTC", "capacity": 10}])
     now = HOUR_12 - 10_000  # 11:59:50: 40 of 60, wants 55; at noon cut to 10 until 13:00
     p = scheduled(60, 60, 60, entries, now)
@@ -191,10 +191,10 @@ def test_a_lower_window_in_between_cuts_the_balance_and_the_wait_resumes_after_i
 
 
 def restamped_every_minute(p: Params, s: State, start: int, at: int) -> int:
-    """The balance at `at` if the item were restamped at every minute a window changed."""
+    """The balance at `at` if the item were restamped at every minute an entry changed."""
     minute = start // 60_000 + 1
     while minute * 60_000 <= at:
-        moved = p.in_window(minute * 60_000)
+        moved = p.scheduled(minute * 60_000)
         if moved is not p:
             s = bucket.convert(p, moved, s, minute * 60_000, WHOLE)
             p = moved
@@ -204,7 +204,7 @@ def restamped_every_minute(p: Params, s: State, start: int, at: int) -> int:
 
 def restamped_once(p: Params, s: State, last_write: int, at: int) -> int:
     """The balance at `at` as the limiter finds it: restamped on its first write after an edge
-    (even when the window in force is the stamped one again)."""
+    (even when the entry in force is the stamped one again)."""
     moved, converted = bucket.in_force(p, s, at, WHOLE, since=last_write)
     return bucket.view(moved, converted, at, WHOLE).balance
 
@@ -222,7 +222,7 @@ def restamped_once(p: Params, s: State, last_write: int, at: int) -> int:
     wanted=st.integers(1, 200),
     offset=st.integers(0, 3_600_000),
 )
-def test_the_wait_across_windows_admits_then_and_not_before(
+def test_the_wait_across_entries_admits_then_and_not_before(
     capacity: int, refill: int, period: int, held: int, wanted: int, offset: int
 ) -> None:
     entries = schedule.encode(
@@ -242,7 +242,7 @@ def test_the_wait_across_windows_admits_then_and_not_before(
     # the limiter, restamping on its next write (last written at `now`): exact
     assert restamped_once(p, state, now, now + wait) >= amount
     assert restamped_once(p, state, now, now + wait - 2) < amount
-    # a restamp at every window edge agrees, within the milli-unit each restamp rounds away
+    # a restamp at every entry edge agrees, within the milli-unit each restamp rounds away
     edges = (wait // 60_000 + 2) * 2
     assert restamped_every_minute(p, state, now, now + wait) >= amount - edges
     assert restamped_every_minute(p, state, now, now + wait - 2) < amount

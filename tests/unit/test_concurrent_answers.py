@@ -1,6 +1,6 @@
 """A full concurrency limit in HTTP answers (zae_limiter.integrations.headers,
 docs/concurrency.md): its
-`RateLimit-Policy` item is in `concurrent-requests` with no window, the 429 body says the
+`RateLimit-Policy` item is in `concurrent-requests` with no `w`, the 429 body says the
 violation is about work in flight, and the operator's body names its lease. Pure: the
 rejection is built from statuses as the acquire path reports them."""
 
@@ -24,7 +24,7 @@ def full_parallel() -> RateLimitExceeded:
     )
 
 
-def test_the_policy_is_in_concurrent_requests_with_no_window() -> None:
+def test_the_policy_is_in_concurrent_requests_with_no_w() -> None:
     exc = full_parallel()
     headers = ratelimit_headers(exc, now_ms=0)
     policy, limits = checked(headers)

@@ -1,5 +1,5 @@
 """HTTP/1.1 conformance of the lean path's connections (`dynamo.connections`) against scripted
-servers on 127.0.0.1: conflicting framing, answers split at every byte, trailers, interim
+servers on 127.0.0.1: conflicting framing, answers cut at every byte, trailers, interim
 answers, bodiless statuses, HTTP/1.0 and `Connection: close`, and servers that close (or reset)
 a connection after an answer; each failure is checked through the one mapping,
 `dynamo.failures.classify`, for what it means: not sent, or an unknown outcome."""
@@ -136,7 +136,7 @@ SPLIT = {
 
 
 @pytest.mark.parametrize("answer", list(SPLIT.values()), ids=list(SPLIT))
-async def test_an_answer_split_at_every_byte_is_read_whole_on_one_connection(
+async def test_an_answer_cut_at_every_byte_is_read_whole_on_one_connection(
     answer: bytes,
 ) -> None:
     """For every cut, the client's socket hands it the bytes before the cut, then the rest."""
@@ -152,14 +152,14 @@ async def test_an_answer_split_at_every_byte_is_read_whole_on_one_connection(
     cuts = list(range(1, len(answer)))
     next_cut = iter(cuts)
 
-    async def split(body: bytes, writer: asyncio.StreamWriter) -> None:
+    async def cut_in_two(body: bytes, writer: asyncio.StreamWriter) -> None:
         cut = next(next_cut)
         read.clear()
         writer.write(answer[:cut])
         await read.wait()  # the client has read the first part alone
         writer.write(answer[cut:])
 
-    async with scripted(split) as server:
+    async with scripted(cut_in_two) as server:
         client = pool(server.url)
         client.connection_class = Spied
         try:

@@ -140,8 +140,8 @@ def _in(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def test_only_the_store_module_of_acquire_imports_dynamo() -> None:
-    """`acquire/` reaches DynamoDB through one door: its store implementation (issue 31)."""
+def test_only_the_dynamo_bucket_io_module_of_acquire_imports_dynamo() -> None:
+    """`acquire/` reaches DynamoDB through one door: its `BucketIO` implementation (issue 31)."""
     graph = import_graph()
     talking = {
         module
@@ -149,7 +149,7 @@ def test_only_the_store_module_of_acquire_imports_dynamo() -> None:
         if _in(module, "zae_limiter.acquire")
         and any(_in(edge, "zae_limiter.dynamo") for edge in edges)
     }
-    assert talking == {"zae_limiter.acquire.dynamo_store"}
+    assert talking == {"zae_limiter.acquire.dynamo_bucket_io"}
 
 
 def test_core_imports_nothing_of_ours_outside_core() -> None:

@@ -17,4 +17,4 @@ def test_every_runtime_module_is_under_500_lines() -> None:
     }
     assert len(sizes) > 100  # the whole package was read
     too_long = {name: lines for name, lines in sizes.items() if lines >= MAX_LINES}
-    assert too_long == {}, f"split these modules (one job each): {too_long}"
+    assert too_long == {}, f"divide these modules (one job each): {too_long}"

@@ -9,12 +9,10 @@ writer's is what happens on the server.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable
-
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from support.memory_bucket_io import COMPARE
 from zae_limiter.core import bucket, operations
 from zae_limiter.core.bucket import MILLI, WHOLE, Guard, Kind, LimitWrite, Params, Slot, State
 
@@ -22,21 +20,12 @@ MONDAY = 1_767_571_200_000  # 2026-01-05 00:00 UTC
 WEEK = 7 * 86_400_000
 HOUR = 3_600_000
 
-_OPS: dict[str, Callable[[int, int], bool]] = {
-    "=": operator.eq,
-    "<>": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
-
 
 def holds(guard: Guard, state: State) -> bool:
     value = getattr(state, guard.attr)
     if value is None:
         return guard.or_absent
-    return _OPS[guard.op](value, guard.value)
+    return COMPARE[guard.op](value, guard.value)
 
 
 def land(write: LimitWrite | None, state: State) -> State | None:
@@ -194,7 +183,7 @@ def test_a_calendar_reset_restores_the_allowance_plus_this_periods_top_ups(
     spent=amounts,
     into=st.integers(0, 48 * HOUR),
 )
-def test_a_session_window_is_start_to_start_plus_reset_after(
+def test_a_session_is_start_to_start_plus_reset_after(
     capacity: int, hours: int, start: int, spent: int, into: int
 ) -> None:
     p = session(capacity, hours)
@@ -214,7 +203,7 @@ def test_a_session_window_is_start_to_start_plus_reset_after(
 
 @settings(max_examples=150, deadline=None)
 @given(capacity=amounts, spent=amounts, bought=amounts, at=st.integers(0, 5 * HOUR - 1))
-def test_a_session_reset_ends_the_window_and_its_top_ups(
+def test_a_session_reset_ends_the_session_and_its_top_ups(
     capacity: int, spent: int, bought: int, at: int
 ) -> None:
     p = session(capacity)
@@ -229,11 +218,11 @@ def test_a_session_reset_ends_the_window_and_its_top_ups(
     assert current.fresh_period and current.balance == capacity * MILLI
     assert gained == max(0, capacity * MILLI - (capacity - min(spent, capacity) + bought) * MILLI)
     fresh = debit(p, after, MONDAY + at, capacity * MILLI)
-    assert fresh is not None and fresh.w == MONDAY + at  # the next request opens a new window
+    assert fresh is not None and fresh.w == MONDAY + at  # the next request opens a new session
 
 
 @given(capacity=amounts, n=amounts, at=st.integers(0, 10**9))
-def test_a_session_top_up_with_no_live_window_opens_one(capacity: int, n: int, at: int) -> None:
+def test_a_session_top_up_with_no_live_session_opens_one(capacity: int, n: int, at: int) -> None:
     p = session(capacity)
     write, gained = operations.plan_top_up(p, State(), MONDAY + at, WHOLE, n * MILLI)
     s = land(write, State())
@@ -352,7 +341,7 @@ def test_a_dripping_reset_fills_to_the_ceiling_and_forgives_debt(
 @given(amount=st.integers(0, 10**9), shards=st.sampled_from([1, 2, 4, 8, 16, 32]))
 def test_a_top_up_is_spread_exactly_in_whole_units(amount: int, shards: int) -> None:
     milli = amount * MILLI
-    parts = operations.split(milli, Slot(0, shards).all())
+    parts = operations.spread(milli, Slot(0, shards).all())
     assert sum(parts) == milli and len(parts) == shards
     assert all(part % MILLI == 0 for part in parts)
     assert max(parts) - min(parts) <= MILLI
@@ -372,7 +361,7 @@ def test_a_sharded_top_up_adds_the_exact_total_over_shards(
     p, slots = weekly(capacity), Slot(0, 4).all()
     states = [bucket.full_state(p, slot) for slot in slots]
     states[0] = debit_sharded(p, states[0], slots[0], spent)
-    shares = operations.split(bought * MILLI, slots)
+    shares = operations.spread(bought * MILLI, slots)
     total = 0
     for i, share in enumerate(shares):
         write, gained = operations.plan_top_up(p, states[i], MONDAY, slots[i], share)

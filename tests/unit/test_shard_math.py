@@ -145,7 +145,7 @@ def test_a_split_moves_balance_exactly_and_strands_no_whole_unit(
                 states[slot.index] = land(write, states[slot.index])
         if kind == Kind.CALENDAR and topped:
             slots = Slot(0, count).all()
-            for slot, part in zip(slots, operations.split(topped * MILLI, slots), strict=True):
+            for slot, part in zip(slots, operations.spread(topped * MILLI, slots), strict=True):
                 write, _ = operations.plan_top_up(p, states[slot.index], now, slot, part)
                 states[slot.index] = land(write, states[slot.index])
         before = total_exact(p, states, now, count)
@@ -220,7 +220,7 @@ class Bucket:
                 return
 
     def top_up(self, units: int) -> None:
-        parts = operations.split(units * MILLI, self.slots)
+        parts = operations.spread(units * MILLI, self.slots)
         for slot, part in zip(self.slots, parts, strict=True):
             write, gained = operations.plan_top_up(
                 JOBS, self.states[slot.index]["jobs"], self.now, slot, part

@@ -8,11 +8,11 @@ Modules, one job each:
 - `values`: the immutable targets and plans the steps pass on, the landed-write ledger, and this
   path's errors (`RulesChanged`, `ShardGone`, `Contended`, `ItemChanged`, `Unavailable`,
   `AnswerLost`).
-- `planning`: pure planning (planners, statuses, expiry, stamp and schedule-window checks).
+- `planning`: pure planning (planners, statuses, expiry, stamp and schedule-entry checks).
 - `targets`: finding and loading the items (image cache, or one wave of reads).
 - `shards`: which shard a call writes, when a bucket is too hot, the parts of a split.
-- `store`: the `BucketStore` protocol the waves write through, in images.
-- `dynamo_store`: `DynamoBucketStore`, the protocol on DynamoDB, and `lowered`, which maps
+- `bucket_io`: the `BucketIO` protocol the waves write through, in images.
+- `dynamo_bucket_io`: `DynamoBucketIO`, the protocol on DynamoDB, and `lowered`, which maps
   DynamoDB's failures into this path's errors: the only module here that imports `dynamo/`.
 - `lanes`: one writer's writes per item, one in flight, coalesced, exactly once.
 - `waves`: the only code that sends bucket writes and interprets their outcomes.

@@ -23,7 +23,7 @@ from ..limits import Limit
 from ..models import OnUnavailable
 from ..scope import Scope
 from .admission import Admission
-from .dynamo_store import lowered
+from .dynamo_bucket_io import lowered
 from .lease import (
     Lease,
     Ledger,

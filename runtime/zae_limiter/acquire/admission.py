@@ -21,12 +21,12 @@ from ..limits import Limit
 from ..models import LimitStatus
 from ..resolution import Resolver
 from . import planning
+from .bucket_io import BucketIO
 from .deadlines import Backoff
-from .dynamo_store import DynamoError, lowered, lowering
+from .dynamo_bucket_io import DynamoError, lowered, lowering
 from .pending import Pending
 from .renewals import Renewals
 from .shards import SPLIT_WRITES_PER_SECOND, ShardChooser, SplitDetector
-from .store import BucketStore
 from .targets import Loaded, TargetFinder
 from .values import (
     AnswerLost,
@@ -50,7 +50,7 @@ class Admission:
 
     def __init__(
         self,
-        store: BucketStore,
+        bucket_io: BucketIO,
         ns: str,
         resolver: Resolver,
         images: ImageCache,
@@ -69,12 +69,18 @@ class Admission:
         self.shards = ShardChooser(ns, images, clock)
         self.detector = SplitDetector(split_writes_per_second)
         self.waves = Waves(
-            store, images, clock, self.maker, self.shards, on_written=self._observe, backoff=backoff
+            bucket_io,
+            images,
+            clock,
+            self.maker,
+            self.shards,
+            on_written=self._observe,
+            backoff=backoff,
         )
         self.waves.on_orphan = self._orphaned
         self.waves.lanes.on_leave = lambda write: self.pending.adopt(write, None)
         self.finder = TargetFinder(
-            store, ns, resolver, images, clock, self.shards, self.waves.restamp
+            bucket_io, ns, resolver, images, clock, self.shards, self.waves.restamp
         )
         #: this process's concurrency holds (the lanes' writer's), renewed while held
         self.ledger = self.waves.lanes.ledger
@@ -91,7 +97,7 @@ class Admission:
         override: Sequence[Limit] | None,
     ) -> list[ResourcePlan]:
         """The items an acquire writes, resource by resource (child, then cascade parent)."""
-        try:  # config reads go to DynamoDB beside the store (not `with lowered:`: 2 calls)
+        try:  # config reads go to DynamoDB beside the bucket writes (not `with lowered:`: 2 calls)
             return await self.finder.targets(entity_id, requests, override)
         except DynamoError as error:
             raise lowering(error) from error
@@ -114,7 +120,7 @@ class Admission:
     ) -> list[Landed]:
         """Admit and debit every target together, or none: raises RateLimitExceeded.
 
-        `local_ok`: images seen within the rejection cache's window may refuse without a call.
+        `local_ok`: images seen within the rejection cache's lifetime may refuse without a call.
         """
         now = self.clock()
         if local_ok:
@@ -248,13 +254,13 @@ class Admission:
     # --- splitting hot buckets -------------------------------------------------------------------
 
     @property
-    def rate_window_ms(self) -> int:
+    def rate_span_ms(self) -> int:
         """The span over which a shard's write rate is measured."""
-        return self.detector.window_ms
+        return self.detector.span_ms
 
-    @rate_window_ms.setter
-    def rate_window_ms(self, value: int) -> None:
-        self.detector.window_ms = value
+    @rate_span_ms.setter
+    def rate_span_ms(self, value: int) -> None:
+        self.detector.span_ms = value
 
     def _observe(self, image: BucketImage) -> None:
         """After a write landed: split its bucket in the background when too hot."""

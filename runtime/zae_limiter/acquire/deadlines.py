@@ -5,10 +5,10 @@ Two different bounds:
 - the caller's *deadline* (`acquire(timeout=)`, `Repository.open(acquire_timeout=)`): how long
   an admission or a lease's exit may hold the caller; past it the work goes on off the caller's
   path (`acquire.pending`);
-- a write's *resolution window*: how long after its first send a copy of a write can still
+- a write's *resolution bound*: how long after its first send a copy of a write can still
   land. The exactly-once rules assume it is shorter than `lanes.PRUNE_AGE_MS` minus the clock
   skew between processes, so it is bounded in time: a lane sends no re-send later than
-  `RESEND_WINDOW_MS` after the first send, and `open()` refuses request timeouts above
+  `RESEND_BOUND_MS` after the first send, and `open()` refuses request timeouts above
   `MAX_REQUEST_TIMEOUT_S` (one request can land at most that long after it was sent).
 """
 
@@ -23,10 +23,10 @@ from typing import Any, Final
 from ..errors import ValidationError
 
 #: No re-send of a write whose answer was lost starts later than this after its first send.
-RESEND_WINDOW_MS = 60_000
+RESEND_BOUND_MS = 60_000
 #: connect_timeout + read_timeout of a client_config, at most (seconds).
 MAX_REQUEST_TIMEOUT_S = 20.0
-#: The clock skew between writers the exactly-once rules tolerate: the longest resolution window
+#: The clock skew between writers the exactly-once rules tolerate: the longest resolution bound
 #: (about 140 s with the largest timeouts open() accepts) plus this stays below PRUNE_AGE_MS.
 ASSUMED_SKEW_MS = 120_000
 #: The default deadline of an admission and of a lease's exit (seconds).
@@ -101,4 +101,4 @@ def check_request_timeouts(connect: float, read: float) -> None:
 def resolution_bound_s(connect: float, read: float, attempts: int) -> float:
     """The longest time after its first send that a write can still land (seconds), with
     these request timeouts and at most `attempts` sends per request."""
-    return RESEND_WINDOW_MS / 1000 + attempts * (connect + read)
+    return RESEND_BOUND_MS / 1000 + attempts * (connect + read)

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from ..core.bucket import LimitWrite
 from ..core.images import BucketImage, Evidence
-from .deadlines import RESEND_WINDOW_MS
+from .deadlines import RESEND_BOUND_MS
 from .values import Planner, Target
 
 #: Re-sends of a write whose answer was lost before its calls are told "unavailable".
@@ -88,7 +88,7 @@ class Batch:
     def resend_allowed(self, now: int) -> bool:
         """Another send of a write whose answer was lost: bounded in count and in time."""
         started = self.first_sent if self.first_sent is not None else now
-        return self.lost <= UNKNOWN_RESENDS and now - started <= RESEND_WINDOW_MS
+        return self.lost <= UNKNOWN_RESENDS and now - started <= RESEND_BOUND_MS
 
 
 class Undecided(Exception):

@@ -48,7 +48,7 @@ log = logging.getLogger("zae_limiter")
 #: Calls folded into one write at most.
 MAX_BATCH = 64
 #: Another writer's entry older than this (by this writer's clock) is removed by the next write.
-#: It must exceed the longest time a copy of a write can still land (`deadlines.RESEND_WINDOW_MS`
+#: It must exceed the longest time a copy of a write can still land (`deadlines.RESEND_BOUND_MS`
 #: plus one request's timeouts, which `open()` caps) plus the clock skew between processes
 #: (docs/on-unavailable.md; checked in tests/unit/test_acquire_deadlines.py).
 PRUNE_AGE_MS = 5 * 60_000

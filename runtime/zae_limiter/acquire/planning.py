@@ -1,4 +1,5 @@
-"""Pure planning of the acquire path: what each write changes, statuses, stamp and window checks.
+"""Pure planning of the acquire path: what each write changes, statuses, stamp and schedule-entry
+checks.
 
 No I/O. A planner maps a target (with its latest image) and `now` to the limit writes and the
 admissions delta of one write, or None when the image shows the request cannot be admitted.
@@ -228,7 +229,7 @@ def target_statuses(targets: list[Target], now: int) -> list[LimitStatus]:
 
 # --- items: blank images, expiry, restamped states ------------------------------------------
 
-#: An item expires no sooner than this after a write: past any writer's re-send window plus the
+#: An item expires no sooner than this after a write: past any writer's re-send bound plus the
 #: clock skew the rules allow (lanes.PRUNE_AGE_MS), so a write whose answer was lost is never
 #: re-sent to an item deleted meanwhile, whatever the limit's refill (docs/on-unavailable.md).
 MIN_EXPIRY_MS = 5 * 60_000
@@ -296,13 +297,13 @@ def restamped_states(image: BucketImage, stamp: Stamp, now: int) -> dict[str, St
     return states
 
 
-# --- stamps and schedule windows ---------------------------------------------------------
+# --- stamps and schedule entries ---------------------------------------------------------
 
 
-def windows_moved(image: BucketImage, now: int) -> bool:
-    """A limit's schedule window changed since the item's last write (even and back again)."""
+def entries_moved(image: BucketImage, now: int) -> bool:
+    """A limit's schedule entry changed since the item's last write (even and back again)."""
     return any(
-        p.in_window(now) is not p or bucket.window_passed(p, image.written_at, now)
+        p.scheduled(now) is not p or bucket.entry_passed(p, image.written_at, now)
         for p in image.stamp.limits
     )
 

@@ -20,13 +20,13 @@ from ..core.bucket import LimitWrite, Slot, State
 from ..core.images import BucketImage, Stamp
 from ..core.shard_split import split_limit, too_small_to_double
 from . import planning
-from .store import ShardSplit
+from .bucket_io import ShardSplit
 from .values import Target
 
 MAX_SHARDS = 32
 MIN_SHARDS_TRIED = 3  # a sharded bucket is not rejected after one short shard
 SPLIT_WRITES_PER_SECOND = 1_000.0  # about DynamoDB's per-partition write limit
-RATE_WINDOW_MS = 1_000
+RATE_SPAN_MS = 1_000
 
 
 class ShardChooser:
@@ -120,8 +120,8 @@ class ShardChooser:
 
     def short_everywhere(self, target: Target, now: int) -> tuple[bool, Target]:
         """Whether what this process knows refuses the target on every shard (within the
-        rejection window; a sharded bucket: every shard that could hold it is known short);
-        and the target, moved to a shard it may be admitted on."""
+        rejection cache's lifetime; a sharded bucket: every shard that could hold it is known
+        short); and the target, moved to a shard it may be admitted on."""
         if target.stamp.shards <= 1:
             fresh = target.read_now or self.images.fresh_for_rejection(target.seen_at, now)
             return fresh and planning.refused_on_image(target, now), target
@@ -159,11 +159,11 @@ class SplitDetector:
 
     def __init__(self, threshold: float = SPLIT_WRITES_PER_SECOND) -> None:
         self.threshold = threshold
-        self.window_ms = RATE_WINDOW_MS
+        self.span_ms = RATE_SPAN_MS
         self._rates: BoundedDict[tuple[str, str, str, int], _Rate] = BoundedDict()
 
     def too_hot(self, image: BucketImage) -> bool:
-        """Record `image`; whether its shard wrote faster than the threshold over the window."""
+        """Record `image`; whether its shard wrote faster than the threshold over the span."""
         key = ImageCache.key_of(image)
         first = self._rates.get(key)
         shards = image.stamp.shards
@@ -171,7 +171,7 @@ class SplitDetector:
             self._rates[key] = _Rate(image.writes, image.written_at, shards)  # since the split
             return False
         elapsed = image.written_at - first.written_at
-        if elapsed < self.window_ms:
+        if elapsed < self.span_ms:
             return False
         self._rates[key] = _Rate(image.writes, image.written_at, shards)
         rate = (image.writes - first.writes) * 1000 / elapsed

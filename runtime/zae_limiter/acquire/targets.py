@@ -25,8 +25,8 @@ from ..limits import Limit
 from ..resolution import Resolver, stamp_for
 from ..unmetered import Unmetered
 from . import planning
+from .bucket_io import BucketIO
 from .shards import ShardChooser
-from .store import BucketStore
 from .values import ENTITY, PARENT, ResourcePlan, Target
 
 log = logging.getLogger("zae_limiter")
@@ -47,7 +47,7 @@ class TargetFinder:
 
     def __init__(
         self,
-        store: BucketStore,
+        bucket_io: BucketIO,
         ns: str,
         resolver: Resolver,
         images: ImageCache,
@@ -55,7 +55,7 @@ class TargetFinder:
         shards: ShardChooser,
         restamp: Restamp,
     ) -> None:
-        self.store = store
+        self.bucket_io = bucket_io
         self.ns = ns
         self.resolver = resolver
         self.images = images
@@ -105,8 +105,8 @@ class TargetFinder:
             return False
         if not image.stamp.limits:
             return False  # restamped to no limits: resolve again (unmetered)
-        # a schedule window began or ended: restamp, like a config change
-        return not planning.windows_moved(image, now)
+        # a schedule entry began or ended: restamp, like a config change
+        return not planning.entries_moved(image, now)
 
     # --- slow: reading config and items ----------------------------------------------------------
 
@@ -133,7 +133,7 @@ class TargetFinder:
     ) -> tuple[dict[str, cfg.Resolved], list[BucketImage]]:
         (_, resolved), found = await asyncio.gather(
             self.resolver.resolve_many(entity_id, resources),
-            self.store.read([(self.ns, entity_id, r, 0) for r in resources]),
+            self.bucket_io.read([(self.ns, entity_id, r, 0) for r in resources]),
         )
         return resolved, found
 
@@ -196,7 +196,7 @@ class TargetFinder:
         current = (
             planning.newer_or_same(existing.stamp, wanted)
             and existing.stamp.same_rules(replace(wanted, shards=existing.stamp.shards))
-            and not planning.windows_moved(existing, now)
+            and not planning.entries_moved(existing, now)
         )
         if not current and not planning.newer(existing.stamp, wanted):
             return None

@@ -110,7 +110,7 @@ class ItemChanged(Exception):
 
 
 class Unavailable(Exception):
-    """The store could not be reached or kept failing: nothing applied (but see `AnswerLost`).
+    """The table could not be reached or kept failing: nothing applied (but see `AnswerLost`).
     `denied`: the operation AWS refused, when that is why."""
 
     maybe_landed = False  # whether a write may have applied

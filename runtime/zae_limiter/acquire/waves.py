@@ -21,10 +21,10 @@ from ..core.images import BucketImage, Evidence, Stamp, new_op_id
 from ..core.shard_split import too_small_to_double
 from . import lanes as lanes_
 from . import planning
+from .bucket_io import BucketIO
 from .deadlines import Backoff
 from .lane_calls import Call, Outcome
 from .shards import ShardChooser, split_parts
-from .store import BucketStore
 from .values import (
     AnswerLost,
     ItemChanged,
@@ -68,11 +68,11 @@ class WaveResult:
 
 
 class Waves:
-    """Sends bucket writes for one namespace scope through a `BucketStore`, as one writer."""
+    """Sends bucket writes for one namespace scope through a `BucketIO`, as one writer."""
 
     def __init__(
         self,
-        store: BucketStore,
+        bucket_io: BucketIO,
         images: ImageCache,
         clock: Callable[[], int],
         maker: planning.ItemMaker,
@@ -81,7 +81,7 @@ class Waves:
         on_written: Callable[[BucketImage], None],
         backoff: Backoff | None = None,
     ) -> None:
-        self.store = store
+        self.bucket_io = bucket_io
         self.images = images
         self.clock = clock
         self.maker = maker
@@ -189,7 +189,7 @@ class Waves:
         enough). None when it fits nowhere."""
         if target.stamp.shards <= 1 or target.surveyed:
             return None
-        images = await self.store.read(
+        images = await self.bucket_io.read(
             [
                 (self.ns, target.entity_id, target.resource, shard)
                 for shard in range(target.stamp.shards)
@@ -216,7 +216,7 @@ class Waves:
         for name, write in writes.items():
             states[name] = write.result
         if exists:
-            return await self.store.update(
+            return await self.bucket_io.update(
                 image,
                 writes,
                 now=now,
@@ -233,10 +233,10 @@ class Waves:
             admissions=max(0, admissions),
             evidence={evidence.writer: evidence.seq},
         )
-        return await self.store.create(new, expired_before_s=now // 1000)
+        return await self.bucket_io.create(new, expired_before_s=now // 1000)
 
     async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
-        return await self.store.fence(image, evidence, blocked)
+        return await self.bucket_io.fence(image, evidence, blocked)
 
     def _orphaned(self, call: Call, outcome: Outcome) -> None:
         if call.settle or outcome.image is None:
@@ -274,7 +274,7 @@ class Waves:
                 evidence=image.evidence,  # every writer's evidence survives a restamp
             )
             try:
-                new = await self.store.replace(restamped, replaces=image)
+                new = await self.bucket_io.replace(restamped, replaces=image)
             except ItemChanged as changed:
                 if changed.current is None:
                     raise RulesChanged() from None
@@ -303,7 +303,7 @@ class Waves:
         operations). Returns the new count."""
         addresses = [(self.ns, entity_id, resource, s) for s in range(shards)]
         for _ in range(MAX_ROUNDS):
-            found = {image.shard: image for image in await self.store.read(addresses)}
+            found = {image.shard: image for image in await self.bucket_io.read(addresses)}
             current = found.get(0)
             if current is None or current.stamp.shards != shards:
                 return current.stamp.shards if current else shards
@@ -312,7 +312,7 @@ class Waves:
             parts = split_parts(current, found, self.clock(), self.maker)
             more = await extra(shards * 2) if extra is not None else []
             try:
-                await self.store.split(parts, token=new_op_id(), extra=more)
+                await self.bucket_io.split(parts, token=new_op_id(), extra=more)
             except (ItemChanged, Unavailable):
                 continue  # a concurrent write changed a shard's stamp: read again
             self.images.forget(self.ns, entity_id, resource)

@@ -13,13 +13,16 @@ from .. import validation
 from ..alerts.event import AlertEvent, event_from_item
 from ..dynamo import keys
 from ..schema import PARTITION_KEY, SORT_KEY
+from ..scope import Scope
 from ..usage import windows
-from .base import AdminBase
 from .usage import MAX_LIMIT, decode_cursor, encode_cursor
 
 
-class AlertsMixin(AdminBase):
+class Alerts:
     """`get_alerts`."""
+
+    def __init__(self, scope: Scope) -> None:
+        self._store, self._ns, self._clock = scope.store, scope.namespace_id, scope.clock
 
     async def get_alerts(
         self,

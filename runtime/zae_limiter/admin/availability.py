@@ -19,10 +19,16 @@ from ..errors import ResourceDisabled, ValidationError
 from ..limits import Limit, check_limit_list
 from ..models import Availability, LimitStatus
 from ..resolution import stamp_for
-from .base import AdminBase
+from ..scope import Scope
 
 
-class AvailabilityMixin(AdminBase):
+class AvailabilityCheck:
+    """`check_availability`: balances and waits at one instant, writing nothing."""
+
+    def __init__(self, scope: Scope) -> None:
+        self._store, self._ns, self._clock = scope.store, scope.namespace_id, scope.clock
+        self._resolver = scope.resolver
+
     async def check_availability(
         self,
         entity_id: str,
@@ -128,7 +134,7 @@ def _as_stamped(
         state = stored.states.get(params.name) if stored and old else None
         if old is None or state is None:
             states[params.name] = bucket.full_state(params, blank.slot)
-        elif old == params and not bucket.window_passed(old, stored_at, now):
+        elif old == params and not bucket.entry_passed(old, stored_at, now):
             states[params.name] = state
         else:
             states[params.name] = bucket.convert(

@@ -42,43 +42,14 @@ from ..errors import (
     ValidationError,
 )
 from ..models import AuditAction, BucketOperationResult
-from .base import AdminBase
-from .gates import check_gate
+from ..scope import Scope
+from .balance_call import Call
+from .changes import Changes
 
 OPERATION_TTL_SECONDS = 3 * 86400
 MAX_ATTEMPTS = 6  # reads and transactions before giving up on a bucket that keeps changing
 #: Cancellation reasons that mean "read again and re-plan" (other items' reasons are "None").
 _RETRIED_CODES = {None, "None", "ConditionalCheckFailed", "TransactionConflict"}
-
-
-@dataclass(frozen=True)
-class _Call:
-    """One balance operation, as validated."""
-
-    action: str  # AuditAction.BUCKET_TOPPED_UP or BUCKET_RESET
-    entity_id: str
-    resource: str
-    names: tuple[str, ...] | None  # reset: the limits named (None: all); top-up: amounts' names
-    amounts: dict[str, int]  # top-up: whole units per limit; reset: {}
-    idempotency_key: str | None
-    principal: str | None
-
-    @property
-    def is_top_up(self) -> bool:
-        return self.action == AuditAction.BUCKET_TOPPED_UP
-
-    def arguments(self) -> str:
-        """What a replay must match, canonical."""
-        return json.dumps(
-            {
-                "action": self.action,
-                "entity_id": self.entity_id,
-                "resource": self.resource,
-                "limits": None if self.names is None else sorted(self.names),
-                "amounts": self.amounts,
-            },
-            sort_keys=True,
-        )
 
 
 @dataclass
@@ -97,8 +68,13 @@ class _Bucket:
     record: dict[str, Any] | None  # the idempotency key's operation record, if live
 
 
-class BalancesMixin(AdminBase):
+class Balances:
     """`top_up` and `reset_bucket`, on every shard in one transaction, audited."""
+
+    def __init__(self, scope: Scope, changes: Changes) -> None:
+        self._changes = changes
+        self._store, self._ns, self._clock = scope.store, scope.namespace_id, scope.clock
+        self._admission = scope.admission
 
     async def top_up(
         self,
@@ -112,7 +88,7 @@ class BalancesMixin(AdminBase):
         (docs/reset-and-top-up.md).
 
         A quota gains exactly the amount above its plan until its next reset (a session quota:
-        until the live window ends, opening one if none is live). A dripping limit gains at
+        until the live session ends, opening one if none is live). A dripping limit gains at
         most its room below the ceiling; the result says what was granted. A missing bucket is
         created at its full allowance plus the top-up. Pass an `idempotency_key` (an order id)
         so that a retry grants once.
@@ -123,8 +99,8 @@ class BalancesMixin(AdminBase):
         if not checked:
             raise ValidationError("amounts", amounts, "name at least one limit, e.g. {'weekly': 1}")
         key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
-        await check_gate(self._scope, "top_up")
-        call = _Call(
+        await self._changes.gate("top_up")
+        call = Call(
             AuditAction.BUCKET_TOPPED_UP,
             entity_id,
             resource,
@@ -148,7 +124,7 @@ class BalancesMixin(AdminBase):
 
         Dripping: to the ceiling. Calendar quota: the full allowance plus this period's
         top-ups, this period's spend forgotten, the next edge unchanged. Session quota: the
-        window ends, so the next call opens a fresh one. A missing bucket is a no-op
+        session ends, so the next call opens a fresh one. A missing bucket is a no-op
         (`shards=0`).
         """
         validation.entity_id(entity_id)
@@ -161,13 +137,13 @@ class BalancesMixin(AdminBase):
                 )
             names = tuple(dict.fromkeys(validation.limit_name(n, "limits") for n in limits))
         key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
-        await check_gate(self._scope, "reset_bucket")
-        call = _Call(AuditAction.BUCKET_RESET, entity_id, resource, names, {}, key, principal)
+        await self._changes.gate("reset_bucket")
+        call = Call(AuditAction.BUCKET_RESET, entity_id, resource, names, {}, key, principal)
         return await self._balance_operation(call)
 
     # --- the shared machinery ------------------------------------------------------------------
 
-    async def _balance_operation(self, call: _Call) -> BucketOperationResult:
+    async def _balance_operation(self, call: Call) -> BucketOperationResult:
         for _ in range(MAX_ATTEMPTS):
             try:
                 bucket = await self._read_bucket(call)
@@ -178,7 +154,7 @@ class BalancesMixin(AdminBase):
                     call, failed_below(exc), "reading the bucket failed; nothing was changed"
                 ) from exc
             if bucket.record is not None:
-                return _replay(call, bucket.record)
+                return call.replay(bucket.record)
             shards, gained = self._plan(call, bucket)
             result = BucketOperationResult(
                 call.entity_id,
@@ -190,7 +166,7 @@ class BalancesMixin(AdminBase):
             if call.idempotency_key is not None:
                 operations_.append(self._operation_record(call, result))
             try:
-                await self._transact(operations_)
+                await self._changes.transact(operations_)
             except TransactionCancelled as exc:
                 refused = {r.get("Code") for r in exc.reasons} - _RETRIED_CODES
                 if refused:
@@ -213,17 +189,17 @@ class BalancesMixin(AdminBase):
                     ),
                 ) from exc
             finally:
-                self._forget(call.entity_id, call.resource)
+                self._changes.forget(call.entity_id, call.resource)
             return result
         raise RateLimiterUnavailable(
-            f"{_verb(call)} kept colliding with concurrent writes to the bucket; nothing was "
+            f"{call.verb} kept colliding with concurrent writes to the bucket; nothing was "
             "changed, try again",
             table_name=self._store.table,
             entity_id=call.entity_id,
             resource=call.resource,
         )
 
-    async def _read_bucket(self, call: _Call) -> _Bucket:
+    async def _read_bucket(self, call: Call) -> _Bucket:
         """Config, every live shard (restamped to the config) and the key's operation record."""
         record_key = (
             keys.operation_record(self._ns, call.idempotency_key)
@@ -233,7 +209,7 @@ class BalancesMixin(AdminBase):
         loaded, record, known = await asyncio.gather(
             self._admission.load(call.entity_id, [call.resource], "entity", None),
             self._store.get(record_key) if record_key is not None else _nothing(),
-            self._entity_known(call.entity_id),
+            self._changes.entity_known(call.entity_id),
         )
         now = self._clock()
         if record is not None and int(record.get("ttl", 0)) <= now // 1000:
@@ -274,7 +250,7 @@ class BalancesMixin(AdminBase):
             shards.append(_Shard(image, exists=True))
         return _Bucket(stamp, shards, record)
 
-    def _plan(self, call: _Call, bucket: _Bucket) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    def _plan(self, call: Call, bucket: _Bucket) -> tuple[list[dict[str, Any]], dict[str, int]]:
         """The shard writes (transaction operations) and the gain per limit (milli)."""
         stamp = bucket.stamp
         declared = stamp.names if stamp is not None else ()
@@ -293,9 +269,9 @@ class BalancesMixin(AdminBase):
                 "limit name",
                 unknown[0],
                 f"resource {call.resource!r} declares {list(declared)} for {call.entity_id!r}; "
-                f"{_verb(call)} only those",
+                f"{call.verb} only those",
             )
-        names = _without_holds(call, stamp)
+        names = call.limits_to_change(stamp)
         gained = dict.fromkeys(names, 0)
         if stamp is None or (not bucket.shards and not call.is_top_up):
             return [], gained
@@ -328,7 +304,7 @@ class BalancesMixin(AdminBase):
                     ]
                     shares = operations.allocate(rooms, milli)
                 else:
-                    shares = operations.split(milli, slots)
+                    shares = operations.spread(milli, slots)
                 planned = [
                     operations.plan_top_up(params, state, now, slot, share) if share else (None, 0)
                     for state, slot, share in zip(states, slots, shares, strict=True)
@@ -376,7 +352,7 @@ class BalancesMixin(AdminBase):
             )
         return _transact_update(request)
 
-    async def _audit_for(self, call: _Call, result: BucketOperationResult) -> dict[str, Any]:
+    async def _audit_for(self, call: Call, result: BucketOperationResult) -> dict[str, Any]:
         details: dict[str, Any] = {
             "limits": list(result.amounts),
             "amounts": result.amounts,
@@ -385,7 +361,7 @@ class BalancesMixin(AdminBase):
         }
         if call.is_top_up:
             details["requested"] = call.amounts
-        item = await self._audit_item(
+        item = await self._changes.audit_item(
             call.action,
             call.entity_id,
             principal=call.principal,
@@ -394,7 +370,7 @@ class BalancesMixin(AdminBase):
         )
         return {"Put": {"Item": item}}
 
-    def _operation_record(self, call: _Call, result: BucketOperationResult) -> dict[str, Any]:
+    def _operation_record(self, call: Call, result: BucketOperationResult) -> dict[str, Any]:
         assert call.idempotency_key is not None
         key = keys.operation_record(self._ns, call.idempotency_key)
         now = self._clock()
@@ -416,10 +392,10 @@ class BalancesMixin(AdminBase):
             }
         }
 
-    def _failure(self, call: _Call, cause: BaseException, message: str) -> RateLimiterUnavailable:
+    def _failure(self, call: Call, cause: BaseException, message: str) -> RateLimiterUnavailable:
         if isinstance(cause, AccessDenied):
             return PermissionDenied(
-                f"DynamoDB refused dynamodb:{cause.operation}; {_verb(call)} needs the "
+                f"DynamoDB refused dynamodb:{cause.operation}; {call.verb} needs the "
                 "zae-limiter 'admin' managed policy",
                 cause,
                 table_name=self._store.table,
@@ -427,7 +403,7 @@ class BalancesMixin(AdminBase):
                 resource=call.resource,
             )
         return RateLimiterUnavailable(
-            f"{_verb(call)}: {message}",
+            f"{call.verb}: {message}",
             cause,
             table_name=self._store.table,
             entity_id=call.entity_id,
@@ -444,44 +420,6 @@ async def _nothing() -> None:
 
 def _full(stamp: Stamp, shard: int) -> dict[str, State]:
     return {p.name: full_state(p, Slot(shard, stamp.shards)) for p in stamp.limits}
-
-
-def _without_holds(call: _Call, stamp: Stamp | None) -> tuple[str, ...]:
-    """The limits to change: a concurrency limit holds live leases' work, so it is never reset
-    (left out when no names are given) and never topped up (naming one is refused)."""
-    limits = stamp.limits if stamp is not None else ()
-    held = {p.name for p in limits if p.kind == Kind.CONCURRENT}
-    named = [n for n in call.names or () if n in held]
-    if named:
-        raise ValidationError(
-            "limit name",
-            named[0],
-            f"{named[0]!r} is a concurrency limit: what it holds comes back when leases end, "
-            f"so {_verb(call)} cannot change it (raise its max_in_flight instead)",
-        )
-    names = call.names if call.names is not None else tuple(p.name for p in limits)
-    return tuple(n for n in names if n not in held)
-
-
-def _verb(call: _Call) -> str:
-    return "top_up" if call.is_top_up else "reset_bucket"
-
-
-def _replay(call: _Call, record: dict[str, Any]) -> BucketOperationResult:
-    if record.get("arguments") != call.arguments():
-        raise ValidationError(
-            "idempotency_key",
-            call.idempotency_key,
-            f"was already used for another call ({record.get('arguments')}); use a new key",
-        )
-    stored = json.loads(record["result"])
-    return BucketOperationResult(
-        call.entity_id,
-        call.resource,
-        int(stored["shards"]),
-        {name: int(amount) for name, amount in stored["amounts"].items()},
-        replayed=True,
-    )
 
 
 def _transact_update(request: dict[str, Any]) -> dict[str, Any]:

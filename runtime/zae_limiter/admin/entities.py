@@ -10,8 +10,8 @@ from ..dynamo import keys
 from ..dynamo.transport import TransactionCancelled
 from ..errors import EntityExistsError, EntityNotFoundError, ValidationError
 from ..models import AuditAction, Entity
-from .base import AdminBase
-from .gates import check_gate
+from ..scope import Scope
+from .changes import Changes
 
 #: A usage tombstone outlives every stream record it can meet (the stream keeps 24 h).
 TOMBSTONE_TTL_S = 72 * 3600
@@ -28,7 +28,13 @@ def _entity_from_item(item: dict[str, Any]) -> Entity:
     )
 
 
-class EntitiesMixin(AdminBase):
+class Entities:
+    """Entity records: create, read, delete, children, moving to another parent."""
+
+    def __init__(self, scope: Scope, changes: Changes) -> None:
+        self._changes = changes
+        self._store, self._ns, self._clock = scope.store, scope.namespace_id, scope.clock
+
     async def create_entity(
         self,
         entity_id: str,
@@ -66,10 +72,10 @@ class EntitiesMixin(AdminBase):
             item["GSI1SK"] = entity_id
         operations: list[dict[str, Any]] = [
             {"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
-            self._version_bump(entity_id),
+            self._changes.version_bump(entity_id),
             {
                 "Put": {
-                    "Item": await self._audit_item(
+                    "Item": await self._changes.audit_item(
                         AuditAction.ENTITY_CREATED,
                         entity_id,
                         principal=principal,
@@ -86,7 +92,7 @@ class EntitiesMixin(AdminBase):
         if parent_id is not None:
             operations.append(self._parent_is_root(parent_id))
         try:
-            await self._transact(operations)
+            await self._changes.transact(operations)
         except TransactionCancelled as exc:
             codes = [r.get("Code") for r in exc.reasons]
             if codes and codes[0] == "ConditionalCheckFailed":
@@ -95,7 +101,7 @@ class EntitiesMixin(AdminBase):
                 "parent_id", parent_id, "the parent must exist and must not have a parent itself"
             ) from None
         if parent_id is not None:
-            await self._fanout(entity_id)
+            await self._changes.fanout(entity_id)
         return _entity_from_item(item)
 
     def _parent_is_root(self, parent_id: str) -> dict[str, Any]:
@@ -151,16 +157,16 @@ class EntitiesMixin(AdminBase):
             )
         now = self._clock()
         tombstone = keys.usage_tombstone(self._ns, entity_id)
-        await self._transact(
+        await self._changes.transact(
             [
                 {
                     "Put": {
-                        "Item": await self._audit_item(
+                        "Item": await self._changes.audit_item(
                             AuditAction.ENTITY_DELETED, entity_id, principal=principal
                         )
                     }
                 },
-                self._version_bump(entity_id),
+                self._changes.version_bump(entity_id),
                 {
                     "Put": {
                         "Item": {
@@ -187,7 +193,7 @@ class EntitiesMixin(AdminBase):
         await self._store.batch_delete(
             [keys.key(i["PK"], i["SK"]) for i in (*doomed, *buckets, *usage)]
         )
-        self._forget(entity_id)
+        self._changes.forget(entity_id)
 
     async def set_parent(
         self, entity_id: str, parent_id: str | None, *, principal: str | None = None
@@ -198,7 +204,7 @@ class EntitiesMixin(AdminBase):
             validation.entity_id(parent_id, "parent_id")
             if parent_id == entity_id:
                 raise ValidationError("parent_id", parent_id, "an entity cannot be its own parent")
-        await self._gate("set_parent")
+        await self._changes.gate("set_parent")
         current = await self.get_entity(entity_id, consistent_read=True)
         if current is None:
             raise EntityNotFoundError(entity_id)
@@ -230,7 +236,7 @@ class EntitiesMixin(AdminBase):
                     **({"ExpressionAttributeValues": values} if values else {}),
                 }
             },
-            self._version_bump(entity_id),
+            self._changes.version_bump(entity_id),
         ]
         if parent_id is not None:
             operations.append(self._parent_is_root(parent_id))
@@ -240,7 +246,7 @@ class EntitiesMixin(AdminBase):
         operations.append(
             {
                 "Put": {
-                    "Item": await self._audit_item(
+                    "Item": await self._changes.audit_item(
                         AuditAction.ENTITY_PARENT_CHANGED,
                         entity_id,
                         principal=principal,
@@ -250,12 +256,9 @@ class EntitiesMixin(AdminBase):
             }
         )
         try:
-            await self._transact(operations)
+            await self._changes.transact(operations)
         except TransactionCancelled:
             raise ValidationError(
                 "parent_id", parent_id, "the parent must exist and must not have a parent itself"
             ) from None
-        return await self._fanout(entity_id)
-
-    async def _gate(self, feature: str) -> None:
-        await check_gate(self._scope, feature)
+        return await self._changes.fanout(entity_id)

@@ -1,4 +1,4 @@
-"""Disable / enable / bypass flags and cascade policies, per resource and per entity."""
+"""`Flags`: disable / enable / bypass flags and cascade policies, per resource and per entity."""
 
 from __future__ import annotations
 
@@ -7,16 +7,23 @@ from typing import Any
 from .. import config as cfg
 from .. import validation
 from ..dynamo import keys
-from .config import KEEP, ConfigMixin
+from ..scope import Scope
+from .changes import KEEP, Changes
 
 
-class FlagsMixin(ConfigMixin):
+class Flags:
+    """The flags of the config levels; each change is one level write (`Changes`)."""
+
+    def __init__(self, scope: Scope, changes: Changes) -> None:
+        self._changes = changes
+        self._store, self._ns = scope.store, scope.namespace_id
+
     async def _resource_flag(
         self, resource: str, principal: str | None, *, disabled: Any = KEEP, cascade: Any = KEEP
     ) -> int:
         validation.resource_name(resource)
-        await self._gates_for(None, disabled, cascade)
-        await self._change_resource_level(
+        await self._changes.gates_for(None, disabled, cascade)
+        await self._changes.change_resource_level(
             resource, principal, disabled=disabled, cascade=cascade, kind=_kind(disabled)
         )
         return 0  # resource-level changes reach buckets through each process's config cache
@@ -33,10 +40,10 @@ class FlagsMixin(ConfigMixin):
         validation.entity_id(entity_id)
         level = resource or keys.DEFAULT_RESOURCE
         validation.resource_name(level, allow_default=True)
-        await self._gates_for(None, disabled, cascade)
+        await self._changes.gates_for(None, disabled, cascade)
         if disabled is True or disabled == "bypass":
-            await self._require_known(entity_id, resource)
-        return await self._change_entity_level(
+            await self._changes.require_known(entity_id, resource)
+        return await self._changes.change_entity_level(
             entity_id, level, principal, disabled=disabled, cascade=cascade, kind=_kind(disabled)
         )
 

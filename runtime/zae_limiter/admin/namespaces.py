@@ -13,16 +13,23 @@ from ..dynamo import keys, records
 from ..dynamo.namespaces import register_namespace
 from ..errors import NamespaceNotFoundError, NamespaceStateError, ValidationError
 from ..models import AuditAction
-from .base import AdminBase
+from ..scope import Scope
+from .changes import Changes
 
 
-class NamespacesMixin(AdminBase):
+class Namespaces:
+    """The table's namespaces: register, list, soft delete, recover, purge (audited)."""
+
+    def __init__(self, scope: Scope, changes: Changes) -> None:
+        self._changes = changes
+        self._store, self._clock = scope.store, scope.clock
+
     async def _namespace_event(
         self, action: str, name: str, namespace_id: str, principal: str | None
     ) -> dict[str, Any]:
         return {
             "Put": {
-                "Item": await self._audit_item(
+                "Item": await self._changes.audit_item(
                     action,
                     audit.namespace_subject(name),
                     principal=principal,

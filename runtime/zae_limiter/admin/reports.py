@@ -14,12 +14,17 @@ from ..dynamo import bucket_items as items
 from ..dynamo import keys
 from ..errors import ValidationError
 from ..models import AuditEvent, BucketState, EntityCapacity, ResourceCapacity
-from .base import AdminBase
+from ..scope import Scope
 
 MAX_AUDIT_LIMIT = 1000
 
 
-class ReportsMixin(AdminBase):
+class Reports:
+    """Read-only reports: audit events, stored bucket state, resource-wide capacity."""
+
+    def __init__(self, scope: Scope) -> None:
+        self._store, self._ns, self._clock = scope.store, scope.namespace_id, scope.clock
+
     async def get_audit_events(
         self, entity_id: str | None = None, limit: int = 100, start_event_id: str | None = None
     ) -> list[AuditEvent]:

@@ -14,13 +14,20 @@ from ..core.shares import MILLI
 from ..dynamo.transport import DynamoError
 from ..errors import RateLimiterUnavailable, ValidationError
 from ..models import AuditAction
-from .base import AdminBase
+from ..scope import Scope
+from .changes import Changes
 
 SHARD_COUNTS = tuple(2**i for i in range(MAX_SHARDS.bit_length()))  # 1, 2, 4, ... 32
 MAX_ATTEMPTS = 6
 
 
-class ShardsMixin(AdminBase):
+class Shards:
+    """`set_shards`: pre-splitting a bucket."""
+
+    def __init__(self, scope: Scope, changes: Changes) -> None:
+        self._changes = changes
+        self._store, self._admission = scope.store, scope.admission
+
     async def set_shards(
         self, entity_id: str, resource: str, count: int, principal: str | None = None
     ) -> int:
@@ -64,7 +71,7 @@ class ShardsMixin(AdminBase):
                 resource=resource,
             ) from exc
         finally:
-            self._forget(entity_id, resource)
+            self._changes.forget(entity_id, resource)
         raise RateLimiterUnavailable(
             "set_shards kept colliding with concurrent writes to the bucket; run it again",
             table_name=self._store.table,
@@ -106,7 +113,7 @@ class ShardsMixin(AdminBase):
         """The audit event, for the transaction of the doubling that reaches the count."""
 
         async def event(doubled: int) -> list[dict[str, Any]]:
-            item = await self._audit_item(
+            item = await self._changes.audit_item(
                 AuditAction.BUCKET_SHARDED,
                 entity_id,
                 principal=principal,

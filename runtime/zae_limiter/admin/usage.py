@@ -24,8 +24,8 @@ from ..dynamo import snapshot_items as snapshots
 from ..errors import ValidationError
 from ..models import UsageSnapshot, UsageSummary
 from ..schema import PARTITION_KEY, SORT_KEY
+from ..scope import Scope
 from ..usage import windows
-from .base import AdminBase
 
 MAX_LIMIT = 1000
 _HIGH = "~"  # sorts after every character of a stored window time and entity id
@@ -89,8 +89,11 @@ def _decode_cursor(value: Any, query: _Query) -> dict[str, Any] | None:
     return decode_cursor(value, query.cursor_names(), pk_name, query.pk, "next_key")
 
 
-class UsageMixin(AdminBase):
+class Usage:
     """`get_usage_snapshots` and `get_usage_summary`."""
+
+    def __init__(self, scope: Scope) -> None:
+        self._store, self._ns, self._clock = scope.store, scope.namespace_id, scope.clock
 
     def _usage_query(
         self,

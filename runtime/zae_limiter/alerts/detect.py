@@ -66,7 +66,7 @@ def _limit_crossings(
     new: BucketImage,
 ) -> list[Crossing]:
     now, slot = new.written_at, new.slot
-    in_force = params.in_window(now)
+    in_force = params.scheduled(now)
     cap = in_force.shard_capacity(slot)
     if cap <= 0:
         return []
@@ -74,7 +74,7 @@ def _limit_crossings(
     used = cap - after.balance
     used_before = 0
     if before is not None and old_params is not None:
-        prior = view(old_params.in_window(now), before, now, slot)
+        prior = view(old_params.scheduled(now), before, now, slot)
         if params.kind == Kind.RATE or (prior.period == after.period and not prior.fresh_period):
             used_before = cap - prior.balance
     period = after.period

@@ -193,7 +193,7 @@ def _refusal(entity_id: str, report: Any) -> str:
             whose = "" if s.entity_id == entity_id else f" for {s.entity_id}"
             return (
                 f"never fits: {s.requested} {s.limit_name} is above the most one call can "
-                f"take ({s.max_request}{whose}); split the request"
+                f"take ({s.max_request}{whose}); spread it over several requests"
             )
     who = sorted({s.entity_id for s in report.statuses if s.exceeded})
     by = "" if who == [entity_id] else f"rejected by {', '.join(who)}; "

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..admin.base import entity_known
+from ..admin.changes import entity_known
 from ..errors import EntityNotFoundError
 from ..repository import Repository
 from ..validation import DEFAULT_RESOURCE
@@ -213,7 +213,7 @@ def entity_set_limits(
     """Replace the entity's whole list of limits at one level (a paid plan, for example)."""
     limits = limits_from(limit_specs, limits_file, soft, schedule, alert)
 
-    async def store(repo: Repository) -> None:
+    async def write_limits(repo: Repository) -> None:
         await repo.set_limits(entity_id, limits, resource, settings.principal)
         if not await entity_known(repo.scope, entity_id):
             note(
@@ -221,7 +221,7 @@ def entity_set_limits(
                 "apply when it first calls (check the id, or `entity create` it)"
             )
 
-    with_repo(settings, store)
+    with_repo(settings, write_limits)
     emit(
         settings,
         {

@@ -72,7 +72,7 @@ def _int(text: str, what: str, spec: str) -> int:
         raise SpecError(f"{what} in {spec!r} must be a whole number, not {text!r}") from None
 
 
-def _split_name(spec: str) -> tuple[str, str]:
+def _name_and_rest(spec: str) -> tuple[str, str]:
     name, sep, rest = spec.strip().partition(":")
     if not sep or not name or not rest:
         raise SpecError(
@@ -107,7 +107,7 @@ def format_duration(seconds: int) -> str:
     return "".join(parts)
 
 
-def split_cron(arg: str) -> tuple[str, str]:
+def cron_and_zone(arg: str) -> tuple[str, str]:
     """(cron expression, time zone) from `EXPR[, TZ]`.
 
     Cron fields never contain a space after a comma, so the zone is what follows the last comma
@@ -132,7 +132,7 @@ def _zones() -> set[str]:
 
 def parse_limit(spec: str, *, soft: bool = False) -> Limit:
     """One `-l/--limit` value as a `Limit`."""
-    name, rest = _split_name(spec)
+    name, rest = _name_and_rest(spec)
     try:
         held = _CONCURRENT.match(rest)
         if held:
@@ -141,7 +141,7 @@ def parse_limit(spec: str, *, soft: bool = False) -> Limit:
         if quota:
             amount = _int(quota["amount"], "the amount", spec)
             if quota["kind"] == "cron":
-                expr, tz = split_cron(quota["arg"])
+                expr, tz = cron_and_zone(quota["arg"])
                 return Limit.quota(name, amount, cron=expr, tz=tz, soft=soft)
             seconds = parse_duration(quota["arg"])
             if not 1 <= seconds <= MAX_PERIOD_SECONDS:
@@ -180,10 +180,10 @@ def parse_limit(spec: str, *, soft: bool = False) -> Limit:
         raise SpecError(f"limit {spec!r}: {exc}") from None
 
 
-def _concurrent(name: str, amount: str, lease: str | None, spec: str, soft: bool) -> Limit:
+def _concurrent(name: str, amount: str, lease_ttl: str | None, spec: str, soft: bool) -> Limit:
     """`NAME:MAX@concurrent[(LEASE)]`: at most MAX held at once; a hold not renewed for LEASE
     (default 60s) comes back."""
-    seconds = DEFAULT_LEASE_TTL_SECONDS if lease is None else parse_duration(lease)
+    seconds = DEFAULT_LEASE_TTL_SECONDS if lease_ttl is None else parse_duration(lease_ttl)
     if not MIN_LEASE_TTL_SECONDS <= seconds <= MAX_LEASE_TTL_SECONDS:
         raise SpecError(
             f"the lease in {spec!r} is {format_duration(seconds)}; use 1s to 1d, "
@@ -211,14 +211,14 @@ _SCHEDULE_KEYS = {
 
 
 def parse_schedule(spec: str) -> tuple[str, ScheduleEntry]:
-    """One `--schedule` value: (limit name, parameter window)."""
+    """One `--schedule` value: (limit name, schedule entry)."""
     match = _SCHEDULE.match(spec.strip())
     if match is None or not match["params"]:
         raise SpecError(
             f"cannot read schedule {spec!r}: write NAME@cron(EXPR[, TZ]):scale=2 or "
             "NAME@cron(EXPR[, TZ]):capacity=200,refill_amount=200,refill_period=60"
         )
-    expr, tz = split_cron(match["arg"])
+    expr, tz = cron_and_zone(match["arg"])
     fields: dict[str, float | int] = {}
     for pair in match["params"].split(","):
         key, sep, value = pair.partition("=")
@@ -343,8 +343,8 @@ def format_limit(limit: Limit) -> str:
     """The `-l` text for a limit (soft-ness and schedules are printed separately)."""
     if limit.concurrent:
         ttl = limit.lease_ttl_seconds or DEFAULT_LEASE_TTL_SECONDS
-        lease = "" if ttl == DEFAULT_LEASE_TTL_SECONDS else f"({format_duration(ttl)})"
-        return f"{limit.name}:{limit.capacity}@concurrent{lease}"
+        lease_ttl = "" if ttl == DEFAULT_LEASE_TTL_SECONDS else f"({format_duration(ttl)})"
+        return f"{limit.name}:{limit.capacity}@concurrent{lease_ttl}"
     if limit.reset_after is not None:
         after = format_duration(limit.reset_after_seconds or 0)
         return f"{limit.name}:{limit.capacity}@after({after})"
@@ -357,7 +357,7 @@ def format_limit(limit: Limit) -> str:
 
 
 def format_schedule(name: str, entry: ScheduleEntry) -> str:
-    """The `--schedule` text for one parameter window."""
+    """The `--schedule` text for one schedule entry."""
     fields = []
     if entry.scale is not None:
         fields.append(f"scale={entry.scale:g}")

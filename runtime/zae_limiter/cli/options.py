@@ -46,7 +46,7 @@ def limit_options(func: F) -> F:
                 "--schedule",
                 multiple=True,
                 metavar="SPEC",
-                help="A parameter window: 'NAME@cron(EXPR[, TZ]):scale=2' or "
+                help="A schedule entry: 'NAME@cron(EXPR[, TZ]):scale=2' or "
                 "'NAME@cron(...):capacity=200,refill_amount=200,refill_period=60' "
                 "(repeatable; first match wins).",
             ),

@@ -11,7 +11,7 @@ most pull refill forward by its skew (``v`` only moves forward in time), and ref
 negative.
 
 A quota is stored as its remaining balance `v`, the start `w` of its current period (calendar
-edge or session window) and the top-ups `tu` bought this period.
+edge or session start) and the top-ups `tu` bought this period.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from .holds import Hold, HoldWrite
 from .shares import MILLI, WHOLE, Slot, refill_share, share
 
 __all__ = ["MILLI", "WHOLE", "Slot"]
-#: A wait walks across at most this many schedule windows (then the last rate is assumed).
-MAX_WINDOWS_WALKED = 1000
-#: How far ahead a request above a window's ceiling looks for a window that can hold it.
+#: A wait walks across at most this many schedule entries (then the last rate is assumed).
+MAX_ENTRIES_WALKED = 1000
+#: How far ahead a request above an entry's ceiling looks for an entry that can hold it.
 MAX_WAIT_SCANNED_MS = 7 * 24 * 3_600_000
 #: The wait reported for a request that can never fit (no edge, no refill on this shard).
 NEVER_MS = 10**12
@@ -55,23 +55,23 @@ class Params:
     soft: bool = False
     cron: str = ""  # calendar: reset edges "expr|tz", several joined by ";"
     reset_after_ms: int = 0  # session
-    schedule: str = ""  # parameter windows (core.schedule); capacity/refill/period are in force
-    window: int = -1  # the schedule entry the parameters above come from (-1: base)
-    base: tuple[int, int, int] | None = None  # capacity, refill, period without a window
+    schedule: str = ""  # schedule entries (core.schedule); capacity/refill/period are in force
+    entry: int = -1  # the schedule entry the parameters above come from (-1: base)
+    base: tuple[int, int, int] | None = None  # capacity, refill, period without an entry
     alerts: tuple[int, ...] = ()  # alert thresholds, percent of capacity (read by the aggregator)
 
-    def in_window(self, now: int) -> Params:
-        """These parameters as they apply at `now` (another schedule window, or the same)."""
+    def scheduled(self, now: int) -> Params:
+        """These parameters as they apply at `now` (another schedule entry, or the same)."""
         if not self.schedule:
             return self
-        window = schedule.active(self.schedule, now)
-        if window == self.window:
+        entry = schedule.active(self.schedule, now)
+        if entry == self.entry:
             return self
         base = self.base or (self.capacity, self.refill, self.period_ms)
         capacity, refill, period = schedule.effective(
-            base, self.schedule, window, quota=self.kind != Kind.RATE
+            base, self.schedule, entry, quota=self.kind != Kind.RATE
         )
-        return evolve(self, capacity=capacity, refill=refill, period_ms=period, window=window)
+        return evolve(self, capacity=capacity, refill=refill, period_ms=period, entry=entry)
 
     def shard_capacity(self, slot: Slot) -> int:
         """The capacity (a quota: the allowance) one shard holds (core.shares)."""
@@ -165,26 +165,26 @@ def view(params: Params, state: State, now: int, slot: Slot) -> View:
     return View(cap, cap, period, True)
 
 
-def next_window_change(params: Params, at: int, until: Fraction | int) -> int | None:
-    """When the window in force at `at` next changes, if before `until` (to the minute)."""
+def next_entry_change(params: Params, at: int, until: Fraction | int) -> int | None:
+    """When the entry in force at `at` next changes, if before `until` (to the minute)."""
     minute = at // schedule.MINUTE_MS
     minutes = math.ceil(Fraction(until) / schedule.MINUTE_MS) - minute
-    return schedule.next_change(params.schedule, params.window, minute, max(1, minutes))
+    return schedule.next_change(params.schedule, params.entry, minute, max(1, minutes))
 
 
-def _balance_through_windows(
+def _balance_through_entries(
     params: Params, balance: Fraction, at: int, until: int, slot: Slot
 ) -> Fraction:
-    """From `balance` at `at` to `until`: each window's rate while it is in force, each
-    window's start cutting to its ceiling."""
+    """From `balance` at `at` to `until`: each entry's rate while it is in force, each
+    entry's start cutting to its ceiling."""
     in_force = params
-    for _ in range(MAX_WINDOWS_WALKED):
-        in_force = in_force.in_window(at)
+    for _ in range(MAX_ENTRIES_WALKED):
+        in_force = in_force.scheduled(at)
         cap = Fraction(in_force.shard_capacity(slot))
         rate = Fraction(in_force.shard_refill(slot), in_force.period_ms)
         balance = min(balance, cap)
-        change = next_window_change(in_force, at, until)
-        if change is None:  # none within the scan: the window lasts to `until` or a week
+        change = next_entry_change(in_force, at, until)
+        if change is None:  # none within the scan: the entry lasts to `until` or a week
             change = min(until, at + MAX_WAIT_SCANNED_MS)
         end = min(change, until)
         balance = min(balance + (end - at) * rate, cap)
@@ -374,19 +374,19 @@ def convert(
 
     Dripping: the balance is kept and refills toward the new ceiling at the new rate. Quota: the
     period's remaining balance is kept, cut to the new ceiling plus this period's top-ups, with
-    its top-ups and session window, whatever its schedule became (a limit is identified by its
+    its top-ups and live session, whatever its schedule became (a limit is identified by its
     name, docs/configuration.md); the old period is judged at the config change (`changed_at`,
     else now), and the new schedule's edges after it apply on the next touch.
-    For the same limit with a schedule, `since` (the item's last write, when the old window was
-    in force) lets the balance follow each window's rate from the first window change on.
+    For the same limit with a schedule, `since` (the item's last write, when the old entry was
+    in force) lets the balance follow each entry's rate from the first entry change on.
     """
     if Kind.CONCURRENT in (old.kind, new.kind):  # holds stay held; no balance carries over
         return state if old.kind == new.kind else full_state(new, slot)
     if since and _same_scheduled_limit(old, new):
-        ended = next_window_change(old, since, now)
+        ended = next_entry_change(old, since, now)
         if ended is not None and ended < now:
             debt = Fraction(max(0, state.v - ended * old.shard_refill(slot)), old.period_ms)
-            walked = _balance_through_windows(
+            walked = _balance_through_entries(
                 old, old.shard_capacity(slot) - debt, ended, now, slot
             )
             ceiling = new.shard_capacity(slot)
@@ -409,7 +409,7 @@ def convert(
     if current.fresh_period:
         return evolve(state, v=cap, w=None, tu=0)  # the period had ended before the change
     # The same quota (identified by its name) with other parameters or another schedule: this
-    # period's balance, top-ups and session window are kept; the new schedule only decides the
+    # period's balance, top-ups and live session are kept; the new schedule only decides the
     # next edge (its edges between the period's start and the change are not replayed).
     return evolve(
         state,
@@ -427,34 +427,34 @@ def _kept_period_start(
             return state.w
         return new.period_start(changed, None)  # the new schedule's period at the change
     if old.kind == Kind.SESSION:
-        return state.w  # the live session window, whatever its new length
-    return current.period  # a calendar period becomes a session window opened at its start
+        return state.w  # the live session's start, whatever its new length
+    return current.period  # a calendar period becomes a session opened at its start
 
 
 def in_force(
     params: Params, state: State, now: int, slot: Slot, *, since: int | None
 ) -> tuple[Params, State]:
-    """A stored limit brought to `now`: the schedule window in force and its balance converted
+    """A stored limit brought to `now`: the schedule entry in force and its balance converted
     as the next write's restamp will (`since`: the item's last write)."""
-    moved = params.in_window(now)
-    if moved is params and not window_passed(params, since, now):
+    moved = params.scheduled(now)
+    if moved is params and not entry_passed(params, since, now):
         return params, state
     return moved, convert(params, moved, state, now, slot, since=since)
 
 
-def window_passed(params: Params, since: int | None, now: int) -> bool:
-    """Whether a dripping limit's schedule left its stamped window after `since` (the item's
-    last write), even if that window is in force again at `now`: its balance must be walked."""
+def entry_passed(params: Params, since: int | None, now: int) -> bool:
+    """Whether a dripping limit's schedule left its stamped entry after `since` (the item's
+    last write), even if that entry is in force again at `now`: its balance must be walked."""
     if params.kind != Kind.RATE or not params.schedule or not since:
         return False
     if since // schedule.MINUTE_MS >= now // schedule.MINUTE_MS:
-        return False  # windows change on minute starts: none between two times in one minute
-    change = next_window_change(params, since, now)
+        return False  # entries change on minute starts: none between two times in one minute
+    change = next_entry_change(params, since, now)
     return change is not None and change <= now
 
 
 def _same_scheduled_limit(old: Params, new: Params) -> bool:
-    """The same dripping limit with a schedule (in the same or another window)."""
+    """The same dripping limit with a schedule (in the same or another entry)."""
     return (
         old.kind == new.kind == Kind.RATE
         and bool(old.schedule)

@@ -151,7 +151,7 @@ class Cron:
         return last
 
     def matches_minute(self, at_ms: int) -> bool:
-        """Whether the local minute containing `at_ms` matches (level-triggered windows)."""
+        """Whether the local minute containing `at_ms` matches (level-triggered, not an edge)."""
         local = _local(at_ms, self.zone)
         return (
             local.minute in self.minutes

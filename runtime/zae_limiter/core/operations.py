@@ -12,7 +12,7 @@ writes (debits and credits planned by `bucket.plan_debit` / `bucket.plan_credit`
   period start `w` and the top-ups `tu`; debits never change either, so they commute.
 * Quota with no live period: a top-up opens the period (exactly as a debit would, see
   `bucket.plan_debit`) at the full allowance plus the top-up; a session reset ends the live
-  window, so the next admitted request opens a fresh one.
+  session, so the next admitted request opens a fresh one.
 
 Every function returns the write (None when nothing changes) and the gain in milli-units.
 """
@@ -25,7 +25,7 @@ from .bucket import Guard, Kind, LimitWrite, Params, State, plan_debit, view
 from .shares import Slot, share
 
 
-def split(amount: int, slots: list[Slot]) -> list[int]:
+def spread(amount: int, slots: list[Slot]) -> list[int]:
     """A quota top-up spread over shards in whole units, by each shard's share (core.shares):
     the shares of every shard of the bucket sum to `amount` exactly."""
     return [share(amount, slot) for slot in slots]
@@ -88,7 +88,7 @@ def plan_reset(params: Params, state: State, now: int, slot: Slot) -> tuple[Limi
     """Restore one shard's full allowance now.
 
     Dripping: to the ceiling (debt forgiven). Calendar quota: the full allowance plus this
-    period's top-ups; the next edge is unchanged. Session quota: the live window ends (its
+    period's top-ups; the next edge is unchanged. Session quota: the live session ends (its
     top-ups with it); the next admitted request opens a fresh one at the full allowance.
     A limit already at its full allowance (or whose period has ended) needs no write.
     """

@@ -1,9 +1,10 @@
-"""Scheduled parameter windows (docs/limits-and-time.md). Pure.
+"""Schedule entries (docs/limits-and-time.md). Pure.
 
-A limit's schedule is a list of entries, each a cron window; while an entry's cron matches the
-current minute (in its time zone) its parameters apply, first match wins, otherwise the base
-ones. `scale` multiplies capacity and refill together; absolute fields replace them. A quota may
-be scaled but never given a refill. Entries are kept as a compact JSON string on the stamp.
+A limit's schedule is a list of entries, each a cron with parameters; while an entry's cron
+matches the current minute (in its time zone) its parameters apply, first match wins, otherwise
+the base ones. `scale` multiplies capacity and refill together; absolute fields replace them. A
+quota may be scaled but never given a refill. Entries are kept as a compact JSON string on the
+stamp.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from . import cron
 
 MILLI = 1000
 MINUTE_MS = 60_000
-#: How far ahead a wait looks for window changes (a week of minutes); beyond, the rate in force
+#: How far ahead a wait looks for entry changes (a week of minutes); beyond, the rate in force
 #: is assumed to last.
 MAX_SCAN_MINUTES = 7 * 24 * 60
 Triple = tuple[int, int, int]  # capacity (milli), refill (milli), period (ms)
@@ -41,9 +42,9 @@ def active(schedule: str, now: int) -> int:
 
 
 @lru_cache(maxsize=1024)
-def next_change(schedule: str, window: int, after_minute: int, minutes: int) -> int | None:
+def next_change(schedule: str, entry: int, after_minute: int, minutes: int) -> int | None:
     """The first minute start after minute `after_minute` (epoch ms // MINUTE_MS), at most
-    `minutes` later, at which the entry in force is no longer `window`; None if none is.
+    `minutes` later, at which the entry in force is no longer `entry`; None if none is.
 
     Jumps from one entry's edge to the next (an entry starts matching at its next cron edge and
     stops at its first minute that does not match), so a week ahead costs a few edges, not a
@@ -62,16 +63,16 @@ def next_change(schedule: str, window: int, after_minute: int, minutes: int) -> 
         if not upcoming:
             return None
         at = min(upcoming)
-        if active(schedule, at) != window:
+        if active(schedule, at) != entry:
             return at
     return None
 
 
-def effective(base: Triple, schedule: str, window: int, *, quota: bool) -> Triple:
-    """The parameters in force in `window` (-1: the base ones)."""
-    if window < 0:
+def effective(base: Triple, schedule: str, index: int, *, quota: bool) -> Triple:
+    """The parameters in force in entry `index` (-1: the base ones)."""
+    if index < 0:
         return base
-    entry = decode(schedule)[window]
+    entry = decode(schedule)[index]
     capacity, refill, period = base
     if entry.get("scale") is not None:
         scale = Fraction(str(entry["scale"]))

@@ -1,7 +1,7 @@
 """How long until a request fits on one limit (the wait a rejection reports).
 
-Pure: no I/O. A dripping limit waits for its refill, across schedule windows when it has them;
-a quota waits for its next edge (calendar) or the end of its session window.
+Pure: no I/O. A dripping limit waits for its refill, across schedule entries when it has them;
+a quota waits for its next edge (calendar) or the end of its session.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from .shares import Slot
 def retry_after_ms(params: Params, state: State, now: int, slot: Slot, requested: int) -> int:
     """Smallest wait after which `requested` fits on this limit, ignoring the ceiling.
 
-    A dripping limit with a schedule walks forward across its windows: each window's rate
-    applies while it is in force, and a window's start cuts the balance to its ceiling.
+    A dripping limit with a schedule walks forward across its entries: each entry's rate
+    applies while it is in force, and a entry's start cuts the balance to its ceiling.
     """
     current = bucket.view(params, state, now, slot)
     if current.balance >= requested:
@@ -28,7 +28,7 @@ def retry_after_ms(params: Params, state: State, now: int, slot: Slot, requested
         return holds.retry_after_ms(cap, state.v, state.holds, now, requested)
     if params.kind == bucket.Kind.RATE:
         if params.schedule:
-            return _walk_windows(params, state, now, slot, requested)
+            return _walk_entries(params, state, now, slot, requested)
         return _rate_wait(params, state, now, slot, requested)
     if params.kind == bucket.Kind.CALENDAR:
         edge = params.next_reset_ms(now, state.w)
@@ -53,22 +53,22 @@ def _rate_wait(params: Params, state: State, now: int, slot: Slot, requested: in
     return max(1, target // refill + 1 - now)
 
 
-def _walk_windows(params: Params, state: State, now: int, slot: Slot, requested: int) -> int:
-    """The wait across schedule windows: each window's rate while it is in force."""
+def _walk_entries(params: Params, state: State, now: int, slot: Slot, requested: int) -> int:
+    """The wait across schedule entries: each entry's rate while it is in force."""
     debt = Fraction(max(0, state.v - now * params.shard_refill(slot)), params.period_ms)
     balance = params.shard_capacity(slot) - debt  # milli-units at `now`, exact
     at, in_force, fits_at = now, params, Fraction(now)
-    for _ in range(bucket.MAX_WINDOWS_WALKED):
-        in_force = in_force.in_window(at)
+    for _ in range(bucket.MAX_ENTRIES_WALKED):
+        in_force = in_force.scheduled(at)
         cap = in_force.shard_capacity(slot)
         rate = Fraction(in_force.shard_refill(slot), in_force.period_ms)  # milli per ms
-        balance = min(balance, Fraction(cap))  # a window's start cuts to its ceiling
+        balance = min(balance, Fraction(cap))  # a entry's start cuts to its ceiling
         if rate == 0:
-            return bucket.NEVER_MS  # this shard holds none of the limit in this window
-        fits_at = at + (requested - balance) / rate  # ignoring the ceiling, as without windows
-        # Above this window's ceiling the request waits for the next window, if one comes.
+            return bucket.NEVER_MS  # this shard holds none of the limit in this entry
+        fits_at = at + (requested - balance) / rate  # ignoring the ceiling, as without entries
+        # Above this entry's ceiling the request waits for the next entry, if one comes.
         horizon = fits_at if requested <= cap else at + bucket.MAX_WAIT_SCANNED_MS
-        change = bucket.next_window_change(in_force, at, horizon)
+        change = bucket.next_entry_change(in_force, at, horizon)
         if change is None or (requested <= cap and change >= fits_at):
             break
         balance = min(balance + (change - at) * rate, Fraction(cap))

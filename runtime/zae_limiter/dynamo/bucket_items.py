@@ -48,9 +48,7 @@ def params_to_item(p: Params) -> dict[str, Any]:
         out["al"] = list(p.alerts)
     if p.schedule:
         base = p.base or (p.capacity, p.refill, p.period_ms)
-        out.update(
-            {"sch": p.schedule, "win": p.window, "bc": base[0], "ba": base[1], "bp": base[2]}
-        )
+        out.update({"sch": p.schedule, "win": p.entry, "bc": base[0], "ba": base[1], "bp": base[2]})
     return out
 
 
@@ -65,7 +63,7 @@ def params_from_item(name: str, raw: dict[str, Any]) -> Params:
         cron=str(raw.get("x", "")),
         reset_after_ms=int(raw.get("ra", 0)),
         schedule=str(raw.get("sch", "")),
-        window=int(raw.get("win", -1)),
+        entry=int(raw.get("win", -1)),
         base=(int(raw["bc"]), int(raw["ba"]), int(raw["bp"])) if "sch" in raw else None,
         alerts=tuple(int(x) for x in raw.get("al", ())),
     )

@@ -6,7 +6,7 @@ wire form, so this path only signs (with a signing key cached per day), posts th
 decodes. The bytes go over the library's own connections (`dynamo.connections`, answers framed by
 httptools: about 0.5 ms less client CPU per warm acquire than an `aiohttp.ClientSession`, which
 `ZAEL_TRANSPORT=aiohttp` selects instead). It keeps botocore's pieces that matter: the credential
-chain, the endpoint and TLS settings the SDK resolved (through public configuration), the operation
+chain, the endpoint and TLS settings the SDK resolved (through its public settings), the operation
 models, and the client's event hooks (`before-parameter-build`, `before-send`, `after-call`,
 `after-call-error`), so instrumentation and fault injection written for botocore keep working.
 Endpoints reached through a proxy, or with a path, go through botocore instead (`lean_path`).
@@ -304,7 +304,7 @@ def _check_crc32(headers: Mapping[str, str], body: bytes, url: str) -> None:
 def lean_path(
     client: Any,
     credentials: Any,
-    config: Any,
+    client_config: Any,
     ca_bundle: str | None = None,
     carrier: str = "own",
 ) -> HttpPath | None:
@@ -318,20 +318,20 @@ def lean_path(
     parts = urlsplit(url)
     if credentials is None or parts.path not in ("", "/") or parts.query:
         return None
-    if getattr(config, "proxies", None) or _proxy_for(url):
+    if getattr(client_config, "proxies", None) or _proxy_for(url):
         return None
     return HttpPath(
         client,
         credentials,
-        connect_timeout=float(config.connect_timeout),
-        read_timeout=float(config.read_timeout),
-        pool=int(config.max_pool_connections or 10),
+        connect_timeout=float(client_config.connect_timeout),
+        read_timeout=float(client_config.read_timeout),
+        pool=int(client_config.max_pool_connections or 10),
         ssl_context=(
-            ssl_context(ca_bundle, getattr(config, "client_cert", None))
+            ssl_context(ca_bundle, getattr(client_config, "client_cert", None))
             if parts.scheme == "https"
             else None
         ),
-        tcp_keepalive=bool(getattr(config, "tcp_keepalive", False)),
+        tcp_keepalive=bool(getattr(client_config, "tcp_keepalive", False)),
         carrier=carrier,
     )
 

@@ -113,15 +113,15 @@ class Transport:
         client_config: Any = None,
     ) -> Transport:
         session = _session()
-        config = default_client_config()
+        merged = default_client_config()
         if client_config is not None:
-            config = config.merge(client_config)
-            config.retries = {"mode": "standard", "total_max_attempts": 1}
+            merged = merged.merge(client_config)
+            merged.retries = {"mode": "standard", "total_max_attempts": 1}
         creator = session.create_client(
             "dynamodb",
             region_name=region or _default_region(session),
             endpoint_url=endpoint_url,
-            config=config,
+            config=merged,
         )
         client = await creator.__aenter__()
         http = None
@@ -133,7 +133,7 @@ class Transport:
             http = lean_path(
                 client,
                 credentials,
-                config,
+                merged,
                 session.get_config_variable("ca_bundle"),
                 carrier="aiohttp" if choice == "aiohttp" else "own",
             )

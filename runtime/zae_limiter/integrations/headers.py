@@ -93,7 +93,7 @@ def ratelimit_headers(
         for view in views:
             unit = _unit_parameter(view.name, units, view.concurrent)
             policies.append(
-                _policy_item(view.resource, view.name, view.capacity, view.window_seconds, unit, pk)
+                _policy_item(view.resource, view.name, view.capacity, view.span_seconds, unit, pk)
             )
             remaining = _effective_seconds(view, now)
             if remaining is not None and cap is not None:
@@ -185,7 +185,7 @@ def _name_item(resource: str, limit_name: str) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _policy_item(
-    resource: str, limit_name: str, capacity: int, window: int | None, unit: str, pk: str
+    resource: str, limit_name: str, capacity: int, span: int | None, unit: str, pk: str
 ) -> str:
     """One `RateLimit-Policy` item (the same for every response under the same config).
 
@@ -195,7 +195,7 @@ def _policy_item(
         _name_item(resource, limit_name)
         + f";q={_sf_int(capacity)}"
         + unit
-        + ("" if window is None else f";w={_sf_int(window)}")
+        + ("" if span is None else f";w={_sf_int(span)}")
         + pk
     )
 
@@ -209,12 +209,12 @@ def _effective_seconds(view: LimitView, now_ms: int) -> int | None:
         if view.resets_at_ms is None:
             return None
         return max(0, -(-(view.resets_at_ms - now_ms) // 1000))
-    window = view.window_seconds
-    if window is None:
+    span = view.span_seconds
+    if span is None:
         return None
     if view.ceiling <= 0 or view.available >= view.ceiling:
         return 0
-    return -(-(view.ceiling - view.available) * window // view.ceiling)  # ceil, in integers
+    return -(-(view.ceiling - view.available) * span // view.ceiling)  # ceil, in integers
 
 
 def _unit_parameter(

@@ -39,7 +39,7 @@ from zae_limiter.local.java import (
     launcher_classpath,
 )
 
-# the jar lookup and fetch, importable from here as before the split into `java.py`
+# the jar lookup and fetch, importable from here as before they moved to `java.py`
 from zae_limiter.local.java import NPM_PACKAGE as NPM_PACKAGE
 from zae_limiter.local.java import NPM_PACKAGE_VERSION as NPM_PACKAGE_VERSION
 from zae_limiter.local.java import ensure_jar as ensure_jar
@@ -64,7 +64,7 @@ LOCAL_SECRET_ACCESS_KEY = "local"
 LOCAL_REGION = "us-east-1"
 
 #: Variables that pin a process to the local engine's dummy identity and keep it off real AWS
-#: (no profile, config file or instance metadata): tests and benchmarks set these ...
+#: (no profile, AWS config file or instance metadata): tests and benchmarks set these ...
 ISOLATED_AWS_ENV: dict[str, str] = {
     "AWS_ACCESS_KEY_ID": LOCAL_ACCESS_KEY_ID,
     "AWS_SECRET_ACCESS_KEY": LOCAL_SECRET_ACCESS_KEY,

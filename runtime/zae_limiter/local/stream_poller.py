@@ -26,7 +26,7 @@ from zae_limiter.alerts.recorder import AlertSink
 from zae_limiter.dynamo import transport
 from zae_limiter.local.engine import LOCAL_REGION
 from zae_limiter.local.processes import AGGREGATOR_MARKER
-from zae_limiter.usage.aggregator import Aggregator, AggregatorConfig, ArchiveSink
+from zae_limiter.usage.aggregator import Aggregator, AggregatorSettings, ArchiveSink
 from zae_limiter.usage.records import lambda_record
 from zae_limiter.versioning import LIBRARY_VERSION
 
@@ -72,7 +72,7 @@ class StreamRunner:
         endpoint_url: str,
         *,
         region: str = LOCAL_REGION,
-        config: AggregatorConfig | None = None,
+        settings: AggregatorSettings | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         max_attempts: int = 3,
         archive: ArchiveSink | None = None,
@@ -84,7 +84,7 @@ class StreamRunner:
         self._alerts = alerts
         self.endpoint_url = endpoint_url
         self.region = region
-        self.config = config or AggregatorConfig.from_env()
+        self.settings = settings or AggregatorSettings.from_env()
         self.batch_size = batch_size
         self.max_attempts = max_attempts
         self._archive = archive
@@ -125,7 +125,7 @@ class StreamRunner:
                 self.table,
                 region=self.region,
                 endpoint_url=self.endpoint_url,
-                config=self.config,
+                settings=self.settings,
                 clock=self._clock,
                 archive=self._archive,
                 alerts=self._alerts,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..admin.config import KEEP
+from ..admin.changes import KEEP
 from ..admin.gates import check_gate
 from ..audit import ulid
 from ..errors import EntityExistsError, ZAELimiterError

@@ -13,7 +13,7 @@ from botocore import exceptions as bce
 
 from .errors import UpgradeError
 
-#: After UpdateFunctionCode, poll the configuration this often, at most this many times.
+#: After UpdateFunctionCode, poll the function's state this often, at most this many times.
 DEFAULT_POLL_INTERVAL_S = 1.0
 DEFAULT_MAX_POLLS = 300
 
@@ -55,7 +55,7 @@ class FunctionCode:
         ) as client:
             yield cls(client, poll_interval=poll_interval, max_polls=max_polls)
 
-    async def configuration(self, function: str) -> dict[str, Any]:
+    async def describe(self, function: str) -> dict[str, Any]:
         return await self._call(
             "GetFunctionConfiguration",
             function,
@@ -76,19 +76,19 @@ class FunctionCode:
         """Poll until no update is in progress (and, after an update, it succeeded and the
         function is Active). Raises UpgradeError if the update failed or never finished."""
         for _ in range(self.max_polls):
-            config = await self.configuration(function)
+            details = await self.describe(function)
             self.polls += 1
-            state = config.get("State")
-            update = config.get("LastUpdateStatus")
+            state = details.get("State")
+            update = details.get("LastUpdateStatus")
             if update == "Failed" or state == "Failed":
-                reason = config.get("LastUpdateStatusReason") or config.get("StateReason") or ""
+                reason = details.get("LastUpdateStatusReason") or details.get("StateReason") or ""
                 raise UpgradeError(
                     f"Lambda reports the update of {function} failed: {reason}. Its previous "
                     "code may still be running; fix the cause and run `zae-limiter upgrade` again."
                 )
             busy = update == "InProgress" or state == "Pending"
             if not busy and (not after_update or state in (None, "Active")):
-                return config
+                return details
             await asyncio.sleep(self.poll_interval)
         raise UpgradeError(
             f"{function} did not become active after {self.max_polls} checks "

@@ -300,22 +300,22 @@ async def _push(
     functions: FunctionCode, function: str, code: AggregatorBundle, force: bool, say: Report
 ) -> bool:
     """Replace the function's code unless it already is this zip (or `force`). Pushed or not."""
-    config = await functions.wait_until_ready(function, after_update=False)
-    handler = config.get("Handler")
+    details = await functions.wait_until_ready(function, after_update=False)
+    handler = details.get("Handler")
     if handler != LAMBDA_HANDLER:
         raise UpgradeError(
             f"{function} runs handler {handler!r}, not {LAMBDA_HANDLER!r}: it is not an "
             "aggregator deployed by the zae-limiter construct, so its code was left alone"
         )
-    if config.get("CodeSha256") == code.sha256 and not force:
+    if details.get("CodeSha256") == code.sha256 and not force:
         say(f"{function} already runs this code")
         return False
     say(f"replacing the code of {function}")
     await functions.replace_code(function, code.zip_bytes)
-    config = await functions.wait_until_ready(function, after_update=True)
-    if config.get("CodeSha256") != code.sha256:
+    details = await functions.wait_until_ready(function, after_update=True)
+    if details.get("CodeSha256") != code.sha256:
         raise UpgradeError(
-            f"{function} reports code {config.get('CodeSha256')} instead of {code.sha256}: "
+            f"{function} reports code {details.get('CodeSha256')} instead of {code.sha256}: "
             "something else deployed it meanwhile; run `zae-limiter upgrade` again"
         )
     say(f"{function} is active with the new code")

@@ -19,8 +19,8 @@ write it applies; when one is, the records of writes up to the deletion are drop
 ignored) and the rest sent again. The check is inside the transaction, so a delete racing a batch
 can never leave snapshots behind: either the batch landed first (and the delete removes its
 snapshots) or the check sees the tombstone. A transaction that fails for a reason other than
-throttling or contention is split in halves until the failing record is alone; only that record
-is reported failed, everything else is applied. Threshold alerts: `alerts.recorder`.
+throttling or contention is halved until the failing record is alone; only that record is
+reported failed, everything else is applied. Threshold alerts: `alerts.recorder`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from ..errors import IncompatibleSchemaError, InfrastructureNotFoundError
 from ..schema import SCHEMA_VERSION
 from . import records as stream_records
 from .aggregator_settings import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
-from .aggregator_settings import AggregatorConfig as AggregatorConfig
+from .aggregator_settings import AggregatorSettings as AggregatorSettings
 from .records import BucketChange, MalformedRecord, StreamRecord
 from .windows import bounds
 
@@ -131,7 +131,7 @@ class Aggregator:
     def __init__(
         self,
         store: Store,
-        config: AggregatorConfig | None = None,
+        settings: AggregatorSettings | None = None,
         *,
         clock: Callable[[], int] | None = None,
         archive: ArchiveSink | None = None,
@@ -139,10 +139,10 @@ class Aggregator:
         alerts: AlertSink | None = None,
     ) -> None:
         self._store = store
-        self.config = config or AggregatorConfig()
+        self.settings = settings or AggregatorSettings()
         self._clock = clock or _system_clock
         self._archive = archive
-        self._alerts = AlertRecorder(store, alerts, self._clock, self.config.alert_retention_days)
+        self._alerts = AlertRecorder(store, alerts, self._clock, self.settings.alert_retention_days)
         self._transport = transport_owned
         self._version_record: dict[str, Any] | None = None
         self._version_checked_at: int | None = None
@@ -156,7 +156,7 @@ class Aggregator:
         *,
         region: str | None = None,
         endpoint_url: str | None = None,
-        config: AggregatorConfig | None = None,
+        settings: AggregatorSettings | None = None,
         clock: Callable[[], int] | None = None,
         archive: ArchiveSink | None = None,
         client_config: Any = None,
@@ -166,7 +166,9 @@ class Aggregator:
             region=region, endpoint_url=endpoint_url, client_config=client_config
         )
         store = Store(conn, table)
-        return cls(store, config, clock=clock, archive=archive, transport_owned=conn, alerts=alerts)
+        return cls(
+            store, settings, clock=clock, archive=archive, transport_owned=conn, alerts=alerts
+        )
 
     async def close(self) -> None:
         if self._transport is not None:
@@ -241,7 +243,7 @@ class Aggregator:
                 first_of[record.event_id] = position
                 change = stream_records.bucket_change(record)
                 if change is not None:
-                    counts = stream_records.snapshot_counts(change, self.config.windows)
+                    counts = stream_records.snapshot_counts(change, self.settings.windows)
                     crossed = alert_crossings(record)  # threshold alerts (docs/alerts.md)
                     pending.append(_Pending(position, record, change, counts, crossed))
                 elif self._archive is not None and stream_records.is_audit_expiry(record):
@@ -280,7 +282,7 @@ class Aggregator:
 
         Records whose marker exists are dropped (already applied) without using up an attempt.
         Throttling, contention and unknown outcomes are sent again (the markers make a resend
-        safe); any other error splits the chunk until the failing record is alone.
+        safe); any other error halves the chunk until the failing record is alone.
         """
         remaining = list(chunk)
         failed_attempts = 0
@@ -355,7 +357,7 @@ class Aggregator:
 
     def _operations(self, chunk: list[_Pending]) -> list[dict[str, Any]]:
         now_s = self._clock() // 1000
-        marker_ttl = now_s + self.config.marker_ttl_hours * 3600
+        marker_ttl = now_s + self.settings.marker_ttl_hours * 3600
         operations: list[dict[str, Any]] = [
             {
                 "Put": {
@@ -396,10 +398,9 @@ class Aggregator:
         return operations
 
     def _retention_days(self, window_type: str) -> int:
-        config = self.config
-        configured = config.retention_days.get(window_type) or config.default_retention_days
-        if configured:
-            return configured
+        per_window = self.settings.retention_days
+        if chosen := per_window.get(window_type) or self.settings.default_retention_days:
+            return chosen
         stored = (self._version_record or {}).get("usage_retention_days")
         return int(stored) if stored else DEFAULT_RETENTION_DAYS
 

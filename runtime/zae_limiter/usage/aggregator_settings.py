@@ -1,5 +1,5 @@
 """The aggregator's settings: which usage windows it writes, how long snapshots and markers live
-(read from the Lambda's environment by `AggregatorConfig.from_env`)."""
+(read from the Lambda's environment by `AggregatorSettings.from_env`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _positive(env: Mapping[str, str], name: str) -> int | None:
 
 
 @dataclass(frozen=True)
-class AggregatorConfig:
+class AggregatorSettings:
     """Which windows to write and how long snapshots and markers live."""
 
     windows: tuple[str, ...] = DEFAULT_WINDOWS
@@ -41,7 +41,7 @@ class AggregatorConfig:
             raise ValueError(f"windows must be among {', '.join(WINDOW_TYPES)}, not {unknown}")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> AggregatorConfig:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AggregatorSettings:
         """`SNAPSHOT_WINDOWS` (e.g. "hourly,daily,monthly"), `USAGE_RETENTION_DAYS`,
         `USAGE_RETENTION_DAYS_HOURLY|DAILY|MONTHLY`, `AGGREGATOR_MARKER_TTL_HOURS`,
         `ALERT_RETENTION_DAYS`."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ZAELimiterError
-from .aggregator import Aggregator, AggregatorConfig
+from .aggregator import Aggregator, AggregatorSettings
 from .records import lambda_record
 
 if TYPE_CHECKING:
@@ -266,7 +266,7 @@ async def redrive(repo: Repository, *, dry_run: bool = False) -> RedriveReport:
             repo.table_name,
             region=repo.region,
             endpoint_url=repo.endpoint_url,
-            config=AggregatorConfig.from_env(),
+            settings=AggregatorSettings.from_env(),
         )
         stack.push_async_callback(aggregator.close)
         return await Redrive(aggregator, streams, sqs, str(queue_url)).run(dry_run=dry_run)

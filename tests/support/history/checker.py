@@ -4,9 +4,9 @@ Per bucket (``entity|resource|limit``):
 
 - **ledger**: the stored consumption lies in [what ok operations kept, that plus the most every
   unknown one could have kept] (an unknown outcome may count either way, nothing else may);
-- **over-admission**: over every window of the lengths in `WINDOWS_S` starting at an admission,
+- **over-admission**: over every span of the lengths in `SPANS_S` starting at an admission,
   what operations certainly inside it admitted (entry debits and ``consume()``) is at most
-  capacity + refill earned over the window widened by twice the clock-skew spread + everything
+  capacity + refill earned over the span widened by twice the clock-skew spread + everything
   credited back by operations overlapping it (refunds, adjustments down; an unknown operation's
   whole debit). Forced adjustments up are not admissions;
 - **leftover** (refund-only entities, whose every call raises in its block): consumption 0, or
@@ -34,7 +34,7 @@ from support.history.runner import Ran
 from support.history.workload import GHOSTS, ORG, USERS, Limits
 from zae_limiter import Repository
 
-WINDOWS_S = (0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+SPANS_S = (0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 
 
 @dataclass
@@ -170,7 +170,7 @@ class _Sums:
 
 
 def worst_excess(ops: list[Op], bucket: str, capacity: int, rate: float, slack_s: float) -> float:
-    """The largest (admitted - allowance) over the windows of `WINDOWS_S` (see the docstring).
+    """The largest (admitted - allowance) over the spans of `SPANS_S` (see the docstring).
 
     What was admitted inside [start, stop] is taken no larger than what operations that ended by
     `stop` admitted minus what operations that began before `start` admitted (each operation's
@@ -200,10 +200,10 @@ def worst_excess(ops: list[Op], bucket: str, capacity: int, rate: float, slack_s
     cred_began, cred_ended = _Sums(credit_began), _Sums(credit_ended)
     worst = float("-inf")
     for start in starts:
-        for length in WINDOWS_S:
+        for length in SPANS_S:
             stop = start + length
             inside = adm_ended.upto(stop) - adm_began.before(start)
-            back = cred_began.upto(stop) - cred_ended.before(start)  # overlapping the window
+            back = cred_began.upto(stop) - cred_ended.before(start)  # overlapping the span
             worst = max(worst, inside - capacity - rate * (length + slack_s) - back)
     return max(0.0, worst)
 

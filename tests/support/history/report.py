@@ -46,7 +46,7 @@ def render(ran: Ran, checked: Checked, *, title: str) -> str:
         "## Verdicts per bucket",
         "",
         "Consumption must lie in [ok, ok + unknown]; *over* is the worst excess of what was "
-        "admitted in a window over capacity + refill + credits (0: never over); *turns* is "
+        "admitted in a span over capacity + refill + credits (0: never over); *turns* is "
         "what ok operations admitted divided by capacity; a *leftover* on a refund-only "
         "entity shows the most that operations of killed processes could have left.",
         "",

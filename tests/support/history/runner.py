@@ -46,16 +46,16 @@ class Run:
     partitions: int = 1  # per process
     partition_s: float = 2.0
     #: Where a process's partitions open, as a share of the operations it plans.
-    partition_window: tuple[float, float] = (0.05, 0.85)
+    partition_span: tuple[float, float] = (0.05, 0.85)
     read_timeout: float = 0.5
     pause_s: float = 0.02  # a task's pause between operations, at most
     rejection_cache_ttl: float = 1.0  # the library's default: repeated rejections answered locally
-    #: No deadline: a call waits for its outcome (at most the re-send window), as in the
+    #: No deadline: a call waits for its outcome (at most the re-send bound), as in the
     #: exactly-once tests. The 1 s default, missed by calls queued on a loaded machine, made
     #: nearly every operation of a run "unknown" (123,633 operations, 1 ok, at load 13).
     acquire_timeout: float | None = None
     grace_s: float = 30.0
-    kill_window: tuple[float, float] = (0.15, 0.75)  # kills fall in this part of the run
+    kill_span: tuple[float, float] = (0.15, 0.75)  # kills fall in this part of the run
     #: What "part of the run" counts: the operations the workers started (their logs' invoke
     #: lines; deterministic under load) or, for a worker whose log has none, seconds.
     kill_by: Literal["operations", "seconds"] = "operations"
@@ -130,7 +130,7 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
     def start(slot: int, generation: int) -> Worker:
         name = f"p{slot}g{generation}"
         partitions = sorted(
-            (int(rng.uniform(*run.partition_window) * per_worker), run.partition_s)
+            (int(rng.uniform(*run.partition_span) * per_worker), run.partition_s)
             for _ in range(run.partitions)
         )
         settings: dict[str, Any] = {
@@ -163,7 +163,7 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
         ran.workers.append(worker)
         return worker
 
-    marks = sorted(rng.uniform(*run.kill_window) for _ in range(run.kills))
+    marks = sorted(rng.uniform(*run.kill_span) for _ in range(run.kills))
     started = _Started()
     planned = run.processes * per_worker
 

@@ -7,7 +7,7 @@ through a boto3 client (Lambda's runtime has no aiobotocore), wrapped by `dynamo
 
 Environment: `TABLE_NAME` (else taken from the event source ARN), `SNAPSHOT_WINDOWS`,
 `USAGE_RETENTION_DAYS[_HOURLY|_DAILY|_MONTHLY]`, `AGGREGATOR_MARKER_TTL_HOURS` (see
-`AggregatorConfig.from_env`), `ARCHIVE_BUCKET` (archive expired audit events to S3 when set),
+`AggregatorSettings.from_env`), `ARCHIVE_BUCKET` (archive expired audit events to S3 when set),
 `ALERTS_BUS` (publish threshold alerts to this EventBridge bus when set; docs/alerts.md),
 `ZAEL_ENDPOINT_URL` (tests only).
 
@@ -39,7 +39,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from zae_limiter.alerts.sinks import eventbridge_sink
 from zae_limiter.dynamo.store import Store
 from zae_limiter.dynamo.threaded import client_config, threaded_transport
-from zae_limiter.usage.aggregator import Aggregator, AggregatorConfig, ArchiveSink, Outcome
+from zae_limiter.usage.aggregator import Aggregator, AggregatorSettings, ArchiveSink, Outcome
 
 SERVICE = "zae-limiter-aggregator"
 METRIC_NAMESPACE = "ZaeLimiter"
@@ -99,7 +99,7 @@ async def _get_aggregator(event: dict[str, Any]) -> Aggregator:
         bus = os.environ.get("ALERTS_BUS")
         _aggregator = Aggregator(
             Store(transport, table),
-            AggregatorConfig.from_env(),
+            AggregatorSettings.from_env(),
             archive=_s3_archive(bucket) if bucket else None,
             transport_owned=transport,
             alerts=eventbridge_sink(boto3.client("events"), bus, table) if bus else None,

@@ -1,10 +1,10 @@
-"""`BucketStore`: the bucket operations the acquire path sends, as a protocol in domain terms.
+"""`BucketIO`: the bucket operations the acquire path sends, as a protocol in domain terms.
 
-`dynamo_store.DynamoBucketStore` implements it on DynamoDB (the one module of `acquire/` that
+`dynamo_bucket_io.DynamoBucketIO` implements it on DynamoDB (the one module of `acquire/` that
 talks to `zae_limiter.dynamo`); the unit tests use an in-memory double of it
-(`tests/support/memory_store.py`). It speaks images, never stored items, and every method raises
-only the acquire path's errors (`values`): `ItemChanged` with the stored item as an image (None
-when there is none), `AnswerLost` (sent, not confirmed) or `Unavailable` (not applied).
+(`tests/support/memory_bucket_io.py`). It speaks images, never stored items, and every method
+raises only the acquire path's errors (`values`): `ItemChanged` with the stored item as an image
+(None when there is none), `AnswerLost` (sent, not confirmed) or `Unavailable` (not applied).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class ShardSplit:
     now: int
 
 
-class BucketStore(Protocol):
+class BucketIO(Protocol):
     async def read(self, addresses: Sequence[Address]) -> list[BucketImage]:
         """Every stored item among `addresses` (strongly consistent), in any order."""
         ...

@@ -1,6 +1,6 @@
-"""The acquire path's one door to DynamoDB: `BucketStore` on a table, and failures mapped once.
+"""The acquire path's one door to DynamoDB: `BucketIO` on a table, and failures mapped once.
 
-`DynamoBucketStore` implements `store.BucketStore`: each method is one request (a split is one
+`DynamoBucketIO` implements `bucket_io.BucketIO`: each method is one request (a split is one
 transaction), built and parsed by `zae_limiter.dynamo.bucket_items`. Conditions follow it: a
 debit is guarded by the item's stamp sequence and its limits' guards, a create by the item's
 absence, a replace by the item being exactly the image it replaces.
@@ -30,7 +30,7 @@ from ..dynamo.transport import (
 from ..dynamo.transport import (
     DynamoError as DynamoError,  # re-exported: acquire modules catch it only through here
 )
-from .store import ShardSplit
+from .bucket_io import ShardSplit
 from .values import AnswerLost, ItemChanged, Unavailable
 
 
@@ -64,7 +64,7 @@ class _Lowered:
 lowered = _Lowered()
 
 
-class DynamoBucketStore:
+class DynamoBucketIO:
     """Bucket reads and writes on one table, over `Store`."""
 
     def __init__(self, store: Store) -> None:

@@ -1,4 +1,4 @@
-"""An in-memory double of our `BucketStore` protocol (zae_limiter.acquire.store), for unit tests.
+"""An in-memory double of our `BucketIO` protocol (zae_limiter.acquire.bucket_io), for unit tests.
 
 It is not a fake DynamoDB: it implements our five bucket operations directly, applying the same
 conditions and changes our layer asks DynamoDB for (see `zae_limiter.dynamo.bucket_items`):
@@ -16,7 +16,7 @@ conditions and changes our layer asks DynamoDB for (see `zae_limiter.dynamo.buck
   removes evidence entries, legacy op-id slots and `par` the new item does not carry.
 - split: every part or none (a transaction), idempotent per token.
 
-Like the DynamoDB store it speaks images and the acquire path's errors: a failed condition
+Like `DynamoBucketIO` it speaks images and the acquire path's errors: a failed condition
 raises `ItemChanged` with the stored item's image (None if absent). Faults can be injected for a
 chosen write (`inject`): a lost response (applied, then `AnswerLost`), a timeout (not applied,
 `AnswerLost`), a condition failure (not applied, `ItemChanged` with the stored item) or an outage
@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zae_limiter.acquire.store import ShardSplit
+from zae_limiter.acquire.bucket_io import ShardSplit
 from zae_limiter.acquire.values import AnswerLost, ItemChanged, Unavailable
 from zae_limiter.core.bucket import Guard, LimitWrite
 from zae_limiter.core.images import Address, BucketImage, Evidence
@@ -41,7 +41,8 @@ from zae_limiter.dynamo import keys
 
 Key = tuple[str, str]
 
-_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+#: A guard's operator, as DynamoDB evaluates it.
+COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     "=": operator.eq,
     "<>": operator.ne,
     "<": operator.lt,
@@ -72,7 +73,7 @@ class _Injected:
     operation: str | None
 
 
-class MemoryBucketStore:
+class MemoryBucketIO:
     """Bucket items in a dict, keyed by (PK, SK), in plain form (`bucket_items.full_item`)."""
 
     WRITES = ("update", "create", "replace", "split", "fence")
@@ -101,7 +102,7 @@ class MemoryBucketStore:
     def writes(self) -> list[Call]:
         return [c for c in self.calls if c.operation in self.WRITES]
 
-    # --- BucketStore -------------------------------------------------------------------------
+    # --- BucketIO -------------------------------------------------------------------------
 
     async def read(self, addresses: Sequence[Address]) -> list[BucketImage]:
         wanted = [_key(keys.bucket(*address)) for address in addresses]
@@ -264,7 +265,7 @@ def _key(key: dict[str, str]) -> Key:
 
 
 def _changed(stored: dict[str, Any] | None) -> ItemChanged:
-    """What DynamoDB's failed condition becomes in the store: the stored item, as an image."""
+    """What DynamoDB's failed condition becomes in the double: the stored item, as an image."""
     return ItemChanged(None if stored is None else items.parse(copy.deepcopy(stored)))
 
 
@@ -287,7 +288,7 @@ def _guard_holds(limit: dict[str, Any] | None, guard: Guard) -> bool:
     value = None if limit is None else limit.get(guard.attr)
     if value is None:
         return guard.or_absent
-    return _COMPARE[guard.op](value, guard.value)
+    return COMPARE[guard.op](value, guard.value)
 
 
 def _update_holds(
