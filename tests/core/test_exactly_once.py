@@ -204,7 +204,12 @@ def ledger_process(table: str, endpoint: str, tag: str, seed: int) -> dict[str, 
     async def run() -> dict[str, Any]:
         work, _ = three_bucket_work(tag, 8)
         async with fault_proxy(
-            endpoint, seed=seed, rate=RATE[8], kinds=KINDS, delay_s=READ_TIMEOUT_S + 0.3
+            endpoint,
+            seed=seed,
+            rate=RATE[8],
+            kinds=KINDS,
+            delay_s=READ_TIMEOUT_S + 0.3,
+            at_least=1,  # each process must see a fault, whatever its writer id draws
         ) as proxy:
             repo = await open_behind(
                 proxy.url,

@@ -19,6 +19,11 @@ of draws the client's retry bounds were never meant for):
 dropped: some are forwarded first (they may land), some never are (again by identity). Partitions
 are counted under ``partition``.
 
+A test that must see a fault sets `at_least`: the first that many requests of `operations` are
+faulted whatever their draw (a kind still drawn from their identity). Request bodies carry
+random writer ids, so how many requests a seed's rate hits differs from run to run; with few
+requests it can be none. Which requests come first may vary; that the faults happen does not.
+
 It is bounded: at most `max_faults` faults and none after `seconds` have passed since it started
 (it then only forwards, so a run always ends), and it stops serving when closed. `counts` tells
 what was injected, `requests` how many requests it saw.
@@ -79,11 +84,14 @@ class FaultProxy:
         max_faults: int = 1_000,
         seconds: float = 120.0,
         max_per_request: int = 2,
+        at_least: int = 0,
     ) -> None:
         assert set(kinds) <= set(KINDS + EXTRA_KINDS), kinds
         self.upstream = upstream.rstrip("/")
         self.seed = seed
         self.max_per_request = max_per_request
+        self.at_least = at_least
+        self._forced = 0  # requests faulted because of `at_least`
         self._seen: Counter[bytes] = Counter()  # attempts per request identity
         self._partition_until = 0.0
         self.rate = rate
@@ -152,7 +160,9 @@ class FaultProxy:
             return None, 0.0
         chance, pick, coin = self._identity(operation, body)
         if chance >= self.rate:
-            return None, 0.0
+            if chance >= 1.0 or self._forced >= self.at_least:  # 1.0: its attempts are spent
+                return None, 0.0
+            self._forced += 1
         return self.kinds[int(pick * len(self.kinds))], coin
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

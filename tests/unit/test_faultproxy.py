@@ -43,3 +43,14 @@ def test_a_partition_drops_every_operation_until_it_heals() -> None:
     assert {proxy._draw(op, b"{}")[0] for op in ("GetItem", "Query", "UpdateItem")} == {"partition"}
     proxy._partition_until = 0.0
     assert proxy._draw("GetItem", b"{}")[0] is None
+
+
+def test_at_least_faults_the_first_requests_whatever_their_draw() -> None:
+    proxy = FaultProxy("http://upstream.invalid", seed=5, rate=0.0, kinds=("late",), at_least=2)
+    proxy._started = time.monotonic()
+    assert proxy._draw("GetItem", BODIES[0])[0] is None  # not among `operations`
+    faults = [proxy._draw("UpdateItem", body)[0] for body in BODIES[:5]]
+    assert faults == ["late", "late", None, None, None]
+    without = FaultProxy("http://upstream.invalid", seed=5, rate=0.0, kinds=("late",))
+    without._started = time.monotonic()
+    assert {without._draw("UpdateItem", body)[0] for body in BODIES[:5]} == {None}
