@@ -171,8 +171,8 @@ async def test_debits_landing_between_a_splits_read_and_its_write_are_not_admitt
         admitted += await admit(a, "org", "api", {"rps": 1})
     clock.advance(then_ms)
     b = RateLimiter(await open_repo())  # another process, on the one-shard layout
-    store = first._admission.waves.store
-    real_split = store.split
+    bucket_io = first._admission.waves.bucket_io
+    real_split = bucket_io.split
     raced = False
 
     async def split_after_b_spent_it(*args: Any, **kwargs: Any) -> None:
@@ -184,7 +184,7 @@ async def test_debits_landing_between_a_splits_read_and_its_write_are_not_admitt
                 admitted += await admit(b, "org", "api", {"rps": 1})
         await real_split(*args, **kwargs)
 
-    store.split = split_after_b_spent_it
+    bucket_io.split = split_after_b_spent_it
     assert await first.set_shards("org", "api", 2) == 2
     fresh = RateLimiter(await open_repo())  # knows nothing: it surveys every shard
     for limiter in (fresh, a, b):
