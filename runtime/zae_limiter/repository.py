@@ -66,13 +66,13 @@ R = TypeVar("R")
 
 
 def _served(
-    service: Callable[[Repository], S], method: Callable[Concatenate[S, P], Coroutine[Any, Any, R]]
+    service: str, method: Callable[Concatenate[S, P], Coroutine[Any, Any, R]]
 ) -> Callable[Concatenate[Repository, P], Coroutine[Any, Any, R]]:
-    """A public method of `Repository`: `method` of the repository's `service`, with its
-    signature and docstring."""
+    """A public method of `Repository`: `method` of the service the repository keeps in its
+    attribute `service`, with the method's signature and docstring."""
 
     async def call(self: Repository, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await method(service(self), *args, **kwargs)
+        return await method(getattr(self, service), *args, **kwargs)
 
     functools.update_wrapper(call, method)
     return call
@@ -123,72 +123,64 @@ class Repository:
 
     # --- the services' operations (docs/: one implementation each, in zae_limiter.admin) --------
 
-    register_namespace = _served(lambda repo: repo._namespaces, Namespaces.register_namespace)
-    register_namespaces = _served(lambda repo: repo._namespaces, Namespaces.register_namespaces)
-    get_namespace = _served(lambda repo: repo._namespaces, Namespaces.get_namespace)
-    list_namespaces = _served(lambda repo: repo._namespaces, Namespaces.list_namespaces)
-    list_orphan_namespaces = _served(
-        lambda repo: repo._namespaces, Namespaces.list_orphan_namespaces
-    )
-    delete_namespace = _served(lambda repo: repo._namespaces, Namespaces.delete_namespace)
-    recover_namespace = _served(lambda repo: repo._namespaces, Namespaces.recover_namespace)
-    purge_namespace = _served(lambda repo: repo._namespaces, Namespaces.purge_namespace)
+    register_namespace = _served("_namespaces", Namespaces.register_namespace)
+    register_namespaces = _served("_namespaces", Namespaces.register_namespaces)
+    get_namespace = _served("_namespaces", Namespaces.get_namespace)
+    list_namespaces = _served("_namespaces", Namespaces.list_namespaces)
+    list_orphan_namespaces = _served("_namespaces", Namespaces.list_orphan_namespaces)
+    delete_namespace = _served("_namespaces", Namespaces.delete_namespace)
+    recover_namespace = _served("_namespaces", Namespaces.recover_namespace)
+    purge_namespace = _served("_namespaces", Namespaces.purge_namespace)
 
-    create_entity = _served(lambda repo: repo._entities, Entities.create_entity)
-    get_entity = _served(lambda repo: repo._entities, Entities.get_entity)
-    get_children = _served(lambda repo: repo._entities, Entities.get_children)
-    delete_entity = _served(lambda repo: repo._entities, Entities.delete_entity)
-    set_parent = _served(lambda repo: repo._entities, Entities.set_parent)
+    create_entity = _served("_entities", Entities.create_entity)
+    get_entity = _served("_entities", Entities.get_entity)
+    get_children = _served("_entities", Entities.get_children)
+    delete_entity = _served("_entities", Entities.delete_entity)
+    set_parent = _served("_entities", Entities.set_parent)
 
-    set_limits = _served(lambda repo: repo._config, Config.set_limits)
-    get_limits = _served(lambda repo: repo._config, Config.get_limits)
-    delete_limits = _served(lambda repo: repo._config, Config.delete_limits)
-    list_entities_with_custom_limits = _served(
-        lambda repo: repo._config, Config.list_entities_with_custom_limits
-    )
+    set_limits = _served("_config", Config.set_limits)
+    get_limits = _served("_config", Config.get_limits)
+    delete_limits = _served("_config", Config.delete_limits)
+    list_entities_with_custom_limits = _served("_config", Config.list_entities_with_custom_limits)
     list_resources_with_entity_configs = _served(
-        lambda repo: repo._config, Config.list_resources_with_entity_configs
+        "_config", Config.list_resources_with_entity_configs
     )
-    set_resource_defaults = _served(lambda repo: repo._config, Config.set_resource_defaults)
-    get_resource_defaults = _served(lambda repo: repo._config, Config.get_resource_defaults)
-    delete_resource_defaults = _served(lambda repo: repo._config, Config.delete_resource_defaults)
-    list_resources_with_defaults = _served(
-        lambda repo: repo._config, Config.list_resources_with_defaults
-    )
-    set_system_defaults = _served(lambda repo: repo._config, Config.set_system_defaults)
-    get_system_defaults = _served(lambda repo: repo._config, Config.get_system_defaults)
-    delete_system_defaults = _served(lambda repo: repo._config, Config.delete_system_defaults)
-    resolve_limits = _served(lambda repo: repo._config, Config.resolve_limits)
+    set_resource_defaults = _served("_config", Config.set_resource_defaults)
+    get_resource_defaults = _served("_config", Config.get_resource_defaults)
+    delete_resource_defaults = _served("_config", Config.delete_resource_defaults)
+    list_resources_with_defaults = _served("_config", Config.list_resources_with_defaults)
+    set_system_defaults = _served("_config", Config.set_system_defaults)
+    get_system_defaults = _served("_config", Config.get_system_defaults)
+    delete_system_defaults = _served("_config", Config.delete_system_defaults)
+    resolve_limits = _served("_config", Config.resolve_limits)
 
-    disable_resource = _served(lambda repo: repo._flags, Flags.disable_resource)
-    enable_resource = _served(lambda repo: repo._flags, Flags.enable_resource)
-    clear_resource_disabled = _served(lambda repo: repo._flags, Flags.clear_resource_disabled)
-    bypass_resource = _served(lambda repo: repo._flags, Flags.bypass_resource)
-    get_resource_disabled = _served(lambda repo: repo._flags, Flags.get_resource_disabled)
-    set_resource_cascade = _served(lambda repo: repo._flags, Flags.set_resource_cascade)
-    clear_resource_cascade = _served(lambda repo: repo._flags, Flags.clear_resource_cascade)
-    get_resource_cascade = _served(lambda repo: repo._flags, Flags.get_resource_cascade)
-    disable_entity = _served(lambda repo: repo._flags, Flags.disable_entity)
-    enable_entity = _served(lambda repo: repo._flags, Flags.enable_entity)
-    clear_entity_disabled = _served(lambda repo: repo._flags, Flags.clear_entity_disabled)
-    bypass_entity = _served(lambda repo: repo._flags, Flags.bypass_entity)
-    get_entity_disabled = _served(lambda repo: repo._flags, Flags.get_entity_disabled)
-    set_entity_cascade = _served(lambda repo: repo._flags, Flags.set_entity_cascade)
-    clear_entity_cascade = _served(lambda repo: repo._flags, Flags.clear_entity_cascade)
-    get_entity_cascade = _served(lambda repo: repo._flags, Flags.get_entity_cascade)
+    disable_resource = _served("_flags", Flags.disable_resource)
+    enable_resource = _served("_flags", Flags.enable_resource)
+    clear_resource_disabled = _served("_flags", Flags.clear_resource_disabled)
+    bypass_resource = _served("_flags", Flags.bypass_resource)
+    get_resource_disabled = _served("_flags", Flags.get_resource_disabled)
+    set_resource_cascade = _served("_flags", Flags.set_resource_cascade)
+    clear_resource_cascade = _served("_flags", Flags.clear_resource_cascade)
+    get_resource_cascade = _served("_flags", Flags.get_resource_cascade)
+    disable_entity = _served("_flags", Flags.disable_entity)
+    enable_entity = _served("_flags", Flags.enable_entity)
+    clear_entity_disabled = _served("_flags", Flags.clear_entity_disabled)
+    bypass_entity = _served("_flags", Flags.bypass_entity)
+    get_entity_disabled = _served("_flags", Flags.get_entity_disabled)
+    set_entity_cascade = _served("_flags", Flags.set_entity_cascade)
+    clear_entity_cascade = _served("_flags", Flags.clear_entity_cascade)
+    get_entity_cascade = _served("_flags", Flags.get_entity_cascade)
 
-    get_audit_events = _served(lambda repo: repo._reports, Reports.get_audit_events)
-    get_buckets = _served(lambda repo: repo._reports, Reports.get_buckets)
-    get_resource_capacity = _served(lambda repo: repo._reports, Reports.get_resource_capacity)
-    check_availability = _served(
-        lambda repo: repo._availability, AvailabilityCheck.check_availability
-    )
-    top_up = _served(lambda repo: repo._balances, Balances.top_up)
-    reset_bucket = _served(lambda repo: repo._balances, Balances.reset_bucket)
-    set_shards = _served(lambda repo: repo._shards, Shards.set_shards)
-    get_usage_snapshots = _served(lambda repo: repo._usage, Usage.get_usage_snapshots)
-    get_usage_summary = _served(lambda repo: repo._usage, Usage.get_usage_summary)
-    get_alerts = _served(lambda repo: repo._alerts, Alerts.get_alerts)
+    get_audit_events = _served("_reports", Reports.get_audit_events)
+    get_buckets = _served("_reports", Reports.get_buckets)
+    get_resource_capacity = _served("_reports", Reports.get_resource_capacity)
+    check_availability = _served("_availability", AvailabilityCheck.check_availability)
+    top_up = _served("_balances", Balances.top_up)
+    reset_bucket = _served("_balances", Balances.reset_bucket)
+    set_shards = _served("_shards", Shards.set_shards)
+    get_usage_snapshots = _served("_usage", Usage.get_usage_snapshots)
+    get_usage_summary = _served("_usage", Usage.get_usage_summary)
+    get_alerts = _served("_alerts", Alerts.get_alerts)
 
     # --- connecting --------------------------------------------------------------------------
 
