@@ -13,8 +13,9 @@ an earlier tree can be counted by the same script against an engine this tree st
 Only the public API the trees share is used. Wall time is never measured: the counts move only
 when the code does (a call more per acquire is a call more, whatever the machine's load).
 `--by-function` prints the calls per acquire of each function (folder/file:name), to diff two
-trees. `--kind rate` / `--kind held` count the two calls the `concurrency` phase times (a rate
-limit with `adjust`, a concurrency limit given back: two writes each).
+trees. `--kind rate` / `--kind held` count the two calls the `concurrency` phase times
+(`benchmarks.concurrency_cpu.one_call`: a rate limit with `adjust`, a concurrency limit given
+back; two writes each).
 """
 
 from __future__ import annotations
@@ -35,23 +36,19 @@ WARM = 20
 
 
 def caller(limiter: Any, kind: str) -> Callable[[], Awaitable[None]]:
-    """One call of `kind`: "plain" a warm acquire on a rate limit (one write); "rate" the same
-    with `adjust` (admit and exit: two writes); "held" a warm acquire on a concurrency limit
-    (admit and give back: two writes), the two `benchmarks.concurrency_cpu` compares."""
+    """One call of `kind`: "plain" a warm acquire on a rate limit (one write); "rate" and
+    "held" the two calls `benchmarks.concurrency_cpu` times (admit and exit: two writes each),
+    its `one_call` on one entity."""
+    if kind != "plain":
+        from benchmarks.concurrency_cpu import one_call
+
+        return lambda: one_call(limiter, kind, 0)
 
     async def plain() -> None:
         async with limiter.acquire("user-1", "api", {"rpm": 1}):
             pass
 
-    async def rate() -> None:
-        async with limiter.acquire("user-1", "api", {"rpm": 1}) as lease:
-            await lease.adjust(rpm=1)
-
-    async def held() -> None:
-        async with limiter.acquire("user-1", "held", {"parallel": 1}):
-            pass
-
-    return {"plain": plain, "rate": rate, "held": held}[kind]
+    return plain
 
 
 async def count(
@@ -63,9 +60,12 @@ async def count(
     await Repository.create_table(table=table, endpoint_url=endpoint, region=REGION)
     repo = await Repository.open(table=table, endpoint_url=endpoint, region=REGION)
     limiter = RateLimiter(repo)
-    await limiter.set_resource_defaults("api", [Limit.per_day("rpm", 10**12)])
-    if kind == "held":
-        await limiter.set_resource_defaults("held", [Limit.concurrent("parallel", 10**6)])
+    if kind == "plain":
+        await limiter.set_resource_defaults("api", [Limit.per_day("rpm", 10**12)])
+    else:  # only this tree has it (an earlier one is counted with "plain")
+        from benchmarks.concurrency_cpu import set_up
+
+        await set_up(limiter)
     one = caller(limiter, kind)
     for _ in range(WARM):
         await one()

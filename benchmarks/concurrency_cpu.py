@@ -54,7 +54,14 @@ class Wire:
         self.wcu += event.write_units or 0.0
 
 
+async def set_up(limiter: RateLimiter) -> None:
+    """The two resources the calls use: ``rate`` a rate limit, ``held`` a concurrency limit."""
+    await limiter.set_resource_defaults("rate", [Limit.per_minute("tokens", 10**12)])
+    await limiter.set_resource_defaults("held", [Limit.concurrent("parallel", 10**6)])
+
+
 async def one_call(limiter: RateLimiter, kind: str, i: int) -> None:
+    """One call of `kind` on the `i`-th entity (of `ENTITIES`): admit and exit, two writes."""
     entity = f"u{i % ENTITIES}"
     if kind == "rate":
         async with limiter.acquire(entity, "rate", {"tokens": 1}) as lease:
@@ -89,8 +96,7 @@ async def run(endpoint: str, rounds: int, calls: int) -> Measured:
     measured = Measured()
     try:
         limiter = RateLimiter(repo)
-        await limiter.set_resource_defaults("rate", [Limit.per_minute("tokens", 10**12)])
-        await limiter.set_resource_defaults("held", [Limit.concurrent("parallel", 10**6)])
+        await set_up(limiter)
         for kind in KINDS:
             for i in range(5 * ENTITIES):
                 await one_call(limiter, kind, i)

@@ -29,6 +29,7 @@ from typing import Any
 
 from benchmarks.run import RESULTS, ROOT, WorkerProcess, log, machine
 from benchmarks.scenarios import TIMING_CASES
+from benchmarks.stats import merge_timing
 
 SIDES = ("this", "other")
 
@@ -51,11 +52,6 @@ def extract_runtime(rev: str, into: Path) -> str:
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return sha
-
-
-def per_call_us(block: dict[str, Any]) -> float:
-    calls = sum(block["outcomes"].values())
-    return float(block["cpu_s"]) / float(calls) * 1e6
 
 
 def measure(
@@ -90,7 +86,7 @@ def measure(
                 for case in TIMING_CASES:
                     for side in order:
                         answer = workers[side].call("timing_block", case=case, n=block)
-                        cpu[case][side].append(per_call_us(answer))
+                        cpu[case][side].append(merge_timing([answer])["cpu_us_per_call"])
                 if number % 5 == 4:
                     log(f"trees: round {number + 1}/{rounds}")
         finally:
