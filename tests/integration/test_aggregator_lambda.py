@@ -142,6 +142,19 @@ async def test_recorded_event_applies_and_a_malformed_record_fails_alone(
     assert counts == [4, 1, 5]
 
 
+@pytest.mark.filterwarnings("error::aws_lambda_powertools.warnings.PowertoolsUserWarning")
+async def test_a_process_that_served_another_table_tags_this_one_without_warning(
+    handler: ModuleType, repo: Repository, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One Lambda process can serve a second table's stream (a redeployed function): its
+    metrics carry the new table's name, and Powertools is never asked to overwrite one."""
+    handler._serve("an-earlier-table")
+    capsys.readouterr()
+    await invoke(handler, recorded_event(repo.namespace_id))
+    blobs = emf_blobs(capsys.readouterr().out)
+    assert blobs and {b["deployment"] for b in blobs} == {repo.table_name}
+
+
 async def test_a_redelivered_event_changes_nothing(handler: ModuleType, repo: Repository) -> None:
     event = recorded_event(repo.namespace_id)
     assert await invoke(handler, event) == {"batchItemFailures": []}

@@ -94,6 +94,19 @@ steps = st.lists(
     offsets=[-200, 200, 0, 0],
     script=[("acquire", 0, 1, 1, True), ("tick", 0, 1, 2900, True), ("acquire", 1, 1, 1, True)],
 )
+@example(  # a writer that saw an entry long ago, then plans on a newer image (a read) showing
+    # it renewed since, must not free it: only the exact entry seen unchanged is quiet
+    cap=1,
+    offsets=[0, 0, 0, 0],
+    script=[
+        ("acquire", 0, 1, 1, True),
+        ("acquire", 1, 1, 1, True),  # refused: sees the entry
+        ("tick", 0, 1, 1100, True),
+        ("renew", 0, 1, 1, True),  # renewed: a new expiry
+        ("tick", 0, 1, 2000, True),
+        ("acquire", 1, 1, 1, True),  # plans on the stored state, which it never saw
+    ],
+)
 @given(
     cap=st.integers(1, 4),
     offsets=st.lists(st.integers(-SKEW // 2, SKEW // 2), min_size=4, max_size=4),
@@ -236,6 +249,27 @@ def test_a_dead_holders_entry_is_freed_within_the_ttl_plus_one_write_whatever_th
         other.saw(ITEM, "parallel", stored.state().holds, now)
     assert now - taken_at <= TTL + 2 * (TTL // 3)  # first sighting one write late, then one more
     assert stored.h == {mine.key: MILLI} and stored.v == MILLI
+
+
+def test_a_writer_frees_an_entry_only_exactly_as_it_saw_it_unchanged() -> None:
+    """Seen long ago, then renewed by its holder: an image showing the renewal (a read, the
+    fence after a lost answer) does not make the renewed entry quiet; its own sighting does."""
+    params, seen_at = parallel(1), 1_000_000
+    old = State(v=MILLI, holds=(Hold("a.1", MILLI, seen_at + TTL),))
+    other = Ledger("b", SKEW)
+    other.saw(ITEM, "parallel", old.holds, seen_at)
+    renewed = State(v=MILLI, holds=(Hold("a.1", MILLI, seen_at + 1_100 + TTL),))
+    now = seen_at + TTL + 100
+    holder = other.holder(ITEM, "parallel", now, TTL)
+    assert holder.quiet == {Hold("a.1", MILLI, seen_at + TTL)}
+    assert hold_writes.plan_hold(params, renewed, now, WHOLE, MILLI, holder, enforce=True) is None
+    write = hold_writes.plan_hold(params, old, now, WHOLE, MILLI, holder, enforce=True)
+    assert write is not None and write.holds is not None
+    assert write.holds.reap == old.holds  # guarded on amount and expiry exactly as seen
+    other.saw(ITEM, "parallel", renewed.holds, now)  # its own sighting starts a new lease_ttl
+    assert other.holder(ITEM, "parallel", now + TTL, TTL).quiet == frozenset()
+    later = other.holder(ITEM, "parallel", now + TTL + 1, TTL)
+    assert hold_writes.plan_hold(params, renewed, now + TTL + 1, WHOLE, MILLI, later, enforce=True)
 
 
 def test_a_concurrency_limit_splits_only_while_nothing_is_held() -> None:

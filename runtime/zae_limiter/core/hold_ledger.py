@@ -31,6 +31,7 @@ class Entry:
 
 Slot = tuple[Hashable, str]  # (item key, limit name)
 NONE: frozenset[str] = frozenset()
+QUIET_NONE: frozenset[Hold] = frozenset()
 
 
 class Ledger:
@@ -59,15 +60,23 @@ class Ledger:
                 out.append(entry)
         return out
 
-    def quiet(self, slot: Slot, now: int, ttl_ms: int) -> frozenset[str]:
-        """Entries a write may remove: others' seen unchanged since more than `ttl_ms` before
-        `now`, and this writer's own lapsed ones (their leases count them as lost)."""
-        seen, entries = self.seen.get(slot), self.entries.get(slot, {})
-        mine = [e.key for e in entries.values() if e.lost]  # lapsed: their leases were told
-        if not seen and not mine:
-            return NONE  # the warm path: nobody else holds here, nothing of ours lapsed
-        theirs = [k for (k, _, _), at in (seen or {}).items() if now - at > ttl_ms]
-        return frozenset((*theirs, *mine))
+    def quiet(self, slot: Slot, now: int, ttl_ms: int) -> frozenset[Hold]:
+        """Others' entries a write may remove: exactly as seen unchanged since more than
+        `ttl_ms` before `now` (a later image showing one renewed does not make it quiet)."""
+        seen = self.seen.get(slot)
+        if not seen:
+            return QUIET_NONE  # the warm path: nobody else holds here
+        return frozenset(Hold(*entry) for entry, at in seen.items() if now - at > ttl_ms)
+
+    def _holder(
+        self, slot: Slot, key: str, create: bool, now: int, ttl_ms: int, renew: tuple[str, ...]
+    ) -> Holder:
+        """A holder that may also remove others' quiet entries and this writer's own lapsed
+        ones (their leases were told)."""
+        lapsed = [e.key for e in self.entries.get(slot, {}).values() if e.lost]
+        quiet = self.quiet(slot, now, ttl_ms)
+        mine = frozenset(lapsed) if lapsed else NONE
+        return Holder(key, create, now + ttl_ms, self.skew_ms, renew, quiet, mine)
 
     def holder(self, item: Hashable, limit: str, now: int, ttl_ms: int) -> Holder:
         """The entry a write at `now` adds to (the newest live one, else a new generation),
@@ -76,9 +85,8 @@ class Ledger:
         self.ttls[slot] = ttl_ms
         live = self._live(slot, now)
         renew = tuple(e.key for e in live[:-1] if e.amount > 0)
-        quiet = self.quiet(slot, now, ttl_ms)
         if live:
-            return Holder(live[-1].key, False, now + ttl_ms, self.skew_ms, renew, quiet)
+            return self._holder(slot, live[-1].key, False, now, ttl_ms, renew)
         entries = self.entries.setdefault(slot, {})
         pending = [e.key for e in entries.values() if not e.landed and not e.lost]
         if pending:  # a generation planned and not (yet) written: the lane writes one at a time
@@ -87,7 +95,7 @@ class Ledger:
             self.generation += 1
             key = holds.entry_key(self.writer, self.generation)
             entries[key] = Entry(key)
-        return Holder(key, True, now + ttl_ms, self.skew_ms, renew, quiet)
+        return self._holder(slot, key, True, now, ttl_ms, renew)
 
     def giving_back(
         self, item: Hashable, limit: str, key: str, now: int, ttl_ms: int
@@ -98,8 +106,7 @@ class Ledger:
         if key not in {e.key for e in live}:
             return None
         renew = tuple(e.key for e in live if e.key != key and e.amount > 0)
-        quiet = self.quiet((item, limit), now, ttl_ms)
-        return Holder(key, False, now + ttl_ms, self.skew_ms, renew, quiet)
+        return self._holder((item, limit), key, False, now, ttl_ms, renew)
 
     def dropped(self, item: Hashable, limit: str, key: str) -> None:
         """A write that would have created `key` may have landed unseen (its answer was lost):
@@ -116,8 +123,7 @@ class Ledger:
         if not live or max(now - e.written_at for e in live) * holds.RENEW_DIVISOR < ttl_ms:
             return None  # the oldest write to them is not yet lease_ttl / 3 old
         keys = tuple(e.key for e in live)
-        quiet = self.quiet((item, limit), now, ttl_ms)
-        return Holder(keys[-1], False, now + ttl_ms, self.skew_ms, keys[:-1], quiet)
+        return self._holder((item, limit), keys[-1], False, now, ttl_ms, keys[:-1])
 
     def due(self, now: int) -> list[Slot]:
         """Every slot with a renewal due at `now`."""

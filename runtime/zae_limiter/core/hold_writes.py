@@ -24,7 +24,8 @@ class Holder:
     `renew`: the writer's other live entries here (renewed by every write it makes);
     `expiry`: the expiry every entry written gets (now + lease_ttl on the writer's clock);
     `skew_ms`: the clock skew allowed between writers (an entry is removed only that long after
-    its expiry); `quiet`: others' entries this writer saw unchanged for over the lease_ttl.
+    its expiry); `quiet`: others' entries exactly as this writer saw them unchanged for over
+    the lease_ttl; `lapsed`: this writer's own entries its leases count as lost.
     """
 
     key: str
@@ -32,27 +33,12 @@ class Holder:
     expiry: int
     skew_ms: int
     renew: tuple[str, ...] = ()
-    quiet: frozenset[str] = frozenset()
+    quiet: frozenset[Hold] = frozenset()
+    lapsed: frozenset[str] = frozenset()
 
     @property
     def own(self) -> frozenset[str]:
         return frozenset((self.key, *self.renew))
-
-
-def refuses(
-    params: Params,
-    state: State,
-    now: int,
-    slot: Slot,
-    amount: int,
-    skew_ms: int,
-    quiet: frozenset[str] = frozenset(),
-) -> bool:
-    """Whether a hold of `amount`, judged on this state as just read, cannot be admitted
-    (`quiet`: entries the writer may free as unchanged for over the lease_ttl)."""
-    cap = params.shard_capacity(slot)
-    freed = sum(h.amount for h in holds.reapable(state.holds, now, skew_ms, quiet=quiet))
-    return amount > cap or cap - (state.v - freed) < amount
 
 
 def plan_hold(
@@ -70,7 +56,7 @@ def plan_hold(
     holder's entries and removing others' expired ones. A positive amount is guarded (when
     `enforce`) so that the total recorded stays within the capacity; None when `check` is set
     and the image shows it cannot fit (a stale image is not trusted to refuse)."""
-    reap = holds.reapable(state.holds, now, holder.skew_ms, holder.own, holder.quiet)
+    reap = holds.reapable(state.holds, now, holder.skew_ms, holder.own, holder.quiet, holder.lapsed)
     cap = params.shard_capacity(slot)
     freed = sum(h.amount for h in reap)
     if enforce and amount > 0 and check and (amount > cap or cap - (state.v - freed) < amount):
@@ -98,7 +84,7 @@ def plan_hold(
 def plan_renew(state: State, now: int, holder: Holder) -> LimitWrite:
     """Renew the holder's entries (nothing added), removing others' expired ones on the way."""
     renew = holder.renew if holder.create else (holder.key, *holder.renew)
-    reap = holds.reapable(state.holds, now, holder.skew_ms, holder.own, holder.quiet)
+    reap = holds.reapable(state.holds, now, holder.skew_ms, holder.own, holder.quiet, holder.lapsed)
     change = HoldWrite(expiry=holder.expiry, renew=renew, reap=reap)
     return LimitWrite(
         add_v=-change.freed,

@@ -14,9 +14,10 @@ like any limit (``L.<name>``) with, besides the total ``v``:
 to ``v`` is guarded by ``v <= capacity - amount + freed``, so the amount recorded never exceeds
 the capacity. A writer removes the entries of other holders whose expiry has passed by more than
 the clock skew the project assumes (`expired`), or that it has itself seen unchanged for longer
-than the lease_ttl (elapsed time on one clock, whatever the skew: `quiet`), each guarded to be
-unchanged since the image it planned from, and counts what it freed in the same write: no read
-is ever needed.
+than the lease_ttl (elapsed time on one clock, whatever the skew: `quiet`, the exact entry as
+seen, never a newer one a later image shows under the same key), each guarded to be unchanged
+since the image it planned from, and counts what it freed in the same write: no read is ever
+needed.
 """
 
 from __future__ import annotations
@@ -95,15 +96,19 @@ def reapable(
     now: int,
     skew_ms: int,
     keep: frozenset[str] = frozenset(),
-    quiet: frozenset[str] = frozenset(),
+    quiet: frozenset[Hold] = frozenset(),
+    lapsed: frozenset[str] = frozenset(),
 ) -> tuple[Hold, ...]:
-    """The entries a write at `now` removes, other than those in `keep`: expired ones, and the
-    `quiet` ones (this writer saw them unchanged for longer than the lease_ttl, on its own
-    clock: their holder's clock passed their expiry whatever its skew)."""
+    """The entries a write at `now` removes, other than those in `keep`: expired ones, the
+    `quiet` ones (this writer saw exactly them unchanged for longer than the lease_ttl, on its
+    own clock: their holder's clock passed their expiry whatever its skew; the same key with
+    another amount or expiry was written since, and is not quiet), and the writer's own
+    `lapsed` entries (their leases already count them as lost)."""
     return tuple(
         h
         for h in holds
-        if h.key not in keep and (h.key in quiet or now > h.expiry + skew_ms)  # expired()
+        if h.key not in keep
+        and (h in quiet or h.key in lapsed or now > h.expiry + skew_ms)  # expired()
     )
 
 

@@ -141,6 +141,17 @@ def _publish(outcome: Outcome, deployment: str) -> None:
     )
 
 
+def _serve(deployment: str) -> None:
+    """Tag every metric of this batch with its table, before any is added. Default dimensions
+    outlive each flush; a process that served another table drops that one first (setting a
+    dimension over a different value only warns and keeps a stale default)."""
+    if metrics.default_dimensions.get(DEPLOYMENT_DIMENSION) == deployment:
+        return
+    metrics.clear_default_dimensions()
+    metrics.clear_metrics()  # nothing of this batch yet: drops the old value's dimension only
+    metrics.set_default_dimensions(**{DEPLOYMENT_DIMENSION: deployment})
+
+
 @metrics.log_metrics
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -150,10 +161,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """
     try:
         deployment = _table_name(event)
-        # Before anything is added, so every metric of the batch carries it (default dimensions
-        # outlive each flush; setting an unchanged one again would only warn).
-        if metrics.default_dimensions.get(DEPLOYMENT_DIMENSION) != deployment:
-            metrics.set_default_dimensions(**{DEPLOYMENT_DIMENSION: deployment})
+        _serve(deployment)
         outcome = _loop.run_until_complete(_process(event))
     except Exception:
         metrics.add_metric(name="FailedBatches", unit=MetricUnit.Count, value=1)
