@@ -78,8 +78,9 @@ $(STAMPS)/python-bench: pyproject.toml constraints.txt | $(PY)
 	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
 	@mkdir -p $(STAMPS) && touch $@
 
-# The large history (tests/support/history/soak.py; docs/contributing.md): about 25 minutes,
-# exits 1 on a violation. SOAK_ARGS="--seed 7 --ops 10 --logs /tmp/history" for another run.
+# The large history (tests/support/history/soak.py; docs/contributing.md): about 5 minutes,
+# exits 1 on a violation. SOAK_ARGS="--seed 7 --ops 10 --logs /tmp/history" for another run,
+# SOAK_ARGS=--holds for the concurrency-hold history (report soak-holds-<date>.md).
 soak: install
 	PYTHONPATH=tests $(PY) -m support.history.soak $(SOAK_ARGS)
 

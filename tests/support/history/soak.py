@@ -2,7 +2,9 @@
 
 `SMALL` (in `make test`) and `LARGE` are the two plans. `python -m support.history.soak [--seed N]
 [--ops N] [--out PATH]` (with tests/ on the path) starts its own DynamoDB Local, runs `LARGE` and
-writes benchmarks/results/soak-<date>.md; it exits 1 when the checker found a violation.
+writes benchmarks/results/soak-<date>.md; with `--holds` it runs the concurrency-hold history
+`hold_runs.LARGE_HOLDS` and writes soak-holds-<date>.md; it exits 1 when the checker found a
+violation.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from support.history.checker import Checked, check
+from support.history.hold_runs import LARGE_HOLDS, HoldRun, hold_history, render_holds, summary
 from support.history.report import render
 from support.history.runner import Ran, Run, run_workers, worker_errors
 from support.history.workload import Limits, set_up
@@ -82,30 +85,54 @@ async def history(run: Run, endpoint: str, workdir: Path) -> tuple[Ran, Checked]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seed", type=int, default=LARGE.seed)
-    parser.add_argument("--ops", type=int, default=LARGE.ops, help="operations a task")
-    parser.add_argument("--seconds", type=float, default=LARGE.seconds, help="a stall's bound")
+    parser.add_argument("--holds", action="store_true", help="the hold history, LARGE_HOLDS")
+    parser.add_argument("--seed", type=int, default=None, help="the plan's unless given")
+    parser.add_argument("--ops", type=int, default=None, help="operations a task")
+    parser.add_argument("--seconds", type=float, default=None, help="a stall's bound")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--logs", type=Path, default=None, help="keep the histories here")
     args = parser.parse_args()
-    run = replace(LARGE, seed=args.seed, ops=args.ops, seconds=args.seconds)
+    plan = LARGE_HOLDS if args.holds else LARGE
+    given = {
+        k: getattr(args, k) for k in ("seed", "ops", "seconds") if getattr(args, k) is not None
+    }
+    run = replace(plan, **given)
     os.environ.update(ISOLATED_AWS_ENV)
     for name in AMBIENT_AWS_VARIABLES:
         os.environ.pop(name, None)
-    print(f"soak: seed {run.seed}, {run.processes} processes x {run.tasks} tasks x {run.ops} "
-          f"operations, {run.seconds:.0f} s at most", flush=True)  # fmt: skip
+    kind = "holds, " if args.holds else ""
+    print(f"soak: {kind}seed {run.seed}, {run.processes} processes x {run.tasks} tasks x "
+          f"{run.ops} operations, {run.seconds:.0f} s at most", flush=True)  # fmt: skip
     with start_engine(engine="dynamodb-local") as engine, tempfile.TemporaryDirectory() as tmp:
         logs = args.logs or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
+        if args.holds:
+            return _holds(asyncio.run(hold_history(run, engine.endpoint_url, logs)), args.out)
         ran, checked = asyncio.run(history(run, engine.endpoint_url, logs))
-    date = datetime.datetime.fromtimestamp(ran.started, datetime.UTC).strftime("%Y-%m-%d")
+    date = _date(ran)
     out = args.out or RESULTS / f"soak-{date}.md"
     out.write_text(render(ran, checked, title=f"Soak history, {date}"), encoding="utf-8")
     print(f"soak: {sum(checked.history.outcomes.values())} operations, "
           f"{len(checked.problems)} violations; report in {out}")  # fmt: skip
-    for problem in checked.problems:
+    return _verdict(checked.problems)
+
+
+def _holds(result: HoldRun, out: Path | None) -> int:
+    date = _date(result.ran)
+    out = out or RESULTS / f"soak-holds-{date}.md"
+    out.write_text(render_holds(result, title=f"Hold history, {date}"), encoding="utf-8")
+    print(f"soak: {summary(result)}; {len(result.problems)} violations; report in {out}")
+    return _verdict(result.problems)
+
+
+def _date(ran: Ran) -> str:
+    return datetime.datetime.fromtimestamp(ran.started, datetime.UTC).strftime("%Y-%m-%d")
+
+
+def _verdict(problems: list[str]) -> int:
+    for problem in problems:
         print("  ", problem)
-    return 1 if checked.problems else 0
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
