@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from support.history.hold_checker import HoldHistory, check_holds
+from support.history.report import counts, settings
 from support.history.runner import Ran, Run, run_workers, worker_errors
 from support.history.workload import Limits
 from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository
@@ -88,14 +89,10 @@ class HoldRun:
 
 async def held_after(repo: Repository) -> tuple[int, int]:
     """The limit's recorded total and the sum of its entries, read consistently."""
-    key = keys.bucket(repo._ns, ENTITY, RESOURCE, 0)
-    response = await repo.transport.client.get_item(
-        TableName=repo.table_name,
-        Key={"PK": {"S": key["PK"]}, "SK": {"S": key["SK"]}},
-        ConsistentRead=True,
-    )
-    limit = response["Item"]["L"]["M"][LIMIT]["M"]
-    return int(limit["v"]["N"]), sum(int(v["N"]) for v in limit["h"]["M"].values())
+    item = await repo._store.get(keys.bucket(repo._ns, ENTITY, RESOURCE, 0))
+    assert item is not None, "the limit's item is gone"
+    limit = item["L"][LIMIT]
+    return int(limit["v"]), sum(int(v) for v in limit["h"].values())
 
 
 async def hold_history(run: Run, endpoint: str, workdir: Path) -> HoldRun:
@@ -130,8 +127,11 @@ def summary(result: HoldRun) -> str:
     checked = result.checked
     operations = sum(checked.outcomes.values())
     timed = [r for r in checked.recoveries if r.freed is not None and r.bound is not None]
-    past_expiry = max((r.freed - r.expiry for r in timed if r.freed), default=0.0)
-    before_bound = min((r.bound - r.freed for r in timed if r.bound and r.freed), default=0.0)
+    past_expiry = max((r.freed - r.expiry for r in timed if r.freed is not None), default=0.0)
+    before_bound = min(
+        (r.bound - r.freed for r in timed if r.bound is not None and r.freed is not None),
+        default=0.0,
+    )
     return (f"holds history: {operations} operations {dict(checked.outcomes)}, "
             f"{result.ran.kills} kills, faults {dict(checked.faults)}, {checked.partitions} "
             f"partitions; at most {checked.max_held} held at once (cap {CAP}), "
@@ -144,7 +144,6 @@ def summary(result: HoldRun) -> str:
 def render_holds(result: HoldRun, *, title: str) -> str:
     """The report of a hold history as Markdown."""
     ran, checked = result.ran, result.checked
-    settings = ", ".join(f"{k}={v}" for k, v in asdict(ran.run).items())
     problems = result.problems
     return "\n".join([
         f"# {title}",
@@ -154,20 +153,16 @@ def render_holds(result: HoldRun, *, title: str) -> str:
         f"{ran.ended - ran.started:.0f} s; clock offsets "
         f"{sorted(w.offset_ms for w in ran.workers)} ms (spread {ran.skew_spread_ms} ms).",
         "",
-        f"Settings: {settings}.",
+        f"Settings: {settings(ran.run)}.",
         "",
         f"## Operations: {sum(checked.outcomes.values())}",
         "",
-        "| Outcome | Operations |",
-        "|---|---:|",
-        *(f"| {name} | {count} |" for name, count in sorted(checked.outcomes.items())),
+        *counts("Outcome", "Operations", checked.outcomes),
         "",
         f"## Faults injected: {sum(checked.faults.values())}; partitions opened: "
         f"{checked.partitions}",
         "",
-        "| Kind | Requests |",
-        "|---|---:|",
-        *(f"| {kind} | {count} |" for kind, count in sorted(checked.faults.items())),
+        *counts("Kind", "Requests", checked.faults),
         "",
         "## Verdicts",
         "",

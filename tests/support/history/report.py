@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 
 from support.history.checker import Checked
-from support.history.runner import Ran
+from support.history.runner import Ran, Run
+
+
+def settings(run: Run) -> str:
+    """Every setting of a run, as `name=value` pairs."""
+    return ", ".join(f"{k}={v}" for k, v in asdict(run).items())
+
+
+def counts(column: str, unit: str, counted: Mapping[str, int]) -> list[str]:
+    """A two-column Markdown table of counts, sorted by name."""
+    rows = (f"| {name} | {count} |" for name, count in sorted(counted.items()))
+    return [f"| {column} | {unit} |", "|---|---:|", *rows]
 
 
 def render(ran: Ran, checked: Checked, *, title: str) -> str:
     run, history = ran.run, checked.history
-    settings = ", ".join(f"{k}={v}" for k, v in asdict(run).items())
     outcomes = history.outcomes
     faults = history.faults
     lines = [
@@ -22,20 +33,16 @@ def render(ran: Ran, checked: Checked, *, title: str) -> str:
         f"{ran.ended - ran.started:.0f} s; clock offsets "
         f"{sorted(w.offset_ms for w in ran.workers)} ms (spread {ran.skew_spread_ms} ms).",
         "",
-        f"Settings: {settings}.",
+        f"Settings: {settings(run)}.",
         "",
         f"## Operations: {sum(outcomes.values())}",
         "",
-        "| Outcome | Operations |",
-        "|---|---:|",
-        *(f"| {name} | {count} |" for name, count in sorted(outcomes.items())),
+        *counts("Outcome", "Operations", outcomes),
         "",
         f"## Faults injected: {sum(faults.values())} "
         f"(of {history.total('requests')} requests through the proxies)",
         "",
-        "| Kind | Requests |",
-        "|---|---:|",
-        *(f"| {kind} | {count} |" for kind, count in sorted(faults.items())),
+        *counts("Kind", "Requests", faults),
         f"| processes killed | {ran.kills} |",
         "",
         f"Undecided writes (every re-send lost): {history.total('undecided')}; items seen "
