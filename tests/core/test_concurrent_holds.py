@@ -185,6 +185,25 @@ async def test_sharding_stops_before_a_share_of_max_in_flight_falls_below_one(
         assert await refused(limiter)
 
 
+async def test_set_shards_past_the_floor_writes_nothing(
+    limiter: RateLimiter, repo: Repository, wire: Any
+) -> None:
+    """Issue 42 item 4: `set_shards(..., 4)` on max_in_flight=2 is refused before any write
+    (it used to split into 2 shards, then raise), on a bucket that exists and on one that
+    does not (it is not created either)."""
+    await limiter.set_resource_defaults("llm", parallel(2))
+    async with limiter.acquire("u1", "llm", {"parallel": 1}):
+        pass
+    for entity in ("u1", "u2"):  # u2's bucket was never written
+        async with wire.block() as w:
+            with pytest.raises(ValidationError, match=r"at most 2 shards.*at least 4"):
+                await repo.set_shards(entity, "llm", 4)
+        assert w.wcu == 0 and "TransactWriteItems" not in w.by_operation
+    assert [b.shard_count for b in await repo.get_buckets("u1", "llm")] == [1]
+    assert await repo.get_buckets("u2", "llm") == []
+    assert await repo.set_shards("u1", "llm", 2) == 2  # what the limit allows
+
+
 async def test_an_organisation_wide_cap_holds_child_and_org_all_or_none(
     limiter: RateLimiter, repo: Repository
 ) -> None:
