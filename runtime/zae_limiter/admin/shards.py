@@ -57,7 +57,7 @@ class Shards:
                     self._sharded_event(entity_id, resource, before, principal) if last else None,
                 )
                 if doubled == shards:
-                    stamp = await self._bucket_stamp(entity_id, resource)
+                    stamp = await self._bucket_stamp(entity_id, resource, count)
                     doubled = stamp.shards
                 shards = doubled
         except (DynamoError, Unavailable) as failure:
