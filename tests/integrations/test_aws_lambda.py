@@ -25,6 +25,7 @@ from zae_limiter import (
     SyncLease,
     SyncRateLimiter,
     SyncRepository,
+    ValidationError,
 )
 from zae_limiter.integrations.aws_lambda import current_lease, rate_limited
 from zae_limiter.integrations.headers import REDUCED_CAPACITY_TYPE
@@ -140,11 +141,41 @@ def test_an_exception_in_the_handler_refunds(sync_limiter: SyncRateLimiter) -> N
 
 
 def test_no_entity_passes_unlimited(sync_limiter: SyncRateLimiter) -> None:
+    """The example's route calls `current_lease(SyncLease).adjust(...)` on every request: on
+    one that is not limited, that lease covers nothing and the call does nothing."""
     sync_limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 1)])
     handler = example.build_handler(sync_limiter, "rest")
     responses = [handler(event("rest", api_key=None), None) for _ in range(5)]
     assert [r["statusCode"] for r in responses] == [200] * 5
     assert all(rate_headers(r) == {} for r in responses)
+
+
+async def test_current_lease_of_a_request_not_limited(
+    sync_limiter: SyncRateLimiter, limiter: RateLimiter
+) -> None:
+    """Issue 42 item 5: the typed form is never None. Not limited: a lease covering nothing
+    (not degraded); outside a handler: ValidationError; `current_lease()` keeps None."""
+    seen: list[Any] = []
+
+    @rate_limited(sync_limiter, resource="search", entity=lambda e: None, consume={"rpm": 1})
+    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        lease = current_lease(SyncLease)
+        lease.adjust(results=10)
+        seen.append((type(lease), lease.resources, lease.degraded, lease.consumed, current_lease()))
+        return {"statusCode": 200}
+
+    @rate_limited(limiter, resource="search", entity=lambda e: None, consume={"rpm": 1})
+    async def async_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        lease = current_lease(Lease)
+        await lease.adjust(results=10)
+        seen.append((type(lease), lease.resources, lease.degraded, lease.consumed, current_lease()))
+        return {"statusCode": 200}
+
+    handler(event("rest"), None)
+    await async_handler(event("rest"), None)
+    assert seen == [(SyncLease, (), False, {}, None), (Lease, (), False, {}, None)]
+    with pytest.raises(ValidationError, match="outside a handler decorated with rate_limited"):
+        current_lease(SyncLease)
 
 
 @pytest.mark.parametrize("returned", ["headers", "multiValueHeaders", "both"])

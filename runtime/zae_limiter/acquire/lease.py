@@ -162,14 +162,17 @@ class NoopResource:
 class Lease:
     """What `acquire()` yields. Lease-level members act on the primary resource."""
 
-    def __init__(self, writer: LeaseWriter | None, ledger: Ledger) -> None:
-        self._writer = writer  # None only for the degraded lease
+    def __init__(
+        self, writer: LeaseWriter | None, ledger: Ledger, *, degraded: bool = True
+    ) -> None:
+        self._writer = writer  # None only for a no-op lease (degraded, or not limited)
         self._ledger = ledger
+        self._degraded = writer is None and degraded
 
     @property
     def degraded(self) -> bool:
         """True only for the no-op lease yielded under on_unavailable=ALLOW during an outage."""
-        return self._writer is None
+        return self._degraded
 
     def _check_open(self) -> None:
         self._ledger.check_open()
@@ -239,6 +242,12 @@ def holds_of(lease: Lease) -> dict[str, ResourceHold]:
 def degraded_lease(ledger: Ledger) -> Lease:
     """The no-op lease yielded under on_unavailable=ALLOW during an outage."""
     return Lease(None, ledger)
+
+
+def unlimited_lease() -> Lease:
+    """The no-op lease of a request the integrations let through unlimited (covers nothing,
+    not degraded)."""
+    return Lease(None, Ledger({}), degraded=False)
 
 
 def overdrawn_names(image: BucketImage, pending: dict[str, int], now: int) -> list[str]:

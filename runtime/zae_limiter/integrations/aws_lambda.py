@@ -18,8 +18,15 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
-from ..acquire.lease import Lease
-from ..errors import PermissionDenied, RateLimiterUnavailable, RateLimitExceeded, ResourceDisabled
+from .. import syncgen
+from ..acquire.lease import Lease, unlimited_lease
+from ..errors import (
+    PermissionDenied,
+    RateLimiterUnavailable,
+    RateLimitExceeded,
+    ResourceDisabled,
+    ValidationError,
+)
 from ..limiter import RateLimiter
 from ..sync import SyncRateLimiter
 from ..sync_lease import SyncLease
@@ -33,6 +40,10 @@ AnyLease = TypeVar("AnyLease", Lease, SyncLease)
 _LEASE: contextvars.ContextVar[Lease | SyncLease | None] = contextvars.ContextVar(
     "zae_limiter_lease", default=None
 )
+#: Whether a `rate_limited` handler is running (its request limited or not).
+_HANDLING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "zae_limiter_handling", default=False
+)
 
 _REASONS = {403: "Forbidden", 429: "Too Many Requests", 503: "Service Unavailable"}
 _REFUSALS = (RateLimitExceeded, ResourceDisabled, RateLimiterUnavailable)
@@ -41,15 +52,33 @@ _REFUSALS = (RateLimitExceeded, ResourceDisabled, RateLimiterUnavailable)
 @overload
 def current_lease() -> Lease | SyncLease | None: ...
 @overload
-def current_lease(kind: type[AnyLease]) -> AnyLease | None: ...
+def current_lease(kind: type[AnyLease]) -> AnyLease: ...
 def current_lease(kind: type[Any] | None = None) -> Lease | SyncLease | None:
-    """The lease of the request being handled, or None outside one (or when the entity function
-    returned None: the request is not limited).
+    """The lease of the request being handled.
 
-    Pass the kind your handler uses, `current_lease(SyncLease)` or `current_lease(Lease)`, for
-    a typed lease (a `TypeError` if the handler's limiter gives the other kind)."""
+    `current_lease(SyncLease)` (or `current_lease(Lease)` in an `async def` handler) is typed
+    and never None: for a request that is not limited (the entity function returned None) it is
+    a lease that covers nothing, whose `adjust()`, `consume()` and `release()` do nothing. It
+    raises `ValidationError` outside a `rate_limited` handler, and `TypeError` if the handler's
+    limiter gives the other kind. `current_lease()` alone is `Lease | SyncLease | None`: None
+    outside a handler and for a request that is not limited."""
     lease = _LEASE.get()
-    if kind is not None and lease is not None and not isinstance(lease, kind):
+    if kind is None:
+        return lease
+    if lease is None:
+        if not _HANDLING.get():
+            raise ValidationError(
+                "current_lease",
+                kind.__name__,
+                "is called outside a handler decorated with rate_limited: call it from the "
+                "handler (or code it calls)",
+            )
+        unlimited = unlimited_lease()
+        if kind is Lease:
+            return unlimited
+        synced: SyncLease = syncgen.wrap(unlimited)
+        return synced
+    if not issubclass(type(lease), kind):
         raise TypeError(
             f"current_lease({kind.__name__}): this handler's lease is a {type(lease).__name__}"
         )
@@ -57,13 +86,14 @@ def current_lease(kind: type[Any] | None = None) -> Lease | SyncLease | None:
 
 
 @contextlib.contextmanager
-def _holding(lease: Lease | SyncLease) -> Iterator[None]:
-    """`current_lease()` is `lease` inside the block."""
-    token = _LEASE.set(lease)
+def _holding(lease: Lease | SyncLease | None) -> Iterator[None]:
+    """`current_lease()` is `lease` inside the block (None: the request is not limited)."""
+    token, handling = _LEASE.set(lease), _HANDLING.set(True)
     try:
         yield
     finally:
         _LEASE.reset(token)
+        _HANDLING.reset(handling)
 
 
 def rate_limited(
@@ -107,7 +137,8 @@ def rate_limited(
             async def run_async(event: Event, context: Any, *args: Any, **kwargs: Any) -> Any:
                 gate = acquisition(event)
                 if gate is None:
-                    return await handler(event, context, *args, **kwargs)
+                    with _holding(None):
+                        return await handler(event, context, *args, **kwargs)
                 try:
                     async with gate as lease:
                         with _holding(lease):
@@ -126,7 +157,8 @@ def rate_limited(
         def run(event: Event, context: Any, *args: Any, **kwargs: Any) -> Any:
             gate = acquisition(event)
             if gate is None:
-                return handler(event, context, *args, **kwargs)
+                with _holding(None):
+                    return handler(event, context, *args, **kwargs)
             try:
                 with gate as lease, _holding(lease):
                     return answered(event, lease, handler(event, context, *args, **kwargs))
