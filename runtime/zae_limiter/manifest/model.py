@@ -122,11 +122,21 @@ class EntitySpec:
 
 
 @dataclass(frozen=True)
+class Places:
+    """Where a manifest's keys are written: its file ("" for text) and each path's (line,
+    column), so that the checks against the table report `file:line` too."""
+
+    source: str = ""
+    lines: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Manifest:
     namespace: str
     system: SystemLevel | None = None
     resources: dict[str, Level] = field(default_factory=dict)
     entities: dict[str, EntitySpec] = field(default_factory=dict)
+    places: Places = field(default_factory=Places, compare=False, repr=False)
 
     def child_parents(self) -> dict[str, str]:
         """{entity: parent} for every entity the manifest gives a parent."""

@@ -9,12 +9,14 @@ the table are in `plan`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from .. import concurrent_limits, validation
-from ..limits import Limit
+from ..errors import ValidationError
+from ..limits import Limit, ScheduleEntry
 from ..models import OnUnavailable
 from ..validation import DEFAULT_RESOURCE
 from .fields import (
@@ -27,7 +29,7 @@ from .fields import (
     mapping,
     string,
 )
-from .model import UNSET, EntitySpec, Level, Manifest, ManifestError, SystemLevel
+from .model import UNSET, EntitySpec, Level, Manifest, ManifestError, Places, SystemLevel
 from .source import join_path, load_with_lines, load_yaml, locate
 
 TOP_LEVEL = ("namespace", "system", "resources", "entities")
@@ -58,15 +60,29 @@ SCHEDULE_KEYS = (
 
 
 def _parse_located(text: str, source: str) -> Manifest:
-    """Parse and check; every problem is reported, each with `source:line:column`, in order."""
-    document, lines, problems = load_with_lines(text, source)
-    try:
-        manifest = parse(document)
-    except ManifestError as error:
-        problems += error.errors
+    """Parse and check; every problem is reported, each with `source:line:column`, in order,
+    those of a key's earlier copies (written twice) too."""
+    loaded = load_with_lines(text, source)
+    problems = locate(loaded.problems, source, loaded.lines)
+    manifest = None
+    for document, lines in [(loaded.document, loaded.lines), *loaded.shadowed]:
+        try:
+            parsed = parse(document)
+        except ManifestError as error:
+            problems += locate(error.errors, source, lines)
+        else:
+            manifest = manifest or parsed
     if problems:
-        raise ManifestError.several(locate(problems, source, lines)) from None
-    return manifest
+        raise ManifestError.several(_once(problems)) from None
+    assert manifest is not None
+    return replace(manifest, places=Places(source, loaded.lines))
+
+
+def _once(problems: list[ManifestError]) -> list[ManifestError]:
+    """Each problem once (the copies of a document repeat the problems they share), in file
+    order."""
+    unique = {(e.line, e.column, e.path, e.reason): e for e in reversed(problems)}
+    return sorted(unique.values(), key=lambda e: (e.line or 0, e.column or 0, e.path))
 
 
 def load_file(path: str | Path) -> Manifest:
@@ -110,23 +126,41 @@ def _edge(raw: Any, path: str, keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _edge_fields(entry: dict[str, Any], path: str) -> dict[str, Any]:
+    """One `{cron, tz, ...}` entry; every field's problem is reported, then the entry as the
+    library checks it (cron syntax, time zone, scale)."""
+    problems = Problems()
+    out: dict[str, Any] = {}
     if "cron" not in entry:
-        raise ManifestError(path, 'needs a cron expression (cron: "0 0 * * 1")')
-    out: dict[str, Any] = {"cron": string(entry["cron"], join_path(path, "cron"))}
-    if "tz" in entry:
-        out["tz"] = string(entry["tz"], join_path(path, "tz"))
+        problems.errors.append(ManifestError(path, 'needs a cron expression (cron: "0 0 * * 1")'))
+    for key in ("cron", "tz"):
+        if key in entry:
+            _put(out, key, problems, partial(string, entry[key], join_path(path, key)))
     if "scale" in entry:
-        scale = entry["scale"]
-        if isinstance(scale, bool) or not isinstance(scale, int | float):
-            raise ManifestError(join_path(path, "scale"), f"must be a number, not {kind(scale)}")
-        out["scale"] = scale
+        _put(out, "scale", problems, partial(_scale, entry["scale"], join_path(path, "scale")))
     if "refill_period" in entry and "refill_period_seconds" in entry:
-        raise ManifestError(path, "give refill_period or refill_period_seconds, not both")
+        problems.errors.append(
+            ManifestError(path, "give refill_period or refill_period_seconds, not both")
+        )
     for key in ("capacity", "refill_amount", "refill_period", "refill_period_seconds"):
         if key in entry:
             name = "refill_period_seconds" if key == "refill_period" else key
-            out[name] = integer(entry[key], join_path(path, key))
+            _put(out, name, problems, partial(integer, entry[key], join_path(path, key)))
+    problems.raise_any()
+    checked(path, partial(ScheduleEntry.from_dict, out))
     return out
+
+
+def _scale(value: Any, path: str) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ManifestError(path, f"must be a number, not {kind(value)}")
+    return value
+
+
+def _put(out: dict[str, Any], key: str, problems: Problems, parse: Any) -> None:
+    """`out[key] = parse()`, or the problem noted and the key left out."""
+    value = problems.check(parse)
+    if value is not None:
+        out[key] = value
 
 
 def _edges(raw: Any, path: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -134,7 +168,10 @@ def _edges(raw: Any, path: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
         raise ManifestError(
             path, f"must be a non-empty list of {{cron, tz}} entries, not {kind(raw)}"
         )
-    return [_edge(entry, f"{path}[{i}]", keys) for i, entry in enumerate(raw)]
+    problems = Problems()
+    entries = [problems.check(partial(_edge, e, f"{path}[{i}]", keys)) for i, e in enumerate(raw)]
+    problems.raise_any()
+    return entries
 
 
 def parse_limit(name: Any, raw: Any, path: str) -> Limit:
@@ -144,41 +181,99 @@ def parse_limit(name: Any, raw: Any, path: str) -> Limit:
 
 
 def _limit_fields(name: str, fields: dict[str, Any], path: str) -> Limit:
+    """Every field's problem is reported, each at its own path; then the limit as the library
+    checks it (ranges, drip against reset), each part on its own when the whole fails."""
+    problems = Problems()
+    data: dict[str, Any] = {}
     if "capacity" not in fields:
-        raise ManifestError(path, "needs a capacity")
-    data: dict[str, Any] = {"capacity": integer(fields["capacity"], join_path(path, "capacity"))}
-    data.update(_concurrency(fields, path))
+        problems.errors.append(ManifestError(path, "needs a capacity"))
+    else:
+        _put(data, "capacity", problems, partial(integer, fields["capacity"], f"{path}.capacity"))
+    held = problems.check(partial(_concurrency, fields, path)) or {}
+    data.update(held)
+    if fields.get("concurrent") is True:  # what it must not have is reported by _concurrency
+        fields = {k: v for k, v in fields.items() if k not in NOT_HELD_KEYS}
     if "refill_period" in fields and "refill_period_seconds" in fields:
-        raise ManifestError(path, "give refill_period or refill_period_seconds, not both")
+        problems.errors.append(
+            ManifestError(path, "give refill_period or refill_period_seconds, not both")
+        )
     for key in ("refill_amount", "refill_period", "refill_period_seconds", "reset_after_seconds"):
         if key in fields:
-            data[key] = integer(fields[key], join_path(path, key))
+            _put(data, key, problems, partial(integer, fields[key], join_path(path, key)))
     if "soft" in fields:
-        data["soft"] = boolean(fields["soft"], join_path(path, "soft"))
+        _put(data, "soft", problems, partial(boolean, fields["soft"], join_path(path, "soft")))
     if "alert_at" in fields:
-        raw_alerts = fields["alert_at"]
-        if not isinstance(raw_alerts, list) or not raw_alerts:
-            raise ManifestError(
-                join_path(path, "alert_at"),
-                f"must be a list of whole percents (alert_at: [80, 100]), not {kind(raw_alerts)}",
+        _put(data, "alert_at", problems, partial(_alert_at, fields["alert_at"], path))
+    for key, keys in (("reset_schedule", RESET_KEYS), ("schedule", SCHEDULE_KEYS)):
+        if key in fields:
+            _put(data, key, problems, partial(_edges, fields[key], join_path(path, key), keys))
+    if "reset_schedule" in fields and "reset_after_seconds" in fields:
+        problems.errors.append(
+            ManifestError(
+                path, "a quota resets on reset_schedule or after reset_after_seconds, not both"
             )
-        data["alert_at"] = [
-            integer(x, f"{join_path(path, 'alert_at')}[{i}]") for i, x in enumerate(raw_alerts)
-        ]
-    if "reset_schedule" in fields:
-        data["reset_schedule"] = _edges(
-            fields["reset_schedule"], join_path(path, "reset_schedule"), RESET_KEYS
         )
-    if "schedule" in fields:
-        data["schedule"] = _edges(fields["schedule"], join_path(path, "schedule"), SCHEDULE_KEYS)
-    if "reset_schedule" in data and "reset_after_seconds" in data:
+    period = "refill_period" if "refill_period" in fields else "refill_period_seconds"
+    if period in fields and ("reset_schedule" in fields or "reset_after_seconds" in fields):
+        problems.errors.append(
+            ManifestError(f"{path}.{period}", "a quota never drips: leave the refill period out")
+        )
+    if problems.errors:  # and what the fields that are sound break on their own
+        problems.errors += _alone(name, data, path)
+    problems.raise_any()
+    return _built(name, data, path)
+
+
+def _alert_at(raw: Any, path: str) -> list[int]:
+    at = join_path(path, "alert_at")
+    if not isinstance(raw, list) or not raw:
         raise ManifestError(
-            path, "a quota resets on reset_schedule or after reset_after_seconds, not both"
+            at, f"must be a list of whole percents (alert_at: [80, 100]), not {kind(raw)}"
         )
-    period = "refill_period" if "refill_period" in data else "refill_period_seconds"
-    if period in data and ("reset_schedule" in data or "reset_after_seconds" in data):
-        raise ManifestError(f"{path}.{period}", "a quota never drips: leave the refill period out")
-    return checked(path, lambda: Limit.from_dict(name, data))  # type: ignore[no-any-return]
+    problems = Problems()
+    percents = [problems.check(partial(integer, x, f"{at}[{i}]")) for i, x in enumerate(raw)]
+    problems.raise_any()
+    return percents
+
+
+#: A limit's fields checked on their own when the whole limit fails the library's checks, each
+#: beside the fields that decide its kind (so that a quota's capacity is judged as a quota's).
+_KIND_KEYS = ("reset_schedule", "reset_after_seconds", "concurrent", "lease_ttl_seconds", "soft")
+_ALONE = ("capacity", "refill_amount", "refill_period", "refill_period_seconds", "alert_at")
+
+
+def _built(name: str, data: dict[str, Any], path: str) -> Limit:
+    """The limit; when the library refuses it, each field that it refuses on its own too is
+    reported at that field's path, beside the whole limit's first problem."""
+    try:
+        return Limit.from_dict(name, data)
+    except ValidationError as whole:
+        problems = _alone(name, data, path)
+        if not any(p.reason == str(whole) for p in problems):
+            problems.insert(0, ManifestError(path, str(whole), whole.value))
+        raise ManifestError.several(problems) from None
+
+
+def _alone(name: str, data: dict[str, Any], path: str) -> list[ManifestError]:
+    """What the library refuses in each of the limit's fields on its own (beside the fields
+    that decide the limit's kind), at that field's path."""
+    base = {"capacity": 1, **{k: data[k] for k in _KIND_KEYS if k in data}}
+    if _refused(name, base):
+        return []  # the kind itself is wrong: reported as the whole limit's problem
+    return [
+        ManifestError(join_path(path, key), str(exc), exc.value)
+        for key in _ALONE
+        if key in data
+        for exc in _refused(name, {**base, key: data[key]})
+    ]
+
+
+def _refused(name: str, data: dict[str, Any]) -> list[ValidationError]:
+    try:
+        Limit.from_dict(name, data)
+    except ValidationError as exc:
+        return [exc]
+    return []
 
 
 def _concurrency(fields: dict[str, Any], path: str) -> dict[str, Any]:

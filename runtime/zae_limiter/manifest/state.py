@@ -98,6 +98,9 @@ async def read_stored(repo: Repository, manifest: Manifest, owned: Ownership) ->
     }
     levels = {(e, r) for e, spec in manifest.entities.items() for r in spec.levels}
     levels |= set(owned.entity_levels)
+    for entity_id, spec in manifest.entities.items():  # the limits a pre-split must allow
+        resources |= set(spec.shards)
+        levels |= {(entity_id, r) for r in (*spec.shards, DEFAULT_RESOURCE) if spec.shards}
     entities = set(manifest.entities) | set(manifest.child_parents().values()) | set(owned.parents)
     with_children = set(manifest.child_parents()) | {
         e
