@@ -50,6 +50,9 @@ class LimitStatus:
     retry_after_seconds: float
     resets_at_ms: int | None = None
     max_request: int | None = None
+    #: A dripping limit: seconds (when judged) until one more whole unit than `available` has
+    #: dripped in; the RateLimit header's `t` (docs/integrations.md). None for other kinds.
+    next_unit_seconds: float | None = None
 
     @property
     def deficit(self) -> int:

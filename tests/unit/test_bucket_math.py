@@ -102,6 +102,33 @@ def test_retry_after_is_the_smallest_wait_that_admits(
     assert bucket.view(p, s, T0 + wait - 2, WHOLE).balance < amount
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    capacity=st.integers(1, 1_000),
+    refill=st.integers(1, 1_000),
+    period=st.integers(1, 3_600),
+    spent=st.integers(0, 3_000),
+)
+def test_next_unit_is_when_one_more_whole_unit_can_be_used(
+    capacity: int, refill: int, period: int, spent: int
+) -> None:
+    """The RateLimit `t` (draft -11): until then no more than the whole units there now can be
+    used (from debt: no more than 0 until the balance is 1); from then on, one more. A full
+    bucket: used up now, one unit drips in after that long."""
+    p = rate(capacity, refill, period)
+    s = debit(p, State(), T0, spent * MILLI, enforce=False)
+    assert s is not None
+    whole = max(0, bucket.view(p, s, T0, WHOLE).balance // MILLI)
+    wait = waits.next_unit_ms(p, s, T0, WHOLE)
+    assert wait is not None and wait > 0
+    if whole == capacity:  # full: the wait of one unit after using them all
+        s = debit(p, s, T0, capacity * MILLI)
+        assert s is not None and waits.next_unit_ms(p, s, T0, WHOLE) == wait
+        whole = 0
+    assert bucket.view(p, s, T0 + wait, WHOLE).balance >= (whole + 1) * MILLI
+    assert bucket.view(p, s, T0 + wait - 2, WHOLE).balance < (whole + 1) * MILLI
+
+
 def test_a_request_above_the_ceiling_still_gets_a_finite_wait() -> None:
     """Spec example: 500 units against 100/day waits 4 days and 1 ms."""
     p = rate(100, 100, 86_400)

@@ -203,6 +203,7 @@ def limit_statuses(
             not bypass and not params.soft and params.name in amounts and view.balance < requested
         )
         wait = waits.retry_after_ms(params, state, now, slot, requested) if exceeded else 0
+        grows = waits.next_unit_ms(params, state, now, slot, balance=view.balance)
         out.append(
             LimitStatus(
                 entity_id=image.entity_id,
@@ -215,6 +216,7 @@ def limit_statuses(
                 retry_after_seconds=wait / 1000,
                 resets_at_ms=params.next_reset_ms(now, state.w),
                 max_request=view.ceiling // MILLI,
+                next_unit_seconds=None if grows is None else grows / 1000,
             )
         )
     return out

@@ -40,6 +40,24 @@ def retry_after_ms(params: Params, state: State, now: int, slot: Slot, requested
     return max(1, state.w + params.reset_after_ms - now)
 
 
+def next_unit_ms(
+    params: Params, state: State, now: int, slot: Slot, owed: int = 0, balance: int | None = None
+) -> int | None:
+    """How long the whole units a dripping limit has now are all that can be used (the
+    RateLimit `t` of draft -11): until one more whole unit has dripped in (from a full bucket,
+    one unit's drip once it is used; from debt, until the balance reaches 1). `owed`: whole
+    units already taken but not yet written (a lease's deferred adjustments); `balance`: the
+    view's balance at `now` when the caller has it. None for quotas and concurrency limits."""
+    if params.kind != bucket.Kind.RATE:
+        return None
+    if balance is None:
+        balance = bucket.view(params, state, now, slot).balance
+    requested = (max(0, balance // bucket.MILLI - owed) + 1 + owed) * bucket.MILLI
+    if params.schedule:
+        return _walk_entries(params, state, now, slot, requested)
+    return _rate_wait(params, state, now, slot, requested)
+
+
 def _rate_wait(params: Params, state: State, now: int, slot: Slot, requested: int) -> int:
     """The wait at the rate in force now, for as long as it takes."""
     refill = params.shard_refill(slot)
