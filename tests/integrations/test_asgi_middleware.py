@@ -11,10 +11,11 @@ import pytest
 
 from support.asgi_server import load_example, serving
 from support.clock import FakeClock
+from support.faultproxy import fault_proxy
 from support.ratelimit_fields import checked
 from support.tables import TableRef
-from zae_limiter import Limit, OnUnavailable, RateLimiter, Repository
-from zae_limiter.integrations.asgi import LEASE_KEY, RateLimitMiddleware
+from zae_limiter import Limit, OnUnavailable, RateLimiter, Repository, ValidationError
+from zae_limiter.integrations.asgi import LEASE_KEY, RateLimitMiddleware, Route
 
 service = load_example("asgi_service")
 KEY = {"X-Api-Key": "key-1"}
@@ -230,3 +231,109 @@ async def test_an_outage_under_allow_passes_with_a_degraded_lease(
     assert (status, headers["Retry-After"]) == (503, "1")
     assert json.loads(body)["type"].endswith("#temporary-reduced-capacity")
     assert len(leases) == 1
+
+
+async def call(app: Any, method: str, path: str, headers: Any = ()) -> tuple[int, dict[Any, Any]]:
+    """Drive an ASGI app as a server would, without a socket; (status, headers)."""
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": b""}
+
+    scope = {"type": "http", "method": method, "path": path, "headers": list(headers)}
+    await app(scope, receive, send)
+    return sent[0]["status"], dict(sent[0]["headers"])
+
+
+async def test_one_middleware_maps_routes_to_resources_and_costs(limiter: RateLimiter) -> None:
+    """Issue 42 item 9: routes (a path and what is below it, or a method and a path) each name
+    a resource and what a request costs; the longest match wins, a method's first; a route
+    mapped to None and an unmatched path (no resource=) are not limited; mistakes are
+    ValidationErrors before any request."""
+    await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 2)])
+    await limiter.set_resource_defaults("chat", [Limit.per_minute("tokens", 2_000)])
+    await limiter.set_resource_defaults("budget", [Limit.per_day("usd", 1_000)])
+    seen: list[tuple[str, ...]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        lease = scope.get("state", {}).get(LEASE_KEY)
+        seen.append(() if lease is None else lease.resources)
+        await answer(send)
+
+    def tokens(scope: Any) -> dict[str, int]:
+        return {"tokens": int(dict(scope["headers"]).get(b"x-max-tokens", b"500"))}
+
+    service_app = RateLimitMiddleware(
+        app,
+        limiter=limiter,
+        entity=lambda scope: "key-1",
+        routes={
+            "/search": Route("search", {"rpm": 1}),
+            "/search/admin": None,
+            "POST /v1/chat": Route("chat", tokens, also={"budget": {"usd": 10}}),
+        },
+    )
+    big = [(b"x-max-tokens", b"1500")]
+    statuses = [
+        (await call(service_app, "GET", "/search/items/7"))[0],
+        (await call(service_app, "GET", "/search"))[0],
+        (await call(service_app, "GET", "/search"))[0],  # rpm 2: refused
+        (await call(service_app, "GET", "/search/admin/x"))[0],  # None: not limited
+        (await call(service_app, "POST", "/v1/chat/", big))[0],
+        (await call(service_app, "POST", "/v1/chat", big))[0],  # 3,000 tokens > 2,000
+        (await call(service_app, "GET", "/v1/chat"))[0],  # no route: not limited
+    ]
+    assert statuses == [200, 200, 429, 200, 200, 429, 200]
+    assert seen == [("search",), ("search",), (), ("chat", "budget"), ()]
+    assert await limiter.available("key-1", "budget") == {"usd": 990}
+    with_default = RateLimitMiddleware(
+        app,
+        limiter=limiter,
+        entity=lambda scope: "key-2",
+        resource="search",
+        consume={"rpm": 2},
+        routes={"/health": None},
+    )
+    assert [(await call(with_default, "GET", p))[0] for p in ("/x", "/health", "/y")] == [
+        200,
+        200,
+        429,
+    ]
+    for bad, match in (
+        ({"routes": {"search": Route("search", {"rpm": 1})}}, "a path"),
+        ({"routes": {"/s": Route("bad name!", {"rpm": 1})}}, "resource"),
+        ({"routes": {"/s": Route("s", {"rpm": -1})}}, "consume"),
+        ({"routes": {"/s": ("s", {"rpm": 1})}}, "Route"),
+        ({"resource": "search"}, "consume"),
+        ({}, "routes="),
+        ({"resource": "search", "consume": {"rpm": 1}, "timeout": 0}, "timeout"),
+    ):
+        with pytest.raises(ValidationError, match=match):
+            RateLimitMiddleware(app, limiter=limiter, entity=lambda scope: "k", **bad)
+
+
+async def test_the_middleware_takes_its_own_deadline(table: TableRef) -> None:
+    """Issue 42 item 9: `timeout=` bounds each admission whatever the repository's
+    `acquire_timeout` (here None: as long as resolving takes). DynamoDB partitioned for longer
+    than the test: with the middleware's deadline the request is answered 503 (BLOCK), never
+    left waiting on the partition."""
+    async with fault_proxy(table.endpoint_url, seed=3, rate=0.0) as proxy:
+        repo = await Repository.open(table=table.name, endpoint_url=proxy.url, acquire_timeout=None)
+        limiter = RateLimiter(repo)
+        await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 10)])
+        app = RateLimitMiddleware(
+            plain_app,
+            limiter=limiter,
+            entity=lambda scope: "key-1",
+            routes={"/search": Route("search", {"rpm": 1})},
+            timeout=0.2,
+        )
+        assert (await call(app, "GET", "/search"))[0] == 200  # warm: config and bucket seen
+        proxy.partition(600)
+        status, headers = await call(app, "GET", "/search")
+        await proxy.close()
+        await repo.close()
+    assert (status, headers[b"retry-after"]) == (503, b"1")
