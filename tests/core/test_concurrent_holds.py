@@ -4,11 +4,14 @@ stops renewing them. Costs are counted on the wire."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from support.clock import FakeClock
+from support.faultproxy import limiter_behind_proxy
+from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository, ValidationError
 from zae_limiter.dynamo import keys
 
@@ -270,3 +273,24 @@ async def test_a_consume_after_the_hold_lapsed_holds_anew_and_exit_gives_back_on
     final = await stored(repo)
     assert final["v"] == 0 and sum(final["h"].values()) == 0
     assert not limiter.repository.scope.admission.ledger.holding()
+
+
+async def test_a_lease_is_told_at_once_when_its_hold_lapses(table: TableRef) -> None:
+    """Issue 42 item 14: a lease whose renewals fail (DynamoDB partitioned behind a fault
+    proxy, the real clock) is told as soon as its hold lapses: `wait_hold_lost()` returns True
+    and an `on_hold_lost` callback runs once, while the block is still open. `hold_lost` was
+    passive before: nothing told the work to stop."""
+    async with limiter_behind_proxy(table, 5) as (proxy, limiter):
+        await limiter.set_resource_defaults("llm", [Limit.concurrent("parallel", 2, lease_ttl=1)])
+        told: list[bool] = []
+        async with limiter.acquire("u1", "llm", {"parallel": 1}, timeout=None):
+            pass  # warm, with no deadline: the config and the bucket are seen
+        async with limiter.acquire("u1", "llm", {"parallel": 1}, timeout=1.0) as lease:
+            await lease.on_hold_lost(lambda: told.append(lease.hold_lost))
+            assert told == [] and not lease.hold_lost
+            proxy.partition(600)  # every renewal from now on hangs and is dropped
+            assert await lease.wait_hold_lost(timeout=60) is True
+            for _ in range(3):
+                await asyncio.sleep(0)  # the callback is scheduled on the loop
+            assert told == [True]
+        assert lease.hold_lost and await lease.wait_hold_lost() is True  # frozen at exit

@@ -3,6 +3,7 @@ limiter on DynamoDB Local (examples/asgi_service.py and small apps of the tests'
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from support.asgi_server import load_example, serving
 from support.clock import FakeClock
-from support.faultproxy import fault_proxy
+from support.faultproxy import limiter_behind_proxy
 from support.ratelimit_fields import checked
 from support.tables import TableRef
 from zae_limiter import Limit, OnUnavailable, RateLimiter, Repository, ValidationError
@@ -320,9 +321,7 @@ async def test_the_middleware_takes_its_own_deadline(table: TableRef) -> None:
     `acquire_timeout` (here None: as long as resolving takes). DynamoDB partitioned for longer
     than the test: with the middleware's deadline the request is answered 503 (BLOCK), never
     left waiting on the partition."""
-    async with fault_proxy(table.endpoint_url, seed=3, rate=0.0) as proxy:
-        repo = await Repository.open(table=table.name, endpoint_url=proxy.url, acquire_timeout=None)
-        limiter = RateLimiter(repo)
+    async with limiter_behind_proxy(table, 3, acquire_timeout=None) as (proxy, limiter):
         await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 10)])
         app = RateLimitMiddleware(
             plain_app,
@@ -331,9 +330,40 @@ async def test_the_middleware_takes_its_own_deadline(table: TableRef) -> None:
             routes={"/search": Route("search", {"rpm": 1})},
             timeout=0.2,
         )
-        assert (await call(app, "GET", "/search"))[0] == 200  # warm: config and bucket seen
+        async with limiter.acquire("key-1", "search", {"rpm": 1}, timeout=None):
+            pass  # warm, with no deadline: the config and the bucket are seen
         proxy.partition(600)
         status, headers = await call(app, "GET", "/search")
-        await proxy.close()
-        await repo.close()
     assert (status, headers[b"retry-after"]) == (503, b"1")
+
+
+async def test_cancel_on_hold_lost_cancels_the_app_and_answers_503(table: TableRef) -> None:
+    """Issue 42 item 14: with `cancel_on_hold_lost`, a request whose concurrency hold lapses
+    (renewals dropped by a partition, the real clock) has its app cancelled at once and is
+    answered 503 with the problem body; without it the app would run on, holding nothing."""
+    async with limiter_behind_proxy(table, 7) as (proxy, limiter):
+        await limiter.set_resource_defaults("llm", [Limit.concurrent("parallel", 2, lease_ttl=1)])
+        ran: list[str] = []
+
+        async def generate(scope: Any, receive: Any, send: Any) -> None:
+            proxy.partition(600)  # from here on every renewal hangs and is dropped
+            try:
+                await asyncio.sleep(600)  # a long generation
+                ran.append("finished")
+            except asyncio.CancelledError:
+                ran.append("cancelled")
+                raise
+
+        app = RateLimitMiddleware(
+            generate,
+            limiter=limiter,
+            entity=lambda scope: "key-1",
+            routes={"/generate": Route("llm", {"parallel": 1})},
+            timeout=1.0,
+            cancel_on_hold_lost=True,
+        )
+        async with limiter.acquire("key-1", "llm", {"parallel": 1}, timeout=None):
+            pass  # warm, with no deadline: the config and the bucket are seen
+        status, headers = await call(app, "POST", "/generate")
+    assert (status, ran) == (503, ["cancelled"])
+    assert headers[b"content-type"] == b"application/problem+json"

@@ -4,6 +4,7 @@ Local."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from collections.abc import Iterator
@@ -277,6 +278,46 @@ async def test_an_unreachable_dynamodb_is_a_503_with_retry_after(table: TableRef
         assert problem["type"] == REDUCED_CAPACITY_TYPE and problem["status"] == 503
         assert table.name not in response["body"]
     assert responses[1]["statusDescription"] == "503 Service Unavailable"
+
+
+async def test_cancel_on_hold_lost_cancels_an_async_handler(table: TableRef) -> None:
+    """Issue 42 item 14: an async handler whose concurrency hold lapses (renewals dropped by a
+    partition) is cancelled at once and answered 503; a plain handler cannot be interrupted,
+    so asking for it there is a TypeError."""
+    async with fault_proxy(table.endpoint_url, seed=9, rate=0.0) as proxy:
+        repo = await Repository.open(table=table.name, endpoint_url=proxy.url, acquire_timeout=0.5)
+        limiter = RateLimiter(repo)
+        await limiter.set_resource_defaults("llm", [Limit.concurrent("parallel", 2, lease_ttl=1)])
+        ran: list[str] = []
+
+        @rate_limited(
+            limiter,
+            resource="llm",
+            entity=example.api_key,
+            consume={"parallel": 1},
+            cancel_on_hold_lost=True,
+        )
+        async def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            proxy.partition(600)  # from here on every renewal hangs and is dropped
+            try:
+                await asyncio.sleep(600)
+            except asyncio.CancelledError:
+                ran.append("cancelled")
+                raise
+            return {"statusCode": 200, "body": "done"}
+
+        async with limiter.acquire("key-1", "llm", {"parallel": 1}, timeout=None):
+            pass  # warm, with no deadline: the config and the bucket are seen
+        response = await handler(event("rest"), None)
+    assert (response["statusCode"], ran) == (503, ["cancelled"])
+    with pytest.raises(TypeError, match="async def handler"):
+        rate_limited(
+            limiter,
+            resource="llm",
+            entity=example.api_key,
+            consume={"parallel": 1},
+            cancel_on_hold_lost=True,
+        )(lambda event, context: None)
 
 
 def test_the_limiter_must_match_the_handler(

@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
@@ -268,3 +269,21 @@ async def fault_proxy(upstream: str, **settings: object) -> AsyncIterator[FaultP
         yield proxy
     finally:
         await proxy.close()
+
+
+@asynccontextmanager
+async def limiter_behind_proxy(
+    table: Any, seed: int, **repository: Any
+) -> AsyncIterator[tuple[FaultProxy, Any]]:
+    """(proxy, RateLimiter) on `table` (a TableRef) reached through a fault proxy that injects
+    nothing until told (`proxy.partition(...)`). On the way out the proxy closes first and the
+    repository does not wait for what a partition left unresolved."""
+    from zae_limiter import RateLimiter, Repository
+
+    async with fault_proxy(table.endpoint_url, seed=seed, rate=0.0) as proxy:
+        repo = await Repository.open(table=table.name, endpoint_url=proxy.url, **repository)
+        try:
+            yield proxy, RateLimiter(repo)
+        finally:
+            await proxy.close()
+            await repo.close(timeout=0.1)

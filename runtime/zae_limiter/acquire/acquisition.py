@@ -24,6 +24,7 @@ from ..models import OnUnavailable
 from ..scope import Scope
 from .admission import Admission
 from .dynamo_bucket_io import lowered
+from .hold_watch import Watcher
 from .lease import (
     Lease,
     Ledger,
@@ -84,6 +85,7 @@ class Acquisition:
         self.timeout = timeout
         self.moved_hold = False  # a hold was lost and taken again: hold_lost stays True
         self.pending = self.scope.shared.pending
+        self.watchers: list[tuple[Watcher, Callable[[], None]]] = []  # (watcher, ended)
 
     def _describe(self, message: str, cause: BaseException) -> RateLimiterUnavailable:
         """The documented exception for an acquire-path failure: the one translation."""
@@ -238,6 +240,31 @@ class Acquisition:
             for name, key in entry.held.items()
         )
 
+    def watch_hold(
+        self, holds: dict[str, ResourceHold], tell: Callable[[], None], ended: Callable[[], None]
+    ) -> Callable[[], None]:
+        """`tell()` once when a hold of these is lost; `ended()` instead if the lease ends
+        first. Returns the function that stops watching."""
+        watch = self.admission.hold_watch
+        watcher = Watcher(lambda: self.hold_lost(holds), tell)
+        entry = (watcher, ended)
+        self.watchers.append(entry)
+
+        def unwatch() -> None:
+            watch.remove(watcher)
+            if entry in self.watchers:
+                self.watchers.remove(entry)
+
+        watch.add(watcher)
+        return unwatch
+
+    def _end_watches(self) -> None:
+        """The lease ended: no watcher of it is told any more; waiters learn it ended."""
+        watchers, self.watchers = self.watchers, []
+        for watcher, ended in watchers:
+            self.admission.hold_watch.remove(watcher)
+            ended()
+
     def overdrawn(self, hold: ResourceHold) -> list[str]:
         """Soft limits of the hold's item below zero now, on the newest image seen."""
         if hold.child is None:
@@ -255,6 +282,8 @@ class Acquisition:
     ) -> None:
         lease = self.lease
         self.ledger.close(None if lease is None or lease.degraded else self)
+        if self.watchers:
+            self._end_watches()
         if lease is None or lease.degraded:
             return
         holds = self.ledger.holds

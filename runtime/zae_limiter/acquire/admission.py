@@ -24,6 +24,7 @@ from . import planning
 from .bucket_io import BucketIO
 from .deadlines import Backoff
 from .dynamo_bucket_io import DynamoError, lowered, lowering
+from .hold_watch import HoldWatch
 from .pending import Pending
 from .renewals import Renewals
 from .shards import SPLIT_WRITES_PER_SECOND, ShardChooser, SplitDetector
@@ -85,6 +86,8 @@ class Admission:
         #: this process's concurrency holds (the lanes' writer's), renewed while held
         self.ledger = self.waves.lanes.ledger
         self.renewals = Renewals(self.waves.lanes, images, clock)
+        #: leases that asked to be told at once when a hold of theirs is lost
+        self.hold_watch = HoldWatch(self.ledger, clock)
         self._splitting: set[tuple[str, str, str]] = set()
         self._split_tasks: set[asyncio.Future[None]] = set()
 

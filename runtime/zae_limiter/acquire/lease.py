@@ -7,6 +7,9 @@ ledger's pending changes on exit.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -16,6 +19,12 @@ from ..core.bucket import MILLI
 from ..core.images import BucketImage
 from ..errors import LeaseExpiredError, ValidationError
 from .values import Landed, ResourcePlan, Target
+
+log = logging.getLogger("zae_limiter")
+
+
+def _nothing() -> None:
+    return None
 
 
 @dataclass
@@ -80,6 +89,10 @@ class LeaseWriter(Protocol):
     def newest_image(self, image: BucketImage) -> BucketImage: ...
 
     def hold_lost(self, holds: dict[str, ResourceHold]) -> bool: ...
+
+    def watch_hold(
+        self, holds: dict[str, ResourceHold], tell: Callable[[], None], ended: Callable[[], None]
+    ) -> Callable[[], None]: ...
 
 
 class LeaseResource:
@@ -218,6 +231,50 @@ class Lease:
         if self._ledger.hold_lost is not None:
             return self._ledger.hold_lost
         return self._writer.hold_lost(self._ledger.holds)
+
+    async def on_hold_lost(self, callback: Callable[[], object]) -> None:
+        """Call `callback()` once, as soon as a concurrency hold of this lease is lost (its
+        renewals failed for a `lease_ttl`, or another writer freed it): at once if it is lost
+        already, never after the lease ended. It runs on the event loop (the sync facade's
+        own thread for a `SyncLease`); an exception it raises is logged."""
+        self._check_open()
+        if self._writer is None:
+            return  # a no-op lease holds nothing
+        loop = asyncio.get_running_loop()
+
+        def run() -> None:
+            try:
+                callback()
+            except Exception:
+                log.exception("an on_hold_lost callback raised")
+
+        def tell() -> None:
+            loop.call_soon(run)  # off the write path that found the loss
+
+        self._writer.watch_hold(self._ledger.holds, tell, _nothing)
+
+    async def wait_hold_lost(self, timeout: float | None = None) -> bool:
+        """Wait until a concurrency hold of this lease is lost: True. False when the lease ends
+        first, or after `timeout` seconds (None: no limit). After the lease ended: `hold_lost`."""
+        if not self._ledger.open:
+            return self.hold_lost
+        if self._writer is None:
+            return False  # a no-op lease holds nothing to lose
+        told: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def answer(value: bool) -> None:
+            if not told.done():
+                told.set_result(value)
+
+        unwatch = self._writer.watch_hold(
+            self._ledger.holds, lambda: answer(True), lambda: answer(False)
+        )
+        try:
+            return await asyncio.wait_for(told, timeout)
+        except TimeoutError:
+            return False
+        finally:
+            unwatch()
 
     async def consume(self, **amounts: int) -> None:
         await self._primary().consume(**amounts)

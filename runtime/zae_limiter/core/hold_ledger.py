@@ -50,6 +50,8 @@ class Ledger:
         self.on_written: Callable[[str, int], None] | None = None
         #: told (planned at, received at, keys present) of every landed write (a history's log)
         self.on_landed: Callable[[int, int, list[str]], None] | None = None
+        #: told when an image shows an entry of this writer removed (leases waiting on a loss)
+        self.on_removed: Callable[[], None] | None = None
 
     def _live(self, slot: Slot, now: int) -> list[Entry]:
         out = []
@@ -139,6 +141,20 @@ class Ledger:
             e.amount > 0 and not e.lost for slot in self.entries.values() for e in slot.values()
         )
 
+    def next_expiry(self, now: int) -> int | None:
+        """The earliest expiry after `now` among the entries that hold something: when a hold
+        can next be lost by lapsing (None: nothing held can lapse later; one whose expiry
+        passed already counts as lost)."""
+        return min(
+            (
+                e.expiry
+                for slot in self.entries.values()
+                for e in slot.values()
+                if e.landed and not e.lost and e.amount > 0 and e.expiry > now
+            ),
+            default=None,
+        )
+
     def shortest_ttl(self) -> int:
         """The shortest lease_ttl (ms) among slots that hold something (0: none)."""
         ttls = [
@@ -186,9 +202,13 @@ class Ledger:
                 for h in others
             }
         entries = self.entries.get(slot, {})
+        removed = False
         for key, entry in list(entries.items()):
             if entry.landed and key not in present:
                 del entries[key]  # removed: lost, and nothing of it is left to give back
+                removed = True
+        if removed and self.on_removed is not None:
+            self.on_removed()
 
     def holds(self, item: Hashable, limit: str, key: str, now: int) -> bool:
         """Whether `key` still holds what this process's leases took there (at `now`)."""

@@ -26,6 +26,7 @@ from ..limiter import RateLimiter
 from ..models import OnUnavailable
 from ..repository import Repository
 from .headers import error_response, ratelimit_headers, resolve_request
+from .hold_cancel import cancelled_on_hold_lost
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -97,9 +98,11 @@ class RateLimitMiddleware:
     limited otherwise. `routes` may also be a callable of the scope returning a `Route` or None.
     `timeout`: the middleware's own deadline for each admission and each lease's exit (seconds;
     None: as long as resolving takes; default the repository's `acquire_timeout`), past which
-    `on_unavailable` decides. The app reaches the lease at `scope["state"]["zae_lease"]` to
-    `adjust()` once the real cost is known. `units` and `pk_secret` are passed to
-    `zae_limiter.integrations.headers.ratelimit_headers`.
+    `on_unavailable` decides. `cancel_on_hold_lost`: when a concurrency hold of the request's
+    lease is lost (its renewals failed for a `lease_ttl`), cancel the app at once and answer
+    503 (or, once the response has started, abort it); the lease is refunded. The app reaches
+    the lease at `scope["state"]["zae_lease"]` to `adjust()` once the real cost is known.
+    `units` and `pk_secret` are passed to `zae_limiter.integrations.headers.ratelimit_headers`.
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class RateLimitMiddleware:
         routes: Mapping[str, Route | None] | Callable[[Scope], Route | None] | None = None,
         timeout: float | deadlines.Default | None = deadlines.DEFAULT,
         on_unavailable: OnUnavailable | None = None,
+        cancel_on_hold_lost: bool = False,
         units: Mapping[str, str] | None = None,
         pk_secret: bytes | None = None,
     ) -> None:
@@ -137,6 +141,7 @@ class RateLimitMiddleware:
             timeout = deadlines.timeout_value(timeout, "timeout")
         self.timeout = timeout
         self.on_unavailable = on_unavailable
+        self.cancel_on_hold_lost = cancel_on_hold_lost
         self.units = units
         self.pk_secret = pk_secret
 
@@ -178,7 +183,8 @@ class RateLimitMiddleware:
                 timeout=self.timeout,
             ) as lease:
                 scope.setdefault("state", {})[LEASE_KEY] = lease
-                await self.app(scope, receive, send_with_headers)
+                work = self.app(scope, receive, send_with_headers)
+                await (cancelled_on_hold_lost(lease, work) if self.cancel_on_hold_lost else work)
         except PermissionDenied:
             raise  # a misconfiguration, not an outage: the server's 500 (docs/errors.md)
         except (RateLimitExceeded, ResourceDisabled, RateLimiterUnavailable) as exc:

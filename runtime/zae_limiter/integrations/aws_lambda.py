@@ -15,7 +15,7 @@ import contextvars
 import functools
 import inspect
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
 from .. import syncgen
@@ -31,6 +31,7 @@ from ..limiter import RateLimiter
 from ..sync import SyncRateLimiter
 from ..sync_lease import SyncLease
 from .headers import Refusal, error_response, ratelimit_headers, resolve_request
+from .hold_cancel import cancelled_on_hold_lost
 
 Event = dict[str, Any]
 Handler = TypeVar("Handler", bound=Callable[..., Any])
@@ -107,10 +108,14 @@ def rate_limited(
     | None = None,
     units: Mapping[str, str] | None = None,
     pk_secret: bytes | None = None,
+    cancel_on_hold_lost: bool = False,
 ) -> Callable[[Handler], Handler]:
     """Decorate `handler(event, context)`: a plain function with a `SyncRateLimiter`, or an
     `async def` with a `RateLimiter`. `entity(event)` names the entity (None: not limited);
-    `consume`/`also` are dicts or callables of the event."""
+    `consume`/`also` are dicts or callables of the event. `cancel_on_hold_lost` (an `async
+    def` handler only: a thread cannot be interrupted): when a concurrency hold of the
+    request's lease is lost, cancel the handler at once and answer 503; the lease is
+    refunded."""
 
     def acquisition(event: Event) -> Any:
         """The acquire for this event, or None when the entity function says not limited."""
@@ -142,16 +147,17 @@ def rate_limited(
                 try:
                     async with gate as lease:
                         with _holding(lease):
-                            return answered(
-                                event, lease, await handler(event, context, *args, **kwargs)
+                            work = _cancellable(
+                                handler(event, context, *args, **kwargs),
+                                lease if cancel_on_hold_lost else None,
                             )
+                            return answered(event, lease, await work)
                 except _REFUSALS as exc:
                     return refusal(event, exc)
 
             return run_async  # type: ignore[return-value]
 
-        if not isinstance(limiter, SyncRateLimiter):
-            raise TypeError("a plain (sync) handler needs a SyncRateLimiter")
+        _check_plain(limiter, cancel_on_hold_lost)
 
         @functools.wraps(handler)
         def run(event: Event, context: Any, *args: Any, **kwargs: Any) -> Any:
@@ -168,6 +174,23 @@ def rate_limited(
         return run  # type: ignore[return-value]
 
     return decorate
+
+
+def _cancellable(work: Awaitable[Any], lease: Lease | None) -> Awaitable[Any]:
+    """The handler's work, cancelled when a hold of `lease` is lost (None: as it is)."""
+    return work if lease is None else cancelled_on_hold_lost(lease, work)
+
+
+def _check_plain(limiter: RateLimiter | SyncRateLimiter, cancel_on_hold_lost: bool) -> None:
+    """A plain (sync) handler: a `SyncRateLimiter`, and nothing to cancel it with."""
+    if cancel_on_hold_lost:
+        raise TypeError(
+            "cancel_on_hold_lost needs an async def handler (a plain one runs in a thread, "
+            "which cannot be interrupted); in a plain handler check "
+            "current_lease(SyncLease).hold_lost, or register lease.on_hold_lost(...)"
+        )
+    if not isinstance(limiter, SyncRateLimiter):
+        raise TypeError("a plain (sync) handler needs a SyncRateLimiter")
 
 
 # --- proxy-format responses --------------------------------------------------------------------
