@@ -62,7 +62,7 @@ async def test_holds_cap_what_runs_at_once_and_come_back_on_every_exit(
             pass
     (status,) = full.value.statuses
     assert status.exceeded and status.available == 0
-    assert full.value.retry_after_seconds == TTL_S + 0.001  # just past the oldest expiry
+    assert full.value.retry_after_seconds == TTL_S  # this process's own: at their expiry
     assert (await stored(repo))["v"] == 2000
     await a.__aexit__(None, None, None)  # normal exit
     await b.__aexit__(RuntimeError, RuntimeError("work failed"), None)  # refund
@@ -96,6 +96,50 @@ async def test_a_dead_processs_hold_is_freed_by_the_next_writer_after_its_lease_
             assert lease.hold_lost is False
     assert (w.round_trips, w.wcu) == (2, 2)  # admitted freeing the dead hold, then its exit
     assert w.rcu == 0
+
+
+async def hold_two_after_five_of_100_ms(open_repo: Any, clock: FakeClock) -> RateLimiter:
+    """A process whose holds on u1's llm last 100 ms, holding the whole cap (2) now."""
+    busy = RateLimiter(await open_repo(rejection_cache_ttl=0))
+    await busy.set_resource_defaults("llm", parallel(2))
+    for _ in range(5):
+        async with busy.acquire("u1", "llm", {"parallel": 1}):
+            clock.advance(100)
+    for _ in range(2):
+        await busy.acquire("u1", "llm", {"parallel": 1}).__aenter__()
+    return busy
+
+
+async def test_live_holders_are_waited_for_as_long_as_holds_last_here(
+    open_repo: Any, clock: FakeClock
+) -> None:
+    """Issue 42 item 3 (spec §5.19): with live holders the wait is how long this process's
+    recent holds on the item lasted (100 ms), not the lease_ttl (it said 3.001 s)."""
+    busy = await hold_two_after_five_of_100_ms(open_repo, clock)
+    with pytest.raises(RateLimitExceeded) as live:
+        async with busy.acquire("u1", "llm", {"parallel": 1}):
+            pass
+    assert live.value.retry_after_seconds == 0.1
+
+
+async def test_a_fresh_process_is_told_when_it_can_free_dead_holds(
+    open_repo: Any, clock: FakeClock
+) -> None:
+    """Issue 42 item 3: with dead holders a fresh process is told when it can free them, a
+    lease_ttl after it first saw them (the skew allowed, 2 minutes, outlasts their expiry),
+    and is admitted exactly then. It used to say 0.001 s for that whole lease_ttl."""
+    busy = await hold_two_after_five_of_100_ms(open_repo, clock)
+    busy.repository.scope.admission.renewals.stop()  # the process dies holding both
+    clock.advance(TTL_MS + 1)  # past their expiry
+    fresh = RateLimiter(await open_repo(rejection_cache_ttl=0))
+    with pytest.raises(RateLimitExceeded) as dead:
+        async with fresh.acquire("u1", "llm", {"parallel": 1}):
+            pass
+    assert dead.value.retry_after_seconds == TTL_S + 0.001
+    clock.advance(TTL_MS)
+    assert await refused(fresh)  # 1 ms early: still held
+    clock.advance(1)
+    assert not await refused(fresh)
 
 
 async def test_admit_and_exit_cost_one_write_each(limiter: RateLimiter, wire: Any) -> None:

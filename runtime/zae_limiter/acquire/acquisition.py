@@ -86,6 +86,7 @@ class Acquisition:
         self.moved_hold = False  # a hold was lost and taken again: hold_lost stays True
         self.pending = self.scope.shared.pending
         self.watchers: list[tuple[Watcher, Callable[[], None]]] = []  # (watcher, ended)
+        self.admitted_at = 0
 
     def _describe(self, message: str, cause: BaseException) -> RateLimiterUnavailable:
         """The documented exception for an acquire-path failure: the one translation."""
@@ -142,6 +143,7 @@ class Acquisition:
         except Unavailable as exc:
             return self._unavailable(f"DynamoDB is unavailable; {_what_was_debited(exc)}", exc)
         self.ledger.holds = holds
+        self.admitted_at = self.clock()
         self.lease = Lease(self, self.ledger)
         return self.lease
 
@@ -240,6 +242,11 @@ class Acquisition:
             for name, key in entry.held.items()
         )
 
+    def _note_held(self, entry: Landed) -> None:
+        item, lasted = item_key(entry.target.image), self.clock() - self.admitted_at
+        for name in entry.held:
+            self.admission.ledger.held_for(item, name, lasted)
+
     def watch_hold(
         self, holds: dict[str, ResourceHold], tell: Callable[[], None], ended: Callable[[], None]
     ) -> Callable[[], None]:
@@ -287,8 +294,12 @@ class Acquisition:
         if lease is None or lease.degraded:
             return
         holds = self.ledger.holds
+        landed = landed_items(holds)
+        for entry in landed:  # how long its concurrency holds lasted: a refusal's estimate
+            if entry.held:
+                self._note_held(entry)
         if exc_type is not None:
-            work = self.admission.refund(landed_items(holds))
+            work = self.admission.refund(landed)
         else:
             changes = pending_changes(holds)
             if not changes:

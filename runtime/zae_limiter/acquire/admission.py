@@ -156,13 +156,16 @@ class Admission:
         raise result.error
 
     def rejection(self, targets: list[Target], now: int) -> RateLimitExceeded:
+        received = self.clock()  # every image here arrived by now (`now` may be earlier: the
+        for target in targets:  # time a refused write was planned); each is a sighting
+            planning.note_sightings(target.image, self.ledger, received)
         statuses = self.statuses(targets, now)
         if not any(s.exceeded for s in statuses):
             return RateLimitExceeded(statuses, contended=True)
         return RateLimitExceeded(statuses)
 
     def statuses(self, targets: list[Target], now: int) -> list[LimitStatus]:
-        return planning.target_statuses(targets, now)
+        return planning.target_statuses(targets, now, self.ledger)
 
     async def refund(self, landed: list[Landed]) -> None:
         """Give back everything `landed` debited, exactly once, never above a ceiling."""

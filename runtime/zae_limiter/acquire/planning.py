@@ -11,8 +11,10 @@ from .. import config as cfg
 from ..core import bucket, hold_writes, waits
 from ..core.bucket import MILLI, Kind, LimitWrite, Params, Slot, State
 from ..core.hold_ledger import Ledger
+from ..core.holds import Outlook
 from ..core.images import BucketImage, Stamp, new_op_id
 from ..models import LimitStatus
+from .deadlines import ASSUMED_SKEW_MS
 from .values import Landed, Planner, PlanResult, Target
 
 # --- planners ------------------------------------------------------------------------------------
@@ -190,9 +192,15 @@ def refused_on_image(target: Target, now: int) -> bool:
 
 
 def limit_statuses(
-    image: BucketImage, amounts: dict[str, int], now: int, *, bypass: bool = False
+    image: BucketImage,
+    amounts: dict[str, int],
+    now: int,
+    *,
+    bypass: bool = False,
+    ledger: Ledger | None = None,
 ) -> list[LimitStatus]:
-    """A status for every declared limit of an item, judged on its balance at `now`."""
+    """A status for every declared limit of an item, judged on its balance at `now`; a full
+    concurrency limit's wait from what `ledger` (the judging writer's) knows of its holds."""
     out = []
     slot = image.slot
     for params in image.stamp.limits:
@@ -202,7 +210,10 @@ def limit_statuses(
         exceeded = (
             not bypass and not params.soft and params.name in amounts and view.balance < requested
         )
-        wait = waits.retry_after_ms(params, state, now, slot, requested) if exceeded else 0
+        wait = 0
+        if exceeded:
+            outlook = _outlook(image, params, ledger) if params.kind == Kind.CONCURRENT else None
+            wait = waits.retry_after_ms(params, state, now, slot, requested, outlook)
         grows = waits.next_unit_ms(params, state, now, slot, balance=view.balance)
         out.append(
             LimitStatus(
@@ -222,10 +233,27 @@ def limit_statuses(
     return out
 
 
-def target_statuses(targets: list[Target], now: int) -> list[LimitStatus]:
+def note_sightings(image: BucketImage, ledger: Ledger, now: int) -> None:
+    """Tell `ledger` the holds of the item's concurrency limits, as seen at `now`."""
+    for name, state in image.states.items():
+        if state.holds:
+            ledger.sighted(item_key(image), name, state.holds, now)
+
+
+def _outlook(image: BucketImage, params: Params, ledger: Ledger | None) -> Outlook:
+    """What the judging writer knows of a concurrency limit's holds (none: only the item)."""
+    if ledger is None:
+        return Outlook(skew_ms=ASSUMED_SKEW_MS, ttl_ms=params.period_ms)
+    return ledger.outlook(item_key(image), params.name, params.period_ms)
+
+
+def target_statuses(
+    targets: list[Target], now: int, ledger: Ledger | None = None
+) -> list[LimitStatus]:
     out: list[LimitStatus] = []
     for target in targets:
-        out += limit_statuses(target.image, target.amounts, now, bypass=target.stamp.is_bypass)
+        bypass = target.stamp.is_bypass
+        out += limit_statuses(target.image, target.amounts, now, bypass=bypass, ledger=ledger)
     return out
 
 

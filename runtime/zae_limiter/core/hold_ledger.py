@@ -9,12 +9,13 @@ new generation takes its place), so a give-back can never subtract what another 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from . import holds
 from .hold_writes import Holder
-from .holds import Hold, HoldWrite
+from .holds import Hold, HoldWrite, Outlook
 
 
 @dataclass
@@ -32,6 +33,8 @@ class Entry:
 Slot = tuple[Hashable, str]  # (item key, limit name)
 NONE: frozenset[str] = frozenset()
 QUIET_NONE: frozenset[Hold] = frozenset()
+#: How many of this process's recent hold durations per item a refusal's wait is judged from.
+RECENT_HOLDS = 16
 
 
 class Ledger:
@@ -46,6 +49,8 @@ class Ledger:
         #: others' entries as last seen, (key, amount, expiry) -> when first seen so
         self.seen: dict[Slot, dict[tuple[str, int, int], int]] = {}
         self.ttls: dict[Slot, int] = {}  # each slot's lease_ttl (ms), as last planned
+        #: how long this process's recent holds on each slot lasted (ms), newest last
+        self.lasted: dict[Slot, deque[int]] = {}
         #: told (entry, expiry) of every entry a landed write set (a history's log)
         self.on_written: Callable[[str, int], None] | None = None
         #: told (planned at, received at, keys present) of every landed write (a history's log)
@@ -209,6 +214,34 @@ class Ledger:
                 removed = True
         if removed and self.on_removed is not None:
             self.on_removed()
+
+    def held_for(self, item: Hashable, limit: str, ms: int) -> None:
+        """A lease of this process held `limit` on `item` for `ms` (admission to exit)."""
+        recent = self.lasted.get((item, limit))
+        if recent is None:
+            recent = self.lasted[item, limit] = deque(maxlen=RECENT_HOLDS)
+        recent.append(ms)
+
+    def outlook(self, item: Hashable, limit: str, ttl_ms: int) -> Outlook:
+        """What this process knows of the slot for the wait a refusal reports (core.holds):
+        the median of its recent hold durations there, its sightings, its entries."""
+        slot = (item, limit)
+        recent = sorted(self.lasted.get(slot, ()))
+        seen = {Hold(*entry): at for entry, at in self.seen.get(slot, {}).items()}
+        lapsed = frozenset(e.key for e in self.entries.get(slot, {}).values() if e.lost)
+        lasting = recent[len(recent) // 2] if recent else None
+        return Outlook(self.skew_ms, ttl_ms, lasting, seen, self.prefix, lapsed)
+
+    def sighted(self, item: Hashable, limit: str, seen: tuple[Hold, ...], at: int) -> None:
+        """Others' entries in an image this writer judged a refusal on (read, or kept): each
+        timed from `at` unless already seen exactly so (it was written before `at`, so its
+        quiet time may start there). Nothing else changes: the image may be older than this
+        writer's own latest write."""
+        others = [h for h in seen if not h.key.startswith(self.prefix)]
+        if others:
+            known = self.seen.setdefault((item, limit), {})
+            for h in others:
+                known.setdefault((h.key, h.amount, h.expiry), at)
 
     def holds(self, item: Hashable, limit: str, key: str, now: int) -> bool:
         """Whether `key` still holds what this process's leases took there (at `now`)."""

@@ -14,18 +14,27 @@ from .bucket import Params, State
 from .shares import Slot
 
 
-def retry_after_ms(params: Params, state: State, now: int, slot: Slot, requested: int) -> int:
+def retry_after_ms(
+    params: Params,
+    state: State,
+    now: int,
+    slot: Slot,
+    requested: int,
+    outlook: holds.Outlook | None = None,
+) -> int:
     """Smallest wait after which `requested` fits on this limit, ignoring the ceiling.
 
     A dripping limit with a schedule walks forward across its entries: each entry's rate
-    applies while it is in force, and a entry's start cuts the balance to its ceiling.
+    applies while it is in force, and a entry's start cuts the balance to its ceiling. A
+    concurrency limit waits until enough is given back, as far as the refusing writer can tell
+    (`outlook`, core.holds.frees_at; without one, entries come back past their expiry).
     """
     current = bucket.view(params, state, now, slot)
     if current.balance >= requested:
         return 0
-    if params.kind == bucket.Kind.CONCURRENT:  # until enough holds reach their expiry
+    if params.kind == bucket.Kind.CONCURRENT:
         cap = params.shard_capacity(slot)
-        return holds.retry_after_ms(cap, state.v, state.holds, now, requested)
+        return holds.retry_after_ms(cap, state.v, state.holds, now, requested, outlook=outlook)
     if params.kind == bucket.Kind.RATE:
         if params.schedule:
             return _walk_entries(params, state, now, slot, requested)
