@@ -9,7 +9,7 @@ import pytest
 
 from zae_limiter import Limit, OnUnavailable, ScheduleEntry
 from zae_limiter.manifest import UNSET, Level, ManifestError, load_file, load_file_limits, loads
-from zae_limiter.manifest.parse import LIMIT_KEYS
+from zae_limiter.manifest.limit_parse import LIMIT_KEYS
 from zae_limiter.manifest.plan import limits_to_manifest
 
 SPEC_EXAMPLE = """

@@ -17,7 +17,7 @@ from ..manifest import (
     plan_manifest,
     to_yaml,
 )
-from ..manifest.plan import located
+from ..manifest.table_checks import located
 from ..repository import Repository
 from .app import EXIT_DRIFT, Settings, connect, run, with_repo
 from .options import confirm

@@ -17,8 +17,9 @@ from .apply import (
     plan_manifest,
 )
 from .export import export_manifest, to_yaml
+from .limit_parse import parse_limits
 from .model import UNSET, EntitySpec, Level, Manifest, ManifestError, SystemLevel, Target
-from .parse import load_file, load_file_limits, loads, parse, parse_limits
+from .parse import load_file, load_file_limits, loads, parse
 from .plan import Change, EntityState, Ownership, Plan, Stored, limit_to_manifest, make_plan
 from .source import load_yaml
 from .state import ConcurrentApplyError, read_ownership, read_stored
