@@ -226,9 +226,17 @@ def test_aggregator_role_is_least_privilege(synthesized: Synthesized) -> None:
             ["dynamodb:GetItem"],
             {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["_#VERSION", "_#NSID"]}},
         ),
+        "CheckDeletedEntities": (
+            ["dynamodb:ConditionCheckItem", "dynamodb:GetItem"],
+            {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#UDEL#*"]}},
+        ),
         "WriteSnapshotsAndMarkers": (
             ["dynamodb:PutItem", "dynamodb:UpdateItem"],
             {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#U#*", "_#AGG#*"]}},
+        ),
+        "WriteAlerts": (
+            ["dynamodb:PutItem", "dynamodb:UpdateItem"],
+            {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#AL#*"]}},
         ),
     }
     del found[key({"Fn::GetAtt": [table_id, "Arn"]})]
@@ -731,11 +739,13 @@ def test_policy_and_role_names_and_boundary(synthesized: Synthesized) -> None:
             "readonly",
             "usage",
             "audit",
+            "alerts",
             "app-namespace",
             "admin-namespace",
             "readonly-namespace",
             "usage-namespace",
             "audit-namespace",
+            "alerts-namespace",
         )
     )
     roles = resources(template, "AWS::IAM::Role")
@@ -849,6 +859,7 @@ def test_outputs(synthesized: Synthesized) -> None:
         "ReadonlyPolicyArn",
         "UsagePolicyArn",
         "AuditPolicyArn",
+        "AlertsPolicyArn",
     ):
         assert has(synthesized.default, name), name
         assert has(synthesized.full, name), name

@@ -1,4 +1,5 @@
-"""The version-record custom resource (writer and CloudFormation answer), on moto in process."""
+"""The version-record custom resource (writer and CloudFormation answer), on moto in process; each
+request it sends is checked against the version-record role's synthesized policy."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from zae_limiter.cdk.paths import VERSION_RECORD_DIR
 from zae_limiter.dynamo import codec, keys, records
 
 TABLE = "zl-version-record"
+#: Every request the writer sends is one the version-record role's synthesized policy allows.
+pytestmark = pytest.mark.usefixtures("iam_checked")
 
 
 def _load(module_name: str, file_name: str) -> ModuleType:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from support.iam_check import ADMIN, acting_as
 from zae_limiter import Limit, RateLimiter, Repository, VersionMismatchError, versioning
 from zae_limiter.admin import gates
 from zae_limiter.dynamo import keys
@@ -28,6 +29,15 @@ Call = Callable[[Repository, RateLimiter], Awaitable[Any]]
 async def acquire(limiter: RateLimiter, limits: list[Limit], consume: dict[str, int]) -> None:
     async with limiter.acquire("u1", "budget", consume, limits=limits):
         pass
+
+
+async def acquire_as_admin(
+    limiter: RateLimiter, limits: list[Limit], consume: dict[str, int]
+) -> None:
+    """The acquire path with an admin's credentials: raising `client_min_version` is an admin's
+    write, which an `app` principal is refused (docs/deploying.md)."""
+    with acting_as(ADMIN):
+        await acquire(limiter, limits, consume)
 
 
 #: (feature, gated call, whether success raises the minimum client version)
@@ -70,7 +80,7 @@ GATED: dict[str, tuple[str, Call, bool]] = {
     ),
     "session-acquire": (
         "session_quotas",
-        lambda _, lim: acquire(lim, [SESSION], {"session": 1}),
+        lambda _, lim: acquire_as_admin(lim, [SESSION], {"session": 1}),
         True,
     ),
 }
