@@ -322,4 +322,12 @@ async def test_the_wheel_apps_policies_allow_what_the_alert_tests_send(
     finally:
         check.uninstall()
     assert {"aggregator", "app", "admin", "alerts"} <= set(checked.by_role), checked.by_role
+    for role, service, operation in [
+        ("aggregator", "events", "PutEvents"),
+        ("aggregator", "dynamodb", "PutItem"),  # storing alerts
+        ("aggregator", "dynamodb", "TransactWriteItems"),  # snapshots, markers, tombstone checks
+        ("aggregator", "dynamodbstreams", "GetRecords"),  # the event source mapping's reads
+        ("alerts", "dynamodb", "Query"),
+    ]:
+        assert checked.calls[(role, service, operation)], (role, service, operation)
     assert checked.denials == []

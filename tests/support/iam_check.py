@@ -156,6 +156,8 @@ class Checked:
     """What the requests of one test came to."""
 
     by_role: Counter[str] = field(default_factory=Counter)
+    #: (role, service, operation) -> requests
+    calls: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     denials: list[str] = field(default_factory=list)
 
 
@@ -190,7 +192,8 @@ class RoleCheck:
             self._restore.pop()()
 
     def attach(self, client: Any, *, library: bool) -> None:
-        service = client.meta.service_model.service_name
+        model = client.meta.service_model
+        service = model.service_name  # "events"; its events say "eventbridge" (the service id)
 
         def on_request(params: dict[str, Any], model: Any, **_: Any) -> None:
             roles = _ROLE.get()
@@ -200,7 +203,9 @@ class RoleCheck:
                 self._evaluate(roles, service, model.name, params)
 
         client.meta.events.register(
-            f"before-parameter-build.{service}", on_request, unique_id="zae-iam-check"
+            f"before-parameter-build.{model.service_id.hyphenize()}",
+            on_request,
+            unique_id="zae-iam-check",
         )
 
     def _wrap(self, owner: Any, name: str, roles: Roles) -> None:
@@ -232,6 +237,7 @@ class RoleCheck:
         with self._lock:
             for checked in (self.current, self.total):
                 checked.by_role.update(roles)
+                checked.calls.update((role, service, operation) for role in roles)
                 checked.denials += problems
 
     @contextlib.contextmanager

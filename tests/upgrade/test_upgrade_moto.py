@@ -45,6 +45,8 @@ async def test_a_gated_call_is_refused_until_upgrade_then_succeeds(stack: Stack)
 
         result = stack.cli("upgrade", "--yes", "--lambda-endpoint-url", stack.endpoint)
         assert "replacing the code of" in result.stderr
+        assert "upgraded" not in result.stderr  # the verdict is stdout's, once
+        assert f"aggregator:      {LIBRARY_VERSION}" in result.stdout
 
         expected = build_aggregator_bundle()
         assert stack.code_sha256() == expected.sha256
@@ -81,10 +83,11 @@ async def test_a_second_upgrade_is_a_no_op(stack: Stack, moto_client: Any) -> No
     assert (again.applied, again.code_pushed, again.plan.steps) == (False, False, [])
     assert await table_items(moto_client, stack.table.name) == items
     assert stack.code_sha256() == sha
-    output = stack.cli("upgrade", "--yes", "--lambda-endpoint-url", NO_LAMBDA).stdout
-    assert output.strip() == (
+    result = stack.cli("upgrade", "--yes", "--lambda-endpoint-url", NO_LAMBDA)
+    assert result.stdout.strip() == (
         f"table {stack.table.name} is up to date with zae-limiter {LIBRARY_VERSION}"
     )
+    assert result.output.count("up to date") == 1  # the verdict once, not on stderr as well
 
 
 async def test_dry_run_prints_the_steps_and_writes_nothing(stack: Stack, moto_client: Any) -> None:

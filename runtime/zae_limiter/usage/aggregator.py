@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import versioning
+from .. import namespace_labels, versioning
 from ..alerts.detect import crossings as alert_crossings
 from ..alerts.event import Crossing
 from ..alerts.recorder import AlertRecorder, AlertSink
@@ -142,7 +142,9 @@ class Aggregator:
         self.settings = settings or AggregatorSettings()
         self._clock = clock or _system_clock
         self._archive = archive
-        self._alerts = AlertRecorder(store, alerts, self._clock, self.settings.alert_retention_days)
+        self._alerts = AlertRecorder(
+            store, alerts, self._clock, self.settings.alert_retention_days, self._namespace_name
+        )
         self._transport = transport_owned
         self._version_record: dict[str, Any] | None = None
         self._version_checked_at: int | None = None
@@ -206,7 +208,9 @@ class Aggregator:
                 "its batches until it is upgraded (`zae-limiter upgrade`)",
             )
         recorded = record.get("aggregator_version")
-        if recorded != versioning.LIBRARY_VERSION and recorded != self._warned_version:
+        # None: no aggregator is recorded (a table made by `create_table`, as `local up` makes
+        # it); this one runs anyway and has nothing to disagree with.
+        if recorded not in (None, versioning.LIBRARY_VERSION, self._warned_version):
             self._warned_version = recorded
             log.warning(
                 "aggregator code is zae-limiter %s but table %s records aggregator_version %s",
@@ -252,6 +256,10 @@ class Aggregator:
                     outcome.ignored += 1
             except MalformedRecord as exc:
                 outcome.failures[position] = exc
+            except Exception as exc:  # one record this code cannot read never stops the others
+                outcome.failures[position] = MalformedRecord(
+                    f"record {_event_id_of(raw)}: cannot be applied: {type(exc).__name__}: {exc}"
+                )
         applied = await self._apply(pending, outcome)
         # every crossing, applied here or before: a redelivery publishes what is left unpublished
         await self._alerts.record_batch([(p.position, p.crossings) for p in pending], outcome)
@@ -261,13 +269,26 @@ class Aggregator:
                 outcome.failures[position] = outcome.failures[first]
         for position, failure in sorted(outcome.failures.items()):
             log.warning(
-                "stream record %s (sequence %s) failed and will be retried: %s",
+                "stream record %s (sequence %s%s) failed and will be retried: %s",
                 _event_id_of(records[position]),
                 outcome.sequence_numbers.get(position),
+                await self._where(records[position]),
                 failure,
             )
         outcome.metrics = await self._metrics(applied)
         return outcome
+
+    async def _where(self, raw: Any) -> str:
+        """`, item <entity>/<resource> of namespace 'name' (id)` for a bucket record's log line."""
+        try:
+            pk = raw["dynamodb"]["Keys"]["PK"]["S"]
+            ns, entity_id, resource, shard = keys.parse_bucket_partition(pk)
+        except (KeyError, TypeError, ValueError):
+            return ""
+        await self._namespace_name(ns)
+        return (
+            f", item {entity_id}/{resource} shard {shard} of namespace {namespace_labels.label(ns)}"
+        )
 
     # --- snapshots ---------------------------------------------------------------------------
 
@@ -431,6 +452,8 @@ class Aggregator:
             except Exception:
                 return ns  # metrics only: fall back to the id, try again next batch
             self._namespace_names[ns] = str(item["name"]) if item and item.get("name") else ns
+            if item and item.get("name"):
+                namespace_labels.seen(ns, str(item["name"]))
         return self._namespace_names[ns]
 
     async def _metrics(self, applied: list[_Pending]) -> list[MetricPoint]:
