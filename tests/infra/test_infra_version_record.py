@@ -142,17 +142,17 @@ def test_update_is_idempotent_and_keeps_the_namespace_and_unknown_fields(client:
 
 
 def test_refuses_an_aggregator_older_than_the_minimum_client(client: Any) -> None:
-    set_record(client, client_min_version="0.18.0", aggregator_version="0.18.0")
-    with pytest.raises(writer.DeploymentRefused, match=r"0\.17\.0 aggregator.*requires 0\.18\.0"):
+    set_record(client, client_min_version="0.19.0", aggregator_version="0.19.0")
+    with pytest.raises(writer.DeploymentRefused, match=r"0\.18\.0 aggregator.*requires 0\.19\.0"):
         writer.apply(event("Update"), client)
     record = read(client, keys.version_record())
-    assert record is not None and record["aggregator_version"] == "0.18.0"  # untouched
+    assert record is not None and record["aggregator_version"] == "0.19.0"  # untouched
 
     writer.apply(event("Update", AllowAggregatorDowngrade="true"), client)
     record = read(client, keys.version_record())
     assert record is not None
     assert record["aggregator_version"] == versioning.LIBRARY_VERSION
-    assert record["client_min_version"] == "0.18.0"  # an override never lowers the minimum
+    assert record["client_min_version"] == "0.19.0"  # an override never lowers the minimum
 
 
 def test_rollback_after_a_refused_update_restores_the_previous_versions(client: Any) -> None:

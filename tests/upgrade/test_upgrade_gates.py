@@ -22,6 +22,8 @@ WEEKLY = Limit.quota("weekly", 1_000, cron="0 0 * * 1")
 SESSION = Limit.quota("session", 100, reset_after=timedelta(hours=5))
 SOFT = Limit.per_minute("rpm", 10, soft=True)
 RPM = Limit.per_minute("rpm", 10)
+PARALLEL = Limit.concurrent("parallel", 2)
+ALERTING = Limit.per_minute("rpm", 10, alert_at=(80,))
 
 Call = Callable[[Repository, RateLimiter], Awaitable[Any]]
 
@@ -83,6 +85,26 @@ GATED: dict[str, tuple[str, Call, bool]] = {
         lambda _, lim: acquire_as_admin(lim, [SESSION], {"session": 1}),
         True,
     ),
+    "concurrent-stored": (
+        "concurrent_limits",
+        lambda r, _: r.set_resource_defaults("llm", [PARALLEL]),
+        True,
+    ),
+    "concurrent-acquire": (
+        "concurrent_limits",
+        lambda _, lim: acquire_as_admin(lim, [PARALLEL], {"parallel": 1}),
+        True,
+    ),
+    "alerts-stored": (
+        "alert_thresholds",
+        lambda r, _: r.set_limits("u1", [ALERTING], "api"),
+        True,
+    ),
+    "alerts-acquire": (
+        "alert_thresholds",
+        lambda _, lim: acquire_as_admin(lim, [ALERTING], {"rpm": 1}),
+        True,
+    ),
 }
 
 
@@ -114,6 +136,12 @@ def test_the_gate_table_is_the_specification() -> None:
         "bypass": "0.17.0",
         "cascade_policy": "0.16.0",
         "session_quotas": "0.15.0",
+        "concurrent_limits": "0.18.0",
+        "alert_thresholds": "0.18.0",
+    }
+    # the seed pages' "0.17.0 or later" for top_up, reset_bucket, set_parent and soft limits
+    assert {gates.REQUIRED[f] for f in ("top_up", "reset_bucket", "set_parent", "soft_limits")} == {
+        "0.17.0"
     }
 
 
@@ -151,7 +179,7 @@ async def test_an_older_aggregator_refuses_before_any_write(
     remedy = (
         "run `zae-limiter upgrade`"
         if function
-        else "redeploy the stack with `cdk deploy` using zae-limiter 0.17.0"
+        else f"redeploy the stack with `cdk deploy` using zae-limiter {LIBRARY_VERSION}"
     )
     assert str(error) == (
         f"{feature} needs an aggregator of version {required} or later, but the stack runs "
@@ -187,8 +215,8 @@ async def test_the_minimum_is_never_lowered(stocked: Repository) -> None:
 async def test_the_minimum_never_exceeds_the_library(
     stocked: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(gates.REQUIRED, "top_up", "0.18.0")
-    await stocked.set_version_record(aggregator_version="0.18.0")
+    monkeypatch.setitem(gates.REQUIRED, "top_up", "0.19.0")
+    await stocked.set_version_record(aggregator_version="0.19.0")
     await stocked.top_up("u1", "budget", {"weekly": 1})
     assert await minimum(stocked) == LIBRARY_VERSION
 

@@ -54,6 +54,8 @@ from ..schema import SCHEMA_VERSION
 from . import records as stream_records
 from .aggregator_settings import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
 from .aggregator_settings import AggregatorSettings as AggregatorSettings
+from .outcome import MetricPoint as MetricPoint
+from .outcome import Outcome as Outcome
 from .records import BucketChange, MalformedRecord, StreamRecord
 from .windows import bounds
 
@@ -78,42 +80,6 @@ _NOT_WARNED = object()
 
 def _system_clock() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True)
-class MetricPoint:
-    """One value for the dashboard: name, value, unit, dimensions (never an entity)."""
-
-    name: str
-    value: float
-    unit: str
-    dimensions: tuple[tuple[str, str], ...]
-
-
-@dataclass
-class Outcome:
-    """What one batch did. `failures` maps a record's position in the batch to its error."""
-
-    total: int
-    sequence_numbers: dict[int, str | None] = field(default_factory=dict)
-    failures: dict[int, BaseException] = field(default_factory=dict)
-    applied: int = 0  # records whose changes were written by this call
-    duplicates: int = 0  # records already applied by an earlier delivery
-    archived: int = 0
-    ignored: int = 0  # records that count nothing
-    alerts_stored: int = 0  # threshold alerts stored by this call (docs/alerts.md)
-    alerts_published: int = 0
-    metrics: list[MetricPoint] = field(default_factory=list)
-
-    def batch_item_failures(self) -> list[dict[str, str]]:
-        """Lambda's partial batch response items, in batch order."""
-        return [
-            {"itemIdentifier": self.sequence_numbers.get(pos) or ""}
-            for pos in sorted(self.failures)
-        ]
-
-    def response(self) -> dict[str, list[dict[str, str]]]:
-        return {"batchItemFailures": self.batch_item_failures()}
 
 
 @dataclass
@@ -238,7 +204,7 @@ class Aggregator:
         first_of: dict[str, int] = {}
         repeats: dict[int, int] = {}
         for position, raw in enumerate(records):
-            outcome.sequence_numbers[position] = _sequence_of(raw)
+            outcome.sequence_numbers[position] = stream_records.sequence_of(raw)
             try:
                 record = stream_records.parse_record(raw)
                 if record.event_id in first_of:
@@ -257,8 +223,9 @@ class Aggregator:
             except MalformedRecord as exc:
                 outcome.failures[position] = exc
             except Exception as exc:  # one record this code cannot read never stops the others
+                event_id = stream_records.event_id_of(raw)
                 outcome.failures[position] = MalformedRecord(
-                    f"record {_event_id_of(raw)}: cannot be applied: {type(exc).__name__}: {exc}"
+                    f"record {event_id}: cannot be applied: {type(exc).__name__}: {exc}"
                 )
         applied = await self._apply(pending, outcome)
         # every crossing, applied here or before: a redelivery publishes what is left unpublished
@@ -270,7 +237,7 @@ class Aggregator:
         for position, failure in sorted(outcome.failures.items()):
             log.warning(
                 "stream record %s (sequence %s%s) failed and will be retried: %s",
-                _event_id_of(records[position]),
+                stream_records.event_id_of(records[position]),
                 outcome.sequence_numbers.get(position),
                 await self._where(records[position]),
                 failure,
@@ -280,11 +247,10 @@ class Aggregator:
 
     async def _where(self, raw: Any) -> str:
         """`, item <entity>/<resource> of namespace 'name' (id)` for a bucket record's log line."""
-        try:
-            pk = raw["dynamodb"]["Keys"]["PK"]["S"]
-            ns, entity_id, resource, shard = keys.parse_bucket_partition(pk)
-        except (KeyError, TypeError, ValueError):
+        bucket = stream_records.bucket_of(raw)
+        if bucket is None:
             return ""
+        ns, entity_id, resource, shard = bucket
         await self._namespace_name(ns)
         return (
             f", item {entity_id}/{resource} shard {shard} of namespace {namespace_labels.label(ns)}"
@@ -508,15 +474,3 @@ def _chunks(pending: list[_Pending]) -> list[list[_Pending]]:
     if current:
         chunks.append(current)
     return chunks
-
-
-def _sequence_of(raw: Any) -> str | None:
-    try:
-        sequence = raw["dynamodb"]["SequenceNumber"]
-    except (KeyError, TypeError):
-        return None
-    return sequence if isinstance(sequence, str) else None
-
-
-def _event_id_of(raw: Any) -> str | None:
-    return raw.get("eventID") if isinstance(raw, Mapping) else None
