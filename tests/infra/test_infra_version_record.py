@@ -111,6 +111,10 @@ def test_create_writes_the_record_and_registers_default(client: Any) -> None:
     assert record["client_min_version"] == "0.0.0"
     assert record["updated_by"] == f"cdk:{versioning.LIBRARY_VERSION}"
     assert (record["audit_retention_days"], record["usage_retention_days"]) == (90, 30)
+    table_id = record["table_id"]  # the table's identity, drawn once (docs/errors.md)
+    assert len(table_id) == 16
+    writer.apply(event("Update", AuditRetentionDays="400"), client)
+    assert (read(client, keys.version_record()) or {})["table_id"] == table_id  # never replaced
     by_name = read(client, keys.namespace_by_name("default"))
     assert by_name is not None and by_name["status"] == records.NAMESPACE_ACTIVE
     by_id = read(client, keys.namespace_by_id(by_name["id"]))

@@ -181,7 +181,13 @@ def local_up(
     engine_name: engine.EngineName,
 ) -> None:
     """Start DynamoDB Local in the background, create the table, print the `export` lines.
-    Idempotent."""
+    Idempotent: on a running engine it only ensures the table.
+
+    An in-memory engine that stopped starts empty: the table is created again, with a new
+    identity, and processes that had the old one open fail with TableRecreatedError (instead of
+    admitting against limits that are gone) until they open it again. The aggregator passes a
+    stream record that keeps failing into aggregator-dead-letters.jsonl in the state directory,
+    with its reason."""
     if data_dir and in_memory:
         raise click.UsageError("give --data-dir PATH or --in-memory, not both")
     running = engine.status(port=port)
