@@ -195,9 +195,66 @@ def test_make_install_checks_the_node_version(tmp_path: Path, version: str, warn
         assert f"Install Node.js {lts[1]}, the current LTS" in result.stderr
     else:
         assert result.stderr == ""
-    assert f"Node.js {lts[1]} (the current LTS" in (ROOT / "README.md").read_text()
-    assert "Node 20" not in (ROOT / "README.md").read_text()
     assert "check-node.sh" in (ROOT / "Makefile").read_text()
+
+
+def _check_node_setting(name: str) -> str:
+    found = re.search(rf"^{name}=(\d+)", (ROOT / "scripts" / "check-node.sh").read_text(), re.M)
+    assert found is not None, name
+    return found[1]
+
+
+def test_every_page_asks_for_the_node_the_check_recommends() -> None:
+    """README, deploying and contributing name the same Node.js lines as scripts/check-node.sh:
+    the current LTS, and the oldest line that works; no page names another."""
+    lts, minimum = _check_node_setting("NODE_LTS"), _check_node_setting("NODE_MINIMUM")
+    for page in ("README.md", "docs/deploying.md", "docs/contributing.md"):
+        text = " ".join((ROOT / page).read_text().split())
+        assert f"Node.js {lts} (the current LTS; {minimum} or newer works" in text, page
+        assert set(re.findall(r"Node(?:\.js)? (\d+)", text)) == {lts}, page
+
+
+def test_a_fresh_install_warns_about_an_old_node_once(tmp_path: Path) -> None:
+    """`make node` on a fresh checkout (npm tools to install) with Node 20: one warning."""
+    for name in ("Makefile", "package.json", "package-lock.json"):
+        shutil.copy2(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "scripts", tmp_path / "scripts")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name, body in (("node", "echo v20.20.2"), ("npm", "mkdir -p node_modules")):
+        (tools / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tools / name).chmod(0o755)
+    result = subprocess.run(
+        ["make", "-s", "node"],
+        cwd=tmp_path,
+        env={**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert (tmp_path / "node_modules" / ".zae-stamp").exists()  # npm ran
+    assert result.stderr.count("is end-of-life") == 1, result.stderr
+
+
+def _make(*args: str) -> str:
+    return subprocess.run(
+        ["make", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_make_help_lists_every_target() -> None:
+    rules = re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M)
+    listed = set(re.findall(r"^make ([a-z-]+)", _make("help"), re.M))
+    assert rules and set(rules) == listed, set(rules) ^ listed
+
+
+def test_make_demo_takes_a_port() -> None:
+    from zae_limiter import demo
+
+    assert "-m zae_limiter.demo --port 8123" in _make("-n", "demo", "PORT=8123")
+    assert "--port" not in _make("-n", "demo").splitlines()[-1]  # a free port by default
+    assert demo.parse_args(["--port", "8123"]).port == 8123
+    assert demo.parse_args([]).port is None
 
 
 def test_the_wheel_holds_the_construct_and_both_lambdas(unpacked_wheel: tuple[Path, Path]) -> None:

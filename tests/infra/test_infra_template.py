@@ -110,7 +110,7 @@ def test_table_stream_ttl_pitr_encryption_billing_and_retention(synthesized: Syn
     assert "ProvisionedThroughput" not in props
     # SSEEnabled false = encrypted with the AWS-owned key (DynamoDB's default).
     assert props["SSESpecification"] == {"SSEEnabled": False}
-    assert props["DeletionProtectionEnabled"] is False
+    assert props["DeletionProtectionEnabled"] is True  # by default: the table holds money
     assert table["DeletionPolicy"] == "Retain"
     assert table["UpdateReplacePolicy"] == "Retain"
 
@@ -132,7 +132,7 @@ def test_table_options(synthesized: Synthesized) -> None:
         "SSEEnabled": True,
         "SSEType": "KMS",
     }
-    assert props["DeletionProtectionEnabled"] is True
+    assert props["DeletionProtectionEnabled"] is False  # opted out, as a stack to destroy does
     assert table["DeletionPolicy"] == "Delete"
     assert {"Key": "team", "Value": "payments"} in props["Tags"]
 
