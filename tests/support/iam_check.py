@@ -41,7 +41,14 @@ from typing import Any
 
 import botocore.client
 
-from support.iam_eval import Deployment, Request, allows, aws_requests, resolve_statements
+from support.iam_eval import (
+    Deployment,
+    Request,
+    allows,
+    aws_requests,
+    names_action,
+    resolve_statements,
+)
 
 Roles = tuple[str, ...]
 
@@ -171,6 +178,8 @@ class RoleCheck:
         self.total = Checked()
         self._lock = threading.Lock()
         self._restore: list[Callable[[], None]] = []
+        #: (role, action) -> the role's statements naming the action (most name few actions)
+        self._naming: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
     # --- installing ---------------------------------------------------------------------------
 
@@ -228,9 +237,8 @@ class RoleCheck:
         try:
             touches = aws_requests(service, operation, params, self.deployment)
             for role in roles:
-                statements = self.policies[role]
                 for action, resource, key in touches:
-                    if not allows(statements, Request(action, resource, key)):
+                    if not allows(self._statements(role, action), Request(action, resource, key)):
                         problems.append(f"{role} may not {action} on {resource} (key {key!r})")
         except Exception as exc:  # an unknown call or condition: as loud as a denial
             problems.append(f"cannot evaluate {service} {operation}: {exc}")
@@ -239,6 +247,13 @@ class RoleCheck:
                 checked.by_role.update(roles)
                 checked.calls.update((role, service, operation) for role in roles)
                 checked.denials += problems
+
+    def _statements(self, role: str, action: str) -> list[dict[str, Any]]:
+        found = self._naming.get((role, action))
+        if found is None:
+            found = [s for s in self.policies[role] if names_action(s, action)]
+            self._naming[(role, action)] = found
+        return found
 
     @contextlib.contextmanager
     def test(self) -> Iterator[Checked]:

@@ -74,9 +74,13 @@ def _resource_matches(pattern: Any, resource: Any) -> bool:
     return bool(pattern == resource)
 
 
+def names_action(statement: Mapping[str, Any], action: str) -> bool:
+    """Whether the statement's `Action` covers `action` (IAM's wildcards)."""
+    return any(_glob(pattern).fullmatch(action) for pattern in _listed(statement["Action"]))
+
+
 def _matches(statement: Mapping[str, Any], request: Request) -> bool:
-    actions = _listed(statement["Action"])
-    if not any(_glob(action).fullmatch(request.action) for action in actions):
+    if not names_action(statement, request.action):
         return False
     if not any(_resource_matches(r, request.resource) for r in _listed(statement["Resource"])):
         return False
