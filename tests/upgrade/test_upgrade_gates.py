@@ -14,6 +14,7 @@ from support.iam_check import ADMIN, acting_as
 from zae_limiter import Limit, RateLimiter, Repository, VersionMismatchError, versioning
 from zae_limiter.admin import gates
 from zae_limiter.dynamo import keys
+from zae_limiter.manifest import apply_manifest, loads
 from zae_limiter.versioning import LIBRARY_VERSION
 
 pytestmark = pytest.mark.ddb
@@ -260,3 +261,23 @@ async def test_a_concurrent_ratchet_is_not_an_error(
     assert len(updates) == update_calls
     assert [r.conditional_failure for r in updates] == [True] + [False] * (update_calls - 1)
     assert await minimum(stocked) == "0.17.0"
+
+
+@pytest.mark.parametrize(
+    ("limit", "feature"),
+    [
+        ("{capacity: 2, concurrent: true}", "concurrent_limits"),
+        ("{capacity: 600, alert_at: [80]}", "alert_thresholds"),
+    ],
+)
+async def test_a_manifest_with_an_0_18_0_feature_is_refused_before_any_write(
+    stocked: Repository, wire: Any, limit: str, feature: str
+) -> None:
+    """The manifest equivalents of `Limit.concurrent` and `alert_at` wait for an 0.18.0
+    aggregator like the calls do: refused while planning the apply, nothing written."""
+    await stocked.set_version_record(aggregator_version="0.17.0", updated_by="cdk:0.17.0")
+    manifest = loads(f"namespace: default\nresources:\n  llm:\n    limits:\n      x: {limit}\n")
+    with wire.block() as w, pytest.raises(VersionMismatchError) as refused:
+        await apply_manifest(stocked, manifest)
+    assert (refused.value.feature, refused.value.required_version) == (feature, "0.18.0")
+    assert not {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"} & set(w.by_operation)
