@@ -43,11 +43,12 @@ install-runtime: $(STAMPS)/python-runtime node java
 $(PY):
 	bash scripts/make-venv.sh "$(PYTHON)" "$(VENV)"
 
-$(STAMPS)/python-all: pyproject.toml constraints.txt | $(PY)
+# versioning.py holds the package's version: a new one must reach the installed metadata.
+$(STAMPS)/python-all: pyproject.toml constraints.txt runtime/zae_limiter/versioning.py | $(PY)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,lambda,cdk,local,loadtest]'
 	@mkdir -p $(STAMPS) && touch $@ $(STAMPS)/python-runtime
 
-$(STAMPS)/python-runtime: pyproject.toml constraints.txt | $(PY)
+$(STAMPS)/python-runtime: pyproject.toml constraints.txt runtime/zae_limiter/versioning.py | $(PY)
 	$(PY) -m pip install -q -c constraints.txt -e .
 	@mkdir -p $(STAMPS) && touch $@
 
