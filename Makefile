@@ -1,5 +1,6 @@
 # zae-limiter: one-command setup, demo and tests.
 #   make demo   installs what the demo needs, runs it against an embedded DynamoDB Local
+#               (PORT=8123 picks its port; default: a free one)
 #   make test   installs everything (Python deps, Java 17, the DynamoDB Local jar), then lint,
 #               type checks and the whole test suite
 # `install` is idempotent and takes well under a second when nothing changed (stamp files).
@@ -14,17 +15,24 @@ PY := $(BIN)/python
 STAMPS := $(VENV)/.zae-stamps
 NPM_STAMP := node_modules/.zae-stamp
 PYTEST_ARGS ?= -q
+PORT ?=
 
 .PHONY: help install install-runtime java node demo test lint pytest bench soak constraints clean
 
 help:
-	@echo "make demo      install what the demo needs and run it"
+	@echo "make demo      install what the demo needs and run it (PORT=8123: DynamoDB Local's port)"
 	@echo "make test      install everything, then make lint and pytest"
 	@echo "make install   create $(VENV), install Python deps (all extras), npm tools and Java 17"
+	@echo "make install-runtime  the same with the runtime package only (what the demo needs)"
+	@echo "make java      install Java 17 if java is missing (Debian's openjdk-17-jre-headless)"
+	@echo "make node      install the npm tools (DynamoDB Local, the CDK CLI); check the Node.js"
 	@echo "make lint      ruff check, ruff format --check and mypy"
-	@echo "make bench     run the benchmarks"
+	@echo "make pytest    the tests only (PYTEST_ARGS=\"-x -k wire\")"
+	@echo "make bench     run the benchmarks (BENCH_ARGS=--quick: a smoke run)"
 	@echo "make soak      the large recorded history, checked (report in benchmarks/results/)"
 	@echo "make constraints  regenerate constraints.txt from a clean venv"
+	@echo "make clean     remove the caches of pytest, mypy, ruff and hypothesis"
+	@echo "make help      this list"
 
 # --- installation ------------------------------------------------------------------------
 
@@ -35,11 +43,12 @@ install-runtime: $(STAMPS)/python-runtime node java
 $(PY):
 	bash scripts/make-venv.sh "$(PYTHON)" "$(VENV)"
 
-$(STAMPS)/python-all: pyproject.toml constraints.txt | $(PY)
+# versioning.py holds the package's version: a new one must reach the installed metadata.
+$(STAMPS)/python-all: pyproject.toml constraints.txt runtime/zae_limiter/versioning.py | $(PY)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,lambda,cdk,local,loadtest]'
 	@mkdir -p $(STAMPS) && touch $@ $(STAMPS)/python-runtime
 
-$(STAMPS)/python-runtime: pyproject.toml constraints.txt | $(PY)
+$(STAMPS)/python-runtime: pyproject.toml constraints.txt runtime/zae_limiter/versioning.py | $(PY)
 	$(PY) -m pip install -q -c constraints.txt -e .
 	@mkdir -p $(STAMPS) && touch $@
 
@@ -56,7 +65,7 @@ java:
 # --- running -----------------------------------------------------------------------------
 
 demo: install-runtime
-	$(PY) -m zae_limiter.demo
+	$(PY) -m zae_limiter.demo $(if $(PORT),--port $(PORT))
 
 lint: install
 	$(BIN)/ruff check .

@@ -79,6 +79,7 @@ async def set_up_table(
         client_min_version="0.0.0",
         updated_at=now,
         updated_by=f"create_table:{versioning.LIBRARY_VERSION}",
+        table_id=records.new_table_id(),  # kept by the condition below if it existed
     )
     try:
         await store.put(record, condition="attribute_not_exists(PK)")

@@ -191,6 +191,39 @@ class NamespaceNotFoundError(InfrastructureError):
         )
 
 
+class TableRecreatedError(InfrastructureError):
+    """The table was deleted and created again while this process had it open (docs/errors.md).
+
+    Its version record is not the one `Repository.open` read: a new table under the same name
+    (`zae-limiter local up` after an in-memory engine stopped, a table deleted and deployed
+    again). The namespaces this process writes to are not registered in it and its limits are
+    gone, so nothing is admitted against them.
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        namespace_name: str,
+        namespace_id: str,
+        *,
+        opened: str | None,
+        found: str | None,
+    ) -> None:
+        self.table_name = table_name
+        self.namespace_name = namespace_name
+        self.namespace_id = namespace_id
+        self.opened = opened
+        self.found = found
+        now = "has no version record" if found is None else f"is table {found}"
+        super().__init__(
+            f"Table {table_name!r} was deleted and created again since this process opened it "
+            f"(it opened table {opened or 'of an earlier release'}; {table_name!r} now {now}): "
+            f"namespace {namespace_name!r} ({namespace_id}) and its limits are not in the new "
+            "table, so nothing was admitted. Open the repository again (restart the process) "
+            "to use the new table, after configuring its limits."
+        )
+
+
 class NamespaceStateError(InfrastructureError):
     """The namespace is in the wrong state for the operation."""
 

@@ -56,6 +56,7 @@ from .instrumentation import RequestListener
 from .models import CacheStats
 from .resolution import Resolver
 from .scope import Scope, Shared
+from .table_identity import TableIdentity
 from .unmetered import Unmetered
 
 log = logging.getLogger("zae_limiter")
@@ -92,9 +93,19 @@ class Repository:
         self._ns = namespace_id
         self._owner = owner
         self._config_cache = ConfigCache(shared.config_cache_ttl)
-        self._resolver = Resolver(self._store, namespace_id, self._config_cache, shared.clock)
+        self._identity = TableIdentity(
+            self._store,
+            shared.table_id,
+            namespace_id,
+            namespace_name,
+            shared.clock,
+            int(shared.config_cache_ttl * 1000),
+        )
+        self._resolver = Resolver(
+            self._store, namespace_id, self._config_cache, shared.clock, identity=self._identity
+        )
         self._admission = Admission(
-            DynamoBucketIO(self._store),
+            DynamoBucketIO(self._store, identity=self._identity),
             namespace_id,
             self._resolver,
             shared.images,
@@ -103,7 +114,9 @@ class Repository:
             shared.split_writes_per_second,
             shared.pending,
         )
-        self._unmetered = Unmetered(shared.unmetered, namespace_name, self._configured_resources)
+        self._unmetered = Unmetered(
+            shared.unmetered, namespace_name, self._configured_resources, identity=self._identity
+        )
         self._admission.finder.unmetered = self._unmetered
         self._scope = scope = Scope(
             namespace_id, self._store, shared.clock, self._resolver, self._admission, shared
@@ -255,6 +268,7 @@ class Repository:
             if _check_version:
                 check_versions(record, table_name)
             shared.version_record = record
+            shared.table_id = record.get("table_id")
             ns_id = await namespace_id_of(shared.store, ns_name)
         except DynamoError as exc:
             await transport.close()
@@ -460,6 +474,7 @@ class Repository:
             audit_retention_days=current.get("audit_retention_days"),
             usage_retention_days=current.get("usage_retention_days"),
             aggregator_dlq_url=current.get("aggregator_dlq_url"),
+            table_id=current.get("table_id"),
         )
         await self._store.put(item)
         self._shared.version_record = {k: v for k, v in item.items() if k not in ("PK", "SK")}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import config as cfg
 from .caches import ConfigCache
@@ -13,6 +13,9 @@ from .dynamo import keys
 from .dynamo.store import Store
 from .limits import Limit
 from .models import OnUnavailable
+
+if TYPE_CHECKING:
+    from .table_identity import TableIdentity
 
 
 def entity_config_from_items(entity_id: str, items: list[dict[str, Any]]) -> cfg.EntityConfig:
@@ -73,14 +76,34 @@ def stamp_for(
 
 
 class Resolver:
-    """Config reads for one namespace scope."""
+    """Config reads for one namespace scope.
 
-    def __init__(self, store: Store, ns: str, cache: ConfigCache, clock: Callable[[], int]) -> None:
+    A fresh read that finds a level gone which this process saw stored (levels are never
+    deleted, only emptied with a higher version) is evidence that the table was created again
+    or the namespace purged: `identity.confirm()` then says which (`table_identity`).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        ns: str,
+        cache: ConfigCache,
+        clock: Callable[[], int],
+        *,
+        identity: TableIdentity | None = None,
+    ) -> None:
         self.store = store
         self.ns = ns
         self.cache = cache
         self.clock = clock
+        self.identity = identity
         self.last_on_unavailable: OnUnavailable | None = None
+
+    async def _gone(self, key: tuple[str, ...], item: dict[str, Any] | None) -> None:
+        """Confirm the table when a level seen stored reads as absent."""
+        seen = self.cache.peek(key)
+        if item is None and self.identity is not None and getattr(seen, "version", 0) > 0:
+            await self.identity.confirm()
 
     async def entity_config(self, entity_id: str) -> cfg.EntityConfig:
         """Always read (strongly): entity-level changes must never lag."""
@@ -95,7 +118,9 @@ class Resolver:
             found, value = self.cache.get(key, self.clock())
             if found:
                 return value  # type: ignore[no-any-return]
-        level = cfg.level_from_item(await self.store.get(keys.resource_config(self.ns, resource)))
+        item = await self.store.get(keys.resource_config(self.ns, resource))
+        await self._gone(key, item)
+        level = cfg.level_from_item(item)
         self.cache.put(key, level, self.clock())
         return level
 
@@ -105,7 +130,9 @@ class Resolver:
             found, value = self.cache.get(key, self.clock())
             if found:
                 return value  # type: ignore[no-any-return]
-        level = system_level_from_item(await self.store.get(keys.system_config(self.ns)))
+        item = await self.store.get(keys.system_config(self.ns))
+        await self._gone(key, item)
+        level = system_level_from_item(item)
         self.cache.put(key, level, self.clock())
         if level.on_unavailable is not None:
             self.last_on_unavailable = level.on_unavailable

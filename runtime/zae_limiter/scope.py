@@ -34,6 +34,7 @@ class Shared:
     endpoint_url: str | None
     unmetered: str = "allow"  # the unmetered policy (unmetered.py)
     version_record: dict[str, Any] = field(default_factory=dict)
+    table_id: str | None = None  # the version record's, when this repository was opened
     gates_passed: set[str] = field(default_factory=set)
     principal: str | None = None
     principal_resolved: bool = False

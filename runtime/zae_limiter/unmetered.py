@@ -22,10 +22,14 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from .caches import BoundedSet
 from .dynamo.failures import AccessDenied
 from .errors import ValidationError
+
+if TYPE_CHECKING:
+    from .table_identity import TableIdentity
 
 log = logging.getLogger("zae_limiter")
 
@@ -52,15 +56,23 @@ class Unmetered:
         policy: str,
         namespace_name: str,
         configured: Callable[[], Awaitable[list[str]]],
+        *,
+        identity: TableIdentity | None = None,
     ) -> None:
         self.policy = policy
         self.namespace_name = namespace_name
         self._configured = configured
+        self._identity = identity
         self.admissions: Counter[str] = Counter()
         self._warned: BoundedSet[str] = BoundedSet()
 
-    async def admit(self, resource: str) -> None:
-        """Apply the policy to one call on an unmetered resource: count it, warn, or refuse."""
+    async def admit(self, resource: str, *, read_now: bool = False) -> None:
+        """Apply the policy to one call on an unmetered resource: count it, warn, or refuse.
+
+        `read_now`: its config was just read and held no limits, which is also what a table
+        created again looks like; the table is confirmed (at most once per config lifetime)."""
+        if read_now and self._identity is not None:
+            await self._identity.confirm_now_and_then()
         if self.policy == "reject":
             try:
                 names = await self._configured()

@@ -87,7 +87,8 @@ async def test_an_undecided_write_is_counted_logged_and_never_admits(
     assert proxy.counts["lost"] == UNKNOWN_RESENDS + 1
     assert stats.undecided_writes == 1
     assert any(
-        "write outcome undecided" in r.message and "/u/api shard 0" in r.message
+        "write outcome undecided" in r.message
+        and f"item u/api shard 0 of namespace 'default' ({repo.namespace_id})" in r.message
         for r in caplog.records
     )
     [state] = await admin.get_buckets("u")

@@ -15,6 +15,7 @@ from zae_limiter import (
     NamespaceStateError,
     RateLimiter,
     Repository,
+    TableRecreatedError,
     ValidationError,
 )
 
@@ -102,3 +103,50 @@ async def test_an_expired_bucket_is_treated_as_absent(open_repo: Any, clock: Any
     [after] = await repo.get_buckets("u")
     assert before.total_consumed == 60 and after.total_consumed == 10  # a fresh generation
     assert after.tokens == 50
+
+
+async def test_a_table_created_again_under_a_running_process_fails_loudly(
+    repo: Repository, open_repo: Any, table: Any, clock: Any, ddb_client: Any, wire: Any
+) -> None:
+    """An in-memory engine stopped and `local up` again makes a new table under the old name,
+    with another version record and another `default` id. A process still running fails with
+    `TableRecreatedError` where the evidence arrives (a live item gone, config it saw gone, a
+    resource with no limits), writes nothing, and pays nothing for the check on the warm path."""
+    limiter = RateLimiter(repo)
+    await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 100)])
+    idle = await open_repo()  # another process: opened, nothing read yet
+    for entity in ("user-1", "user-2"):
+        async with limiter.acquire(entity, "search", {"rpm": 1}):
+            pass
+    async with wire.block() as warm, limiter.acquire("user-1", "search", {"rpm": 1}):
+        pass
+    assert warm.by_operation == {"UpdateItem": 1}  # the debit alone: no identity read
+    opened = (await repo.get_version_record() or {})["table_id"]
+    await repo.set_version_record(aggregator_version=None)  # rewrites the record, keeps the id
+    assert (await repo.get_version_record() or {})["table_id"] == opened
+
+    await Repository.delete_table(table=table.name, endpoint_url=table.endpoint_url)
+    await Repository.create_table(table=table.name, endpoint_url=table.endpoint_url)
+
+    with pytest.raises(TableRecreatedError) as warm_item_gone:
+        async with limiter.acquire("user-1", "search", {"rpm": 1}):
+            pass
+    error = warm_item_gone.value
+    assert (error.table_name, error.namespace_name, error.opened) == (table.name, "default", opened)
+    assert error.found is not None and error.found != opened
+    assert "was deleted and created again" in str(error) and "Open the repository again" in str(
+        error
+    )
+    clock.advance(seconds=61)  # the config cache lapsed: a cold entity reads config, finds it gone
+    with pytest.raises(TableRecreatedError):
+        async with limiter.acquire("user-9", "search", {"rpm": 1}):
+            pass
+    with pytest.raises(TableRecreatedError):  # no config ever read: no limits, which is evidence
+        async with RateLimiter(idle).acquire("user-1", "search", {"rpm": 1}):
+            pass
+    page = await ddb_client.scan(TableName=table.name, ConsistentRead=True)
+    assert not [i for i in page["Items"] if i["PK"]["S"].startswith(repo.namespace_id)]
+
+    fresh = await open_repo()  # the new table, opened again: no false alarm
+    async with RateLimiter(fresh).acquire("user-1", "search", {"rpm": 1}):
+        pass  # unmetered in the new table, admitted

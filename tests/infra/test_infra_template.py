@@ -110,7 +110,7 @@ def test_table_stream_ttl_pitr_encryption_billing_and_retention(synthesized: Syn
     assert "ProvisionedThroughput" not in props
     # SSEEnabled false = encrypted with the AWS-owned key (DynamoDB's default).
     assert props["SSESpecification"] == {"SSEEnabled": False}
-    assert props["DeletionProtectionEnabled"] is False
+    assert props["DeletionProtectionEnabled"] is True  # by default: the table holds money
     assert table["DeletionPolicy"] == "Retain"
     assert table["UpdateReplacePolicy"] == "Retain"
 
@@ -132,7 +132,7 @@ def test_table_options(synthesized: Synthesized) -> None:
         "SSEEnabled": True,
         "SSEType": "KMS",
     }
-    assert props["DeletionProtectionEnabled"] is True
+    assert props["DeletionProtectionEnabled"] is False  # opted out, as a stack to destroy does
     assert table["DeletionPolicy"] == "Delete"
     assert {"Key": "team", "Value": "payments"} in props["Tags"]
 
@@ -226,9 +226,17 @@ def test_aggregator_role_is_least_privilege(synthesized: Synthesized) -> None:
             ["dynamodb:GetItem"],
             {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["_#VERSION", "_#NSID"]}},
         ),
+        "CheckDeletedEntities": (
+            ["dynamodb:ConditionCheckItem", "dynamodb:GetItem"],
+            {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#UDEL#*"]}},
+        ),
         "WriteSnapshotsAndMarkers": (
             ["dynamodb:PutItem", "dynamodb:UpdateItem"],
             {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#U#*", "_#AGG#*"]}},
+        ),
+        "WriteAlerts": (
+            ["dynamodb:PutItem", "dynamodb:UpdateItem"],
+            {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#AL#*"]}},
         ),
     }
     del found[key({"Fn::GetAtt": [table_id, "Arn"]})]
@@ -731,11 +739,13 @@ def test_policy_and_role_names_and_boundary(synthesized: Synthesized) -> None:
             "readonly",
             "usage",
             "audit",
+            "alerts",
             "app-namespace",
             "admin-namespace",
             "readonly-namespace",
             "usage-namespace",
             "audit-namespace",
+            "alerts-namespace",
         )
     )
     roles = resources(template, "AWS::IAM::Role")
@@ -849,6 +859,7 @@ def test_outputs(synthesized: Synthesized) -> None:
         "ReadonlyPolicyArn",
         "UsagePolicyArn",
         "AuditPolicyArn",
+        "AlertsPolicyArn",
     ):
         assert has(synthesized.default, name), name
         assert has(synthesized.full, name), name

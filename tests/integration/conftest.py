@@ -1,5 +1,6 @@
-"""Fixtures of the aggregation tests: no retry backoff, an in-process aggregator, and a repository
-on the real clock (for audit order and the background aggregator)."""
+"""Fixtures of the aggregation tests: every request checked against its role's IAM policy, no
+retry backoff, an in-process aggregator, and a repository on the real clock (for audit order and
+the background aggregator)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ from support.tables import TableRef
 from zae_limiter import Repository
 from zae_limiter.dynamo import transport
 from zae_limiter.local.stream_runner import StreamRunner
+
+
+@pytest.fixture(autouse=True)
+def _iam(iam_checked: object) -> None:
+    """Every request of these tests is one its role's synthesized policy allows."""
 
 
 @pytest.fixture(autouse=True)

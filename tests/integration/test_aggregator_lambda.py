@@ -27,6 +27,7 @@ from support.fixtures import REGION
 from support.tables import TableRef
 from zae_limiter import IncompatibleSchemaError, RateLimiter, Repository
 from zae_limiter.dynamo import codec, keys
+from zae_limiter.usage import aggregator as aggregator_module
 
 pytestmark = pytest.mark.ddb
 
@@ -136,10 +137,46 @@ async def test_recorded_event_applies_and_a_malformed_record_fails_alone(
     assert [b["Admissions"] for b in blobs if "Admissions" in b] == [[1.0]]
     assert any("ProcessingLagMs" in b for b in blobs)
     messages = [r.getMessage() for r in caplog.records]
-    assert any("records aggregator_version None" in m for m in messages)
+    assert not any("aggregator_version" in m for m in messages)  # none recorded: nothing to say
     [summary] = [r for r in caplog.records if r.getMessage() == "batch processed"]
     counts = [getattr(summary, name) for name in ("applied", "failed", "ignored")]
     assert counts == [4, 1, 5]
+
+
+async def test_poisoned_records_between_good_ones_fail_alone(
+    handler: ModuleType,
+    repo: Repository,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What DynamoDB Local's stream sends is decoded (an empty map arrives as `{}`); a record
+    that cannot be applied for any reason, not only a malformed one, is reported alone (Lambda
+    retries it, then sends it to the DLQ) and every record around it applies."""
+    event = recorded_event(repo.namespace_id)
+    buckets = [r for r in event["Records"] if r["dynamodb"]["Keys"]["SK"]["S"] == keys.BUCKET]
+    for record in buckets:  # holds and hold ledgers of a concurrency limit, as the local engine
+        for image in ("OldImage", "NewImage"):
+            if image in record["dynamodb"]:
+                limits = record["dynamodb"][image]["L"]["M"]
+                limits["rpm"]["M"] |= {"h": {}, "he": {}}
+    poisoned = copy.deepcopy(buckets[1])
+    poisoned["eventID"] = "poisoned-1"
+    poisoned["dynamodb"]["SequenceNumber"] = "000000000000000000098"
+    event["Records"].insert(event["Records"].index(buckets[1]) + 1, poisoned)
+    from zae_limiter.alerts.detect import crossings as detect
+
+    def unforeseen(record: Any) -> Any:
+        if record.event_id == "poisoned-1":
+            raise RuntimeError("a shape nobody foresaw")
+        return detect(record)
+
+    monkeypatch.setattr(aggregator_module, "alert_crossings", unforeseen)
+    response = await invoke(handler, event)
+    assert response == {"batchItemFailures": [{"itemIdentifier": "000000000000000000098"}]}
+    await recorded_ledger_holds(repo)
+    [failed] = [r.getMessage() for r in caplog.records if "poisoned-1" in r.getMessage()]
+    where = f"item user-1/search shard 0 of namespace 'default' ({repo.namespace_id})"
+    assert where in failed and "a shape nobody foresaw" in failed
 
 
 @pytest.mark.filterwarnings("error::aws_lambda_powertools.warnings.PowertoolsUserWarning")

@@ -96,6 +96,7 @@ async def test_eventbridge_gets_each_alert_once_after_a_refused_put(
     detail = next(m["detail"] for m in received if m["detail"]["threshold"] == 50)
     assert detail == {
         **next(a for a in stored if a.threshold == 50).to_dict(),
+        "namespace": "default",  # named by its name, as people know it, with its id
         "namespace_id": repo.namespace_id,
         "table": table.name,
     }

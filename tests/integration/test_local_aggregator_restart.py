@@ -83,13 +83,13 @@ async def test_a_stop_request_is_honoured_after_the_batch_in_hand(repo: Reposito
     await spend(repo, 120)
     stop = asyncio.Event()
     async with StreamRunner.from_repository(repo, batch_size=20) as runner:
-        handle = runner.aggregator.handle_event
+        process = runner.aggregator.process
 
-        async def handle_then_stop(event: Any) -> Any:
+        async def process_then_stop(records: Any) -> Any:
             stop.set()  # as SIGTERM would, while the first batch is being applied
-            return await handle(event)
+            return await process(records)
 
-        runner.aggregator.handle_event = handle_then_stop  # type: ignore[method-assign]
+        runner.aggregator.process = process_then_stop  # type: ignore[method-assign]
         assert await runner.drain(stop) == 20  # one batch, not the 120 records behind it
         assert runner.read == 20
 
@@ -103,14 +103,14 @@ async def test_run_abandons_its_batch_on_stop_and_the_next_run_applies_it_once(
     async with StreamRunner.from_repository(
         repo, batch_size=100, checkpoint_path=checkpoint
     ) as runner:
-        handle = runner.aggregator.handle_event
+        process = runner.aggregator.process
 
-        async def stop_mid_batch(event: Any) -> Any:
+        async def stop_mid_batch(records: Any) -> Any:
             stop.set()  # SIGTERM arrives while the batch is in flight
             await asyncio.sleep(3600)  # a batch that would take long: run() must not wait
-            return await handle(event)
+            return await process(records)
 
-        runner.aggregator.handle_event = stop_mid_batch  # type: ignore[method-assign]
+        runner.aggregator.process = stop_mid_batch  # type: ignore[method-assign]
         await asyncio.wait_for(runner.run(stop, poll_interval=0.01), 30)
         assert runner.delivered == 0  # abandoned, never acknowledged
     async with StreamRunner.from_repository(repo, checkpoint_path=checkpoint) as after:

@@ -7,6 +7,8 @@ The ledger a snapshot is checked against is the bucket items' own consumption co
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
@@ -19,7 +21,7 @@ from support.clock import FakeClock
 from support.faults import ddb_error, inject
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository, UsageSnapshot, ValidationError
-from zae_limiter.dynamo import transport
+from zae_limiter.dynamo import keys, transport
 from zae_limiter.local.engine import stop_pid
 from zae_limiter.local.stream_runner import (
     AggregationFailed,
@@ -609,3 +611,81 @@ async def test_a_concurrency_limit_nets_to_zero_over_its_leases(
     done = await only(limiter, "user-1", "llm", "hourly")
     assert (done.counters, done.total_events) == ({"requests": 2, "parallel": 0}, 2)
     assert await ledger(repo, "user-1", "llm") == {"requests": 2, "parallel": 0}
+
+
+# --- records that cannot be applied ----------------------------------------------------------
+
+
+async def test_the_aggregator_warns_only_about_a_recorded_version_that_differs(
+    repo: Repository, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A table `create_table` made records no aggregator (`local up`'s): no warning at each
+    start. A recorded version other than the aggregator's own is worth one."""
+    with caplog.at_level(logging.WARNING, logger="zae_limiter.usage.aggregator"):
+        async with StreamRunner.from_repository(repo) as running:
+            await running.drain()
+        assert not [r for r in caplog.records if "aggregator_version" in r.getMessage()]
+        await repo.set_version_record(aggregator_version="0.16.0")
+        async with StreamRunner.from_repository(repo) as running:
+            await running.aggregator.check_version()
+            await running.drain()
+    [warning] = [r.getMessage() for r in caplog.records if "aggregator_version" in r.getMessage()]
+    assert warning.endswith("records aggregator_version 0.16.0")
+
+
+async def test_a_sharded_bucket_with_a_concurrency_limit_is_aggregated(
+    limiter: RateLimiter, repo: Repository, runner: StreamRunner
+) -> None:
+    """Sharding a bucket with holds makes DynamoDB Local's stream carry its empty hold maps as
+    `{}`: decoded as the empty maps they are, not a record that stops the aggregator."""
+    await limiter.set_resource_defaults(
+        "llm", [Limit.per_minute("requests", 100), Limit.concurrent("parallel", 4)]
+    )
+    async with limiter.acquire("user-1", "llm", {"requests": 1, "parallel": 1}):
+        pass
+    await repo.set_shards("user-1", "llm", 2)
+    for _ in range(4):
+        async with limiter.acquire("user-1", "llm", {"requests": 1, "parallel": 1}):
+            pass
+    await runner.drain()
+    done = await only(limiter, "user-1", "llm", "hourly")
+    assert (done.counters["requests"], done.counters.get("parallel", 0)) == (5, 0)
+    assert done.total_events == 5
+    assert await ledger(repo, "user-1", "llm") == {"requests": 5, "parallel": 0}
+
+
+async def test_a_record_that_keeps_failing_is_dead_lettered_and_the_rest_apply(
+    limiter: RateLimiter, repo: Repository, tmp_path: Path
+) -> None:
+    """A poisoned bucket record between good ones, in two namespaces: retried, then written to
+    the dead-letter file with its reason and passed over; the records before and after it, of
+    both namespaces, are applied, and later records keep flowing."""
+    await repo.register_namespace("tenant-b")
+    other = await repo.namespace("tenant-b")
+    for scope in (repo, other):
+        await RateLimiter(scope).set_resource_defaults("search", [Limit.per_minute("rpm", 100)])
+    async with limiter.acquire("user-1", "search", consume={"rpm": 1}):
+        pass
+    poisoned = {
+        **keys.bucket(repo.namespace_id, "user-bad", "search"),
+        "ts": "yesterday",  # a write time that is not a number: no window to count it in
+        "n": 1,
+    }
+    await repo.scope.store.put(poisoned)
+    async with RateLimiter(other).acquire("user-2", "search", consume={"rpm": 2}):
+        pass
+    dead = tmp_path / "dead-letters.jsonl"
+    async with StreamRunner.from_repository(repo, dead_letter_path=dead, max_attempts=2) as run:
+        await run.drain()
+        assert run.dead_lettered == 1
+        async with limiter.acquire("user-1", "search", consume={"rpm": 4}):
+            pass
+        await run.drain()  # the shard is not held up behind the poisoned record
+    assert (await only(limiter, "user-1", "search", "daily")).counters == {"rpm": 5}
+    assert (await only(RateLimiter(other), "user-2", "search", "daily")).counters == {"rpm": 2}
+    [line] = [json.loads(text) for text in dead.read_text().splitlines()]
+    assert line["record"]["dynamodb"]["Keys"]["PK"]["S"] == poisoned["PK"]
+    assert line["attempts"] == 2 and line["table"] == repo.table_name
+    assert (
+        line["reason"].startswith("MalformedRecord: ") and "ts must be an integer" in line["reason"]
+    )

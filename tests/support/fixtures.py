@@ -19,6 +19,9 @@ Helpers
   clock          FakeClock: clock() -> epoch ms; clock.advance(ms) / clock.set(ms)
   wire           the session's WireRecorder (attached to every DynamoDB client): `with wire.block()`
   no_backoff     standard-mode retries without sleeping (for fault-injection tests)
+  iam_checked    every AWS request of the test is checked against the synthesized policy of the
+                 role that sends it (support/iam_check.py); a denial fails the test.
+                 ZAEL_TEST_IAM=1 applies it to every test
 Guards (autouse)
   no_leftover_aggregators  a test that leaves a background aggregator running fails (and the
                  process is stopped, so it does not load the engine for the tests after it)
@@ -27,6 +30,7 @@ Guards (autouse)
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
 
@@ -201,6 +205,48 @@ def wire() -> Iterator[WireRecorder]:
         yield recorder
     finally:
         recorder.uninstall()
+
+
+@pytest.fixture(scope="session")
+def iam_policies() -> dict[str, list[dict[str, Any]]]:
+    """Each role's statements as the construct synthesizes them (one synth per session)."""
+    from support.iam_check import synthesize_policies
+    from support.iam_eval import Deployment
+
+    return synthesize_policies(Deployment())
+
+
+@pytest.fixture(scope="module")
+def iam_role_check(iam_policies: dict[str, list[dict[str, Any]]]) -> Iterator[Any]:
+    """The role check installed for one module (entry points wrapped, clients hooked)."""
+    from support.iam_check import RoleCheck
+    from support.iam_eval import Deployment
+
+    check = RoleCheck(iam_policies, Deployment())
+    check.install()
+    try:
+        yield check
+    finally:
+        check.uninstall()
+
+
+@pytest.fixture
+def iam_checked(iam_role_check: Any) -> Iterator[Any]:
+    """Fails the test if a role's policy refuses any request it made (support/iam_check.py)."""
+    with iam_role_check.test() as checked:
+        yield checked
+    denials = sorted(Counter(checked.denials).items())
+    assert not denials, "requests the deployed roles may not send:\n" + "\n".join(
+        f"  {count} x {denial}" for denial, count in denials
+    )
+
+
+@pytest.fixture(autouse=True)
+def _iam_everywhere(request: pytest.FixtureRequest) -> None:
+    """`ZAEL_TEST_IAM=1`: the role check of `iam_checked` on every test, not only the suites that
+    use it (a longer run, to look for requests a role may not send anywhere)."""
+    if os.environ.get("ZAEL_TEST_IAM") == "1" and "iam_checked" not in request.fixturenames:
+        request.getfixturevalue("iam_checked")
 
 
 @pytest.fixture(autouse=True)

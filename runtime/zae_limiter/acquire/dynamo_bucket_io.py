@@ -14,7 +14,7 @@ No other module of `acquire/` imports `zae_limiter.dynamo`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.bucket import LimitWrite
 from ..core.images import Address, BucketImage, Evidence
@@ -32,6 +32,9 @@ from ..dynamo.transport import (
 )
 from .bucket_io import ShardSplit
 from .values import AnswerLost, ItemChanged, Unavailable
+
+if TYPE_CHECKING:
+    from ..table_identity import TableIdentity
 
 
 def lowering(failure: DynamoError) -> Exception:
@@ -65,10 +68,16 @@ lowered = _Lowered()
 
 
 class DynamoBucketIO:
-    """Bucket reads and writes on one table, over `Store`."""
+    """Bucket reads and writes on one table, over `Store`.
 
-    def __init__(self, store: Store) -> None:
+    A write to a live item that finds no item at all is evidence the table was created again
+    (or the namespace purged): with an `identity`, it is confirmed before the write is planned
+    again, and `TableRecreatedError` ends the call instead of a bucket made in the new table.
+    """
+
+    def __init__(self, store: Store, *, identity: TableIdentity | None = None) -> None:
         self.store = store
+        self.identity = identity
 
     async def read(self, addresses: Sequence[Address]) -> list[BucketImage]:
         """Every stored item among `addresses` (strongly consistent), in any order."""
@@ -102,6 +111,9 @@ class DynamoBucketIO:
         try:  # not `with lowered:`, whose two calls the warm path would pay
             wire = await self.store.send_update(request)
         except DynamoError as error:
+            vanished = isinstance(error, ConditionFailed) and error.item is None
+            if vanished and self.identity is not None:
+                await self.identity.confirm()  # raises if the table or namespace is not ours
             raise lowering(error) from error
         return bucket_wire.parse_updated(wire, image)
 

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from .. import namespace_labels
 from ..core.bucket import LimitWrite
 from ..core.compose import then_all
 from ..core.evolve import evolve
@@ -444,13 +445,13 @@ class _Lane:
         self.lanes.undecided += 1
         image = batch.image
         log.warning(
-            "write outcome undecided after %d lost answers on item %s/%s/%s shard %d "
+            "write outcome undecided after %d lost answers on item %s/%s shard %d of namespace %s "
             "(writer %s, sequence %d): %s",
             batch.lost,
-            image.ns,
             image.entity_id,
             image.resource,
             image.shard,
+            namespace_labels.label(image.ns),
             self.lanes.writer,
             batch.evidence.seq,
             cause,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from .. import namespace_labels
 from ..core.images import BucketImage
 from .deadlines import ASSUMED_SKEW_MS
 
@@ -41,13 +42,13 @@ class SkewWatch:
         self.sightings += 1
         if self.sightings <= SKEW_LOG_FIRST or self.sightings % SKEW_LOG_EVERY == 0:
             log.warning(
-                "item %s/%s/%s shard %d is stamped %d ms ahead of this writer's clock (writer %s; "
-                "at most %d ms allowed): clocks disagree; on this item no evidence is removed "
-                "and a write whose answer is lost is not re-sent (sighting %d)",
-                image.ns,
+                "item %s/%s shard %d of namespace %s is stamped %d ms ahead of this writer's "
+                "clock (writer %s; at most %d ms allowed): clocks disagree; on this item no "
+                "evidence is removed and a write whose answer is lost is not re-sent (sighting %d)",
                 image.entity_id,
                 image.resource,
                 image.shard,
+                namespace_labels.label(image.ns),
                 ahead,
                 self.writer,
                 MAX_SKEW_MS,

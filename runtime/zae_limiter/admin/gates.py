@@ -27,19 +27,25 @@ REQUIRED: dict[str, str] = {
     "bypass": "0.17.0",
     "cascade_policy": "0.16.0",
     "session_quotas": "0.15.0",
+    "concurrent_limits": "0.18.0",
+    "alert_thresholds": "0.18.0",
 }
 
 #: How often a ratchet re-reads after losing a race with another writer of the minimum.
 RATCHET_ATTEMPTS = 5
 
 
-def limit_gates(limits: list[Limit]) -> list[str]:
-    """The features a list of limits needs."""
+def limit_gates(limits: Sequence[Limit]) -> list[str]:
+    """The features a list of limits needs (storing it, or acquiring with it)."""
     gates = []
     if any(lim.soft for lim in limits):
         gates.append("soft_limits")
     if any(lim.is_session for lim in limits):
         gates.append("session_quotas")
+    if any(lim.concurrent for lim in limits):
+        gates.append("concurrent_limits")  # an older aggregator would count holds as use
+    if any(lim.alert_at for lim in limits):
+        gates.append("alert_thresholds")  # an older aggregator would store and publish none
     return gates
 
 
@@ -78,7 +84,7 @@ async def check_gate(where: Scope | Repository, feature: str, *, ratchet: bool =
 async def check_limit_gates(scope: Scope, limits: Sequence[Limit]) -> None:
     """`acquire(limits=[...])`: soft limits are checked without raising the minimum
     (docs/versions.md)."""
-    for feature in limit_gates(list(limits)):
+    for feature in limit_gates(limits):
         await check_gate(scope, feature, ratchet=feature != "soft_limits")
 
 

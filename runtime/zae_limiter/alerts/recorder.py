@@ -21,8 +21,10 @@ from ..dynamo.store import Store
 from ..usage.aggregator_settings import DEFAULT_ALERT_RETENTION_DAYS
 from .event import PUBLISHED, UNPUBLISHED, AlertEvent, Crossing, event_from_item
 
-#: Publishes one alert (namespace id, event); raises if it was not accepted.
-AlertSink = Callable[[str, AlertEvent], Awaitable[None]]
+#: Publishes one alert (its namespace's id and name, the event); raises if not accepted.
+AlertSink = Callable[[str, str, AlertEvent], Awaitable[None]]
+#: The name of a namespace, by its id (the aggregator reads the registry; the id if unknown).
+NamespaceName = Callable[[str], Awaitable[str]]
 CLAIM_MS = 30_000
 _NAMES = {"#p": "pub", "#c": "claim"}
 
@@ -48,11 +50,13 @@ class AlertRecorder:
         sink: AlertSink | None,
         clock: Callable[[], int],
         retention_days: int = DEFAULT_ALERT_RETENTION_DAYS,
+        namespace_name: NamespaceName | None = None,
     ) -> None:
         self._store = store
         self._sink = sink
         self._clock = clock
         self._retention_days = retention_days
+        self._namespace_name = namespace_name
 
     async def record_batch(self, crossings: list[tuple[int, list[Crossing]]], tally: Tally) -> None:
         """Record each batch position's crossings, counting into `tally`; a failure is set for
@@ -81,8 +85,10 @@ class AlertRecorder:
             claimed = await self._claim(crossing.key, now) if self._sink is not None else None
         if claimed is None or self._sink is None:
             return stored, False
+        ns = str(claimed["ns"])
+        name = await self._namespace_name(ns) if self._namespace_name is not None else ns
         try:
-            await self._sink(str(claimed["ns"]), event_from_item(claimed))
+            await self._sink(ns, name, event_from_item(claimed))
         except BaseException:
             await self._release(crossing.key, int(claimed["claim"]))
             raise

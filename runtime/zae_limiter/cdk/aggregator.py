@@ -28,11 +28,13 @@ from .permissions import (
     AGGREGATOR_READ_PARTITIONS,
     ANY_NAMESPACE,
     MARKER_PARTITIONS,
+    alert_partitions,
     dynamodb_actions,
     kms_statement,
     leading_keys,
     statement,
     usage_partitions,
+    usage_tombstone_partitions,
 )
 from .props import LOG_RETENTION, ZaeLimiterProps
 
@@ -56,9 +58,12 @@ ENV_ARCHIVE_BUCKET = "ARCHIVE_BUCKET"
 ENV_ALERTS_BUS = "ALERTS_BUS"
 ENV_ALERT_RETENTION_DAYS = "ALERT_RETENTION_DAYS"
 
-#: Table operations of the aggregator: version record and namespace reads; snapshots and
-#: idempotency markers written in transactions (TransactWriteItems needs Put/UpdateItem).
+#: Table operations of the aggregator: version record and namespace reads; deleted entities'
+#: usage tombstones read and checked (a ConditionCheck in each transaction); snapshots and
+#: idempotency markers written in transactions (TransactWriteItems needs Put/UpdateItem per
+#: item); threshold alerts stored, claimed and marked published (docs/alerts.md).
 AGGREGATOR_READ_ACTIONS = dynamodb_actions("GetItem")
+AGGREGATOR_TOMBSTONE_ACTIONS = dynamodb_actions("ConditionCheckItem", "GetItem")
 AGGREGATOR_WRITE_ACTIONS = dynamodb_actions("PutItem", "UpdateItem")
 
 #: An attribute only audit event items carry (`zae_limiter.audit.event_item`).
@@ -116,8 +121,10 @@ def powertools_layer_arn(scope: Construct, architecture: lambda_.Architecture) -
 
 
 def aggregator_statements(table_arn: str, props: ZaeLimiterProps) -> list[iam.PolicyStatement]:
-    """Reads of the version record and namespace registry; writes of usage snapshots and
-    aggregation markers only (never buckets, config, entities or the version record)."""
+    """Reads of the version record and namespace registry, and of deleted entities' usage
+    tombstones; writes of usage snapshots, aggregation markers and threshold alerts only (never
+    buckets, config, entities or the version record). Alerts are stored whether or not a bus
+    publishes them, so their statement is always there."""
     return [
         statement(
             AGGREGATOR_READ_ACTIONS,
@@ -126,12 +133,24 @@ def aggregator_statements(table_arn: str, props: ZaeLimiterProps) -> list[iam.Po
             conditions=leading_keys("StringEquals", AGGREGATOR_READ_PARTITIONS),
         ),
         statement(
+            AGGREGATOR_TOMBSTONE_ACTIONS,
+            [table_arn],
+            sid="CheckDeletedEntities",
+            conditions=leading_keys("StringLike", [usage_tombstone_partitions(ANY_NAMESPACE)]),
+        ),
+        statement(
             AGGREGATOR_WRITE_ACTIONS,
             [table_arn],
             sid="WriteSnapshotsAndMarkers",
             conditions=leading_keys(
                 "StringLike", [usage_partitions(ANY_NAMESPACE), MARKER_PARTITIONS]
             ),
+        ),
+        statement(
+            AGGREGATOR_WRITE_ACTIONS,
+            [table_arn],
+            sid="WriteAlerts",
+            conditions=leading_keys("StringLike", [alert_partitions(ANY_NAMESPACE)]),
         ),
         *kms_statement(props.encryption_key, write=True),
     ]

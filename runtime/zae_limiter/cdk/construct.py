@@ -27,7 +27,7 @@ class ZaeLimiter(Construct):
     Pass a `ZaeLimiterProps`, keyword overrides of its fields, or both:
     `ZaeLimiter(self, "RateLimiter", table_name="limits", enable_audit_archive=True)`.
     Give your own roles access with `grant_acquire`, `grant_admin`, `grant_read`,
-    `grant_read_usage` and `grant_read_audit`.
+    `grant_read_usage`, `grant_read_audit` and `grant_read_alerts`.
     """
 
     def __init__(
@@ -135,6 +135,14 @@ class ZaeLimiter(Construct):
         """Let `grantee` read audit events (the `audit` policy): by subject, and the
         namespace's recent changes."""
         return self._grant(grantee, "audit", namespace_scoped)
+
+    def grant_read_alerts(
+        self, grantee: iam.IGrantable, *, namespace_scoped: bool = False
+    ) -> iam.Grant:
+        """Let `grantee` read threshold alerts (the `alerts` policy): `get_alerts` and
+        `zae-limiter alerts list`, by entity or for the namespace; for a dashboard or an
+        on-call tool."""
+        return self._grant(grantee, "alerts", namespace_scoped)
 
     def _grant(self, grantee: iam.IGrantable, kind: str, namespace_scoped: bool) -> iam.Grant:
         """Add the statements of policy `kind` to `grantee`'s own policy."""

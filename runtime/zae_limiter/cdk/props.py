@@ -63,7 +63,9 @@ class ZaeLimiterProps:
     read_capacity: int = 5
     write_capacity: int = 5
     point_in_time_recovery: bool = True
-    deletion_protection: bool = False
+    #: On by default: the table holds balances, top-ups and usage (money). Opt out explicitly,
+    #: e.g. for a test stack that `cdk destroy` must remove with RemovalPolicy.DESTROY.
+    deletion_protection: bool = True
     removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
     encryption_key: kms.IKey | None = None
     snapshot_windows: tuple[str, ...] = REQUIRED_SNAPSHOT_WINDOWS

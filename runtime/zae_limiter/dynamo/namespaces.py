@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .. import namespace_labels
 from . import keys, records
 from .failures import DynamoError, is_condition_failed
 from .store import Store
@@ -15,6 +16,7 @@ async def active_namespace_id(store: Store, name: str) -> str | None:
     item = await store.get(keys.namespace_by_name(name))
     if item is None or item.get("status") != records.NAMESPACE_ACTIVE:
         return None
+    namespace_labels.seen(str(item["id"]), name)
     return str(item["id"])
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..admin.changes import KEEP
-from ..admin.gates import check_gate
+from ..admin.gates import check_gate, limit_gates
 from ..audit import ulid
 from ..errors import EntityExistsError, ZAELimiterError
 from .model import (
@@ -99,11 +99,7 @@ def _features(change: Change) -> set[str]:
     if change.target.kind == PARENT:
         out.add("set_parent")
     if isinstance(after, Level | SystemLevel):
-        limits = after.limits or ()
-        if any(lim.soft for lim in limits):
-            out.add("soft_limits")
-        if any(lim.is_session for lim in limits):
-            out.add("session_quotas")
+        out.update(limit_gates(after.limits or ()))
     if isinstance(after, Level):
         if after.disabled == "bypass":
             out.add("bypass")

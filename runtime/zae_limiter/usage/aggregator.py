@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import versioning
+from .. import namespace_labels, versioning
 from ..alerts.detect import crossings as alert_crossings
 from ..alerts.event import Crossing
 from ..alerts.recorder import AlertRecorder, AlertSink
@@ -54,6 +54,8 @@ from ..schema import SCHEMA_VERSION
 from . import records as stream_records
 from .aggregator_settings import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
 from .aggregator_settings import AggregatorSettings as AggregatorSettings
+from .outcome import MetricPoint as MetricPoint
+from .outcome import Outcome as Outcome
 from .records import BucketChange, MalformedRecord, StreamRecord
 from .windows import bounds
 
@@ -78,42 +80,6 @@ _NOT_WARNED = object()
 
 def _system_clock() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True)
-class MetricPoint:
-    """One value for the dashboard: name, value, unit, dimensions (never an entity)."""
-
-    name: str
-    value: float
-    unit: str
-    dimensions: tuple[tuple[str, str], ...]
-
-
-@dataclass
-class Outcome:
-    """What one batch did. `failures` maps a record's position in the batch to its error."""
-
-    total: int
-    sequence_numbers: dict[int, str | None] = field(default_factory=dict)
-    failures: dict[int, BaseException] = field(default_factory=dict)
-    applied: int = 0  # records whose changes were written by this call
-    duplicates: int = 0  # records already applied by an earlier delivery
-    archived: int = 0
-    ignored: int = 0  # records that count nothing
-    alerts_stored: int = 0  # threshold alerts stored by this call (docs/alerts.md)
-    alerts_published: int = 0
-    metrics: list[MetricPoint] = field(default_factory=list)
-
-    def batch_item_failures(self) -> list[dict[str, str]]:
-        """Lambda's partial batch response items, in batch order."""
-        return [
-            {"itemIdentifier": self.sequence_numbers.get(pos) or ""}
-            for pos in sorted(self.failures)
-        ]
-
-    def response(self) -> dict[str, list[dict[str, str]]]:
-        return {"batchItemFailures": self.batch_item_failures()}
 
 
 @dataclass
@@ -142,7 +108,9 @@ class Aggregator:
         self.settings = settings or AggregatorSettings()
         self._clock = clock or _system_clock
         self._archive = archive
-        self._alerts = AlertRecorder(store, alerts, self._clock, self.settings.alert_retention_days)
+        self._alerts = AlertRecorder(
+            store, alerts, self._clock, self.settings.alert_retention_days, self._namespace_name
+        )
         self._transport = transport_owned
         self._version_record: dict[str, Any] | None = None
         self._version_checked_at: int | None = None
@@ -206,7 +174,9 @@ class Aggregator:
                 "its batches until it is upgraded (`zae-limiter upgrade`)",
             )
         recorded = record.get("aggregator_version")
-        if recorded != versioning.LIBRARY_VERSION and recorded != self._warned_version:
+        # None: no aggregator is recorded (a table made by `create_table`, as `local up` makes
+        # it); this one runs anyway and has nothing to disagree with.
+        if recorded not in (None, versioning.LIBRARY_VERSION, self._warned_version):
             self._warned_version = recorded
             log.warning(
                 "aggregator code is zae-limiter %s but table %s records aggregator_version %s",
@@ -234,7 +204,7 @@ class Aggregator:
         first_of: dict[str, int] = {}
         repeats: dict[int, int] = {}
         for position, raw in enumerate(records):
-            outcome.sequence_numbers[position] = _sequence_of(raw)
+            outcome.sequence_numbers[position] = stream_records.sequence_of(raw)
             try:
                 record = stream_records.parse_record(raw)
                 if record.event_id in first_of:
@@ -252,6 +222,11 @@ class Aggregator:
                     outcome.ignored += 1
             except MalformedRecord as exc:
                 outcome.failures[position] = exc
+            except Exception as exc:  # one record this code cannot read never stops the others
+                event_id = stream_records.event_id_of(raw)
+                outcome.failures[position] = MalformedRecord(
+                    f"record {event_id}: cannot be applied: {type(exc).__name__}: {exc}"
+                )
         applied = await self._apply(pending, outcome)
         # every crossing, applied here or before: a redelivery publishes what is left unpublished
         await self._alerts.record_batch([(p.position, p.crossings) for p in pending], outcome)
@@ -261,13 +236,25 @@ class Aggregator:
                 outcome.failures[position] = outcome.failures[first]
         for position, failure in sorted(outcome.failures.items()):
             log.warning(
-                "stream record %s (sequence %s) failed and will be retried: %s",
-                _event_id_of(records[position]),
+                "stream record %s (sequence %s%s) failed and will be retried: %s",
+                stream_records.event_id_of(records[position]),
                 outcome.sequence_numbers.get(position),
+                await self._where(records[position]),
                 failure,
             )
         outcome.metrics = await self._metrics(applied)
         return outcome
+
+    async def _where(self, raw: Any) -> str:
+        """`, item <entity>/<resource> of namespace 'name' (id)` for a bucket record's log line."""
+        bucket = stream_records.bucket_of(raw)
+        if bucket is None:
+            return ""
+        ns, entity_id, resource, shard = bucket
+        await self._namespace_name(ns)
+        return (
+            f", item {entity_id}/{resource} shard {shard} of namespace {namespace_labels.label(ns)}"
+        )
 
     # --- snapshots ---------------------------------------------------------------------------
 
@@ -431,6 +418,8 @@ class Aggregator:
             except Exception:
                 return ns  # metrics only: fall back to the id, try again next batch
             self._namespace_names[ns] = str(item["name"]) if item and item.get("name") else ns
+            if item and item.get("name"):
+                namespace_labels.seen(ns, str(item["name"]))
         return self._namespace_names[ns]
 
     async def _metrics(self, applied: list[_Pending]) -> list[MetricPoint]:
@@ -485,15 +474,3 @@ def _chunks(pending: list[_Pending]) -> list[list[_Pending]]:
     if current:
         chunks.append(current)
     return chunks
-
-
-def _sequence_of(raw: Any) -> str | None:
-    try:
-        sequence = raw["dynamodb"]["SequenceNumber"]
-    except (KeyError, TypeError):
-        return None
-    return sequence if isinstance(sequence, str) else None
-
-
-def _event_id_of(raw: Any) -> str | None:
-    return raw.get("eventID") if isinstance(raw, Mapping) else None

@@ -108,6 +108,28 @@ def parse_record(raw: Any) -> StreamRecord:
     )
 
 
+def sequence_of(raw: Any) -> str | None:
+    """A raw record's sequence number, if it has a readable one."""
+    try:
+        sequence = raw["dynamodb"]["SequenceNumber"]
+    except (KeyError, TypeError):
+        return None
+    return sequence if isinstance(sequence, str) else None
+
+
+def event_id_of(raw: Any) -> str | None:
+    """A raw record's `eventID`, if it has one."""
+    return raw.get("eventID") if isinstance(raw, Mapping) else None
+
+
+def bucket_of(raw: Any) -> tuple[str, str, str, int] | None:
+    """(namespace id, entity, resource, shard) of a raw bucket record, if its key says so."""
+    try:
+        return keys.parse_bucket_partition(raw["dynamodb"]["Keys"][PARTITION_KEY]["S"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 # --- bucket changes ------------------------------------------------------------------------------
 
 

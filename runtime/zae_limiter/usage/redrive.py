@@ -46,8 +46,9 @@ class NoDeadLetterQueue(ZAELimiterError):
         self.table = table
         super().__init__(
             f"table {table!r} records no aggregator DLQ: only a `cdk deploy` (ZaeLimiter "
-            "construct) creates one. Locally, `zae-limiter local up` retries failing records "
-            "itself and never drops them, so there is nothing to redrive."
+            "construct) creates one. Locally, `zae-limiter local up` writes records that keep "
+            "failing to aggregator-dead-letters.jsonl in its state directory "
+            "(`zae-limiter local status` names it), with the reason of each."
         )
 
 

@@ -4,7 +4,8 @@ Create/Update: reads the version record (strongly consistent), refuses the deplo
 aggregator being deployed is older than the recorded `client_min_version` (unless
 `AllowAggregatorDowngrade`), then records this deployment's aggregator version and function, the
 retention settings and `updated_by=cdk:<version>`. `client_min_version` is kept (never lowered);
-an existing `schema_version` is kept too (only `zae-limiter upgrade` migrates data and raises it).
+an existing `schema_version` is kept too (only `zae-limiter upgrade` migrates data and raises it);
+a record written for the first time gets the table's `table_id`, which is never replaced.
 Registers the `default` namespace if it is missing. Delete: nothing (the table is retained).
 
 The versions come from the resource's properties (set at synth from the same runtime package
@@ -143,6 +144,8 @@ def write_version_record(client: Any, request: Request, updated_at: str) -> dict
             audit_retention_days=request.audit_retention_days,
             usage_retention_days=request.usage_retention_days,
             aggregator_dlq_url=request.aggregator_dlq_url,
+            # the table's identity: drawn when the record is first written, never replaced
+            table_id=records.new_table_id() if current is None else None,
         )
         try:
             client.update_item(**_update_request(request.table_name, item, current))
