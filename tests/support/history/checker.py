@@ -74,6 +74,15 @@ class History:
     def total(self, field_name: str) -> int:
         return sum(int(line[field_name]) for line in self.stats.values())
 
+    def add(self, line: dict[str, Any]) -> None:
+        """One log line (an operation's invoke or outcome, or a worker's stats)."""
+        if line["e"] == "invoke":
+            self.ops[line["op"]] = Op(line)
+        elif line["e"] == "stats":
+            self.stats[line["name"]] = line
+        elif line["op"] in self.ops:
+            self.ops[line["op"]].done = line
+
 
 def read_history(logs: list[Path]) -> History:
     history = History()
@@ -85,12 +94,7 @@ def read_history(logs: list[Path]) -> History:
                 line = json.loads(raw)
             except json.JSONDecodeError:
                 continue  # the last line of a killed process may be cut short
-            if line["e"] == "invoke":
-                history.ops[line["op"]] = Op(line)
-            elif line["e"] == "stats":
-                history.stats[line["name"]] = line
-            elif line["op"] in history.ops:
-                history.ops[line["op"]].done = line
+            history.add(line)
     return history
 
 
@@ -208,11 +212,12 @@ def worst_excess(ops: list[Op], bucket: str, capacity: int, rate: float, slack_s
     return max(0.0, worst)
 
 
-async def check(ran: Ran, repo: Repository, limits: Limits) -> Checked:
-    history = read_history(ran.logs)
+def judge(
+    history: History, stored: Counter[str], limits: Limits, skew_spread_ms: int
+) -> list[Verdict]:
+    """Every bucket's verdict: `stored` is each bucket's consumption as read after the run."""
     buckets = limits.by_bucket()
-    stored = await consumed_by_bucket(repo, {b.split("|")[0] for b in buckets})
-    slack_s = 2 * ran.skew_spread_ms / 1000
+    slack_s = 2 * skew_spread_ms / 1000
     verdicts = []
     for bucket, (capacity, rate) in buckets.items():
         touching = [op for op in history.ops.values() if bucket in op.invoke["max"]]
@@ -250,4 +255,11 @@ async def check(ran: Ran, repo: Repository, limits: Limits) -> Checked:
             verdict.all_or_none_gap = calls_api - calls_budget
             verdict.all_or_none_ok = abs(calls_api - calls_budget) <= unknown_three
         verdicts.append(verdict)
-    return Checked(history, verdicts)
+    return verdicts
+
+
+async def check(ran: Ran, repo: Repository, limits: Limits) -> Checked:
+    history = read_history(ran.logs)
+    entities = {b.split("|")[0] for b in limits.by_bucket()}
+    stored = await consumed_by_bucket(repo, entities)
+    return Checked(history, judge(history, stored, limits, ran.skew_spread_ms))

@@ -23,6 +23,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SETTLE_S = 1.0  # beyond the proxy's read timeout (0.5 s): the entry's last write has landed
 
@@ -81,13 +82,25 @@ def recovery(key: str, expiry: float, owner: str, writes: list[Write], ttl: floa
 
 
 def check_holds(logs: list[Path], cap: int, ttl: float) -> HoldHistory:
+    """The verdicts on the hold workers' logs (a process killed before it logged anything did
+    nothing)."""
+    return check_hold_lines(
+        {
+            path.stem: [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            for path in logs
+            if path.exists()
+        },
+        cap,
+        ttl,
+    )
+
+
+def check_hold_lines(logs: dict[str, list[dict[str, Any]]], cap: int, ttl: float) -> HoldHistory:
+    """The verdicts on the log lines of each process (by name)."""
     out = HoldHistory()
     writes: list[Write] = []
     dead: list[tuple[str, float, str]] = []  # (entry, expiry, process)
-    for path in logs:
-        if not path.exists():
-            continue  # killed before it logged anything: it did nothing
-        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for process, lines in logs.items():
         expiries: dict[str, float] = {}
         open_: dict[str, tuple[float, str]] = {}  # op -> (start, entry)
         for line in lines:
@@ -95,7 +108,7 @@ def check_holds(logs: list[Path], cap: int, ttl: float) -> HoldHistory:
             if event == "entry":
                 expiries[line["key"]] = line["expiry"]
             elif event == "wrote":
-                writes.append(Write(path.stem, line["t"], line["rt"], frozenset(line["keys"])))
+                writes.append(Write(process, line["t"], line["rt"], frozenset(line["keys"])))
             elif event == "partition":
                 out.partitions += 1
             elif event == "stats":
@@ -113,9 +126,7 @@ def check_holds(logs: list[Path], cap: int, ttl: float) -> HoldHistory:
         for start, key in open_.values():  # killed with the lease open: until its entry lapsed
             out.outcomes["open at kill"] += 1
             out.intervals.append((start, max(start, expiries.get(key, start))))
-        dead += [
-            (k, expiries[k], path.stem) for k in {k for _, k in open_.values()} if k in expiries
-        ]
+        dead += [(k, expiries[k], process) for k in {k for _, k in open_.values()} if k in expiries]
     writes.sort(key=lambda w: w.planned)
     out.recoveries = [recovery(key, expiry, owner, writes, ttl) for key, expiry, owner in dead]
     events = sorted([(s, 1) for s, _ in out.intervals] + [(e, -1) for _, e in out.intervals])

@@ -24,6 +24,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import IO, Any
 
 from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, RateLimitExceeded, Repository
@@ -87,7 +88,8 @@ async def set_up(repo: Repository, limits: Limits) -> None:
 
 class Log:
     """One process's JSON-lines history; every line reaches the kernel before the call goes on
-    (a SIGKILL loses nothing written)."""
+    (a SIGKILL loses nothing written). The simulation keeps its lines in memory instead
+    (support.sim.world.Lines, the same `write`)."""
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
@@ -107,8 +109,15 @@ def _spread(entity: str, resource: str, amounts: dict[str, int], call: str) -> C
     return out
 
 
-async def one_op(limiter: RateLimiter, log: Log, op: str, rng: random.Random) -> None:
-    """Draw one call and move, log it, run it, log how it ended."""
+async def one_op(
+    limiter: RateLimiter,
+    log: Log,
+    op: str,
+    rng: random.Random,
+    now: Callable[[], float] = time.time,
+) -> None:
+    """Draw one call and move, log it, run it, log how it ended (at `now`, in seconds: the
+    wall clock, or the simulation's)."""
     call = rng.choice(("single", "three"))
     ghost = rng.random() < 0.15
     entity = GHOSTS[call] if ghost else rng.choice(SOLOS if call == "single" else USERS)
@@ -121,7 +130,7 @@ async def one_op(limiter: RateLimiter, log: Log, op: str, rng: random.Random) ->
     forced = _spread(entity, "api", {"tpm": max(0, delta)}, call)
     credit = _spread(entity, "api", {"tpm": max(0, -delta)}, call)
     most = entry + extra + forced
-    log.write({"e": "invoke", "op": op, "t": time.time(), "ent": entity, "call": call,
+    log.write({"e": "invoke", "op": op, "t": now(), "ent": entity, "call": call,
                "move": move, "max": dict(most)})  # fmt: skip
     entered = False
     outcome: dict[str, Any] = {"e": "ok", "op": op}
@@ -151,7 +160,7 @@ async def one_op(limiter: RateLimiter, log: Log, op: str, rng: random.Random) ->
                     "error": repr(exc)[:200]}  # fmt: skip
     except Exception as exc:  # not a documented outcome: the checker reports it
         outcome |= {"e": "unknown", "error": repr(exc)[:200], "unexpected": True}
-    outcome["t"] = time.time()
+    outcome["t"] = now()
     log.write(outcome)
 
 

@@ -1,0 +1,438 @@
+"""One simulated history: many processes of the library on one simulated table, from one seed.
+
+`simulate(plan)` runs the recorded histories' workloads (`support.history.workload.one_op`,
+`hold_worker.hold_once`) in simulated processes on the virtual-time loop (`loop`), each a real
+`Repository` whose transport's HTTP path is a `network.Link` to the shared `table.SimTable`.
+Every process has its own clock offset, fault draws, partitions and brown-outs; some callers are
+cancelled mid-call; processes are killed (their code stops, requests already on the wire still
+land) and replaced by new writers; the survivors `close()` at the end, draining what they
+resolve off callers' paths. The recorded histories' checkers then judge the log lines
+(`checker.judge`, `hold_checker.check_hold_lines`), together with what only a simulation sees
+(an exception no task retrieved, a table left holding a concurrency unit). One seed gives one
+history: `Simulated.digest` hashes every log line and the final table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import random
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+from types import SimpleNamespace
+from typing import Any
+
+from botocore.config import Config
+
+from support.history import hold_worker
+from support.history.checker import History, Verdict, judge
+from support.history.hold_checker import HoldHistory, check_hold_lines
+from support.history.workload import Limits, one_op, set_up
+from support.sim.loop import determinism, run
+from support.sim.network import Faults, Link, Window
+from support.sim.table import SimTable
+from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
+from zae_limiter.dynamo.transport import Transport
+
+EPOCH_MS = 1_796_428_800_000  # 2026-12-05T00:00Z: the loop's time 0 on the true clock
+TABLE = "sim"
+_RATE_EVENTS = ("invoke", "ok", "fail", "unknown")
+HOLD_ENTITY, HOLD_RESOURCE, HOLD_LIMIT = hold_worker.ENTITY, hold_worker.RESOURCE, hold_worker.LIMIT
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a simulated history does, but for what its seed draws."""
+
+    seed: int
+    processes: int = 3
+    tasks: int = 4  # rate tasks a process (support.history.workload)
+    ops: int = 20  # per task (a replacement process runs them again)
+    hold_tasks: int = 1  # concurrency-hold tasks a process (0: none)
+    limits: Limits = Limits(rpm=4, period_s=20)
+    hold_cap: int = 2
+    hold_ttl_s: int = 2
+    faults: Faults = Faults()
+    kills: int = 1
+    skew_ms: int = 500
+    partitions: int = 1  # per process
+    partition_s: float = 1.5
+    brownouts: int = 0  # per process: every write throttled for `brownout_s`
+    brownout_s: float = 3.0
+    cancel_rate: float = 0.05  # of calls whose caller is cancelled mid-call
+    pause_s: float = 0.05
+    acquire_timeout: float | None = 1.0
+    rejection_cache_ttl: float = 1.0
+    seconds: float = 600.0  # virtual: no operation starts after it (a livelock's bound)
+
+    def describe(self) -> str:
+        fields = asdict(self)
+        fields["limits"] = self.limits
+        fields["faults"] = self.faults
+        return ", ".join(f"{k}={v!r}" for k, v in fields.items())
+
+
+@dataclass
+class Lines:
+    """One process's log lines in memory (the `Log.write` of the recorded workers)."""
+
+    name: str
+    lines: list[str] = field(default_factory=list)
+    closed: bool = False
+
+    def write(self, line: dict[str, Any]) -> None:
+        if not self.closed:
+            self.lines.append(json.dumps(line, separators=(",", ":"), sort_keys=True))
+
+
+@dataclass
+class Process:
+    name: str
+    slot: int
+    offset_ms: int
+    link: Link
+    log: Lines
+    repo: Repository | None = None
+    killed: bool = False
+    local_rejections: int = 0
+    undecided: int = 0
+    abandoned: int = 0
+    done: asyncio.Future[None] | None = None
+
+
+@dataclass
+class Simulated:
+    """What one simulated history did and the checkers' verdicts."""
+
+    plan: Plan
+    processes: list[Process]
+    history: History
+    verdicts: list[Verdict]
+    holds: HoldHistory | None
+    loop_errors: list[str]
+    left_held: tuple[int, int]
+    digest: str
+    seconds: float  # virtual
+    requests: int
+    faults: Counter[str]
+    operations: int
+    local_rejections: int
+
+    @property
+    def problems(self) -> list[str]:
+        out = [f"loop: {error}" for error in self.loop_errors]
+        for v in self.verdicts:
+            if v.over > 0:
+                out.append(f"{v.bucket}: admitted {v.over:.2f} over its limit")
+            if not v.ledger_ok:
+                out.append(f"{v.bucket}: consumed {v.consumed} outside [{v.lower}, {v.upper}]")
+            if not v.leftover_ok:
+                out.append(f"{v.bucket}: refund-only entity left {v.leftover}")
+            if not v.all_or_none_ok:
+                out.append(f"{v.bucket}: all-or-none gap {v.all_or_none_gap}")
+        unexpected = self.history.outcomes["unknown (unexpected error)"]
+        if unexpected:
+            errors = {op.done.get("error") for op in self.history.ops.values()
+                      if op.done is not None and op.done.get("unexpected")}  # fmt: skip
+            out.append(f"{unexpected} operations raised an undocumented error: {sorted(errors)}")
+        if self.holds is not None:
+            if self.holds.over:
+                out.append(f"{len(self.holds.over)} instants over {self.plan.hold_cap} held "
+                           f"(first at {self.holds.over[0]:.3f} s)")  # fmt: skip
+            if self.left_held != (0, 0):
+                out.append(f"left held after the run: total {self.left_held[0]}, entries "
+                           f"{self.left_held[1]}")  # fmt: skip
+        return out
+
+    @property
+    def reached_table(self) -> int:
+        """Operations whose decision reached the table (not answered from a cache)."""
+        return self.operations - self.local_rejections
+
+
+class World:
+    def __init__(self, plan: Plan, rng: random.Random) -> None:
+        self.plan = plan
+        self.rng = rng
+        self.loop = asyncio.get_running_loop()
+        self.table = SimTable(self.true_ms)
+        self.processes: list[Process] = []
+        self.started = 0
+        planned = plan.processes * plan.tasks * plan.ops
+        self.kill_marks = sorted(int(rng.uniform(0.15, 0.75) * planned) for _ in range(plan.kills))
+        self.slots: dict[int, Process] = {}
+
+    def true_ms(self) -> int:
+        return EPOCH_MS + round(self.loop.time() * 1000)
+
+    def now(self) -> float:
+        return round(self.loop.time(), 6)
+
+    async def open(self, name: str, link: Link, offset_ms: int, **settings: Any) -> Repository:
+        def clock() -> int:
+            return EPOCH_MS + round(self.loop.time() * 1000) + offset_ms
+
+        stub = SimpleNamespace(meta=SimpleNamespace(region_name="us-east-1"))
+        transport = Transport(stub, _NoExit(), http=link)  # type: ignore[arg-type]
+        return await Repository.open(
+            table=TABLE,
+            endpoint_url="http://simulated-dynamodb",
+            clock=clock,
+            client_config=Config(read_timeout=link.faults.read_timeout_s, connect_timeout=1),
+            _transport=transport,
+            **settings,
+        )
+
+    def windows(self, start: float) -> list[Window]:
+        plan, rng = self.plan, self.rng
+        horizon = max(5.0, plan.tasks * plan.ops * plan.pause_s / 2)
+        out = []
+        for _ in range(plan.partitions):
+            begin = start + rng.uniform(0, horizon)
+            out.append(Window("partition", begin, begin + plan.partition_s))
+        for _ in range(plan.brownouts):
+            begin = start + rng.uniform(0, horizon)
+            out.append(Window("brownout", begin, begin + plan.brownout_s))
+        return out
+
+    def start(self, slot: int, generation: int) -> Process:
+        plan = self.plan
+        name = f"p{slot}g{generation}"
+        link = Link(
+            self.table,
+            random.Random(self.rng.randrange(2**32)),
+            plan.faults,
+            self.windows(self.loop.time()),
+        )
+        process = Process(
+            name, slot, self.rng.randint(-plan.skew_ms, plan.skew_ms), link, Lines(name)
+        )
+        process.done = self.loop.create_future()
+        self.processes.append(process)
+        self.slots[slot] = process
+        seed = self.rng.randrange(2**32)
+        asyncio.ensure_future(self.live(process, seed))
+        return process
+
+    async def live(self, process: Process, seed: int) -> None:
+        plan = self.plan
+        repo = None
+        while repo is None and self.loop.time() < plan.seconds and not process.killed:
+            try:
+                repo = await self.open(
+                    process.name,
+                    process.link,
+                    process.offset_ms,
+                    rejection_cache_ttl=plan.rejection_cache_ttl,
+                    acquire_timeout=plan.acquire_timeout,
+                )
+            except RateLimiterUnavailable:
+                await asyncio.sleep(0.5)
+        if repo is None or process.killed:
+            return
+        process.repo = repo
+        offset = process.offset_ms
+        log = process.log
+        ledger = repo.scope.admission.ledger
+        ledger.on_written = lambda key, expiry: log.write(
+            {"e": "entry", "key": key, "expiry": (expiry - offset - EPOCH_MS) / 1000}
+        )
+        limiter = RateLimiter(repo)
+        tasks = [self.task(process, limiter, i, random.Random(f"{seed}/{i}"))
+                 for i in range(plan.tasks + plan.hold_tasks)]  # fmt: skip
+        await asyncio.gather(*tasks)
+        if process.killed:
+            return
+        await repo.close()
+        stats = repo.get_cache_stats()
+        process.abandoned = stats.abandoned_at_close
+        self.finish(process)
+
+    def finish(self, process: Process) -> None:
+        if process.repo is not None:
+            stats = process.repo.get_cache_stats()
+            process.local_rejections = stats.local_rejections
+            process.undecided = stats.undecided_writes
+        process.log.write({"e": "stats", "name": process.name, "requests": process.link.requests,
+                           "faults": dict(process.link.counts), "undecided": process.undecided,
+                           "skewed": 0, "local_rejections": process.local_rejections})  # fmt: skip
+        process.log.closed = True
+        assert process.done is not None
+        if not process.done.done():
+            process.done.set_result(None)
+
+    async def task(self, process: Process, limiter: RateLimiter, index: int,
+                   rng: random.Random) -> None:  # fmt: skip
+        plan = self.plan
+        holder = index >= plan.tasks
+        for number in range(plan.ops):
+            if process.killed or self.loop.time() >= plan.seconds:
+                return
+            op = f"{process.name}-{index}-{number}"
+            if holder:
+                work = hold_worker.hold_once(
+                    limiter, process.log, op, rng, plan.hold_ttl_s, self.now
+                )
+            else:
+                self.started += 1
+                self.kill_due()
+                if process.killed:
+                    return
+                work = one_op(limiter, process.log, op, rng, self.now)  # type: ignore[arg-type]
+            call = asyncio.ensure_future(work)
+            if rng.random() < plan.cancel_rate:
+                self.loop.call_later(rng.uniform(0, 0.05), call.cancel)
+            try:
+                await call
+            except asyncio.CancelledError:
+                if not holder:
+                    process.log.write({"e": "unknown", "op": op, "t": self.now(),
+                                       "error": "the caller was cancelled"})  # fmt: skip
+            await asyncio.sleep(rng.uniform(0, plan.pause_s))
+
+    def kill_due(self) -> None:
+        while self.kill_marks and self.started >= self.kill_marks[0]:
+            self.kill_marks.pop(0)
+            live = sorted(s for s, p in self.slots.items() if not p.killed and not p.done.done())  # type: ignore[union-attr]
+            if not live:
+                return
+            slot = self.rng.choice(live)
+            victim = self.slots[slot]
+            victim.killed = True
+            victim.link.kill()
+            self.finish(victim)
+            generation = sum(p.slot == slot for p in self.processes)
+            self.start(slot, generation)
+
+    async def main(self) -> Simulated:
+        plan = self.plan
+        admin_link = Link(self.table, random.Random(0), Faults(rate=0.0, kinds=()))
+        await _set_up_table(self)
+        admin = await self.open("admin", admin_link, 0, rejection_cache_ttl=0)
+        await set_up(admin, plan.limits)
+        limiter = RateLimiter(admin)
+        if plan.hold_tasks:
+            await limiter.set_resource_defaults(
+                HOLD_RESOURCE,
+                [Limit.concurrent(HOLD_LIMIT, plan.hold_cap, lease_ttl=plan.hold_ttl_s)],
+            )
+        for slot in range(plan.processes):
+            self.start(slot, 0)
+        while True:
+            pending = [p.done for p in self.processes if p.done is not None and not p.done.done()]
+            if not pending:
+                break
+            await asyncio.wait(pending)
+        return await self.verdicts(admin, limiter)
+
+    async def verdicts(self, admin: Repository, limiter: RateLimiter) -> Simulated:
+        plan = self.plan
+        lines = {p.name: [json.loads(line) for line in p.log.lines] for p in self.processes}
+        history = History()
+        for name in sorted(lines):
+            for line in lines[name]:
+                if "op" in line or line["e"] == "stats":
+                    if line["e"] in ("invoke", "ok", "fail", "unknown", "stats"):
+                        history.add(line)
+        entities = {b.split("|")[0] for b in plan.limits.by_bucket()}
+        stored: Counter[str] = Counter()
+        for entity in sorted(entities):
+            for state in await admin.get_buckets(entity):
+                stored[f"{state.entity_id}|{state.resource}|{state.limit_name}"] += (
+                    state.total_consumed
+                )
+        spread = [p.offset_ms for p in self.processes]
+        verdicts = judge(history, stored, plan.limits, max(spread) - min(spread))
+        holds = None
+        left = (0, 0)
+        if plan.hold_tasks:
+            hold_lines = {name: [line for line in named if line["e"] not in _RATE_EVENTS]
+                          for name, named in lines.items()}  # fmt: skip
+            holds = check_hold_lines(hold_lines, plan.hold_cap, plan.hold_ttl_s)
+            left = await self.left_held(admin, limiter)
+        await admin.close()
+        digest = hashlib.sha256()
+        for name in sorted(lines):
+            for line in self.slots_lines(name):
+                digest.update(line.encode())
+        digest.update(self.table.digest().encode())
+        operations = sum(1 for _ in history.ops)
+        return Simulated(
+            plan=plan,
+            processes=self.processes,
+            history=history,
+            verdicts=verdicts,
+            holds=holds,
+            loop_errors=[],
+            left_held=left,
+            digest=digest.hexdigest(),
+            seconds=self.loop.time(),
+            requests=sum(p.link.requests for p in self.processes),
+            faults=sum((p.link.counts for p in self.processes), Counter()),
+            operations=operations,
+            local_rejections=sum(p.local_rejections for p in self.processes),
+        )
+
+    def slots_lines(self, name: str) -> list[str]:
+        return next(p.log.lines for p in self.processes if p.name == name)
+
+    async def left_held(self, admin: Repository, limiter: RateLimiter) -> tuple[int, int]:
+        """After the holds a killed process left lapse, a new writer takes the whole cap (it
+        frees them a lease_ttl after it first sees them), gives it back; what stays held."""
+        plan = self.plan
+        for _ in range(40):
+            try:
+                async with limiter.acquire(HOLD_ENTITY, HOLD_RESOURCE, {HOLD_LIMIT: plan.hold_cap}):
+                    break
+            except Exception:
+                await asyncio.sleep(0.25)
+        return await hold_worker_held(admin)
+
+
+async def hold_worker_held(repo: Repository) -> tuple[int, int]:
+    from support.history.hold_runs import held_after
+
+    return await held_after(repo)
+
+
+class _NoExit:
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+async def _set_up_table(world: World) -> None:
+    """The table, its version record and the default namespace, as `Repository.create_table`
+    makes them (dated by the simulation's clock, not the wall clock)."""
+    from zae_limiter import connection
+    from zae_limiter.dynamo.store import Store
+
+    link = Link(world.table, random.Random(0), Faults(rate=0.0, kinds=()))
+    stub = SimpleNamespace(meta=SimpleNamespace(region_name="us-east-1"))
+    transport = Transport(stub, _NoExit(), http=link)  # type: ignore[arg-type]
+    wall = connection.system_clock
+    connection.system_clock = world.true_ms
+    try:
+        await connection.set_up_table(
+            transport, Store(transport, TABLE), TABLE, ("default",), True, None
+        )
+    finally:
+        connection.system_clock = wall
+
+
+def simulate(plan: Plan) -> Simulated:
+    """Run the history `plan` describes (see the module docstring)."""
+    logger = logging.getLogger("zae_limiter")
+    disabled = logger.disabled
+    logger.disabled = True  # thousands of expected warnings: faults are the point
+    try:
+        with determinism(plan.seed) as rng:
+
+            async def main() -> Simulated:
+                return await World(plan, rng).main()
+
+            result, errors = run(main())
+    finally:
+        logger.disabled = disabled
+    return replace(result, loop_errors=errors)
