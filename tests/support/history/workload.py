@@ -150,6 +150,9 @@ async def one_op(
         outcome |= {"entry": entry, "extra": extra, "forced": forced, "credit": credit,
                     "kept": +kept}  # fmt: skip
     except (Boom, RateLimitExceeded) as exc:
+        if isinstance(exc, RateLimitExceeded):  # how it was refused (the simulation checks it)
+            outcome |= {"contended": exc.contended,
+                        "violations": sorted(s.limit_name for s in exc.violations)}  # fmt: skip
         if not entered:  # rejected at entry: nothing was debited
             outcome |= {"e": "fail", "kept": {}}
         else:  # raised in the block (ours, or consume() refused): all of it refunded

@@ -87,6 +87,8 @@ class Link:
         self.requests = 0  # requests sent (that reached the network)
         self.counts: Counter[str] = Counter()  # faults by kind
         self.by_operation: Counter[str] = Counter()
+        #: when each item (by PK) refused one of this process's writes on its condition
+        self.failed: dict[str, list[float]] = {}
         self.on_request = on_request  # (operation, request, answer or Refused) for recordings
 
     async def close(self) -> None:
@@ -160,11 +162,14 @@ class Link:
             pass  # hangs, never applied
         else:
             loop.call_later(there, apply)
-        timer = loop.call_later(timeout, _settle, answer, _timed_out())
-        try:
+        if fault is None and there + back < timeout:  # answered in time: no timer needed
             result = await answer
-        finally:
-            timer.cancel()
+        else:
+            timer = loop.call_later(timeout, _settle, answer, _timed_out())
+            try:
+                result = await answer
+            finally:
+                timer.cancel()
         if self.dead:
             await loop.create_future()
         return result
@@ -173,6 +178,9 @@ class Link:
         try:
             result = self.table.answer(operation, request)
         except Refused as refused:
+            if refused.code == "ConditionalCheckFailedException" and "Key" in request:
+                pk = request["Key"]["PK"]["S"]
+                self.failed.setdefault(pk, []).append(asyncio.get_running_loop().time())
             if self.on_request is not None:
                 self.on_request(operation, request, refused)
             raise

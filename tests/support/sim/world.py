@@ -29,11 +29,12 @@ from botocore.config import Config
 from support.history import hold_worker
 from support.history.checker import History, Verdict, judge
 from support.history.hold_checker import HoldHistory, check_hold_lines
-from support.history.workload import Limits, one_op, set_up
+from support.history.workload import ORG, Limits, one_op, set_up
 from support.sim.loop import determinism, run
 from support.sim.network import Faults, Link, Window
 from support.sim.table import SimTable
 from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
+from zae_limiter.acquire.waves import MAX_ROUNDS
 from zae_limiter.dynamo.transport import Transport
 
 EPOCH_MS = 1_796_428_800_000  # 2026-12-05T00:00Z: the loop's time 0 on the true clock
@@ -76,15 +77,18 @@ class Plan:
 
 @dataclass
 class Lines:
-    """One process's log lines in memory (the `Log.write` of the recorded workers)."""
+    """One process's log lines in memory (the `Log.write` of the recorded workers), and their
+    running hash (each line as the recorded workers would write it, keys sorted)."""
 
     name: str
-    lines: list[str] = field(default_factory=list)
+    lines: list[dict[str, Any]] = field(default_factory=list)
     closed: bool = False
+    hash: Any = field(default_factory=hashlib.sha256)
 
     def write(self, line: dict[str, Any]) -> None:
         if not self.closed:
-            self.lines.append(json.dumps(line, separators=(",", ":"), sort_keys=True))
+            self.lines.append(line)
+            self.hash.update(json.dumps(line, separators=(",", ":"), sort_keys=True).encode())
 
 
 @dataclass
@@ -119,10 +123,12 @@ class Simulated:
     faults: Counter[str]
     operations: int
     local_rejections: int
+    refusals: list[str] = field(default_factory=list)  # refusals that misdescribe themselves
 
     @property
     def problems(self) -> list[str]:
         out = [f"loop: {error}" for error in self.loop_errors]
+        out += self.refusals
         for v in self.verdicts:
             if v.over > 0:
                 out.append(f"{v.bucket}: admitted {v.over:.2f} over its limit")
@@ -329,7 +335,7 @@ class World:
 
     async def verdicts(self, admin: Repository, limiter: RateLimiter) -> Simulated:
         plan = self.plan
-        lines = {p.name: [json.loads(line) for line in p.log.lines] for p in self.processes}
+        lines = {p.name: p.log.lines for p in self.processes}
         history = History()
         for name in sorted(lines):
             for line in lines[name]:
@@ -353,10 +359,10 @@ class World:
             holds = check_hold_lines(hold_lines, plan.hold_cap, plan.hold_ttl_s)
             left = await self.left_held(admin, limiter)
         await admin.close()
+        refusals = [problem for p in self.processes for problem in misdescribed(p, lines[p.name])]
         digest = hashlib.sha256()
-        for name in sorted(lines):
-            for line in self.slots_lines(name):
-                digest.update(line.encode())
+        for process in sorted(self.processes, key=lambda p: p.name):
+            digest.update(process.log.hash.digest())
         digest.update(self.table.digest().encode())
         operations = sum(1 for _ in history.ops)
         return Simulated(
@@ -373,10 +379,8 @@ class World:
             faults=sum((p.link.counts for p in self.processes), Counter()),
             operations=operations,
             local_rejections=sum(p.local_rejections for p in self.processes),
+            refusals=refusals,
         )
-
-    def slots_lines(self, name: str) -> list[str]:
-        return next(p.log.lines for p in self.processes if p.name == name)
 
     async def left_held(self, admin: Repository, limiter: RateLimiter) -> tuple[int, int]:
         """After the holds a killed process left lapse, a new writer takes the whole cap (it
@@ -389,6 +393,32 @@ class World:
             except Exception:
                 await asyncio.sleep(0.25)
         return await hold_worker_held(admin)
+
+
+def misdescribed(process: Process, lines: list[dict[str, Any]]) -> list[str]:
+    """Refusals that say the wrong thing (docs/errors.md): a contended refusal names no
+    exceeded limit, and only comes after a call's rounds ran out, which takes `MAX_ROUNDS`
+    condition failures of this process's writes on one of the call's items while it ran."""
+    out = []
+    invoked = {line["op"]: line for line in lines if line["e"] == "invoke"}
+    for line in lines:
+        if line["e"] != "fail" or not line.get("contended"):
+            continue
+        op = invoked[line["op"]]
+        if line["violations"]:
+            out.append(f"{line['op']}: contended, yet names {line['violations']} exceeded")
+        entities = [op["ent"], ORG] if op["call"] == "three" else [op["ent"]]
+        resources = ["api", "budget"] if op["call"] == "three" else ["api"]
+        marks = [f"#B#{e}#{r}#" for e in entities for r in resources]
+        most = max(
+            (sum(op["t"] <= t <= line["t"] for t in times)
+             for pk, times in process.link.failed.items() if any(m in pk for m in marks)),
+            default=0,
+        )  # fmt: skip
+        if most < MAX_ROUNDS:
+            out.append(f"{line['op']}: contended after {most} condition failures on its items "
+                       f"(rounds run out after {MAX_ROUNDS})")  # fmt: skip
+    return out
 
 
 async def hold_worker_held(repo: Repository) -> tuple[int, int]:
