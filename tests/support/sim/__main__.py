@@ -114,11 +114,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def shrunk(args: argparse.Namespace, seed: int) -> None:
-    from support.sim.plans import PLANS, as_test, shrink
+    from support.sim.plans import PLANS, as_test, kinds, shrink
     from support.sim.world import simulate
 
     started = time.perf_counter()
-    plan = shrink(PLANS[args.plan](seed), lambda result: bool(result.problems))
+    plan = PLANS[args.plan](seed)
+    found = kinds(simulate(plan).problems)
+    plan = shrink(plan, lambda result: bool(kinds(result.problems) & found))
     result = simulate(plan)
     print(f"sim: seed {seed} shrunk in {time.perf_counter() - started:.1f} s to "
           f"{result.operations} operations: {plan.describe()}")  # fmt: skip

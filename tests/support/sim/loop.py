@@ -79,8 +79,10 @@ def run(main: Coroutine[Any, Any, _T]) -> tuple[_T, list[str]]:
     errors: list[str] = []
 
     def handler(_: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        exc = context.get("exception")
-        errors.append(f"{context.get('message')}: {exc!r}")
+        message = str(context.get("message"))
+        if message.startswith("Task was destroyed but it is pending"):
+            return  # a killed process's task, waiting for what never comes, was collected
+        errors.append(f"{message}: {context.get('exception')!r}")
 
     loop.set_exception_handler(handler)
     try:

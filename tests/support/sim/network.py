@@ -84,6 +84,7 @@ class Link:
         self.faults = faults
         self.windows = windows or []
         self.dead = False
+        self.limbo: list[asyncio.Future[Any]] = []  # what a dead process waits for, forever
         self.requests = 0  # requests sent (that reached the network)
         self.counts: Counter[str] = Counter()  # faults by kind
         self.by_operation: Counter[str] = Counter()
@@ -116,10 +117,16 @@ class Link:
             return None
         return self.faults.kinds[int(self.rng.random() * len(self.faults.kinds))]
 
+    async def _never(self) -> Any:
+        """Wait forever (the process is dead; its task is kept, not collected mid-run)."""
+        future = asyncio.get_running_loop().create_future()
+        self.limbo.append(future)
+        return await future
+
     async def send(self, operation: str, request: dict[str, Any]) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         if self.dead:
-            await loop.create_future()  # never answered
+            await self._never()
         self.requests += 1
         self.by_operation[operation] += 1
         faults = self.faults
@@ -171,7 +178,7 @@ class Link:
             finally:
                 timer.cancel()
         if self.dead:
-            await loop.create_future()
+            await self._never()
         return result
 
     def _apply(self, operation: str, request: dict[str, Any]) -> dict[str, Any]:

@@ -67,6 +67,24 @@ def _smaller(plan: Plan) -> list[Plan]:
     return out
 
 
+KINDS_OF_PROBLEM = (
+    ("over its limit", "over-admission"),
+    ("outside [", "ledger"),
+    ("refund-only", "leftover"),
+    ("all-or-none", "all-or-none"),
+    ("instants over", "holds over the cap"),
+    ("left held", "left held"),
+    ("contended", "refusal"),
+    ("undocumented error", "undocumented error"),
+    ("loop:", "loop error"),
+)
+
+
+def kinds(problems: list[str]) -> set[str]:
+    """What kinds of violation `problems` are (shrinking keeps a plan that fails the same way)."""
+    return {kind for problem in problems for mark, kind in KINDS_OF_PROBLEM if mark in problem}
+
+
 def shrink(plan: Plan, fails: Callable[[Simulated], bool], budget: int = 150) -> Plan:
     """A plan as short as a greedy search finds that still `fails` (the same seed, fewer
     processes, tasks, operations, kills and fault kinds), within `budget` simulations."""

@@ -161,6 +161,8 @@ class SimTable:
         self.sequence = 0
         self.tokens: dict[str, tuple[str, int]] = {}  # ClientRequestToken -> (request, time)
         self.applied = 0  # writes that changed or kept an item (answered success)
+        #: every request answered, in order, with its answer (the differential test sets it)
+        self.recording: list[tuple[str, dict[str, Any], dict[str, Any] | Refused]] | None = None
         self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "CreateTable": self._create_table,
             "DescribeTable": self._describe_table,
@@ -178,6 +180,18 @@ class SimTable:
         }
 
     def answer(self, operation: str, request: dict[str, Any]) -> dict[str, Any]:
+        if self.recording is None:
+            return self._answer(operation, request)
+        sent = json.loads(json.dumps(request))
+        try:
+            result = self._answer(operation, request)
+        except Refused as refused:
+            self.recording.append((operation, sent, refused))
+            raise
+        self.recording.append((operation, sent, json.loads(json.dumps(result))))
+        return result
+
+    def _answer(self, operation: str, request: dict[str, Any]) -> dict[str, Any]:
         handler = self.handlers.get(operation)
         if handler is None:
             raise Unsupported(f"the simulated table does not implement {operation}")

@@ -159,11 +159,12 @@ class Simulated:
 
 
 class World:
-    def __init__(self, plan: Plan, rng: random.Random) -> None:
+    def __init__(self, plan: Plan, rng: random.Random, table: SimTable | None = None) -> None:
         self.plan = plan
         self.rng = rng
         self.loop = asyncio.get_running_loop()
-        self.table = SimTable(self.true_ms)
+        self.table = table or SimTable(self.true_ms)
+        self.table.clock = self.true_ms
         self.processes: list[Process] = []
         self.started = 0
         planned = plan.processes * plan.tasks * plan.ops
@@ -451,8 +452,9 @@ async def _set_up_table(world: World) -> None:
         connection.system_clock = wall
 
 
-def simulate(plan: Plan) -> Simulated:
-    """Run the history `plan` describes (see the module docstring)."""
+def simulate(plan: Plan, table: SimTable | None = None) -> Simulated:
+    """Run the history `plan` describes (see the module docstring), on `table` if given (a
+    recording one: tests/sim/test_sim_differential.py)."""
     logger = logging.getLogger("zae_limiter")
     disabled = logger.disabled
     logger.disabled = True  # thousands of expected warnings: faults are the point
@@ -460,7 +462,7 @@ def simulate(plan: Plan) -> Simulated:
         with determinism(plan.seed) as rng:
 
             async def main() -> Simulated:
-                return await World(plan, rng).main()
+                return await World(plan, rng, table).main()
 
             result, errors = run(main())
     finally:
