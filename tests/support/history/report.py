@@ -45,6 +45,10 @@ def render(ran: Ran, checked: Checked, *, title: str) -> str:
         *counts("Kind", "Requests", faults),
         f"| processes killed | {ran.kills} |",
         "",
+        f"Decisions: {sum(outcomes.values()) - history.total('local_rejections')} reached the "
+        f"table, {history.total('local_rejections')} were answered from the rejection cache "
+        "without a request.",
+        "",
         f"Undecided writes (every re-send lost): {history.total('undecided')}; items seen "
         f"stamped too far ahead: {history.total('skewed')}; rejections answered from the "
         f"rejection cache (no request): {history.total('local_rejections')} (from the workers' "

@@ -23,8 +23,8 @@ import json
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO, Any
 
 from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, RateLimitExceeded, Repository

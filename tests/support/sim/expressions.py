@@ -78,7 +78,8 @@ def get(item: Item, path: Path) -> Wire | None:
         else:
             members = node.get("M")
             node = None if members is None else members.get(part)
-    return node
+    found: Wire | None = node
+    return found
 
 
 def _equal(a: Wire, b: Wire) -> bool:
@@ -248,35 +249,9 @@ class _Parser:
             raise Invalid("expected a comparison")
         token = current[1]
         if token == "BETWEEN":
-            self.take()
-            low = self.operand()
-            self.take("AND")
-            high = self.operand()
-
-            def between(i: Item, n: Names, v: Values) -> bool:
-                x, lo, hi = left(i, n, v), low(i, n, v), high(i, n, v)
-                if x is None or lo is None or hi is None:
-                    return False
-                a, b = _order(x, lo), _order(x, hi)
-                return a is not None and b is not None and a >= 0 and b <= 0
-
-            return between
+            return self.between(left)
         if token == "IN":
-            self.take()
-            self.take("(")
-            options = [self.operand()]
-            while self.at(","):
-                self.take()
-                options.append(self.operand())
-            self.take(")")
-
-            def among(i: Item, n: Names, v: Values) -> bool:
-                x = left(i, n, v)
-                return x is not None and any(
-                    (o := option(i, n, v)) is not None and _equal(x, o) for option in options
-                )
-
-            return among
+            return self.among(left)
         self.take()
         right = self.operand()
         if token == "=":
@@ -297,6 +272,38 @@ class _Parser:
             return order is not None and test(order)
 
         return compare
+
+    def between(self, left: Operand) -> Condition:
+        self.take()
+        low = self.operand()
+        self.take("AND")
+        high = self.operand()
+
+        def test(i: Item, n: Names, v: Values) -> bool:
+            x, lo, hi = left(i, n, v), low(i, n, v), high(i, n, v)
+            if x is None or lo is None or hi is None:
+                return False
+            a, b = _order(x, lo), _order(x, hi)
+            return a is not None and b is not None and a >= 0 and b <= 0
+
+        return test
+
+    def among(self, left: Operand) -> Condition:
+        self.take()
+        self.take("(")
+        options = [self.operand()]
+        while self.at(","):
+            self.take()
+            options.append(self.operand())
+        self.take(")")
+
+        def test(i: Item, n: Names, v: Values) -> bool:
+            x = left(i, n, v)
+            return x is not None and any(
+                (o := option(i, n, v)) is not None and _equal(x, o) for option in options
+            )
+
+        return test
 
     def function(self) -> Condition:
         name = self.take()[1]

@@ -19,10 +19,11 @@ simulation must not; trio's MockClock is not asyncio. docs/contributing.md says 
 from __future__ import annotations
 
 import asyncio
+import base64
 import random
 import secrets
 from collections.abc import Coroutine, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
@@ -100,10 +101,8 @@ def _wind_down(loop: SimLoop) -> None:
     pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
     for task in pending:
         task.cancel()
-    try:
+    with suppress(Deadlock):
         loop.run_until_complete(asyncio.sleep(3600))
-    except Deadlock:
-        pass
     for task in asyncio.all_tasks(loop):
         task.get_coro().close()
 
@@ -120,18 +119,19 @@ def determinism(seed: int) -> Iterator[random.Random]:
     def token_bytes(n: int | None) -> bytes:
         return drawn.getrandbits(8 * (n or 32)).to_bytes(n or 32, "big")
 
-    def token_urlsafe(n: int | None = None) -> str:
-        import base64
+    def token_urlsafe(nbytes: int | None = None) -> str:
+        return base64.urlsafe_b64encode(token_bytes(nbytes)).rstrip(b"=").decode("ascii")
 
-        return base64.urlsafe_b64encode(token_bytes(n)).rstrip(b"=").decode("ascii")
+    def token_hex(nbytes: int | None = None) -> str:
+        return token_bytes(nbytes).hex()
 
-    def token_hex(n: int | None = None) -> str:
-        return token_bytes(n).hex()
+    def randbits(k: int) -> int:
+        return drawn.getrandbits(k)
 
     random.seed(f"random/{seed}")
     secrets.token_urlsafe = token_urlsafe
     secrets.token_hex = token_hex
-    secrets.randbits = drawn.getrandbits
+    secrets.randbits = randbits
     try:
         yield random.Random(f"simulation/{seed}")
     finally:

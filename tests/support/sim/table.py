@@ -432,7 +432,7 @@ class SimTable:
                 f"[{', '.join(r['Code'] for r in reasons)}]",
                 CancellationReasons=reasons,
             )
-        for table, key, new, old, kind in plans:
+        for table, key, new, old, _ in plans:
             self._write(table, key, new, old)
         if token is not None:
             self.tokens[token] = (digest, now)

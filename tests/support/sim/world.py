@@ -37,6 +37,8 @@ from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
 from zae_limiter.acquire.waves import MAX_ROUNDS
 from zae_limiter.dynamo.transport import Transport
 
+LIMITS = Limits(rpm=4, period_s=20)
+FAULTS = Faults()
 EPOCH_MS = 1_796_428_800_000  # 2026-12-05T00:00Z: the loop's time 0 on the true clock
 TABLE = "sim"
 _RATE_EVENTS = ("invoke", "ok", "fail", "unknown")
@@ -52,10 +54,10 @@ class Plan:
     tasks: int = 4  # rate tasks a process (support.history.workload)
     ops: int = 20  # per task (a replacement process runs them again)
     hold_tasks: int = 1  # concurrency-hold tasks a process (0: none)
-    limits: Limits = Limits(rpm=4, period_s=20)
+    limits: Limits = LIMITS
     hold_cap: int = 2
     hold_ttl_s: int = 2
-    faults: Faults = Faults()
+    faults: Faults = FAULTS
     kills: int = 1
     skew_ms: int = 500
     partitions: int = 1  # per process
@@ -170,6 +172,7 @@ class World:
         planned = plan.processes * plan.tasks * plan.ops
         self.kill_marks = sorted(int(rng.uniform(0.15, 0.75) * planned) for _ in range(plan.kills))
         self.slots: dict[int, Process] = {}
+        self.lives: list[asyncio.Future[None]] = []
 
     def true_ms(self) -> int:
         return EPOCH_MS + round(self.loop.time() * 1000)
@@ -220,7 +223,7 @@ class World:
         self.processes.append(process)
         self.slots[slot] = process
         seed = self.rng.randrange(2**32)
-        asyncio.ensure_future(self.live(process, seed))
+        self.lives.append(asyncio.ensure_future(self.live(process, seed)))
         return process
 
     async def live(self, process: Process, seed: int) -> None:
@@ -340,9 +343,8 @@ class World:
         history = History()
         for name in sorted(lines):
             for line in lines[name]:
-                if "op" in line or line["e"] == "stats":
-                    if line["e"] in ("invoke", "ok", "fail", "unknown", "stats"):
-                        history.add(line)
+                if line["e"] in ("invoke", "ok", "fail", "unknown", "stats"):
+                    history.add(line)
         entities = {b.split("|")[0] for b in plan.limits.by_bucket()}
         stored: Counter[str] = Counter()
         for entity in sorted(entities):
@@ -365,7 +367,10 @@ class World:
         for process in sorted(self.processes, key=lambda p: p.name):
             digest.update(process.log.hash.digest())
         digest.update(self.table.digest().encode())
-        operations = sum(1 for _ in history.ops)
+        operations = len(history.ops)
+        for process in self.processes:  # hold operations: each ends held, refused or not
+            operations += sum(line["e"] in ("held", "refused", "unavailable")
+                              for line in process.log.lines)  # fmt: skip
         return Simulated(
             plan=plan,
             processes=self.processes,
