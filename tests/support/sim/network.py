@@ -64,7 +64,8 @@ def client_error(operation: str, status: int, code: str, message: str, **extra: 
         "ResponseMetadata": {"HTTPStatusCode": status, "RetryAttempts": 0},
         **extra,
     }
-    return bce.ClientError(parsed, operation)  # type: ignore[arg-type]
+    error: Exception = bce.ClientError(parsed, operation)
+    return error
 
 
 class Link:
@@ -197,7 +198,8 @@ class Link:
 
 
 def _timed_out() -> Exception:
-    return bce.ReadTimeoutError(endpoint_url=ENDPOINT, error="read timeout (simulated)")
+    error: Exception = bce.ReadTimeoutError(endpoint_url=ENDPOINT, error="read timeout (simulated)")
+    return error
 
 
 def _settle(answer: asyncio.Future[Any], result: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import fields, replace
+from typing import Any
 
 from support.history.workload import Limits
 from support.sim.network import KINDS, Faults
@@ -46,6 +47,11 @@ def ci(seed: int) -> Plan:
 PLANS: dict[str, Callable[[int], Plan]] = {"drawn": drawn, "ci": ci}
 
 
+def _with(plan: Plan, name: str, value: object) -> Plan:
+    changes: dict[str, Any] = {name: value}
+    return replace(plan, **changes)
+
+
 def _smaller(plan: Plan) -> list[Plan]:
     """Plans one step shorter or calmer than `plan`, most reducing first."""
     out: list[Plan] = []
@@ -54,10 +60,10 @@ def _smaller(plan: Plan) -> list[Plan]:
         floor = 1 if name in ("processes", "ops") else 0
         for smaller in sorted({floor, value // 2, value - 1}):
             if floor <= smaller < value:
-                out.append(replace(plan, **{name: smaller}))
+                out.append(_with(plan, name, smaller))
     for name, calm in (("cancel_rate", 0.0), ("skew_ms", 0)):
         if getattr(plan, name) != calm:
-            out.append(replace(plan, **{name: calm}))
+            out.append(_with(plan, name, calm))
     faults = plan.faults
     for kind in faults.kinds:
         kinds = tuple(k for k in faults.kinds if k != kind)

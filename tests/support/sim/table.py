@@ -100,7 +100,7 @@ class Change:
 class _Table:
     name: str
     description: dict[str, Any]
-    indexes: dict[str, tuple[str, str]]  # name -> (partition key, sort key)
+    indexes: dict[str, tuple[str, ...]]  # name -> (partition key, sort key)
     partitions: dict[str, dict[str, Item]] = field(default_factory=dict)
     changes: list[Change] = field(default_factory=list)
 
@@ -225,7 +225,7 @@ class SimTable:
             "ItemCount": 0,
             "TableArn": f"arn:aws:dynamodb:us-east-1:000000000000:table/{name}",
         }
-        self.tables[name] = _Table(name, description, indexes)  # type: ignore[arg-type]
+        self.tables[name] = _Table(name, description, indexes)
         return {"TableDescription": description}
 
     def _describe_table(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -255,7 +255,7 @@ class SimTable:
         names = request.get("ExpressionAttributeNames", {})
         values = request.get("ExpressionAttributeValues", {})
         if not ex.condition(text)(old or {}, names, values):
-            extra = {}
+            extra: dict[str, Any] = {}
             if old is not None and request.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD":
                 extra["Item"] = old
             raise Refused(

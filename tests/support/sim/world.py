@@ -144,7 +144,8 @@ class Simulated:
         if unexpected:
             errors = {op.done.get("error") for op in self.history.ops.values()
                       if op.done is not None and op.done.get("unexpected")}  # fmt: skip
-            out.append(f"{unexpected} operations raised an undocumented error: {sorted(errors)}")
+            named = sorted(str(e) for e in errors)
+            out.append(f"{unexpected} operations raised an undocumented error: {named}")
         if self.holds is not None:
             if self.holds.over:
                 out.append(f"{len(self.holds.over)} instants over {self.plan.hold_cap} held "
