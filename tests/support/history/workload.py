@@ -45,6 +45,7 @@ class Limits:
 
     rpm: int
     period_s: int
+    alert_at: tuple[int, ...] = ()  # thresholds on every limit (the simulation's aggregator)
 
     def api(self) -> list[Limit]:
         return [self._limit("rpm", self.rpm), self._limit("tpm", 5 * self.rpm)]
@@ -53,7 +54,7 @@ class Limits:
         return [self._limit("usd", 3 * self.rpm)]
 
     def _limit(self, name: str, capacity: int) -> Limit:
-        return Limit.custom(name, capacity, capacity, self.period_s)
+        return Limit.custom(name, capacity, capacity, self.period_s, alert_at=self.alert_at)
 
     def by_bucket(self) -> dict[str, tuple[int, float]]:
         """Capacity and refill per second of every bucket the run touches."""

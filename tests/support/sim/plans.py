@@ -4,6 +4,7 @@ failing plan to a short one printed as a test to paste (`shrink`, `as_test`)."""
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import Any
@@ -25,7 +26,9 @@ def drawn(seed: int, *, brownouts: bool = True) -> Plan:
         tasks=rng.randint(2, 8),
         ops=rng.randint(8, 30),
         hold_tasks=rng.choice((0, 1, 2)),
-        limits=Limits(rpm=rng.choice((2, 4, 8, 20)), period_s=rng.choice((5, 10, 20))),
+        limits=Limits(
+            rpm=rng.choice((2, 4, 8, 20)), period_s=rng.choice((5, 10, 20)), alert_at=(50, 80, 100)
+        ),
         hold_cap=rng.randint(1, 3),
         faults=Faults(rate=rng.choice((0.0, 0.05, 0.15, 0.3)), kinds=kinds),
         kills=rng.randint(0, 3),
@@ -91,19 +94,23 @@ def kinds(problems: list[str]) -> set[str]:
     return {kind for problem in problems for mark, kind in KINDS_OF_PROBLEM if mark in problem}
 
 
-def shrink(plan: Plan, fails: Callable[[Simulated], bool], budget: int = 150) -> Plan:
+def shrink(
+    plan: Plan, fails: Callable[[Simulated], bool], budget: int = 80, seconds: float = 180.0
+) -> Plan:
     """A plan as short as a greedy search finds that still `fails` (the same seed, fewer
-    processes, tasks, operations, kills and fault kinds), within `budget` simulations."""
+    processes, tasks, operations, kills and fault kinds), within `budget` simulations and
+    `seconds` of wall time (a bound on a busy machine, not part of the result's replay)."""
     tries = 0
+    ends = time.monotonic() + seconds
     changed = True
-    while changed and tries < budget:
+    while changed and tries < budget and time.monotonic() < ends:
         changed = False
         for candidate in _smaller(plan):
             tries += 1
             if fails(simulate(candidate)):
                 plan, changed = candidate, True
                 break
-            if tries >= budget:
+            if tries >= budget or time.monotonic() >= ends:
                 break
     return plan
 

@@ -32,6 +32,7 @@ from support.history.hold_checker import HoldHistory, check_hold_lines
 from support.history.workload import ORG, Limits, one_op, set_up
 from support.sim.loop import determinism, run
 from support.sim.network import Faults, Link, Window
+from support.sim.stream import aggregator_link, check_stream
 from support.sim.table import SimTable
 from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
 from zae_limiter.acquire.waves import MAX_ROUNDS
@@ -68,6 +69,7 @@ class Plan:
     pause_s: float = 0.05
     acquire_timeout: float | None = 1.0
     rejection_cache_ttl: float = 1.0
+    stream: bool = True  # the aggregator on the stream afterwards (usage, alerts: stream.py)
     seconds: float = 600.0  # virtual: no operation starts after it (a livelock's bound)
 
     def describe(self) -> str:
@@ -126,11 +128,14 @@ class Simulated:
     operations: int
     local_rejections: int
     refusals: list[str] = field(default_factory=list)  # refusals that misdescribe themselves
+    stream: list[str] = field(default_factory=list)  # the aggregator's usage and alerts
+    stream_counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def problems(self) -> list[str]:
         out = [f"loop: {error}" for error in self.loop_errors]
         out += self.refusals
+        out += [f"stream: {problem}" for problem in self.stream]
         for v in self.verdicts:
             if v.over > 0:
                 out.append(f"{v.bucket}: admitted {v.over:.2f} over its limit")
@@ -362,6 +367,16 @@ class World:
                           for name, named in lines.items()}  # fmt: skip
             holds = check_hold_lines(hold_lines, plan.hold_cap, plan.hold_ttl_s)
             left = await self.left_held(admin, limiter)
+        stream_problems: list[str] = []
+        self.stream_counts: dict[str, int] = {}
+        if plan.stream:
+            link = aggregator_link(self.table, plan.seed)
+            stub = SimpleNamespace(meta=SimpleNamespace(region_name="us-east-1"))
+            transport = Transport(stub, _NoExit(), http=link)  # type: ignore[arg-type]
+            stream_problems, self.stream_counts = await check_stream(
+                self.table, TABLE, admin, transport, random.Random(f"stream/{plan.seed}"),
+                self.true_ms, stored,
+            )  # fmt: skip
         await admin.close()
         refusals = [problem for p in self.processes for problem in misdescribed(p, lines[p.name])]
         digest = hashlib.sha256()
@@ -387,6 +402,8 @@ class World:
             operations=operations,
             local_rejections=sum(p.local_rejections for p in self.processes),
             refusals=refusals,
+            stream=stream_problems,
+            stream_counts=self.stream_counts,
         )
 
     async def left_held(self, admin: Repository, limiter: RateLimiter) -> tuple[int, int]:
@@ -462,8 +479,8 @@ def simulate(plan: Plan, table: SimTable | None = None) -> Simulated:
     """Run the history `plan` describes (see the module docstring), on `table` if given (a
     recording one: tests/sim/test_sim_differential.py)."""
     logger = logging.getLogger("zae_limiter")
-    disabled = logger.disabled
-    logger.disabled = True  # thousands of expected warnings: faults are the point
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)  # thousands of expected warnings: faults are the point
     try:
         with determinism(plan.seed) as rng:
 
@@ -472,5 +489,5 @@ def simulate(plan: Plan, table: SimTable | None = None) -> Simulated:
 
             result, errors = run(main())
     finally:
-        logger.disabled = disabled
+        logger.setLevel(level)
     return replace(result, loop_errors=errors)
