@@ -4,7 +4,10 @@ Each admitted lease was *certainly* holding its unit from when its acquire retur
 - its exit was invoked, when it exited with its hold (`hold_lost` False then): the give-back
   lands after that;
 - its entry's last logged expiry (real time), when its hold was lost, or its process was killed
-  with the lease open: no other writer frees an entry before its holder counts it lost.
+  with the lease open: no other writer frees an entry before its holder counts it lost; for a
+  lost hold, no later than the first write of its own process (planned) that shows the entry
+  gone (a holder removes its own entries once its leases count them lost, which can be before
+  an expiry a renewal confirmed late set: simulation seed `plans.drawn(51)`).
 Counting these intervals undercounts what was held at any instant (holds start before the
 acquire returns and end after the exit is invoked), so a count above the cap is a certain
 violation. Ends sort before starts at the same instant.
@@ -103,12 +106,16 @@ def check_hold_lines(logs: dict[str, list[dict[str, Any]]], cap: int, ttl: float
     for process, lines in logs.items():
         expiries: dict[str, float] = {}
         open_: dict[str, tuple[float, str]] = {}  # op -> (start, entry)
+        gone: dict[str, float] = {}  # op -> its own first write showing its entry gone
         for line in lines:
             event = line["e"]
             if event == "entry":
                 expiries[line["key"]] = line["expiry"]
             elif event == "wrote":
                 writes.append(Write(process, line["t"], line["rt"], frozenset(line["keys"])))
+                for op, (start, key) in open_.items():
+                    if key not in line["keys"] and op not in gone:
+                        gone[op] = max(start, line["t"])
             elif event == "partition":
                 out.partitions += 1
             elif event == "stats":
@@ -118,7 +125,9 @@ def check_hold_lines(logs: dict[str, list[dict[str, Any]]], cap: int, ttl: float
                 open_[line["op"]] = (line["t"], line["key"])
             elif event == "leave":
                 start, key = open_.pop(line["op"])
-                end = expiries.get(key, start) if line["lost"] else line["t"]
+                end = line["t"]
+                if line["lost"]:
+                    end = min(expiries.get(key, start), gone.get(line["op"], float("inf")))
                 out.outcomes["lost" if line["lost"] else "given back"] += 1
                 out.intervals.append((start, max(start, end)))
             else:

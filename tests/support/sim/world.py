@@ -255,6 +255,10 @@ class World:
         ledger.on_written = lambda key, expiry: log.write(
             {"e": "entry", "key": key, "expiry": (expiry - offset - EPOCH_MS) / 1000}
         )
+        ledger.on_landed = lambda now, received, keys: log.write(
+            {"e": "wrote", "t": (now - offset - EPOCH_MS) / 1000,
+             "rt": (received - offset - EPOCH_MS) / 1000, "keys": keys}
+        )  # fmt: skip
         limiter = RateLimiter(repo)
         tasks = [self.task(process, limiter, i, random.Random(f"{seed}/{i}"))
                  for i in range(plan.tasks + plan.hold_tasks)]  # fmt: skip
