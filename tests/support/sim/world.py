@@ -268,6 +268,8 @@ class World:
         await repo.close()
         stats = repo.get_cache_stats()
         process.abandoned = stats.abandoned_at_close
+        if stats.abandoned_at_close == 0 and stats.undecided_writes == 0:
+            refunded_after_deadline(log.lines)
         self.finish(process)
 
     def finish(self, process: Process) -> None:
@@ -421,6 +423,18 @@ class World:
             except Exception:
                 await asyncio.sleep(0.25)
         return await hold_worker_held(admin)
+
+
+def refunded_after_deadline(lines: list[dict[str, Any]]) -> None:
+    """Admissions that passed their deadline undecided kept nothing once their process closed
+    with nothing abandoned and no write undecided (reference §12 item 12: whatever landed for
+    them was refunded while `close()` drained): judged as refused from then on. Their refund
+    still counts as a credit that may have landed inside any span (the over-admission check)."""
+    most = {line["op"]: line["max"] for line in lines if line["e"] == "invoke"}
+    for line in lines:
+        if (line["e"] == "unknown" and not line.get("entered") and line["op"] in most
+                and "deadline" in str(line.get("error", ""))):  # fmt: skip
+            line.update({"e": "fail", "kept": {}, "credit": most[line["op"]], "resolved": True})
 
 
 def misdescribed(process: Process, lines: list[dict[str, Any]]) -> list[str]:
