@@ -20,8 +20,9 @@ from support.sim.plans import ci
 from support.sim.world import Plan, simulate
 
 #: The CI slice: `make sim --plan ci` seeds (brown-outs off: on main they find issue 41's
-#: dropped refunds, see docs/contributing.md). Chosen to cover kills, partitions, every fault
-#: kind, cancellations, holds and deadlines between them.
+#: dropped refunds, the xfail test below). Chosen, among the first 40, to cover between them
+#: kills, partitions, every fault kind, cancellations, holds, deadlines of 0.3 s, 1 s and none,
+#: and the aggregator, at about 9 s of CPU.
 CI_SEEDS = (3, 8, 9, 12, 13, 15)
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -76,3 +77,20 @@ def test_the_slice_sees_a_hold_over_the_cap_when_the_v_guard_is_gone() -> None:
             check=True,
         )
     assert "held" in mutated.stdout, mutated.stdout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 41: a refund after a failed admission is dropped once the client's retry "
+    "budget is spent (make sim found it on main); remove this mark when issue 41 lands",
+)
+def test_a_brownout_past_the_retry_budget_leaves_no_debit_of_a_refused_call() -> None:
+    """A 6 s brown-out (every write throttled) spends the retry budget while admissions past
+    their 0.3 s deadline are resolved off their callers' paths; on main one of them leaves a
+    debit on user-0 ('a refund after a failed admission could not land: the client's retry
+    budget is spent'). The shrunk schedule of `make sim`'s finding."""
+    plan = Plan(seed=6, processes=2, tasks=8, ops=30, hold_tasks=0,
+                limits=Limits(rpm=20, period_s=10), faults=Faults(rate=0.0), kills=0,
+                partitions=0, brownouts=1, brownout_s=6.0, cancel_rate=0.0, acquire_timeout=0.3,
+                rejection_cache_ttl=0.0, stream=False)  # fmt: skip
+    assert simulate(plan).problems == []
