@@ -130,20 +130,29 @@ class Checked:
 
     @property
     def problems(self) -> list[str]:
-        out = [f"worker failed: {error}" for error in self.errors]
-        for v in self.verdicts:
-            if v.over > 0:
-                out.append(f"{v.bucket}: admitted {v.over:.2f} over its limit")
-            if not v.ledger_ok:
-                out.append(f"{v.bucket}: consumed {v.consumed} outside [{v.lower}, {v.upper}]")
-            if not v.leftover_ok:
-                out.append(f"{v.bucket}: refund-only entity left {v.leftover}")
-            if not v.all_or_none_ok:
-                out.append(f"{v.bucket}: all-or-none gap {v.all_or_none_gap}")
-        unexpected = self.history.outcomes["unknown (unexpected error)"]
-        if unexpected:
-            out.append(f"{unexpected} operations raised an undocumented error")
-        return out
+        return [f"worker failed: {error}" for error in self.errors] + problems_of(
+            self.history, self.verdicts
+        )
+
+
+def problems_of(history: History, verdicts: list[Verdict]) -> list[str]:
+    """Every violation the verdicts and the operations' outcomes show, one line each."""
+    out = []
+    for v in verdicts:
+        if v.over > 0:
+            out.append(f"{v.bucket}: admitted {v.over:.2f} over its limit")
+        if not v.ledger_ok:
+            out.append(f"{v.bucket}: consumed {v.consumed} outside [{v.lower}, {v.upper}]")
+        if not v.leftover_ok:
+            out.append(f"{v.bucket}: refund-only entity left {v.leftover}")
+        if not v.all_or_none_ok:
+            out.append(f"{v.bucket}: all-or-none gap {v.all_or_none_gap}")
+    unexpected = history.outcomes["unknown (unexpected error)"]
+    if unexpected:
+        errors = sorted({str(op.done.get("error")) for op in history.ops.values()
+                         if op.done is not None and op.done.get("unexpected")})  # fmt: skip
+        out.append(f"{unexpected} operations raised an undocumented error: {errors[:3]}")
+    return out
 
 
 async def consumed_by_bucket(repo: Repository, entities: set[str]) -> Counter[str]:

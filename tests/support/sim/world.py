@@ -27,7 +27,7 @@ from typing import Any
 from botocore.config import Config
 
 from support.history import hold_worker
-from support.history.checker import History, Verdict, judge
+from support.history.checker import History, Verdict, judge, problems_of
 from support.history.hold_checker import HoldHistory, check_hold_lines
 from support.history.workload import ORG, Limits, one_op, set_up
 from support.sim.loop import determinism, run
@@ -136,21 +136,7 @@ class Simulated:
         out = [f"loop: {error}" for error in self.loop_errors]
         out += self.refusals
         out += [f"stream: {problem}" for problem in self.stream]
-        for v in self.verdicts:
-            if v.over > 0:
-                out.append(f"{v.bucket}: admitted {v.over:.2f} over its limit")
-            if not v.ledger_ok:
-                out.append(f"{v.bucket}: consumed {v.consumed} outside [{v.lower}, {v.upper}]")
-            if not v.leftover_ok:
-                out.append(f"{v.bucket}: refund-only entity left {v.leftover}")
-            if not v.all_or_none_ok:
-                out.append(f"{v.bucket}: all-or-none gap {v.all_or_none_gap}")
-        unexpected = self.history.outcomes["unknown (unexpected error)"]
-        if unexpected:
-            errors = {op.done.get("error") for op in self.history.ops.values()
-                      if op.done is not None and op.done.get("unexpected")}  # fmt: skip
-            named = sorted(str(e) for e in errors)
-            out.append(f"{unexpected} operations raised an undocumented error: {named}")
+        out += problems_of(self.history, self.verdicts)
         if self.holds is not None:
             if self.holds.over:
                 out.append(f"{len(self.holds.over)} instants over {self.plan.hold_cap} held "
@@ -190,8 +176,7 @@ class World:
         def clock() -> int:
             return EPOCH_MS + round(self.loop.time() * 1000) + offset_ms
 
-        stub = SimpleNamespace(meta=SimpleNamespace(region_name="us-east-1"))
-        transport = Transport(stub, _NoExit(), http=link)  # type: ignore[arg-type]
+        transport = linked(link)
         return await Repository.open(
             table=TABLE,
             endpoint_url="http://simulated-dynamodb",
@@ -377,8 +362,7 @@ class World:
         self.stream_counts: dict[str, int] = {}
         if plan.stream:
             link = aggregator_link(self.table, plan.seed)
-            stub = SimpleNamespace(meta=SimpleNamespace(region_name="us-east-1"))
-            transport = Transport(stub, _NoExit(), http=link)  # type: ignore[arg-type]
+            transport = linked(link)
             stream_problems, self.stream_counts = await check_stream(
                 self.table, TABLE, admin, transport, random.Random(f"stream/{plan.seed}"),
                 self.true_ms, stored,
@@ -469,6 +453,12 @@ async def hold_worker_held(repo: Repository) -> tuple[int, int]:
     return await held_after(repo)
 
 
+def linked(link: Link) -> Transport:
+    """The library's transport with `link` as its HTTP path (no botocore client behind it)."""
+    stub = SimpleNamespace(meta=SimpleNamespace(region_name="us-east-1"))
+    return Transport(stub, _NoExit(), http=link)  # type: ignore[arg-type]
+
+
 class _NoExit:
     async def __aexit__(self, *exc: object) -> None:
         return None
@@ -481,8 +471,7 @@ async def _set_up_table(world: World) -> None:
     from zae_limiter.dynamo.store import Store
 
     link = Link(world.table, random.Random(0), Faults(rate=0.0, kinds=()))
-    stub = SimpleNamespace(meta=SimpleNamespace(region_name="us-east-1"))
-    transport = Transport(stub, _NoExit(), http=link)  # type: ignore[arg-type]
+    transport = linked(link)
     wall = connection.system_clock
     connection.system_clock = world.true_ms
     try:
