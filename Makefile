@@ -17,7 +17,7 @@ NPM_STAMP := node_modules/.zae-stamp
 PYTEST_ARGS ?= -q
 PORT ?=
 
-.PHONY: help install install-runtime java node demo test lint pytest bench soak constraints clean
+.PHONY: help install install-runtime java node demo test lint pytest bench soak sim constraints clean
 
 help:
 	@echo "make demo      install what the demo needs and run it (PORT=8123: DynamoDB Local's port)"
@@ -30,6 +30,7 @@ help:
 	@echo "make pytest    the tests only (PYTEST_ARGS=\"-x -k wire\")"
 	@echo "make bench     run the benchmarks (BENCH_ARGS=--quick: a smoke run)"
 	@echo "make soak      the large recorded history, checked (report in benchmarks/results/)"
+	@echo "make sim       simulated histories from SEEDS seeds (MUTANT=name: a past bug put back)"
 	@echo "make constraints  regenerate constraints.txt from a clean venv"
 	@echo "make clean     remove the caches of pytest, mypy, ruff and hypothesis"
 	@echo "make help      this list"
@@ -92,6 +93,14 @@ $(STAMPS)/python-bench: pyproject.toml constraints.txt | $(PY)
 # SOAK_ARGS=--holds for the concurrency-hold history (report soak-holds-<date>.md).
 soak: install
 	PYTHONPATH=tests $(PY) -m support.history.soak $(SOAK_ARGS)
+
+# The deterministic simulation (tests/support/sim/; docs/contributing.md): SEEDS simulated
+# histories, checked, on every core; prints operations, operations/s, a digest of all histories
+# and the first failing seed, shrunk and printed as a test. MUTANT=name (make sim SIM_ARGS=--list)
+# runs a copy of the library with one past bug put back. Exits 1 when a seed failed.
+SEEDS ?= 200
+sim: install
+	PYTHONPATH=tests $(PY) -m support.sim --seeds $(SEEDS) $(if $(MUTANT),--mutant $(MUTANT)) $(SIM_ARGS)
 
 # --- maintenance -------------------------------------------------------------------------
 

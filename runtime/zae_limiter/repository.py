@@ -216,6 +216,7 @@ class Repository:
         on_request: RequestListener | None = None,
         acquire_timeout: float | deadlines.Default | None = deadlines.DEFAULT,
         _check_version: bool = True,
+        _transport: Transport | None = None,
     ) -> Repository:
         """Connect to an existing table and namespace, and check versions. Creates nothing.
 
@@ -232,6 +233,9 @@ class Repository:
         resolving takes) bounds each admission and each lease's exit (docs/on-unavailable.md).
         A `client_config` whose timeouts could let a re-sent write land after the exactly-once
         rules stop watching for it is refused with ValidationError.
+
+        `_transport` (tests): a `Transport` already made, used instead of connecting (the
+        deterministic simulation's, whose requests an in-process model answers).
         """
         from . import validation
         from .unmetered import policy_from
@@ -247,7 +251,7 @@ class Repository:
         ns_name = namespace or os.environ.get("ZAEL_NAMESPACE") or "default"
         validation.namespace_name(ns_name)
         endpoint = endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
-        transport = await connect(table_name, region, endpoint, client_config)
+        transport = _transport or await connect(table_name, region, endpoint, client_config)
         if on_request is not None:
             transport.listeners.add(on_request)
         shared = Shared(

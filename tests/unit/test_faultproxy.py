@@ -33,7 +33,26 @@ def test_no_request_is_faulted_more_than_twice_in_a_row() -> None:
     proxy._started = time.monotonic()
     faults = [proxy._draw("UpdateItem", body)[0] for body in order]
     per_body = [faults[i : i + 5] for i in range(0, len(faults), 5)]
-    assert all(f == ["throttle", "throttle", None, None, None] for f in per_body)
+    assert all(f == ["throttle", "throttle", None, "throttle", "throttle"] for f in per_body)
+
+
+def test_a_fault_depends_on_the_item_not_on_the_writer_or_the_time_in_the_body() -> None:
+    """Two runs of one seed send their writes with other writer ids and times: the same n-th
+    write to an item meets the same fault (the proxy replays from its seed)."""
+
+    def write(item: int, writer: str, now: int) -> bytes:
+        return (f'{{"Key": {{"PK": {{"S": "u{item}"}}, "SK": {{"S": "#B"}}}}, '
+                f'"ExpressionAttributeNames": {{"#w": "~{writer}"}}, '
+                f'"ExpressionAttributeValues": {{":t": {{"N": "{now}"}}}}}}').encode()  # fmt: skip
+
+    first = [write(i % 40, "AbCd", 1000 + i) for i in range(400)]
+    second = [write(i % 40, "XyZw", 9000 + 3 * i) for i in range(400)]
+    runs = []
+    for bodies in (first, second):
+        proxy = FaultProxy("http://upstream.invalid", seed=9, rate=0.3, kinds=KINDS)
+        proxy._started = time.monotonic()
+        runs.append([proxy._draw("UpdateItem", body)[0] for body in bodies])
+    assert runs[0] == runs[1] and 0 < sum(f is not None for f in runs[0]) < 400
 
 
 def test_a_partition_drops_every_operation_until_it_heals() -> None:

@@ -54,6 +54,9 @@ class Run:
     #: exactly-once tests. The 1 s default, missed by calls queued on a loaded machine, made
     #: nearly every operation of a run "unknown" (123,633 operations, 1 ok, at load 13).
     acquire_timeout: float | None = None
+    #: Of the calls, those whose caller is cancelled after a drawn delay (up to `cancel_s`).
+    cancel_rate: float = 0.0
+    cancel_s: float = 0.5
     grace_s: float = 30.0
     kill_span: tuple[float, float] = (0.15, 0.75)  # kills fall in this part of the run
     #: What "part of the run" counts: the operations the workers started (their logs' invoke
@@ -149,6 +152,8 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
             "pause_s": run.pause_s,
             "rejection_cache_ttl": run.rejection_cache_ttl,
             "acquire_timeout": run.acquire_timeout,
+            "cancel_rate": run.cancel_rate,
+            "cancel_s": run.cancel_s,
             "partitions": partitions,
             **dict(run.extra),
         }

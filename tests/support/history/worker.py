@@ -14,7 +14,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -94,6 +94,22 @@ async def run_tasks(
     await asyncio.gather(*(task(i) for i in range(settings["tasks"])))
 
 
+async def cancelled_or_not(
+    call: Coroutine[Any, Any, None], log: Log, op: str, rng: random.Random,
+    settings: dict[str, Any],
+) -> None:  # fmt: skip
+    """`call`, whose caller is cancelled after a drawn delay for `cancel_rate` of the calls
+    (its outcome is then unknown: logged so)."""
+    task = asyncio.ensure_future(call)
+    if rng.random() < settings.get("cancel_rate", 0.0):
+        asyncio.get_running_loop().call_later(rng.uniform(0, settings["cancel_s"]), task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        log.write({"e": "unknown", "op": op, "t": time.time(),
+                   "error": "the caller was cancelled"})  # fmt: skip
+
+
 async def run(settings: dict[str, Any]) -> None:
     name = settings["name"]
     with open(settings["log"], "a", encoding="utf-8") as stream:
@@ -117,7 +133,8 @@ async def run(settings: dict[str, Any]) -> None:
 
             side = asyncio.create_task(report())
             try:
-                await run_tasks(settings, proxy, lambda op, rng: one_op(limiter, log, op, rng))
+                await run_tasks(settings, proxy, lambda op, rng: cancelled_or_not(
+                    one_op(limiter, log, op, rng), log, op, rng, settings))  # fmt: skip
             finally:
                 side.cancel()
                 stats()

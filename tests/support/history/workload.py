@@ -23,6 +23,7 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -44,6 +45,7 @@ class Limits:
 
     rpm: int
     period_s: int
+    alert_at: tuple[int, ...] = ()  # thresholds on every limit (the simulation's aggregator)
 
     def api(self) -> list[Limit]:
         return [self._limit("rpm", self.rpm), self._limit("tpm", 5 * self.rpm)]
@@ -52,7 +54,7 @@ class Limits:
         return [self._limit("usd", 3 * self.rpm)]
 
     def _limit(self, name: str, capacity: int) -> Limit:
-        return Limit.custom(name, capacity, capacity, self.period_s)
+        return Limit.custom(name, capacity, capacity, self.period_s, alert_at=self.alert_at)
 
     def by_bucket(self) -> dict[str, tuple[int, float]]:
         """Capacity and refill per second of every bucket the run touches."""
@@ -87,7 +89,8 @@ async def set_up(repo: Repository, limits: Limits) -> None:
 
 class Log:
     """One process's JSON-lines history; every line reaches the kernel before the call goes on
-    (a SIGKILL loses nothing written)."""
+    (a SIGKILL loses nothing written). The simulation keeps its lines in memory instead
+    (support.sim.world.Lines, the same `write`)."""
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
@@ -107,8 +110,15 @@ def _spread(entity: str, resource: str, amounts: dict[str, int], call: str) -> C
     return out
 
 
-async def one_op(limiter: RateLimiter, log: Log, op: str, rng: random.Random) -> None:
-    """Draw one call and move, log it, run it, log how it ended."""
+async def one_op(
+    limiter: RateLimiter,
+    log: Log,
+    op: str,
+    rng: random.Random,
+    now: Callable[[], float] = time.time,
+) -> None:
+    """Draw one call and move, log it, run it, log how it ended (at `now`, in seconds: the
+    wall clock, or the simulation's)."""
     call = rng.choice(("single", "three"))
     ghost = rng.random() < 0.15
     entity = GHOSTS[call] if ghost else rng.choice(SOLOS if call == "single" else USERS)
@@ -121,7 +131,7 @@ async def one_op(limiter: RateLimiter, log: Log, op: str, rng: random.Random) ->
     forced = _spread(entity, "api", {"tpm": max(0, delta)}, call)
     credit = _spread(entity, "api", {"tpm": max(0, -delta)}, call)
     most = entry + extra + forced
-    log.write({"e": "invoke", "op": op, "t": time.time(), "ent": entity, "call": call,
+    log.write({"e": "invoke", "op": op, "t": now(), "ent": entity, "call": call,
                "move": move, "max": dict(most)})  # fmt: skip
     entered = False
     outcome: dict[str, Any] = {"e": "ok", "op": op}
@@ -141,6 +151,9 @@ async def one_op(limiter: RateLimiter, log: Log, op: str, rng: random.Random) ->
         outcome |= {"entry": entry, "extra": extra, "forced": forced, "credit": credit,
                     "kept": +kept}  # fmt: skip
     except (Boom, RateLimitExceeded) as exc:
+        if isinstance(exc, RateLimitExceeded):  # how it was refused (the simulation checks it)
+            outcome |= {"contended": exc.contended,
+                        "violations": sorted(s.limit_name for s in exc.violations)}  # fmt: skip
         if not entered:  # rejected at entry: nothing was debited
             outcome |= {"e": "fail", "kept": {}}
         else:  # raised in the block (ours, or consume() refused): all of it refunded
@@ -151,7 +164,7 @@ async def one_op(limiter: RateLimiter, log: Log, op: str, rng: random.Random) ->
                     "error": repr(exc)[:200]}  # fmt: skip
     except Exception as exc:  # not a documented outcome: the checker reports it
         outcome |= {"e": "unknown", "error": repr(exc)[:200], "unexpected": True}
-    outcome["t"] = time.time()
+    outcome["t"] = now()
     log.write(outcome)
 
 

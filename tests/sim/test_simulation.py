@@ -1,0 +1,96 @@
+"""The deterministic simulation (tests/support/sim/, docs/contributing.md): the CI slice of
+`make sim`, replay from a seed, and one bug put back to show the slice can see one.
+
+Sync tests: each simulation runs its own virtual-time event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.history.workload import Limits
+from support.sim.mutants import applied
+from support.sim.network import Faults
+from support.sim.plans import ci
+from support.sim.world import Plan, simulate
+
+#: The CI slice: `make sim --plan ci` seeds (brown-outs off: on main they find issue 41's
+#: dropped refunds, the xfail test below). Chosen, among the first 40, to cover between them
+#: kills, partitions, every fault kind, cancellations, holds, deadlines of 0.3 s, 1 s and none,
+#: and the aggregator, at about 9 s of CPU.
+CI_SEEDS = (3, 8, 9, 12, 13, 15)
+TESTS = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("seed", CI_SEEDS)
+def test_a_simulated_history_has_no_violation(seed: int) -> None:
+    plan = ci(seed)
+    print(f"sim seed {seed}: {plan.describe()}")
+    result = simulate(plan)
+    print(f"{result.operations} operations ({result.reached_table} decided at the table), "
+          f"{result.requests} requests, faults {dict(result.faults)}, "
+          f"{result.seconds:.1f} s simulated, digest {result.digest}")  # fmt: skip
+    assert result.problems == []
+    assert result.operations > 0 and result.requests > 0
+
+
+def test_one_seed_gives_one_history_byte_for_byte() -> None:
+    """Twice here, and once in another interpreter with another hash seed (set iteration
+    order, object addresses): the same digest of every log line and the final table."""
+    plan = ci(13)
+    first, second = simulate(plan), simulate(plan)
+    assert first.digest == second.digest and first.operations == second.operations
+    script = ("from support.sim.plans import ci; from support.sim.world import simulate; "
+              "print(simulate(ci(13)).digest)")  # fmt: skip
+    other = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONHASHSEED": "4242", "PYTHONPATH": str(TESTS)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert other.stdout.strip() == first.digest
+
+
+def test_the_slice_sees_a_hold_over_the_cap_when_the_v_guard_is_gone() -> None:
+    """`make sim MUTANT=hold-v-guard` put back the missing guard of 6687217's holds; this is its
+    shrunk schedule (two hold operations, one process, one kill), which passes on main."""
+    plan = Plan(seed=3, processes=1, tasks=0, ops=2, limits=Limits(rpm=2, period_s=5),
+                faults=Faults(rate=0.3, kinds=("late",)), skew_ms=0, cancel_rate=0.0,
+                rejection_cache_ttl=0.0)  # fmt: skip
+    assert simulate(plan).problems == []
+    script = (
+        "from support.sim.world import *; from support.history.workload import Limits; "
+        f"from support.sim.network import Faults; print(simulate({plan!r}).problems)"
+    )
+    with applied("hold-v-guard") as copy:
+        mutated = subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(copy), str(TESTS)])},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    assert "held" in mutated.stdout, mutated.stdout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 41: a refund after a failed admission is dropped once the client's retry "
+    "budget is spent (make sim found it on main); remove this mark when issue 41 lands",
+)
+def test_a_brownout_past_the_retry_budget_leaves_no_debit_of_a_refused_call() -> None:
+    """A 6 s brown-out (every write throttled) spends the retry budget while admissions past
+    their 0.3 s deadline are resolved off their callers' paths; on main one of them leaves a
+    debit on user-0 ('a refund after a failed admission could not land: the client's retry
+    budget is spent'). The shrunk schedule of `make sim`'s finding."""
+    plan = Plan(seed=6, processes=2, tasks=8, ops=30, hold_tasks=0,
+                limits=Limits(rpm=20, period_s=10), faults=Faults(rate=0.0), kills=0,
+                partitions=0, brownouts=1, brownout_s=6.0, cancel_rate=0.0, acquire_timeout=0.3,
+                rejection_cache_ttl=0.0, stream=False)  # fmt: skip
+    assert simulate(plan).problems == []
