@@ -36,6 +36,7 @@ from .caches import ConfigCache, ImageCache, stats
 from .connection import (
     check_versions,
     connect,
+    multi_region_of,
     namespace_id_of,
     public_error,
     public_errors,
@@ -255,6 +256,7 @@ class Repository:
             if _check_version:
                 check_versions(record, table_name)
             shared.version_record = record
+            shared.store.multi_region = await multi_region_of(shared.store, record)
             ns_id = await namespace_id_of(shared.store, ns_name)
         except DynamoError as exc:
             await transport.close()
