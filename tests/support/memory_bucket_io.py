@@ -201,6 +201,18 @@ class MemoryBucketIO:
 
         self._write("split", None, apply)
 
+    async def settle_sibling(self, old: BucketImage) -> BucketImage | None:
+        """Create the new shard `old` records (a split one item at a time) and drop the record."""
+        if old.sibling is None:
+            return None
+        item = items.item_of(old.sibling)
+        key = (item["PK"], item["SK"])
+        self.items.setdefault(key, copy.deepcopy(item))
+        stored = self.items.get((items.item_of(old)["PK"], items.item_of(old)["SK"]))
+        if stored is not None:
+            stored.pop("sp", None)
+        return self._parsed(key)
+
     # --- internals ---------------------------------------------------------------------------
 
     def _parsed(self, key: Key) -> BucketImage:

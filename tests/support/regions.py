@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from support.faultproxy import FaultProxy, Request, _write
+from zae_limiter.local import LOCAL_REGION
 
 US_EAST_1, US_EAST_2, US_WEST_2 = "us-east-1", "us-east-2", "us-west-2"
 DEFAULT_REGIONS = (US_EAST_1, US_EAST_2, US_WEST_2)
@@ -97,6 +98,9 @@ class Regions:
     max_conflicts_per_request: int = 2
     witness: str | None = None  # a witness Region: a quorum peer that serves no requests
     cut_hold_s: float = 1.0
+    #: The one Region DynamoDB Local is spoken to in (without -sharedDb it keeps a database per
+    #: Region): requests are re-addressed to it, as replicas of one table.
+    engine_region: str = LOCAL_REGION
     counts: dict[str, Counter[str]] = field(default_factory=dict)
     proxies: dict[str, RegionProxy] = field(default_factory=dict)
     _holders: dict[ItemKey, list[_Holder]] = field(default_factory=dict)
@@ -224,6 +228,17 @@ class RegionProxy(FaultProxy):
         finally:
             table.release(region, keys)
         return await _write(writer, *answer)
+
+    async def _forward(self, request: Request) -> tuple[int, dict[str, str], bytes]:
+        """To the one engine, in its Region (DynamoDB Local does not check signatures)."""
+        scope = f"/{self.region}/dynamodb/"
+        headers = {
+            name: value.replace(scope, f"/{self.table.engine_region}/dynamodb/")
+            if name.lower() == "authorization"
+            else value
+            for name, value in request.headers.items()
+        }
+        return await super()._forward(Request(request.method, request.path, headers, request.body))
 
     async def _wait(self, ms: float) -> None:
         delay = ms * self.table.scale

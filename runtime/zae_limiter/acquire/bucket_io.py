@@ -74,5 +74,12 @@ class BucketIO(Protocol):
         self, parts: Sequence[ShardSplit], *, token: str, extra: Sequence[dict[str, Any]] = ()
     ) -> None:
         """Double a bucket's shards, all parts (and the `extra` transaction operations, an
-        audit event) or none; raises `ItemChanged(None)` when a part's condition failed."""
+        audit event) or none; raises `ItemChanged(None)` when a part's condition failed. On a
+        table without transactions the parts go one at a time, each shard recording its new
+        sibling until it is created (`settle_sibling`)."""
+        ...
+
+    async def settle_sibling(self, old: BucketImage) -> BucketImage | None:
+        """Create the split's new shard that `old` records (unless it exists), then remove the
+        record; the new shard as created or found (None when `old` records none)."""
         ...

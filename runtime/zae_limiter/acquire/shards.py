@@ -187,11 +187,16 @@ def split_parts(
     found: dict[int, BucketImage],
     now: int,
     maker: planning.ItemMaker,
+    *,
+    done: set[int] | frozenset[int] = frozenset(),
 ) -> list[ShardSplit]:
-    """The parts of doubling the shards of `shard_zero`'s bucket, from the shards `found`."""
+    """The parts of doubling the shards of `shard_zero`'s bucket, from the shards `found`
+    (leaving out the shards in `done`, already split)."""
     shards = shard_zero.stamp.shards
     parts = []
     for shard in range(shards):
+        if shard in done:
+            continue
         image = found.get(shard)
         exists = image is not None
         if image is None:

@@ -25,6 +25,7 @@ from .bucket_io import BucketIO
 from .deadlines import Backoff
 from .lane_calls import Call, Outcome
 from .shards import ShardChooser, split_parts
+from .split_items import SETTLE_AFTER_MS
 from .values import (
     AnswerLost,
     ItemChanged,
@@ -99,7 +100,10 @@ class Waves:
             blank=self._blank_after,
             on_orphan=self._orphaned,
             backoff=backoff,
+            recover=self._finish_split,
         )
+        self._settling: set[tuple[str, str, str, int]] = set()
+        self._settle_tasks: set[asyncio.Future[None]] = set()
 
     @property
     def ns(self) -> str:
@@ -248,9 +252,46 @@ class Waves:
             log.error("a debit landed for a caller that had left on %s", outcome.target.resource)
 
     def _seen(self, image: BucketImage, landed: bool) -> None:
-        self.images.put(image, self.clock())
+        now = self.clock()
+        self.images.put(image, now)
         if landed:
             self.on_written(image)
+        sibling = image.sibling
+        if sibling is not None and now - sibling.written_at > SETTLE_AFTER_MS:
+            self._settle_later(image)  # its splitter stopped half way: finish its split
+
+    def _settle_later(self, image: BucketImage) -> None:
+        key = image.address
+        if key in self._settling:
+            return
+        self._settling.add(key)
+
+        async def settle() -> None:
+            try:
+                await self.bucket_io.settle_sibling(image)
+            except (ItemChanged, Unavailable) as exc:
+                log.warning("finishing a split of %s failed: %s", image.address, exc)
+            finally:
+                self._settling.discard(key)
+
+        task = asyncio.ensure_future(settle())
+        self._settle_tasks.add(task)
+        task.add_done_callback(self._settle_tasks.discard)
+
+    async def _finish_split(self, missing: BucketImage) -> BucketImage | None:
+        """A shard found missing: the new half of a split its splitter did not finish? Then
+        finish it (from the record on the shard it came from) and return it."""
+        count = missing.stamp.shards
+        parent = missing.shard - count // 2
+        if count < 2 or parent < 0:
+            return None
+        found = await self.bucket_io.read([(self.ns, missing.entity_id, missing.resource, parent)])
+        if not found or found[0].sibling is None or found[0].sibling.shard != missing.shard:
+            return None
+        try:
+            return await self.bucket_io.settle_sibling(found[0])
+        except ItemChanged:
+            return None
 
     def _blank_after(self, image: BucketImage) -> BucketImage:
         """The stand-in for an item found deleted (expired): created by the next write."""
@@ -309,7 +350,12 @@ class Waves:
                 return current.stamp.shards if current else shards
             if too_small_to_double(current.stamp.limits, shards) is not None:
                 return shards  # a concurrency limit's share would fall below one unit
-            parts = split_parts(current, found, self.clock(), self.maker)
+            # Split already (a split one item at a time that stopped half way): left out, its
+            # new sibling created if it is not yet.
+            done = {s: image for s, image in found.items() if image.stamp.shards != shards}
+            for image in done.values():
+                await self.bucket_io.settle_sibling(image)
+            parts = split_parts(current, found, self.clock(), self.maker, done=set(done))
             more = await extra(shards * 2) if extra is not None else []
             try:
                 await self.bucket_io.split(parts, token=new_op_id(), extra=more)

@@ -95,6 +95,9 @@ class BucketImage:
     evidence: dict[str, int] = field(default_factory=dict)  # writer -> its last sequence here
     writes: int = 0  # every hot-path write adds 1: the split detector's rate; replaces check it
     rearms: int = 0  # `ag`: top-ups and resets so far (absent: 0)
+    #: A split's new shard not created yet, recorded on the shard it came from (a table without
+    #: transactions splits one item at a time: docs/multi-region.md).
+    sibling: BucketImage | None = None
 
     @property
     def address(self) -> Address:

@@ -14,7 +14,9 @@ core.holds), ``n`` admissions, ``g`` generation (new on every
 creation), ``ts`` time of the last write (event time for usage), ``ttl`` expiry, ``k`` hot-path
 writes so far, ``ag`` top-ups and resets so far (only they add to it: it re-arms alert
 thresholds, docs/alerts.md), and one ``~<writer>`` per writer that wrote lately: the sequence of
-its last write that landed here (docs/on-unavailable.md, "Exactly once").
+its last write that landed here (docs/on-unavailable.md, "Exactly once"). ``sp``: a split's new
+shard (the whole item) until it is created, on a table without transactions
+(docs/multi-region.md).
 """
 
 from __future__ import annotations
@@ -134,6 +136,7 @@ def image_of(
         },
         writes=int(item.get("k", 0)),
         rearms=int(item.get("ag", 0)),
+        sibling=parse(item["sp"]) if item.get("sp") else None,
     )
 
 
@@ -179,11 +182,13 @@ def update_request(
     admissions: int,
     evidence: Evidence | None = None,
     new_shards: int | None = None,
+    sibling: BucketImage | None = None,
 ) -> dict[str, Any]:
     """UpdateItem for a hot-path write on an existing item, guarded by its stamp sequence.
 
     With `evidence`, the write records its writer's sequence and applies only once (a re-send
-    of a write whose answer was lost cannot land again; docs/on-unavailable.md).
+    of a write whose answer was lost cannot land again; docs/on-unavailable.md). `sibling`: a
+    split's new shard, recorded on this one until it is created (`sp`).
     """
     expr = _Expr()
     sets: list[str] = []
@@ -204,6 +209,8 @@ def update_request(
     if new_shards is not None:  # a split: every process's next write here meets a new stamp
         sets.append(f"{expr.name('sc')} = {expr.value(new_shards)}")
         sets.append(f"{expr.name('cv')} = {expr.value(image.stamp_seq + 1)}")
+    if sibling is not None:
+        sets.append(f"{expr.name('sp')} = {expr.value(item_of(sibling))}")
     update = "SET " + ", ".join(sets)
     if ttl is None and (new_shards is not None or (image.stamp.shards > 1 and image.ttl)):
         removes.append(expr.name("ttl"))  # a split bucket's items never expire
@@ -332,7 +339,26 @@ def item_of(image: BucketImage) -> dict[str, Any]:
     )
     if image.rearms:
         item["ag"] = image.rearms
+    if image.sibling is not None:
+        item["sp"] = item_of(image.sibling)
     return item
+
+
+def sibling_created_request(table: str, image: BucketImage, generation: str) -> dict[str, Any]:
+    """UpdateItem that removes the record of a split's new shard (`sp`) once it is created
+    (only that record: `generation` is the new shard's)."""
+    expr = _Expr()
+    sp = expr.name("sp")
+    return {
+        "TableName": table,
+        "Key": codec.encode_item(keys.bucket(*image.address)),
+        "UpdateExpression": f"REMOVE {sp}",
+        "ConditionExpression": f"{sp}.{expr.name('g')} = {expr.value(generation)}",
+        "ExpressionAttributeNames": expr.names,
+        "ExpressionAttributeValues": expr.values,
+        "ReturnValues": "ALL_NEW",
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
 
 
 def put_request(

@@ -15,12 +15,13 @@ from .bucket_items import EVIDENCE_PREFIX, image_of, parse, state_from_item
 #: The attributes `parse` reads (besides writers' evidence entries).
 IMAGE_ATTRIBUTES = frozenset(
     {"PK", "L", "lo", "par", "cas", "dis", "sc", "ev", "rv", "sv", "ov", "cv", "n", "g", "ts"}
-    | {"ttl", "k"}
+    | {"ttl", "k", "sp"}
 )
 
 
-#: What an update can change besides the states: counters, time, expiry (and evidence).
-_COUNTERS = frozenset({"n", "g", "ts", "ttl", "k"})
+#: What an update can change besides the states: counters, time, expiry (and evidence), and
+#: a split's pending new shard (docs/multi-region.md).
+_COUNTERS = frozenset({"n", "g", "ts", "ttl", "k", "sp"})
 _STATE_ATTRIBUTES = frozenset({"v", "w", "tu", "t", "o"})
 
 

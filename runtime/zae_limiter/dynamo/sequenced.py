@@ -160,7 +160,7 @@ def _request(table: str, operation: dict[str, Any], token: str) -> tuple[str, di
         return "PutItem", request  # the same whole item again: applying twice changes nothing
     names["#zj"], values[":zj"] = MARKER, codec.encode(token)
     once = "(attribute_not_exists(#zj) OR #zj <> :zj)"
-    request["ConditionExpression"] = f"({condition}) AND {once}" if condition else once
+    request["ConditionExpression"] = f"{conjunct(condition)} AND {once}" if condition else once
     request["ExpressionAttributeNames"] = names
     request["ExpressionAttributeValues"] = values
     if kind == "Put":
@@ -168,6 +168,17 @@ def _request(table: str, operation: dict[str, Any], token: str) -> tuple[str, di
         return "PutItem", request
     request["UpdateExpression"] = _with_marker(str(request["UpdateExpression"]))
     return "UpdateItem", request
+
+
+def conjunct(condition: str) -> str:
+    """`condition` as one term of an AND: in parentheses if it has an OR outside any (DynamoDB
+    refuses redundant parentheses)."""
+    depth = 0
+    for i, char in enumerate(condition):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and condition.startswith(" OR ", i):
+            return f"({condition})"
+    return condition
 
 
 def _with_marker(expression: str) -> str:
