@@ -40,7 +40,7 @@ async def test_the_table_is_detected_and_admin_changes_send_no_transaction(
     await repo.enable_entity("user-1")
     await repo.create_entity("user-3")
     await repo.set_parent("user-3", "org")
-    assert (await repo.get_entity("user-3")).parent_id == "org"  # type: ignore[union-attr]
+    assert (await repo.get_entity("user-3")).parent_id == "org"
     other = await repo.register_namespace("other")
     assert await repo.register_namespace("other") == other  # idempotent
     await repo.delete_namespace("other")
