@@ -38,7 +38,7 @@ from .. import versioning
 from ..alerts.detect import crossings as alert_crossings
 from ..alerts.event import Crossing
 from ..alerts.recorder import AlertRecorder, AlertSink
-from ..dynamo import keys, snapshot_items, transport
+from ..dynamo import keys, multi_region, snapshot_items, transport
 from ..dynamo.snapshot_items import Counts, SnapshotKey
 from ..dynamo.store import Store
 from ..dynamo.transport import (
@@ -52,9 +52,12 @@ from ..dynamo.transport import (
 from ..errors import IncompatibleSchemaError, InfrastructureNotFoundError
 from ..schema import SCHEMA_VERSION
 from . import records as stream_records
+from .aggregator_outcome import MetricPoint as MetricPoint
+from .aggregator_outcome import Outcome as Outcome
 from .aggregator_settings import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
 from .aggregator_settings import AggregatorSettings as AggregatorSettings
 from .records import BucketChange, MalformedRecord, StreamRecord
+from .snapshot_writes import SnapshotWrites
 from .windows import bounds
 
 log = logging.getLogger("zae_limiter.usage.aggregator")
@@ -80,42 +83,6 @@ def _system_clock() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True)
-class MetricPoint:
-    """One value for the dashboard: name, value, unit, dimensions (never an entity)."""
-
-    name: str
-    value: float
-    unit: str
-    dimensions: tuple[tuple[str, str], ...]
-
-
-@dataclass
-class Outcome:
-    """What one batch did. `failures` maps a record's position in the batch to its error."""
-
-    total: int
-    sequence_numbers: dict[int, str | None] = field(default_factory=dict)
-    failures: dict[int, BaseException] = field(default_factory=dict)
-    applied: int = 0  # records whose changes were written by this call
-    duplicates: int = 0  # records already applied by an earlier delivery
-    archived: int = 0
-    ignored: int = 0  # records that count nothing
-    alerts_stored: int = 0  # threshold alerts stored by this call (docs/alerts.md)
-    alerts_published: int = 0
-    metrics: list[MetricPoint] = field(default_factory=list)
-
-    def batch_item_failures(self) -> list[dict[str, str]]:
-        """Lambda's partial batch response items, in batch order."""
-        return [
-            {"itemIdentifier": self.sequence_numbers.get(pos) or ""}
-            for pos in sorted(self.failures)
-        ]
-
-    def response(self) -> dict[str, list[dict[str, str]]]:
-        return {"batchItemFailures": self.batch_item_failures()}
-
-
 @dataclass
 class _Pending:
     position: int
@@ -123,6 +90,10 @@ class _Pending:
     change: BucketChange
     snapshots: dict[SnapshotKey, Counts]
     crossings: list[Crossing] = field(default_factory=list)
+
+    @property
+    def event_id(self) -> str:
+        return self.record.event_id
 
 
 class Aggregator:
@@ -148,6 +119,7 @@ class Aggregator:
         self._version_checked_at: int | None = None
         self._warned_version: object = _NOT_WARNED
         self._namespace_names: dict[str, str] = {}
+        self._one_at_a_time = SnapshotWrites(store, self._clock, self._snapshot_ttl)
 
     @classmethod
     async def connect(
@@ -166,6 +138,13 @@ class Aggregator:
             region=region, endpoint_url=endpoint_url, client_config=client_config
         )
         store = Store(conn, table)
+        try:  # a table with multi-Region strong consistency has no transactions
+            store.multi_region = multi_region.from_description(
+                await store.describe_table(), conn.region
+            )
+        except BaseException:
+            await conn.close()
+            raise
         return cls(
             store, settings, clock=clock, archive=archive, transport_owned=conn, alerts=alerts
         )
@@ -288,6 +267,14 @@ class Aggregator:
         failed_attempts = 0
         while True:
             try:
+                if self._store.sequential:  # no transactions on this table (MRSC)
+                    applied, duplicates, ignored = await self._one_at_a_time.apply(
+                        remaining, self._clock() // 1000 + self.settings.marker_ttl_hours * 3600
+                    )
+                    outcome.duplicates += duplicates
+                    outcome.ignored += ignored
+                    outcome.applied += len(applied)
+                    return [p for p in remaining if p in applied]
                 await self._store.transact(self._operations(remaining))
             except TransactionCancelled as cancelled:
                 codes = [str(reason.get("Code")) for reason in cancelled.reasons]
@@ -392,10 +379,15 @@ class Aggregator:
         for key in sorted(merged):
             if merged[key].empty:
                 continue  # e.g. a debit and its refund: no snapshot for what debited nothing
-            _, end_ms = bounds(key.start_ms, key.window_type)
-            ttl = end_ms // 1000 + self._retention_days(key.window_type) * 86400
-            operations.append(snapshot_items.update_operation(key, merged[key], ttl))
+            operations.append(
+                snapshot_items.update_operation(key, merged[key], self._snapshot_ttl(key))
+            )
         return operations
+
+    def _snapshot_ttl(self, key: SnapshotKey) -> int:
+        """When a snapshot expires (epoch seconds): its window's end plus its retention."""
+        _, end_ms = bounds(key.start_ms, key.window_type)
+        return end_ms // 1000 + self._retention_days(key.window_type) * 86400
 
     def _retention_days(self, window_type: str) -> int:
         per_window = self.settings.retention_days
