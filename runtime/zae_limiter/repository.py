@@ -30,6 +30,7 @@ from .admin.flags import Flags
 from .admin.namespaces import Namespaces
 from .admin.reports import Reports
 from .admin.shards import Shards
+from .admin.sweeper import Sweeper
 from .admin.usage import Usage
 from .audit import iso
 from .caches import ConfigCache, ImageCache, stats
@@ -44,6 +45,7 @@ from .connection import (
     set_up_table,
     system_clock,
 )
+from .core.regions import Regional
 from .dynamo import keys, records
 from .dynamo.store import Store
 from .dynamo.transport import (
@@ -64,6 +66,14 @@ log = logging.getLogger("zae_limiter")
 S = TypeVar("S")
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def _regional(store: Store) -> Regional | None:
+    """This process's Region among the table's, when it has several (docs/multi-region.md)."""
+    found = store.multi_region
+    if found is None or found.index < 0 or len(found.regions) < 2:
+        return None
+    return Regional(found.index, len(found.regions))
 
 
 def _served(
@@ -103,6 +113,7 @@ class Repository:
             shared.bucket_ttl_multiplier,
             shared.split_writes_per_second,
             shared.pending,
+            regional=_regional(self._store),
         )
         self._unmetered = Unmetered(shared.unmetered, namespace_name, self._configured_resources)
         self._admission.finder.unmetered = self._unmetered
@@ -121,6 +132,13 @@ class Repository:
         self._shards = Shards(scope, changes)
         self._usage = Usage(scope)
         self._alerts = Alerts(scope)
+        retention = shared.version_record.get("audit_retention_days")
+        self._sweeper = Sweeper(
+            self._store,
+            shared.clock,
+            ttl_multiplier=shared.bucket_ttl_multiplier,
+            audit_retention_days=int(retention) if retention else 90,
+        )
 
     # --- the services' operations (docs/: one implementation each, in zae_limiter.admin) --------
 
@@ -182,6 +200,7 @@ class Repository:
     get_usage_snapshots = _served("_usage", Usage.get_usage_snapshots)
     get_usage_summary = _served("_usage", Usage.get_usage_summary)
     get_alerts = _served("_alerts", Alerts.get_alerts)
+    sweep = _served("_sweeper", Sweeper.sweep)
 
     # --- connecting --------------------------------------------------------------------------
 

@@ -201,6 +201,17 @@ class MemoryBucketIO:
 
         self._write("split", None, apply)
 
+    async def give(self, image: BucketImage, writes: Any, record: Any, *, now: int) -> BucketImage:
+        raise NotImplementedError("transfers run on DynamoDB Local (tests/regions/)")
+
+    async def take(
+        self, image: BucketImage, writes: Any, donor: int, seq: int, *, now: int
+    ) -> BucketImage:
+        raise NotImplementedError("transfers run on DynamoDB Local (tests/regions/)")
+
+    async def taken(self, image: BucketImage, recipient: int, seq: int) -> None:
+        raise NotImplementedError("transfers run on DynamoDB Local (tests/regions/)")
+
     async def settle_sibling(self, old: BucketImage) -> BucketImage | None:
         """Create the new shard `old` records (a split one item at a time) and drop the record."""
         if old.sibling is None:

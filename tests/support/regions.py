@@ -103,6 +103,8 @@ class Regions:
     engine_region: str = LOCAL_REGION
     counts: dict[str, Counter[str]] = field(default_factory=dict)
     proxies: dict[str, RegionProxy] = field(default_factory=dict)
+    #: The items each conflict was on, with the Region refused (the last `KEPT_CONFLICTS`).
+    conflicted: list[tuple[str, ItemKey]] = field(default_factory=list)
     _holders: dict[ItemKey, list[_Holder]] = field(default_factory=dict)
     _cut_until: dict[str, float] = field(default_factory=dict)
     _attempts: Counter[bytes] = field(default_factory=Counter)
@@ -221,6 +223,7 @@ class RegionProxy(FaultProxy):
         keys = _item_keys(operation, body) if operation in WRITES else []
         if keys and not table.claim(region, operation, request.body, keys):
             counts["conflict"] += 1
+            table.conflicted[:] = [*table.conflicted[-999:], *((region, k) for k in keys)]
             return await _write(writer, *_message(400, *CONFLICT))
         try:
             answer = await self._forward(request)

@@ -20,8 +20,9 @@ from dataclasses import replace
 from typing import Any
 
 from ..core.bucket import LimitWrite
-from ..core.images import Address, BucketImage, Evidence
+from ..core.images import Address, BucketImage, Evidence, Outgoing
 from ..dynamo import bucket_items as items
+from ..dynamo import bucket_moves as moves
 from ..dynamo import bucket_wire, codec, keys
 from ..dynamo.store import Store
 from ..dynamo.transport import (
@@ -171,9 +172,38 @@ class DynamoBucketIO:
     async def forget_sibling(self, old: BucketImage) -> None:
         """Remove the record of `old`'s new sibling (once it is created)."""
         assert old.sibling is not None
-        request = items.sibling_created_request(self.store.table, old, old.sibling.generation)
+        request = moves.sibling_created_request(self.store.table, old, old.sibling.generation)
         with contextlib.suppress(ItemChanged):  # removed already
             await self._send(request)
+
+    async def give(
+        self, image: BucketImage, writes: Mapping[str, LimitWrite], record: Outgoing, *, now: int
+    ) -> BucketImage:
+        """A transfer's donor side (`acquire.transfers`)."""
+        request = moves.give_request(
+            self.store.table, image, dict(writes), record, now=now, ttl=None
+        )
+        return await self._send(request)
+
+    async def take(
+        self,
+        image: BucketImage,
+        writes: Mapping[str, LimitWrite],
+        donor: int,
+        seq: int,
+        *,
+        now: int,
+    ) -> BucketImage:
+        """A transfer's recipient side (`acquire.transfers`)."""
+        request = moves.take_request(
+            self.store.table, image, dict(writes), donor, seq, now=now, ttl=None
+        )
+        return await self._send(request)
+
+    async def taken(self, image: BucketImage, recipient: int, seq: int) -> None:
+        """Remove a donor's record of a transfer taken (already gone: nothing to do)."""
+        with contextlib.suppress(ItemChanged):
+            await self._send(moves.taken_request(self.store.table, image, recipient, seq))
 
     async def settle_sibling(self, old: BucketImage) -> BucketImage | None:
         """Create the split's new shard recorded on `old` (if it is not there yet) and remove

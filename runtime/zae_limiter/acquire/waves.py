@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from ..caches import ImageCache
 from ..core.bucket import LimitWrite
-from ..core.images import BucketImage, Evidence, Stamp, new_op_id
+from ..core.images import BucketImage, Evidence, Stamp, new_op_id, new_writer_id
 from ..core.shard_split import too_small_to_double
 from . import lanes as lanes_
 from . import planning
@@ -26,6 +26,8 @@ from .deadlines import Backoff
 from .lane_calls import Call, Outcome
 from .shards import ShardChooser, split_parts
 from .split_items import SETTLE_AFTER_MS
+from .transfers import SETTLE_AFTER_MS as TRANSFER_SETTLE_AFTER_MS
+from .transfers import Transfers
 from .values import (
     AnswerLost,
     ItemChanged,
@@ -90,9 +92,11 @@ class Waves:
         self.on_written = on_written
         #: Told of a debit that landed for a caller that had left (Admission refunds it).
         self.on_orphan: Callable[[Written, int], None] | None = None
+        regional = shards.regional
         self.lanes = lanes_.Lanes(
             self,
             clock,
+            writer=None if regional is None else regional.writer(new_writer_id()),
             on_image=self._seen,
             rules_matter=lambda planned, current: planning.rules_matter(
                 planned.stamp, current.stamp
@@ -102,6 +106,7 @@ class Waves:
             backoff=backoff,
             recover=self._finish_split,
         )
+        self.transfers = Transfers(bucket_io, shards, clock)
         self._settling: set[tuple[str, str, str, int]] = set()
         self._settle_tasks: set[asyncio.Future[None]] = set()
 
@@ -154,6 +159,8 @@ class Waves:
                     if moved is None:
                         moved = await self._survey(target)
                     if moved is None:
+                        moved = await self.transfers.into(target)
+                    if moved is None:
                         refused.append(replace(target, surveyed=True))
                     else:
                         latest[index] = moved
@@ -179,6 +186,8 @@ class Waves:
                 moved = self.shards.another(target, now)
                 if moved is None:
                     moved = await self._survey(target)
+                if moved is None:
+                    moved = await self.transfers.into(target)
                 if moved is None:
                     refused.append(replace(target, surveyed=True))
                     break
@@ -259,6 +268,10 @@ class Waves:
         sibling = image.sibling
         if sibling is not None and now - sibling.written_at > SETTLE_AFTER_MS:
             self._settle_later(image)  # its splitter stopped half way: finish its split
+        if image.outgoing and any(
+            now - record.at > TRANSFER_SETTLE_AFTER_MS for record in image.outgoing.values()
+        ):
+            self._settle_later(image)  # a transfer its giver left untaken: take it
 
     def _settle_later(self, image: BucketImage) -> None:
         key = image.address
@@ -268,7 +281,9 @@ class Waves:
 
         async def settle() -> None:
             try:
-                await self.bucket_io.settle_sibling(image)
+                if image.sibling is not None:
+                    await self.bucket_io.settle_sibling(image)
+                await self.transfers.settle_stale(image)
             except (ItemChanged, Unavailable) as exc:
                 log.warning("finishing a split of %s failed: %s", image.address, exc)
             finally:

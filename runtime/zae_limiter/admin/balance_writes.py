@@ -25,6 +25,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..acquire.planning import ItemMaker
 from ..core.bucket import MILLI, LimitWrite
 from ..dynamo import bucket_items as items
 from ..dynamo import codec, keys, sequenced
@@ -33,7 +34,7 @@ from ..dynamo.transport import ConditionFailed, UnknownOutcome
 from ..errors import RateLimiterUnavailable
 from ..models import BucketOperationResult
 from .balance_call import Call
-from .balance_plans import Planned, Shard, plan_shard
+from .balance_plans import Planned, Shard, plan_shard, shares
 
 MARK_PREFIX = "^"
 MARK_KEPT_MS = 86_400_000  # a mark outlives every re-send and resumption by far
@@ -43,8 +44,6 @@ RESENDS = 3
 PENDING, DONE = "pending", "done"
 JOURNAL_KIND = "balance"
 
-#: One shard's request from its writes: (shard, writes, now, re-arm count) -> UpdateItem.
-ShardRequest = Callable[[Shard, dict[str, LimitWrite], int, int], dict[str, Any]]
 AuditItem = Callable[[Call, BucketOperationResult], Awaitable[dict[str, Any]]]
 
 
@@ -61,11 +60,11 @@ class BalanceWrites:
         store: Store,
         ns: str,
         clock: Callable[[], int],
-        shard_request: ShardRequest,
+        maker: ItemMaker,
         audit_item: AuditItem,
     ) -> None:
         self._store, self._ns, self._clock = store, ns, clock
-        self._shard_request = shard_request
+        self._maker = maker
         self._audit_item = audit_item
 
     async def run(
@@ -135,7 +134,7 @@ class BalanceWrites:
             writes, gains = plan_shard(call, shard.image.stamp, shard.image, share, now)
             if not writes:
                 return gains
-            request = self._shard_request(shard, writes, now, rearmed)
+            request = shard_request(self._store.table, self._maker, shard, writes, now, rearmed)
             _with_mark(request, mark, {"t": now, "g": gains})
             try:
                 await self._send(request)
@@ -161,6 +160,60 @@ class BalanceWrites:
                 if attempt == RESENDS:
                     raise
                 await asyncio.sleep(0.05 * (attempt + 1))  # the mark makes a re-send safe
+
+
+def shard_request(
+    table: str,
+    maker: ItemMaker,
+    shard: Shard,
+    writes: dict[str, LimitWrite],
+    now: int,
+    rearmed: int,
+) -> dict[str, Any]:
+    """One shard's UpdateItem: a guarded update, or the creation of the item; either re-arms the
+    alert thresholds of the item (`ag`, docs/alerts.md)."""
+    image = shard.image
+    states = {**image.states, **{name: w.result for name, w in writes.items()}}
+    ttl = maker.ttl(image.stamp, states, now)
+    if shard.exists:
+        request = items.update_request(table, image, writes, now=now, ttl=ttl, admissions=0)
+        # ADD, not SET: concurrent top-ups each count, whatever they read
+        request["UpdateExpression"] += " ADD #rearm :one"
+        request["ExpressionAttributeNames"]["#rearm"] = "ag"
+        request["ExpressionAttributeValues"][":one"] = {"N": "1"}
+        return request
+    new = maker.image_for(image, image.stamp, image.stamp_seq, states, now)
+    item = items.item_of(new)
+    item["ag"] = rearmed
+    return items.put_request(table, item, replaces=None, expired_before_s=now // 1000)
+
+
+async def finish_pending(
+    store: Store,
+    ns: str,
+    record: dict[str, Any],
+    clock: Callable[[], int],
+    maker: ItemMaker,
+    audit_item: AuditItem,
+) -> BucketOperationResult | None:
+    """Finish a pending operation from its record alone (the sweeper): the bucket's shards as
+    stored, planned on their own stamps. None when the bucket is gone."""
+    key = str(record["PK"]).split("#OP#", 1)[1]
+    call = Call.from_record(record, None if key.startswith("~") else key)
+    addresses = [keys.bucket(ns, call.entity_id, call.resource, 0)]
+    first = await store.batch_get(addresses, consistent=True)
+    if not first:
+        return None
+    stamp = items.parse(first[0]).stamp
+    found = await store.batch_get(
+        [keys.bucket(ns, call.entity_id, call.resource, s) for s in range(stamp.shards)],
+        consistent=True,
+    )
+    shards = [Shard(items.parse(item), exists=True) for item in found]
+    shards.sort(key=lambda shard: shard.image.shard)
+    parts = shares(call, stamp, shards, call.limits_to_change(stamp), clock())
+    writes = BalanceWrites(store, ns, clock, maker, audit_item)
+    return await writes.resume(call, shards, parts, record)
 
 
 def marks_of(item: dict[str, Any] | None) -> dict[str, dict[str, Any]]:

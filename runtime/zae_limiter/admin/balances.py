@@ -44,7 +44,7 @@ from ..models import AuditAction, BucketOperationResult
 from ..scope import Scope
 from .balance_call import Call
 from .balance_plans import Bucket, Planned, Shard, full, plan_shard, shares
-from .balance_writes import PENDING, BalanceWrites, record_key
+from .balance_writes import PENDING, BalanceWrites, record_key, shard_request
 from .changes import Changes
 
 OPERATION_TTL_SECONDS = 3 * 86400
@@ -61,7 +61,7 @@ class Balances:
         self._store, self._ns, self._clock = scope.store, scope.namespace_id, scope.clock
         self._admission = scope.admission
         self._writes = BalanceWrites(
-            self._store, self._ns, self._clock, self._shard_request, self._audit_item
+            self._store, self._ns, self._clock, self._admission.maker, self._audit_item
         )
 
     async def top_up(
@@ -235,6 +235,7 @@ class Balances:
             "arguments": call.arguments(),
             "state": PENDING,
             "op": token,
+            **({"principal": call.principal} if call.principal is not None else {}),
             "created_at": iso(now),
             "ttl": now // 1000 + OPERATION_TTL_SECONDS,
         }
@@ -355,27 +356,7 @@ class Balances:
     def _shard_request(
         self, shard: Shard, writes: dict[str, LimitWrite], now: int, rearmed: int
     ) -> dict[str, Any]:
-        """One shard's UpdateItem: a guarded update, or the creation of the item; either
-        re-arms the alert thresholds of the item (`ag`)."""
-        image = shard.image
-        states = {**image.states, **{name: w.result for name, w in writes.items()}}
-        ttl = self._admission.maker.ttl(image.stamp, states, now)
-        if shard.exists:
-            request = items.update_request(
-                self._store.table, image, writes, now=now, ttl=ttl, admissions=0
-            )
-            # ADD, not SET: concurrent top-ups each count, whatever they read
-            request["UpdateExpression"] += " ADD #rearm :one"
-            request["ExpressionAttributeNames"]["#rearm"] = "ag"
-            request["ExpressionAttributeValues"][":one"] = {"N": "1"}
-        else:
-            new = self._admission.maker.image_for(image, image.stamp, image.stamp_seq, states, now)
-            item = items.item_of(new)
-            item["ag"] = rearmed
-            request = items.put_request(
-                self._store.table, item, replaces=None, expired_before_s=now // 1000
-            )
-        return request
+        return shard_request(self._store.table, self._admission.maker, shard, writes, now, rearmed)
 
     async def _audit_for(self, call: Call, result: BucketOperationResult) -> dict[str, Any]:
         return {"Put": {"Item": await self._audit_item(call, result)}}

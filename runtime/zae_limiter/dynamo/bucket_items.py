@@ -28,6 +28,7 @@ from ..core.bucket import Kind, LimitWrite, Params, State
 from ..core.holds import Hold
 from ..core.images import BucketImage, Evidence, Stamp
 from . import codec, keys, limit_exprs
+from .transfer_items import INCOMING, OUTGOING, TRANSFERS, outgoing_item, transfers_of
 
 #: Attribute-name prefix of a writer's evidence entry ("~" + writer id).
 EVIDENCE_PREFIX = "~"
@@ -136,7 +137,8 @@ def image_of(
         },
         writes=int(item.get("k", 0)),
         rearms=int(item.get("ag", 0)),
-        sibling=parse(item["sp"]) if item.get("sp") else None,
+        sibling=parse(item["sp"]) if "sp" in item else None,
+        **(transfers_of(item) if TRANSFERS in item else {}),
     )
 
 
@@ -147,13 +149,22 @@ def evidence_name(writer: str) -> str:
     return EVIDENCE_PREFIX + writer
 
 
-class _Expr:
+class Expr:
     """Accumulates names and values for one request's expressions."""
 
     def __init__(self) -> None:
         self.names: dict[str, str] = {}
         self.values: dict[str, Any] = {}
         self._name_ids: dict[str, str] = {}
+
+    @classmethod
+    def of(cls, request: dict[str, Any]) -> Expr:
+        """Continue the names and values of a prepared request."""
+        expr = cls()
+        expr.names = dict(request["ExpressionAttributeNames"])
+        expr.values = dict(request["ExpressionAttributeValues"])
+        expr._name_ids = {text: alias for alias, text in expr.names.items()}
+        return expr
 
     def name(self, text: str) -> str:
         alias = self._name_ids.get(text)
@@ -190,7 +201,7 @@ def update_request(
     of a write whose answer was lost cannot land again; docs/on-unavailable.md). `sibling`: a
     split's new shard, recorded on this one until it is created (`sp`).
     """
-    expr = _Expr()
+    expr = Expr()
     sets: list[str] = []
     removes: list[str] = []
     conditions = [f"{expr.name('cv')} = {expr.value(image.stamp_seq)}"]
@@ -229,7 +240,7 @@ def update_request(
 
 
 def _evidence_parts(
-    expr: _Expr, evidence: Evidence, conditions: list[str], sets: list[str], removes: list[str]
+    expr: Expr, evidence: Evidence, conditions: list[str], sets: list[str], removes: list[str]
 ) -> None:
     mine = expr.name(evidence_name(evidence.writer))
     seq = expr.value(evidence.seq)
@@ -246,7 +257,7 @@ def fence_request(
 ) -> dict[str, Any]:
     """UpdateItem that moves a writer's entry to `evidence.seq` unless its write `blocked`
     already landed: afterwards that write can never apply (it needs the entry below it)."""
-    expr = _Expr()
+    expr = Expr()
     mine = expr.name(evidence_name(evidence.writer))
     return {
         "TableName": table,
@@ -341,24 +352,13 @@ def item_of(image: BucketImage) -> dict[str, Any]:
         item["ag"] = image.rearms
     if image.sibling is not None:
         item["sp"] = item_of(image.sibling)
+    if image.transfers or image.outgoing or image.incoming:
+        item[TRANSFERS] = image.transfers
+        for n, record in image.outgoing.items():
+            item[OUTGOING[n]] = outgoing_item(record)
+        for n, seq in image.incoming.items():
+            item[INCOMING[n]] = seq
     return item
-
-
-def sibling_created_request(table: str, image: BucketImage, generation: str) -> dict[str, Any]:
-    """UpdateItem that removes the record of a split's new shard (`sp`) once it is created
-    (only that record: `generation` is the new shard's)."""
-    expr = _Expr()
-    sp = expr.name("sp")
-    return {
-        "TableName": table,
-        "Key": codec.encode_item(keys.bucket(*image.address)),
-        "UpdateExpression": f"REMOVE {sp}",
-        "ConditionExpression": f"{sp}.{expr.name('g')} = {expr.value(generation)}",
-        "ExpressionAttributeNames": expr.names,
-        "ExpressionAttributeValues": expr.values,
-        "ReturnValues": "ALL_NEW",
-        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-    }
 
 
 def put_request(
@@ -375,7 +375,7 @@ def put_request(
     write time and hot-path write count (every hot-path write adds one); evidence entries the
     new item does not carry are removed.
     """
-    expr = _Expr()
+    expr = Expr()
     key_names = {"PK", "SK"}
     sets = [f"{expr.name(k)} = {expr.value(v)}" for k, v in item.items() if k not in key_names]
     removes = []

@@ -57,9 +57,14 @@ def new_token(now_ms: int | None = None) -> str:
 
 
 def token_ms(token: str) -> int:
-    """When a token was made (0 when it carries no time)."""
+    """When a token was made: `new_token`'s or a ulid (`audit.ulid`, the config changes');
+    0 when it carries no time."""
     head = token[:13]
-    return int(head) if head.isdigit() else 0
+    if head.isdigit():
+        return int(head)
+    from ..audit import ulid_ms
+
+    return ulid_ms(token) or 0
 
 
 def _kind(operation: dict[str, Any]) -> str:
@@ -207,8 +212,8 @@ async def resume(store: Store, now_ms: int) -> tuple[int, int]:
     entries = await store.query_all(JOURNAL_PK, consistent=True)
     for entry in entries:
         token = str(entry["SK"])
-        if now_ms - token_ms(token) < RESUME_AFTER_MS:
-            continue
+        if "ops" not in entry or now_ms - token_ms(token) < RESUME_AFTER_MS:
+            continue  # another kind (a balance operation's), or it may still be running
         operations: list[dict[str, Any]] = json.loads(entry["ops"])
         ordered, decision = order(operations)
         if await _decided(store, operations[ordered[decision]], token):

@@ -168,6 +168,19 @@ class Store:
         items = [codec.decode_item(w) for w in response.get("Items", [])]
         return [i for i in items if i is not None], response.get("LastEvaluatedKey")
 
+    async def scan(
+        self, *, limit: int | None = None, start_key: dict[str, Any] | None = None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """One page of a Scan of the table (eventually consistent): the sweeper's walk."""
+        request: dict[str, Any] = {"TableName": self.table}
+        if limit:
+            request["Limit"] = limit
+        if start_key:
+            request["ExclusiveStartKey"] = start_key
+        response = await self.transport.call("Scan", request)
+        items = [codec.decode_item(w) for w in response.get("Items", [])]
+        return [i for i in items if i is not None], response.get("LastEvaluatedKey")
+
     async def query_all(self, pk_value: str, **kwargs: Any) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         start: dict[str, Any] | None = None
