@@ -24,7 +24,7 @@ can land only as long as the count is unchanged, and then it is finished like an
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..core import transfers
@@ -51,18 +51,12 @@ class Transfers:
         self.clock = clock
         self.moved = 0  # transfers this process gave and saw taken (a metric)
 
-    async def into(self, target: Target) -> Target | None:
+    async def into(self, target: Target, found: Sequence[BucketImage]) -> Target | None:
         """The target on one of its Region's shards after capacity moved there, or None when
-        no other Region's shard can give what it lacks."""
+        no other Region's shard can give what it lacks (`found`: every shard, just read)."""
         stamp = target.stamp
         if target.moved or not self.shards.is_regional(stamp.shards):
             return None  # at most one transfer a call and target
-        found = await self.bucket_io.read(
-            [
-                (target.image.ns, target.entity_id, target.resource, shard)
-                for shard in range(stamp.shards)
-            ]
-        )
         images = {image.shard: image for image in found if image.stamp.same_rules(stamp)}
         now = self.clock()
         mine = [images[s] for s in self.shards.pool(stamp.shards) if s in images]

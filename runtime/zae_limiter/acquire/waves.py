@@ -159,8 +159,6 @@ class Waves:
                     if moved is None:
                         moved = await self._survey(target)
                     if moved is None:
-                        moved = await self.transfers.into(target)
-                    if moved is None:
                         refused.append(replace(target, surveyed=True))
                     else:
                         latest[index] = moved
@@ -187,8 +185,6 @@ class Waves:
                 if moved is None:
                     moved = await self._survey(target)
                 if moved is None:
-                    moved = await self.transfers.into(target)
-                if moved is None:
                     refused.append(replace(target, surveyed=True))
                     break
                 target = moved
@@ -199,7 +195,8 @@ class Waves:
     async def _survey(self, target: Target) -> Target | None:
         """Every shard tried refused a sharded target: read all of its shards at once and move it
         to one that admits it (once per call, and only then: what the process knew was not
-        enough). None when it fits nowhere."""
+        enough); on a multi-Region table, else to one of its Region's shards that capacity moved
+        to from another Region's (`transfers`). None when it fits nowhere."""
         if target.stamp.shards <= 1 or target.surveyed:
             return None
         images = await self.bucket_io.read(
@@ -211,7 +208,10 @@ class Waves:
         now = self.clock()
         for image in images:
             self.images.put(image, now)
-        return self.shards.fitting(target, images, now)
+        fitting = self.shards.fitting(target, images, now)
+        if fitting is None and self.shards.is_regional(target.stamp.shards):
+            return await self.transfers.into(target, images)
+        return fitting
 
     # --- a lane's sender (lanes.Sender) ---------------------------------------------------------
 
