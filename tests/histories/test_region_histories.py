@@ -16,7 +16,7 @@ async def test_a_small_history_across_three_regions_has_no_violation(
     ddb_endpoint: str, tmp_path: Path
 ) -> None:
     print(f"history seed {SMALL_REGIONS.seed}")
-    result = await region_history(SMALL_REGIONS, ddb_endpoint, tmp_path, scale=0.2, cut_s=3.0)
+    result = await region_history(SMALL_REGIONS, ddb_endpoint, tmp_path, scale=0.2, cut_s=2.0)
     print(render_regions(result, title="Small history across three Regions"))
     outcomes, faults = result.checked.history.outcomes, result.checked.history.faults
     assert result.problems == []

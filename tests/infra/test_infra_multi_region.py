@@ -5,7 +5,6 @@ the deploying Region only (and the sweeper on its schedule), outputs per Region.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import aws_cdk as cdk
 import pytest
@@ -17,18 +16,31 @@ from zae_limiter.cdk import ZaeLimiter, ZaeLimiterProps
 from zae_limiter.cdk.multi_region import ENV_REPLICA_REGIONS, SWEEP_EVENT
 
 
-def _synth(**props: Any) -> Template:
+@pytest.fixture(scope="module")
+def stacks() -> dict[str, Template]:
+    """One app: a stack with two replicas, a stack with a replica and a witness."""
     app = cdk.App()
-    stack = cdk.Stack(
-        app, "Global", env=cdk.Environment(account="111111111111", region="us-east-1")
-    )
-    ZaeLimiter(stack, "Limiter", table_name="zl-global", **props)
-    return Template.from_stack(stack)
+    env = cdk.Environment(account="111111111111", region="us-east-1")
+    built = {}
+    for name, replica_regions, witness in (
+        ("Replicas", ("us-east-2", "us-west-2"), None),
+        ("Witness", ("us-east-2",), "us-west-2"),
+    ):
+        stack = cdk.Stack(app, name, env=env)
+        ZaeLimiter(
+            stack,
+            "Limiter",
+            table_name=f"zl-{name.lower()}",
+            replica_regions=replica_regions,
+            witness_region=witness,
+        )
+        built[name] = stack
+    return {name: Template.from_stack(stack) for name, stack in built.items()}
 
 
 @pytest.fixture(scope="module")
-def replicas() -> Template:
-    return _synth(replica_regions=("us-east-2", "us-west-2"))
+def replicas(stacks: dict[str, Template]) -> Template:
+    return stacks["Replicas"]
 
 
 def test_the_table_is_a_global_table_with_strong_consistency_and_no_ttl(
@@ -84,9 +96,8 @@ def test_every_region_has_its_outputs_and_the_policies_cover_every_replica(
     assert ":dynamodb:*:" in json.dumps(read["Resource"])  # every Region's replica
 
 
-def test_two_replicas_or_one_and_a_witness_and_nothing_else() -> None:
-    witness = _synth(replica_regions=("us-east-2",), witness_region="us-west-2")
-    table = only(witness, "AWS::DynamoDB::GlobalTable")["Properties"]
+def test_two_replicas_or_one_and_a_witness_and_nothing_else(stacks: dict[str, Template]) -> None:
+    table = only(stacks["Witness"], "AWS::DynamoDB::GlobalTable")["Properties"]
     assert table["GlobalTableWitnesses"] == [{"Region": "us-west-2"}]
     assert len(table["Replicas"]) == 2
     for bad in (

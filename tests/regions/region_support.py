@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from support.clock import FakeClock
 from support.regions import Regions
 from zae_limiter import Repository
@@ -26,3 +28,20 @@ class MrscTable:
         )
         self.opened.append(repo)
         return repo
+
+
+def stop_after(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, calls: int) -> Any:
+    """Make `owner.name` (an async function or method) stop its process after `calls` calls:
+    the next call raises, as if the process died there. Returns the original, to put back."""
+    original = getattr(owner, name)
+    done = 0
+
+    async def stopping(*args: Any, **kwargs: Any) -> Any:
+        nonlocal done
+        if done == calls:
+            raise RuntimeError("the process stopped")
+        done += 1
+        return await original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, stopping)
+    return original

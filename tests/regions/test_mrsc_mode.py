@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from region_support import MrscTable
+from region_support import MrscTable, stop_after
 
 from zae_limiter import Limit, RateLimiter, Repository
 from zae_limiter.acquire.split_items import SplitItems
@@ -82,12 +82,7 @@ async def test_a_split_stopped_half_way_is_finished_by_the_next_writer(
     await limiter.set_resource_defaults("api", [Limit.quota("jobs", 64, cron="0 0 * * *")])
     async with limiter.acquire("org", "api", {"jobs": 4}):
         pass
-    settle = SplitItems.settle_sibling
-
-    async def stops(self: SplitItems, old: Any) -> Any:
-        raise RuntimeError("the splitter stopped after halving the old shard")
-
-    monkeypatch.setattr(SplitItems, "settle_sibling", stops)
+    settle = stop_after(monkeypatch, SplitItems, "settle_sibling", 0)  # after halving shard 0
     with pytest.raises(Exception, match="stopped"):
         await repo.set_shards("org", "api", 2)
     monkeypatch.setattr(SplitItems, "settle_sibling", settle)
@@ -148,17 +143,7 @@ async def test_a_top_up_stopped_half_way_is_finished_once_by_its_retry(
     limiter = RateLimiter(repo)
     await limiter.set_resource_defaults("api", [Limit.quota("jobs", 100, cron="0 0 * * *")])
     await repo.set_shards("acme", "api", 4)
-    write_shard = BalanceWrites._shard
-    written = 0
-
-    async def stops_after_two(self: BalanceWrites, *args: Any) -> Any:
-        nonlocal written
-        if written == 2:
-            raise RuntimeError("the process stopped after two shards")
-        written += 1
-        return await write_shard(self, *args)
-
-    monkeypatch.setattr(BalanceWrites, "_shard", stops_after_two)
+    write_shard = stop_after(monkeypatch, BalanceWrites, "_shard", 2)
     with pytest.raises(RuntimeError, match="stopped"):
         await repo.top_up("acme", "api", {"jobs": 40}, idempotency_key="order-2")
     monkeypatch.setattr(BalanceWrites, "_shard", write_shard)

@@ -3,10 +3,8 @@ what TTL would have (archiving audit events), and finishes changes stopped half 
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from region_support import MrscTable
+from region_support import MrscTable, stop_after
 
 from zae_limiter import Limit, RateLimiter
 from zae_limiter.admin.balance_writes import BalanceWrites
@@ -56,17 +54,7 @@ async def test_a_top_up_without_a_key_stopped_half_way_is_finished_by_the_sweepe
     limiter = RateLimiter(repo)
     await limiter.set_resource_defaults("api", [Limit.quota("jobs", 100, cron="0 0 * * *")])
     await repo.set_shards("acme", "api", 4)
-    write_shard = BalanceWrites._shard
-    written = 0
-
-    async def stops_after_one(self: BalanceWrites, *args: Any) -> Any:
-        nonlocal written
-        if written == 1:
-            raise RuntimeError("the process stopped after one shard")
-        written += 1
-        return await write_shard(self, *args)
-
-    monkeypatch.setattr(BalanceWrites, "_shard", stops_after_one)
+    write_shard = stop_after(monkeypatch, BalanceWrites, "_shard", 1)
     with pytest.raises(RuntimeError, match="stopped"):
         await repo.top_up("acme", "api", {"jobs": 40})
     monkeypatch.setattr(BalanceWrites, "_shard", write_shard)
@@ -83,23 +71,12 @@ async def test_a_change_stopped_after_its_decision_is_rolled_forward_and_one_bef
     mrsc: MrscTable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     repo = await mrsc.open("us-west-2")
-    apply = sequenced._apply
-    sent = 0
-    stop_at = 2  # the journal, then the entity record (the decision): then the process stops
-
-    async def stops(store: Any, operation: Any, token: str) -> Any:
-        nonlocal sent
-        sent += 1
-        if sent > stop_at - 1:
-            raise RuntimeError("the process stopped")
-        return await apply(store, operation, token)
-
-    monkeypatch.setattr(sequenced, "_apply", stops)
+    apply = stop_after(monkeypatch, sequenced, "_apply", 1)  # the entity record (the decision)
     with pytest.raises(Exception, match="stopped"):
         await repo.create_entity("org-1")  # the record lands; version and audit do not
-    sent, stop_at = 0, 1
+    stop_after(monkeypatch, sequenced, "_apply", 0)
     with pytest.raises(Exception, match="stopped"):
-        await repo.create_entity("org-2")  # nothing lands
+        await repo.create_entity("org-2")  # nothing lands (its journal entry does)
     monkeypatch.setattr(sequenced, "_apply", apply)
     assert await repo.get_entity("org-1") is not None
     assert await repo.get_audit_events("org-1") == []

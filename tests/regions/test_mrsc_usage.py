@@ -4,12 +4,11 @@ deleted entity, and no transaction is sent."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from region_support import MrscTable
+from region_support import MrscTable, stop_after
 
-from zae_limiter import Limit, RateLimiter
+from integration.test_usage_aggregation import _assert_users, _ledger_batch
+from zae_limiter import RateLimiter
 from zae_limiter.dynamo import transport
 from zae_limiter.local.stream_runner import StreamRunner
 
@@ -17,32 +16,6 @@ from zae_limiter.local.stream_runner import StreamRunner
 @pytest.fixture(autouse=True)
 def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transport, "backoff_scale", 0.0)
-
-
-async def _ledger_batch(limiter: RateLimiter, runner: StreamRunner) -> list[dict[str, Any]]:
-    """Three users' acquires (one refunded); their stream records, unprocessed."""
-    await limiter.set_resource_defaults(
-        "search", [Limit.per_minute("rpm", 100), Limit.per_minute("tpm", 10_000)]
-    )
-    for i, user in enumerate(("user-1", "user-2", "user-3")):
-        consume = {"rpm": 1, "tpm": 10 * (i + 1)}
-        async with limiter.acquire(user, "search", consume=consume) as lease:
-            await lease.adjust(tpm=1)
-    with pytest.raises(RuntimeError):
-        async with limiter.acquire("user-2", "search", consume={"rpm": 1}):
-            raise RuntimeError("refund")
-    return [record for event in await runner.poll() for record in event["Records"]]
-
-
-async def _assert_users(limiter: RateLimiter) -> None:
-    for i, user in enumerate(("user-1", "user-2", "user-3")):
-        for window_type in ("hourly", "daily"):
-            found, _ = await limiter.get_usage_snapshots(
-                entity_id=user, resource="search", window_type=window_type
-            )
-            assert [(s.counters, s.total_events) for s in found] == [
-                ({"rpm": 1, "tpm": 10 * (i + 1) + 1}, 1)
-            ]
 
 
 async def test_every_record_counts_once_through_redeliveries_without_a_transaction(
@@ -69,12 +42,7 @@ async def test_a_delivery_stopped_half_way_is_counted_once_when_redelivered(
     async with StreamRunner.from_repository(repo) as runner:
         records = await _ledger_batch(limiter, runner)
         store = runner.aggregator.store
-        batch_put = store.batch_put
-
-        async def stops(items: Any) -> None:
-            raise RuntimeError("the aggregator stopped after writing the snapshots")
-
-        monkeypatch.setattr(store, "batch_put", stops)
+        batch_put = stop_after(monkeypatch, store, "batch_put", 0)  # after the snapshots
         stopped = await runner.aggregator.process(records)
         assert stopped.failures  # reported for retry: Lambda delivers them again
         monkeypatch.setattr(store, "batch_put", batch_put)

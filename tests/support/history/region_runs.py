@@ -30,9 +30,9 @@ from zae_limiter import Repository
 SMALL_REGIONS = Run(
     seed=47,
     processes=3,
-    tasks=4,
+    tasks=3,
     seconds=300,
-    ops=12,
+    ops=10,
     limits=Limits(rpm=4, period_s=20, budget_quota=60),
     kills=1,
     partitions=1,
