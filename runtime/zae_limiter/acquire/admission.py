@@ -269,7 +269,8 @@ class Admission:
     def _observe(self, image: BucketImage) -> None:
         """After a write landed: split its bucket in the background when too hot, or when
         another Region writes it too (regional shards, docs/multi-region.md)."""
-        if not (self.detector.too_hot(image) or self._shared_by_regions(image)):
+        regional = self.regional is not None and self._shared_by_regions(image)
+        if not (regional or self.detector.too_hot(image)):
             return
         bucket_key = (image.ns, image.entity_id, image.resource)
         if bucket_key in self._splitting:
