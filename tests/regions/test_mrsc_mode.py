@@ -154,3 +154,26 @@ async def test_a_top_up_stopped_half_way_is_finished_once_by_its_retry(
     replayed = await repo.top_up("acme", "api", {"jobs": 40}, idempotency_key="order-2")
     assert (replayed.amounts, replayed.replayed) == ({"jobs": 40}, True)
     assert (await limiter.check_availability("acme", "api")).available == {"jobs": 140}
+
+
+async def test_a_limits_manifest_applies_without_a_transaction(mrsc: MrscTable) -> None:
+    from zae_limiter.manifest.apply import apply_plan, plan_manifest
+    from zae_limiter.manifest.parse import loads
+
+    repo = await mrsc.open("us-east-1")
+    manifest = loads(
+        "namespace: default\n"
+        "resources:\n"
+        "  search:\n"
+        "    cascade: true\n"
+        "    limits: {requests: {capacity: 60}}\n"
+        "entities:\n"
+        "  org-acme:\n"
+        "    resources:\n"
+        "      search: {limits: {requests: {capacity: 600}}, shards: 4}\n"
+    )
+    await apply_plan(repo, manifest, await plan_manifest(repo, manifest))
+    again = await plan_manifest(repo, manifest)
+    assert not again.changes  # applied in full: nothing left to change
+    assert (await repo.get_buckets("org-acme", "search"))[0].shard_count == 4
+    assert mrsc.sim.total("transaction") == 0
