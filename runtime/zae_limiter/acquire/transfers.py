@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from ..caches import BoundedDict
 from ..core import transfers
 from ..core.bucket import LimitWrite, full_state
 from ..core.images import BucketImage, Outgoing
@@ -38,6 +39,7 @@ log = logging.getLogger("zae_limiter")
 
 #: A record this old is finished by whoever sees it (its giver normally takes it at once).
 SETTLE_AFTER_MS = 5_000
+
 ROUNDS = 5
 DONORS_TRIED = 2
 
@@ -50,6 +52,7 @@ class Transfers:
         self.shards = shards
         self.clock = clock
         self.moved = 0  # transfers this process gave and saw taken (a metric)
+        self._tried: BoundedDict[tuple[str, str, str], int] = BoundedDict()
 
     async def into(self, target: Target, found: Sequence[BucketImage]) -> Target | None:
         """The target on one of its Region's shards after capacity moved there, or None when
@@ -57,8 +60,12 @@ class Transfers:
         stamp = target.stamp
         if target.moved or not self.shards.is_regional(stamp.shards):
             return None  # at most one transfer a call and target
-        images = {image.shard: image for image in found if image.stamp.same_rules(stamp)}
         now = self.clock()
+        bucket = (target.image.ns, target.entity_id, target.resource)
+        last = self._tried.get(bucket)
+        if last is not None and self.shards.images.fresh_for_rejection(last, now):
+            return None  # nothing could move a moment ago: refused, as the rejection cache does
+        images = {image.shard: image for image in found if image.stamp.same_rules(stamp)}
         mine = [images[s] for s in self.shards.pool(stamp.shards) if s in images]
         others = [image for s, image in images.items() if image not in mine]
         if not mine or not others:
@@ -76,6 +83,10 @@ class Transfers:
                 return replace(
                     target, image=landed, exists=True, read_now=True, seen_at=seen, moved=True
                 )
+        # Within the rejection cache's lifetime, calls short here are refused without trying
+        # again: a Region short everywhere does not write every other Region's shards at every
+        # call, meeting their writers and their refunds.
+        self._tried[bucket] = now
         return None
 
     async def _move(

@@ -124,6 +124,8 @@ def is_condition_failed(exc: BaseException) -> bool:
 #: Retry-budget costs (botocore's standard retry quota uses the same two).
 RETRY_COST = 5
 TIMEOUT_RETRY_COST = 10
+#: A retry after `ReplicatedWriteConflictException`: one token, what a success gives back.
+CONFLICT_RETRY_COST = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,9 +243,9 @@ def _answered(exc: bce.ClientError, operation: str, *, write: bool) -> Failure:
         return Failure(outcomes.ERROR, TableMissing(str(exc)))
     if code in _THROTTLES:
         return Failure(outcomes.THROTTLED, Unavailable(exc, "DynamoDB kept throttling"), RETRY_COST)
-    if code == REPLICATED_CONFLICT:
+    if code == REPLICATED_CONFLICT:  # not a brown-out: the item is free again within a round trip
         hint = "another Region kept writing the same item (multi-Region strong consistency)"
-        return Failure(outcomes.CONFLICT, Unavailable(exc, hint), RETRY_COST, at_once=True)
+        return Failure(outcomes.CONFLICT, Unavailable(exc, hint), CONFLICT_RETRY_COST, at_once=True)
     if code == "TransactionConflictException":
         hint = "the transaction kept conflicting with another"
         return Failure(outcomes.ERROR, Unavailable(exc, hint), RETRY_COST)
