@@ -226,6 +226,9 @@ class Repository:
     ) -> Repository:
         """Connect to an existing table and namespace, and check versions. Creates nothing.
 
+        `region`: the client's AWS Region; on a global table with multi-Region strong
+        consistency, also the Region whose shards this process writes (docs/multi-region.md).
+
         `split_writes_per_second`: a bucket item this process sees written faster than this is
         split into twice the shards (docs/sharding.md); lower it to exercise sharding in tests.
         `on_request` is called with a `RequestEvent` for every DynamoDB request, from the
