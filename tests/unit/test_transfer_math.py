@@ -19,7 +19,7 @@ P = 60_000  # the dripping limit's period
 counts = st.sampled_from([1, 2, 4, 8, 16, 32])
 
 
-@settings(max_examples=60)
+@settings(max_examples=40)
 @given(region_count=st.integers(1, 5), doublings=st.integers(0, 5))
 def test_every_shard_of_a_regional_bucket_has_exactly_one_region(
     region_count: int, doublings: int
@@ -61,7 +61,7 @@ quota_states = st.builds(
 )
 
 
-@settings(max_examples=60)
+@settings(max_examples=40)
 @given(
     capacity=st.integers(8, 10_000),
     count=counts,
@@ -113,7 +113,7 @@ def test_a_quota_transfer_taken_in_another_period_takes_nothing() -> None:
     assert taken == 0 and land(took, state) == state
 
 
-@settings(max_examples=60)
+@settings(max_examples=40)
 @given(
     capacity=st.integers(2, 1_000),
     refill=st.integers(1, 1_000),
@@ -163,7 +163,7 @@ def test_a_dripping_transfer_takes_at_most_the_room_and_mints_nothing(
     assert exact_balance(params, recipient_after, now, slots[1]) <= params.shard_capacity(slots[1])
 
 
-@settings(max_examples=60)
+@settings(max_examples=40)
 @given(
     wanted=st.dictionaries(st.sampled_from("abc"), st.integers(1, 50_000), max_size=3),
     can_give=st.dictionaries(st.sampled_from("abc"), st.integers(0, 100_000), max_size=3),
