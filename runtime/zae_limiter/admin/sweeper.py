@@ -107,8 +107,9 @@ class Sweeper:
             report.archived += len(audits)
         for item in expired:
             report.deleted += await self._delete(item)
+        gone = {id(item) for item in expired}
         for item in found:
-            if item in expired:
+            if id(item) in gone:
                 continue
             if keys.is_bucket({"PK": item["PK"], "SK": item["SK"]}):
                 await self._bucket(item, now, report)
