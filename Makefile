@@ -90,7 +90,8 @@ $(STAMPS)/python-bench: pyproject.toml constraints.txt | $(PY)
 
 # The large history (tests/support/history/soak.py; docs/contributing.md): about 5 minutes,
 # exits 1 on a violation. SOAK_ARGS="--seed 7 --ops 10 --logs /tmp/history" for another run,
-# SOAK_ARGS=--holds for the concurrency-hold history (report soak-holds-<date>.md).
+# SOAK_ARGS=--holds for the concurrency-hold history (report soak-holds-<date>.md),
+# SOAK_ARGS=--regions for the history across three simulated Regions (soak-regions-<date>.md).
 soak: install
 	PYTHONPATH=tests $(PY) -m support.history.soak $(SOAK_ARGS)
 

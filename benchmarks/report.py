@@ -470,6 +470,13 @@ def markdown(
             "## A concurrency limit against a rate limit (ours, client CPU)",
             concurrency_cpu.section(results["concurrency"]),
         ]
+    if "regions" in results:
+        from benchmarks import regions
+
+        parts += [
+            "## Three Regions, multi-Region strong consistency (ours, simulated)",
+            regions.section(results["regions"]),
+        ]
     parts += report_scale.sections(results, scale_plots or {})
     return "\n\n".join(parts) + "\n"
 

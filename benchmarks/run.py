@@ -20,6 +20,9 @@ happens, and drives the workers in turn:
 6. concurrency: benchmarks/concurrency_cpu.py on an engine of its own (ours only), client CPU of
    a warm call with a concurrency limit against one with a rate limit, alternated, 2 RT and
    2 WCU per call asserted (acceptance: within 5 %);
+6b. regions: benchmarks/regions.py on an engine of its own (ours only), three simulated Regions
+   of an MRSC global table: per Region warm acquire p50/p99 and WCU per call, conflicts per
+   1,000 calls with and without regional shards, transfers per 1,000 calls at a hot organisation;
 7. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
    entities, hot_procs, hot_org, aggregator, manifest.
 
@@ -45,7 +48,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from benchmarks import concurrency_cpu, outage, report, run_scale, stats
+from benchmarks import concurrency_cpu, outage, regions, report, run_scale, stats
 from benchmarks.scenarios import CONTENTION_KINDS, HOT_TASKS, TIMING_CASES
 from benchmarks.targets import COST_ROWS, check
 from zae_limiter.local.engine import AMBIENT_AWS_VARIABLES, ISOLATED_AWS_ENV
@@ -55,7 +58,16 @@ RESULTS = ROOT / "benchmarks" / "results"
 THEIRS_VERSION = "0.17.0"
 THEIRS_VENV = ROOT / "benchmarks" / f".venv-{THEIRS_VERSION}"
 IMPLS = ("ours", "theirs")
-ALL_PHASES = ("costs", "timing", "contention", "hot", "outage", "concurrency", *run_scale.PHASES)
+ALL_PHASES = (
+    "costs",
+    "timing",
+    "contention",
+    "hot",
+    "outage",
+    "concurrency",
+    "regions",
+    *run_scale.PHASES,
+)
 
 #: The same local credentials for both workers (DynamoDB Local wants an alphanumeric key id).
 LOCAL_ENV = {**ISOLATED_AWS_ENV, "PYTHONUNBUFFERED": "1"}
@@ -501,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         "concurrency": lambda workers, _: (
             concurrency_cpu.bench_phase(3, 200) if args.quick else concurrency_cpu.bench_phase()
         ),
+        "regions": lambda workers, _: regions.bench_phase(args.quick),
         **run_scale.phases(scale_plan, log),
     }
     results["meta"]["load_before"] = {}

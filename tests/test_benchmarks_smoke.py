@@ -130,3 +130,39 @@ def test_the_concurrency_phase_alternates_and_asserts_one_write_each_way() -> No
     assert [len(result["cpu_us"][k]) for k in ("rate", "held")] == [2, 2]
     text = concurrency_cpu.section({**result, "median_ratio": 1.2})
     assert "1.200 x the client CPU" in text and "NOT within 5 %" in text
+
+
+def test_the_regions_phase_is_run_and_reported() -> None:
+    """The phase itself runs in `make bench` (three simulated Regions, minutes); here only that
+    it is one of the phases and that its section reads its results."""
+    from benchmarks import regions, run
+
+    assert "regions" in run.ALL_PHASES
+    row = {
+        "p50_ms": 17.5,
+        "p99_ms": 30.1,
+        "requests_per_call": 1.0,
+        "wcu_per_call": 1.0,
+        "replicated_write_units_per_call": 2.0,
+        "simulated_second_region_ms": 15.0,
+    }
+    text = regions.section(
+        {
+            "latency": {"us-east-1": row},
+            "conflicts": {
+                "without": {"per_1000_calls": 900.0, "conflicts": 90, "calls": 100, "shards": 1},
+                "with": {"per_1000_calls": 0.0, "conflicts": 0, "calls": 100, "shards": 4},
+            },
+            "transfers": {
+                "quota": 100,
+                "calls": 150,
+                "transfers": 3,
+                "per_1000_calls": 20.0,
+                "admitted": 100,
+            },
+            "transactions": 0,
+            "rtt_ms": {"us-east-1 - us-east-2": 15.0},
+        }
+    )
+    assert "| us-east-1 | 17.5 | 30.1 | 15.0 | 1.00 | 1.00 | 2.00 |" in text
+    assert "0.0 per 1,000 with them" in text and "Transactions sent: 0" in text

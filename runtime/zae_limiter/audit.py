@@ -25,6 +25,19 @@ def ulid(now_ms: int) -> str:
     return "".join(reversed(chars))
 
 
+def ulid_ms(value: str) -> int | None:
+    """The milliseconds a `ulid` was made at (None: not a ulid)."""
+    if len(value) != 26:
+        return None
+    ms = 0
+    for char in value[:10]:
+        digit = _CROCKFORD.find(char)
+        if digit < 0:
+            return None
+        ms = ms * 32 + digit
+    return ms  # 10 characters hold 50 bits: two zero bits, then the 48-bit time
+
+
 def iso(now_ms: int) -> str:
     moment = datetime.fromtimestamp(now_ms / 1000, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

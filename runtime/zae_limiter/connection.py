@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 from . import schema, versioning
 from .audit import iso
-from .dynamo import keys, records
+from .dynamo import keys, multi_region, records
+from .dynamo.multi_region import MultiRegion
 from .dynamo.namespaces import active_namespace_id, register_namespace
 from .dynamo.store import Store
 from .dynamo.transport import (
@@ -67,10 +68,12 @@ async def set_up_table(
             if table_info.get("TableStatus") == "ACTIVE":
                 break
             await asyncio.sleep(0.1)
-    if created:
+    described = await store.describe_table()
+    store.multi_region = multi_region.from_description(described, transport.region)
+    if created and store.multi_region is None:  # an MRSC table has no TTL: the sweeper's job
         await transport.call("UpdateTimeToLive", schema.time_to_live_request(table_name))
-    else:
-        verify_keys(await store.describe_table(), table_name)
+    elif not created:
+        verify_keys(described, table_name)
     now = iso(system_clock())
     record = records.version_record_item(
         schema_version=schema.SCHEMA_VERSION,
@@ -171,6 +174,17 @@ async def read_version_record(store: Store) -> dict[str, Any]:
     if item is None:
         raise InfrastructureNotFoundError(store.table)
     return {k: v for k, v in item.items() if k not in ("PK", "SK")}
+
+
+async def multi_region_of(store: Store, record: dict[str, Any]) -> MultiRegion | None:
+    """The table's MRSC settings (docs/multi-region.md) from `DescribeTable`, else (a role that
+    may not describe the table) from what the deployment recorded in the version record."""
+    local = store.transport.region
+    try:
+        described = await store.describe_table()
+    except (AccessDenied, Rejected):
+        return multi_region.from_record(record, local)
+    return multi_region.from_description(described, local)
 
 
 def check_versions(record: dict[str, Any], table: str) -> None:

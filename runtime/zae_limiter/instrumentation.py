@@ -47,6 +47,9 @@ THROTTLED = "throttled"
 NOT_SENT = "not_sent"
 UNKNOWN = "unknown"
 ERROR = "error"
+#: ReplicatedWriteConflictException (a multi-Region strongly consistent table): another Region
+#: was writing the item; nothing was applied (docs/multi-region.md).
+CONFLICT = "conflict"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,7 @@ class RequestEvent:
     operation: str  # "UpdateItem", "GetItem", "TransactWriteItems", ...
     table: str
     duration_ms: float  # send to answer (or to failure)
-    outcome: str  # "ok" | "condition_failed" | "throttled" | "not_sent" | "unknown" | "error"
+    outcome: str  # "ok" | "condition_failed" | "throttled" | "conflict" | "not_sent" | ...
     read_units: float | None  # consumed capacity (table + indexes); None when not reported
     write_units: float | None
     attempt: int  # 1 for the first send, 2.. for retries

@@ -30,12 +30,14 @@ from .admin.flags import Flags
 from .admin.namespaces import Namespaces
 from .admin.reports import Reports
 from .admin.shards import Shards
+from .admin.sweeper import Sweeper
 from .admin.usage import Usage
 from .audit import iso
 from .caches import ConfigCache, ImageCache, stats
 from .connection import (
     check_versions,
     connect,
+    multi_region_of,
     namespace_id_of,
     public_error,
     public_errors,
@@ -43,6 +45,7 @@ from .connection import (
     set_up_table,
     system_clock,
 )
+from .core.regions import Regional
 from .dynamo import keys, records
 from .dynamo.store import Store
 from .dynamo.transport import (
@@ -64,6 +67,14 @@ log = logging.getLogger("zae_limiter")
 S = TypeVar("S")
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def _regional(store: Store) -> Regional | None:
+    """This process's Region among the table's, when it has several (docs/multi-region.md)."""
+    found = store.multi_region
+    if found is None or found.index < 0 or len(found.regions) < 2:
+        return None
+    return Regional(found.index, len(found.regions))
 
 
 def _served(
@@ -113,6 +124,7 @@ class Repository:
             shared.bucket_ttl_multiplier,
             shared.split_writes_per_second,
             shared.pending,
+            regional=_regional(self._store),
         )
         self._unmetered = Unmetered(
             shared.unmetered, namespace_name, self._configured_resources, identity=self._identity
@@ -133,6 +145,13 @@ class Repository:
         self._shards = Shards(scope, changes)
         self._usage = Usage(scope)
         self._alerts = Alerts(scope)
+        retention = shared.version_record.get("audit_retention_days")
+        self._sweeper = Sweeper(
+            self._store,
+            shared.clock,
+            ttl_multiplier=shared.bucket_ttl_multiplier,
+            audit_retention_days=int(retention) if retention else 90,
+        )
 
     # --- the services' operations (docs/: one implementation each, in zae_limiter.admin) --------
 
@@ -194,6 +213,7 @@ class Repository:
     get_usage_snapshots = _served("_usage", Usage.get_usage_snapshots)
     get_usage_summary = _served("_usage", Usage.get_usage_summary)
     get_alerts = _served("_alerts", Alerts.get_alerts)
+    sweep = _served("_sweeper", Sweeper.sweep)
 
     # --- connecting --------------------------------------------------------------------------
 
@@ -219,6 +239,9 @@ class Repository:
         _transport: Transport | None = None,
     ) -> Repository:
         """Connect to an existing table and namespace, and check versions. Creates nothing.
+
+        `region`: the client's AWS Region; on a global table with multi-Region strong
+        consistency, also the Region whose shards this process writes (docs/multi-region.md).
 
         `split_writes_per_second`: a bucket item this process sees written faster than this is
         split into twice the shards (docs/sharding.md); lower it to exercise sharding in tests.
@@ -273,6 +296,7 @@ class Repository:
                 check_versions(record, table_name)
             shared.version_record = record
             shared.table_id = record.get("table_id")
+            shared.store.multi_region = await multi_region_of(shared.store, record)
             ns_id = await namespace_id_of(shared.store, ns_name)
         except DynamoError as exc:
             await transport.close()

@@ -40,8 +40,10 @@ class Bodies:
 async def test_every_request_is_reported_with_its_capacity(open_repo: Any, path: str) -> None:
     events: list[RequestEvent] = []
     repo = await open_repo(on_request=events.append)
-    assert [e.operation for e in events] == ["GetItem", "GetItem"]  # version record, namespace
-    assert all(e.outcome == "ok" and e.read_units == 1.0 for e in events)
+    # the version record, whether the table is multi-Region (docs/multi-region.md), the namespace
+    assert [e.operation for e in events] == ["GetItem", "DescribeTable", "GetItem"]
+    assert all(e.outcome == "ok" for e in events)
+    assert [e.read_units for e in events] == [1.0, None, 1.0]  # DescribeTable reads no item
     limiter = RateLimiter(repo)
     await limiter.set_resource_defaults("api", [Limit.per_minute("rpm", 100)])
     async with limiter.acquire("u1", "api", {"rpm": 1}):

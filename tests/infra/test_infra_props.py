@@ -61,6 +61,8 @@ def test_defaults_are_the_reference_defaults() -> None:
         "architecture": "arm64",
         "powertools_layer_arn": None,
         "tags": {},
+        "replica_regions": (),
+        "witness_region": None,
     }
 
 

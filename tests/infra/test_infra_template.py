@@ -699,6 +699,7 @@ def test_namespace_scoped_policies(synthesized: Synthesized) -> None:
     assert app["Registry"]["Condition"] == registry
     assert actions(app["Registry"]) == [
         "dynamodb:BatchGetItem",
+        "dynamodb:DescribeTable",  # is the table multi-Region? (docs/multi-region.md)
         "dynamodb:GetItem",
         "dynamodb:Query",
     ]

@@ -305,3 +305,35 @@ def test_handler_answers_failed_when_the_runtime_cannot_be_imported(
     assert body["Status"] == "FAILED"
     assert body["Reason"].startswith("cannot import the bundled zae_limiter package")
     assert body["PhysicalResourceId"] == "VersionRecord-failed"
+
+
+class _NoTransactions:
+    """A boto3 client that refuses what an MRSC table refuses (everything else goes through)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def transact_write_items(self, **_: Any) -> Any:
+        raise AssertionError("a transaction was sent to a multi-Region strongly consistent table")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_a_multi_region_table_is_written_without_a_transaction_and_says_so(client: Any) -> None:
+    """docs/multi-region.md: the record names the Regions (for roles that may not describe the
+    table), and `default` is registered one item at a time."""
+    regions = "us-east-1,us-east-2,us-west-2"
+    writer.apply(
+        event(MultiRegionConsistency="STRONG", ReplicaRegions=regions), _NoTransactions(client)
+    )
+    record = read(client, keys.version_record())
+    assert record is not None
+    assert record["multi_region_consistency"] == "STRONG"
+    assert record["replica_regions"] == regions.split(",")
+    by_name = read(client, keys.namespace_by_name("default"))
+    assert by_name is not None
+    assert read(client, keys.namespace_by_id(by_name["id"])) is not None
+    writer.apply(event("Update", MultiRegionConsistency="STRONG", ReplicaRegions=regions),
+                 _NoTransactions(client))  # fmt: skip
+    assert read(client, keys.namespace_by_name("default")) == by_name  # registered once

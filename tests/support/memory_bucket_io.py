@@ -201,6 +201,29 @@ class MemoryBucketIO:
 
         self._write("split", None, apply)
 
+    async def give(self, image: BucketImage, writes: Any, record: Any, *, now: int) -> BucketImage:
+        raise NotImplementedError("transfers run on DynamoDB Local (tests/regions/)")
+
+    async def take(
+        self, image: BucketImage, writes: Any, donor: int, seq: int, *, now: int
+    ) -> BucketImage:
+        raise NotImplementedError("transfers run on DynamoDB Local (tests/regions/)")
+
+    async def taken(self, image: BucketImage, recipient: int, seq: int) -> None:
+        raise NotImplementedError("transfers run on DynamoDB Local (tests/regions/)")
+
+    async def settle_sibling(self, old: BucketImage) -> BucketImage | None:
+        """Create the new shard `old` records (a split one item at a time) and drop the record."""
+        if old.sibling is None:
+            return None
+        item = items.item_of(old.sibling)
+        key = (item["PK"], item["SK"])
+        self.items.setdefault(key, copy.deepcopy(item))
+        stored = self.items.get((items.item_of(old)["PK"], items.item_of(old)["SK"]))
+        if stored is not None:
+            stored.pop("sp", None)
+        return self._parsed(key)
+
     # --- internals ---------------------------------------------------------------------------
 
     def _parsed(self, key: Key) -> BucketImage:

@@ -95,6 +95,13 @@ CASES: list[tuple[str, BaseException, str, type[Exception], bool]] = [
     ("throttled", client_error("ThrottlingException"), "throttled", Unavailable, True),
     ("conflict", client_error("TransactionConflictException"), "error", Unavailable, True),
     (
+        "replicated conflict",
+        client_error("ReplicatedWriteConflictException"),
+        "conflict",
+        Unavailable,
+        True,
+    ),
+    (
         "condition",
         client_error("ConditionalCheckFailedException"),
         "condition_failed",
@@ -130,6 +137,13 @@ def test_every_failure_has_one_meaning(
         error,
         retried,
     )
+
+
+def test_a_replicated_write_conflict_is_not_applied_and_retried_at_once() -> None:
+    failure = classify(client_error("ReplicatedWriteConflictException"), "UpdateItem", write=True)
+    assert failure.at_once and failure.retry_cost > 0
+    assert not isinstance(failure.error, UnknownOutcome)
+    assert "another Region" in str(failure.error)
 
 
 def test_a_read_whose_answer_was_lost_is_retried() -> None:

@@ -98,6 +98,8 @@ WORDS = {
             "acquire/waves.py",
             "acquire/bucket_io.py",
             "acquire/dynamo_bucket_io.py",
+            "acquire/split_items.py",  # a split one item at a time (docs/multi-region.md)
+            "admin/sweeper.py",  # finishes splits left half done
             "core/shard_split.py",
             "core/shares.py",
             "manifest/plan.py",

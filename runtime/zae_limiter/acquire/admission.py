@@ -14,8 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..caches import ImageCache
+from ..core import regions
 from ..core.evolve import evolve
 from ..core.images import BucketImage, Stamp
+from ..core.regions import Regional
 from ..errors import RateLimitExceeded
 from ..limits import Limit
 from ..models import LimitStatus
@@ -60,6 +62,7 @@ class Admission:
         split_writes_per_second: float = SPLIT_WRITES_PER_SECOND,
         pending: Pending | None = None,
         backoff: Backoff | None = None,
+        regional: Regional | None = None,
     ) -> None:
         self.ns = ns
         self.pending = pending if pending is not None else Pending()
@@ -67,7 +70,8 @@ class Admission:
         self.images = images
         self.clock = clock
         self.maker = planning.ItemMaker(ns, ttl_multiplier)
-        self.shards = ShardChooser(ns, images, clock)
+        self.shards = ShardChooser(ns, images, clock, regional)
+        self.regional = regional
         self.detector = SplitDetector(split_writes_per_second)
         self.waves = Waves(
             bucket_io,
@@ -269,8 +273,10 @@ class Admission:
         self.detector.span_ms = value
 
     def _observe(self, image: BucketImage) -> None:
-        """After a write landed: split its bucket in the background when too hot."""
-        if not self.detector.too_hot(image):
+        """After a write landed: split its bucket in the background when too hot, or when
+        another Region writes it too (regional shards, docs/multi-region.md)."""
+        regional = self.regional is not None and self._shared_by_regions(image)
+        if not (regional or self.detector.too_hot(image)):
             return
         bucket_key = (image.ns, image.entity_id, image.resource)
         if bucket_key in self._splitting:
@@ -279,6 +285,13 @@ class Admission:
         task = asyncio.ensure_future(self._split_quietly(image))
         self._split_tasks.add(task)
         task.add_done_callback(self._split_tasks.discard)
+
+    def _shared_by_regions(self, image: BucketImage) -> bool:
+        """A bucket with fewer shards than Regions that another Region wrote lately."""
+        regional = self.regional
+        if regional is None or self.shards.is_regional(image.stamp.shards):
+            return False
+        return regions.contested(image.evidence, regional.region, self.clock())
 
     async def _split_quietly(self, image: BucketImage) -> None:
         try:

@@ -1,7 +1,8 @@
 """The acquire path's one door to DynamoDB: `BucketIO` on a table, and failures mapped once.
 
 `DynamoBucketIO` implements `bucket_io.BucketIO`: each method is one request (a split is one
-transaction), built and parsed by `zae_limiter.dynamo.bucket_items`. Conditions follow it: a
+transaction; on a table without transactions, `split_items`), built and parsed by
+`zae_limiter.dynamo.bucket_items`. Conditions follow it: a
 debit is guarded by the item's stamp sequence and its limits' guards, a create by the item's
 absence, a replace by the item being exactly the image it replaces.
 
@@ -13,12 +14,15 @@ No other module of `acquire/` imports `zae_limiter.dynamo`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..core.bucket import LimitWrite
-from ..core.images import Address, BucketImage, Evidence
+from ..core.images import Address, BucketImage, Evidence, Outgoing
 from ..dynamo import bucket_items as items
+from ..dynamo import bucket_moves as moves
 from ..dynamo import bucket_wire, codec, keys
 from ..dynamo.store import Store
 from ..dynamo.transport import (
@@ -31,6 +35,7 @@ from ..dynamo.transport import (
     DynamoError as DynamoError,  # re-exported: acquire modules catch it only through here
 )
 from .bucket_io import ShardSplit
+from .split_items import SplitItems
 from .values import AnswerLost, ItemChanged, Unavailable
 
 if TYPE_CHECKING:
@@ -78,6 +83,7 @@ class DynamoBucketIO:
     def __init__(self, store: Store, *, identity: TableIdentity | None = None) -> None:
         self.store = store
         self.identity = identity
+        self._split_items = SplitItems(self)
 
     async def read(self, addresses: Sequence[Address]) -> list[BucketImage]:
         """Every stored item among `addresses` (strongly consistent), in any order."""
@@ -142,10 +148,83 @@ class DynamoBucketIO:
         self, parts: Sequence[ShardSplit], *, token: str, extra: Sequence[dict[str, Any]] = ()
     ) -> None:
         """Double a bucket's shards: every part (and `extra`) in one transaction, all or
-        nothing."""
+        nothing; on a table without transactions, one item at a time (`split_items`)."""
+        if self.store.sequential:
+            await self._split_items.split(parts)
+            if extra:
+                with lowered:
+                    await self.store.transact(list(extra), token=token)
+            return
         operations = [op for part in parts for op in self._split_operations(part)]
         with lowered:
             await self.store.transact([*operations, *extra], token=token)
+
+    async def split_first(self, part: ShardSplit) -> BucketImage:
+        """A split's first step on one old shard (`split_items`): halve it (or create it)
+        and record its new sibling on it."""
+        if part.exists:
+            request = items.update_request(
+                self.store.table,
+                part.old,
+                dict(part.old_writes),
+                now=part.now,
+                ttl=None,
+                admissions=0,
+                new_shards=part.old.stamp.shards * 2,
+                sibling=part.sibling,
+            )
+        else:
+            assert part.old_new is not None
+            item = items.item_of(replace(part.old_new, sibling=part.sibling))
+            request = items.put_request(
+                self.store.table, item, replaces=None, expired_before_s=None
+            )
+        return await self._send(request)
+
+    async def forget_sibling(self, old: BucketImage) -> None:
+        """Remove the record of `old`'s new sibling (once it is created)."""
+        assert old.sibling is not None
+        request = moves.sibling_created_request(self.store.table, old, old.sibling.generation)
+        with contextlib.suppress(ItemChanged):  # removed already
+            await self._send(request)
+
+    async def give(
+        self, image: BucketImage, writes: Mapping[str, LimitWrite], record: Outgoing, *, now: int
+    ) -> BucketImage:
+        """A transfer's donor side (`acquire.transfers`)."""
+        request = moves.give_request(
+            self.store.table, image, dict(writes), record, now=now, ttl=None
+        )
+        return await self._send(request)
+
+    async def take(
+        self,
+        image: BucketImage,
+        writes: Mapping[str, LimitWrite],
+        donor: int,
+        seq: int,
+        *,
+        now: int,
+    ) -> BucketImage:
+        """A transfer's recipient side (`acquire.transfers`)."""
+        request = moves.take_request(
+            self.store.table, image, dict(writes), donor, seq, now=now, ttl=None
+        )
+        return await self._send(request)
+
+    async def taken(self, image: BucketImage, recipient: int, seq: int) -> None:
+        """Remove a donor's record of a transfer taken (already gone: nothing to do)."""
+        with contextlib.suppress(ItemChanged):
+            await self._send(moves.taken_request(self.store.table, image, recipient, seq))
+
+    async def settle_sibling(self, old: BucketImage) -> BucketImage | None:
+        """Create the split's new shard recorded on `old` (if it is not there yet) and remove
+        the record; the new shard's image (None when `old` records none)."""
+        return await self._split_items.settle_sibling(old)
+
+    async def send(self, request: dict[str, Any]) -> BucketImage:
+        """One prepared UpdateItem of a bucket item; the item after it."""
+        return await self._send(request)
 
     async def _send(self, request: dict[str, Any]) -> BucketImage:
         with lowered:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from .. import namespace_labels
@@ -71,8 +71,11 @@ class Lanes:
         writer: str | None = None,
         on_orphan: Callable[[Call, Outcome], None] | None = None,
         backoff: Backoff | None = None,
+        recover: Callable[[BucketImage], Awaitable[BucketImage | None]] | None = None,
     ) -> None:
         self.sender = sender
+        #: Finds a shard that is missing because its split was not finished (docs/multi-region.md)
+        self.recover = recover
         self.backoff = backoff if backoff is not None else Backoff()
         self.on_orphan = on_orphan
         self.on_leave: Callable[[asyncio.Future[None]], None] | None = None
@@ -365,6 +368,8 @@ class _Lane:
             if current is not None and current.evidence.get(lanes.writer) == batch.evidence.seq:
                 self._landed(batch, current)  # it landed just before the fence
                 return
+        if current is None and batch.image.shard != 0 and lanes.recover is not None:
+            current = await lanes.recover(batch.image)  # a split left unfinished: finish it
         if current is None and batch.image.shard != 0 and not any(c.settle for c in batch.calls):
             # A split bucket's shard is gone (its entity was deleted): only the slow path, from
             # shard 0, creates a bucket, never on a layout this process remembers.

@@ -23,7 +23,8 @@ class Target:
     `exists`: the item is stored (a write updates it; otherwise it creates it). `seen_at`: when
     `image` was read or returned by a write. `read_now`: `image` was read in this call, so a
     planner may refuse on it. `amounts`: milli per limit name the stamp declares. `tried`: shards
-    tried in this call. `surveyed`: every shard was read in this call (once at most).
+    tried in this call. `surveyed`: every shard was read in this call (once at most). `moved`:
+    capacity was moved to its shard from another Region's in this call (once at most).
     """
 
     entity_id: str
@@ -37,6 +38,7 @@ class Target:
     amounts: dict[str, int] = field(default_factory=dict)
     tried: frozenset[int] = frozenset()
     surveyed: bool = False
+    moved: bool = False  # capacity was moved to its shard in this call (acquire.transfers)
 
     @property
     def stamp(self) -> Stamp:

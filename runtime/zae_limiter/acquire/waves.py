@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from ..caches import ImageCache
 from ..core.bucket import LimitWrite
-from ..core.images import BucketImage, Evidence, Stamp, new_op_id
+from ..core.images import BucketImage, Evidence, Stamp, new_op_id, new_writer_id
 from ..core.shard_split import too_small_to_double
 from . import lanes as lanes_
 from . import planning
@@ -25,6 +25,9 @@ from .bucket_io import BucketIO
 from .deadlines import Backoff
 from .lane_calls import Call, Outcome
 from .shards import ShardChooser, split_parts
+from .split_items import SETTLE_AFTER_MS
+from .transfers import SETTLE_AFTER_MS as TRANSFER_SETTLE_AFTER_MS
+from .transfers import Transfers
 from .values import (
     AnswerLost,
     ItemChanged,
@@ -89,9 +92,11 @@ class Waves:
         self.on_written = on_written
         #: Told of a debit that landed for a caller that had left (Admission refunds it).
         self.on_orphan: Callable[[Written, int], None] | None = None
+        regional = shards.regional
         self.lanes = lanes_.Lanes(
             self,
             clock,
+            writer=None if regional is None else regional.writer(new_writer_id()),
             on_image=self._seen,
             rules_matter=lambda planned, current: planning.rules_matter(
                 planned.stamp, current.stamp
@@ -99,7 +104,11 @@ class Waves:
             blank=self._blank_after,
             on_orphan=self._orphaned,
             backoff=backoff,
+            recover=self._finish_split,
         )
+        self.transfers = Transfers(bucket_io, shards, clock)
+        self._settling: set[tuple[str, str, str, int]] = set()
+        self._settle_tasks: set[asyncio.Future[None]] = set()
 
     @property
     def ns(self) -> str:
@@ -186,7 +195,8 @@ class Waves:
     async def _survey(self, target: Target) -> Target | None:
         """Every shard tried refused a sharded target: read all of its shards at once and move it
         to one that admits it (once per call, and only then: what the process knew was not
-        enough). None when it fits nowhere."""
+        enough); on a multi-Region table, else to one of its Region's shards that capacity moved
+        to from another Region's (`transfers`). None when it fits nowhere."""
         if target.stamp.shards <= 1 or target.surveyed:
             return None
         images = await self.bucket_io.read(
@@ -198,7 +208,10 @@ class Waves:
         now = self.clock()
         for image in images:
             self.images.put(image, now)
-        return self.shards.fitting(target, images, now)
+        fitting = self.shards.fitting(target, images, now)
+        if fitting is None and self.shards.is_regional(target.stamp.shards):
+            return await self.transfers.into(target, images)
+        return fitting
 
     # --- a lane's sender (lanes.Sender) ---------------------------------------------------------
 
@@ -248,9 +261,52 @@ class Waves:
             log.error("a debit landed for a caller that had left on %s", outcome.target.resource)
 
     def _seen(self, image: BucketImage, landed: bool) -> None:
-        self.images.put(image, self.clock())
+        now = self.clock()
+        self.images.put(image, now)
         if landed:
             self.on_written(image)
+        sibling = image.sibling
+        if sibling is not None and now - sibling.written_at > SETTLE_AFTER_MS:
+            self._settle_later(image)  # its splitter stopped half way: finish its split
+        if image.outgoing and any(
+            now - record.at > TRANSFER_SETTLE_AFTER_MS for record in image.outgoing.values()
+        ):
+            self._settle_later(image)  # a transfer its giver left untaken: take it
+
+    def _settle_later(self, image: BucketImage) -> None:
+        key = image.address
+        if key in self._settling:
+            return
+        self._settling.add(key)
+
+        async def settle() -> None:
+            try:
+                if image.sibling is not None:
+                    await self.bucket_io.settle_sibling(image)
+                await self.transfers.settle_stale(image)
+            except (ItemChanged, Unavailable) as exc:
+                log.warning("finishing a split of %s failed: %s", image.address, exc)
+            finally:
+                self._settling.discard(key)
+
+        task = asyncio.ensure_future(settle())
+        self._settle_tasks.add(task)
+        task.add_done_callback(self._settle_tasks.discard)
+
+    async def _finish_split(self, missing: BucketImage) -> BucketImage | None:
+        """A shard found missing: the new half of a split its splitter did not finish? Then
+        finish it (from the record on the shard it came from) and return it."""
+        count = missing.stamp.shards
+        parent = missing.shard - count // 2
+        if count < 2 or parent < 0:
+            return None
+        found = await self.bucket_io.read([(self.ns, missing.entity_id, missing.resource, parent)])
+        if not found or found[0].sibling is None or found[0].sibling.shard != missing.shard:
+            return None
+        try:
+            return await self.bucket_io.settle_sibling(found[0])
+        except ItemChanged:
+            return None
 
     def _blank_after(self, image: BucketImage) -> BucketImage:
         """The stand-in for an item found deleted (expired): created by the next write."""
@@ -309,7 +365,12 @@ class Waves:
                 return current.stamp.shards if current else shards
             if too_small_to_double(current.stamp.limits, shards) is not None:
                 return shards  # a concurrency limit's share would fall below one unit
-            parts = split_parts(current, found, self.clock(), self.maker)
+            # Split already (a split one item at a time that stopped half way): left out, its
+            # new sibling created if it is not yet.
+            done = {s: image for s, image in found.items() if image.stamp.shards != shards}
+            for image in done.values():
+                await self.bucket_io.settle_sibling(image)
+            parts = split_parts(current, found, self.clock(), self.maker, done=set(done))
             more = await extra(shards * 2) if extra is not None else []
             try:
                 await self.bucket_io.split(parts, token=new_op_id(), extra=more)

@@ -46,6 +46,22 @@ class Call:
             sort_keys=True,
         )
 
+    @classmethod
+    def from_record(cls, record: dict[str, Any], idempotency_key: str | None) -> Call:
+        """The call an operation record was written for (to finish it: `balance_writes`)."""
+        arguments = json.loads(record["arguments"])
+        limits = arguments.get("limits")
+        amounts = {str(k): int(v) for k, v in (arguments.get("amounts") or {}).items()}
+        return cls(
+            str(arguments["action"]),
+            str(arguments["entity_id"]),
+            str(arguments["resource"]),
+            None if limits is None else tuple(limits),
+            amounts,
+            idempotency_key,
+            record.get("principal"),
+        )
+
     def limits_to_change(self, stamp: Stamp | None) -> tuple[str, ...]:
         """The limits to change: a concurrency limit holds live leases' work, so it is never
         reset (left out when no names are given) and never topped up (naming one is refused)."""

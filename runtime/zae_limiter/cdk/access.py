@@ -74,8 +74,9 @@ ADMIN_FUNCTION_ACTIONS = sorted(
 READ_ONLY_ACTIONS = dynamodb_actions(
     "BatchGetItem", "DescribeTable", "DescribeTimeToLive", "GetItem", "Query", "Scan"
 )
-#: Registry and version record reads (every principal that opens a repository needs them).
-RESERVED_READ_ACTIONS = dynamodb_actions("BatchGetItem", "GetItem", "Query")
+#: Registry and version record reads, and DescribeTable (is it multi-Region?): every principal
+#: that opens a repository needs them.
+RESERVED_READ_ACTIONS = dynamodb_actions("BatchGetItem", "DescribeTable", "GetItem", "Query")
 #: Usage snapshots, audit events and alerts: by partition on the table, and through their indexes.
 REPORT_READ_ACTIONS = dynamodb_actions("BatchGetItem", "GetItem", "Query")
 INDEX_QUERY_ACTIONS = dynamodb_actions("Query")

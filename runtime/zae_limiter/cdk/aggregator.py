@@ -239,7 +239,7 @@ class Aggregator(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        table: dynamodb.Table,
+        table: dynamodb.ITable,
         props: ZaeLimiterProps,
         archive_bucket: s3.IBucket | None,
         alerts_bus: events.IEventBus | None = None,

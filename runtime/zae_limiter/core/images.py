@@ -78,6 +78,18 @@ class Stamp:
 
 
 @dataclass(frozen=True)
+class Outgoing:
+    """A transfer a shard gave and its recipient has not taken yet, as far as this shard knows
+    (core.transfers; docs/multi-region.md): what moves where, in which quota period."""
+
+    recipient: int  # the recipient shard
+    seq: int  # this shard's transfer number: the recipient takes each number once
+    amounts: dict[str, int]  # milli per limit
+    periods: dict[str, int | None]  # quota period per limit (None: dripping)
+    at: int  # when it was given (epoch ms)
+
+
+@dataclass(frozen=True)
 class BucketImage:
     """One bucket item as last seen: stamp, states, counters."""
 
@@ -95,6 +107,15 @@ class BucketImage:
     evidence: dict[str, int] = field(default_factory=dict)  # writer -> its last sequence here
     writes: int = 0  # every hot-path write adds 1: the split detector's rate; replaces check it
     rearms: int = 0  # `ag`: top-ups and resets so far (absent: 0)
+    #: A split's new shard not created yet, recorded on the shard it came from (a table without
+    #: transactions splits one item at a time: docs/multi-region.md).
+    sibling: BucketImage | None = None
+    #: Transfers between regional shards (docs/multi-region.md): given and not yet known taken
+    #: (by recipient shard), the last transfer number taken from each donor shard, and this
+    #: shard's own transfer count.
+    outgoing: dict[int, Outgoing] = field(default_factory=dict)
+    incoming: dict[int, int] = field(default_factory=dict)
+    transfers: int = 0
 
     @property
     def address(self) -> Address:

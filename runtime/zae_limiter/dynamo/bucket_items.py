@@ -14,7 +14,9 @@ core.holds), ``n`` admissions, ``g`` generation (new on every
 creation), ``ts`` time of the last write (event time for usage), ``ttl`` expiry, ``k`` hot-path
 writes so far, ``ag`` top-ups and resets so far (only they add to it: it re-arms alert
 thresholds, docs/alerts.md), and one ``~<writer>`` per writer that wrote lately: the sequence of
-its last write that landed here (docs/on-unavailable.md, "Exactly once").
+its last write that landed here (docs/on-unavailable.md, "Exactly once"). ``sp``: a split's new
+shard (the whole item) until it is created, on a table without transactions
+(docs/multi-region.md).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..core.bucket import Kind, LimitWrite, Params, State
 from ..core.holds import Hold
 from ..core.images import BucketImage, Evidence, Stamp
 from . import codec, keys, limit_exprs
+from .transfer_items import INCOMING, OUTGOING, TRANSFERS, outgoing_item, transfers_of
 
 #: Attribute-name prefix of a writer's evidence entry ("~" + writer id).
 EVIDENCE_PREFIX = "~"
@@ -134,6 +137,8 @@ def image_of(
         },
         writes=int(item.get("k", 0)),
         rearms=int(item.get("ag", 0)),
+        sibling=parse(item["sp"]) if "sp" in item else None,
+        **(transfers_of(item) if TRANSFERS in item else {}),
     )
 
 
@@ -144,13 +149,22 @@ def evidence_name(writer: str) -> str:
     return EVIDENCE_PREFIX + writer
 
 
-class _Expr:
+class Expr:
     """Accumulates names and values for one request's expressions."""
 
     def __init__(self) -> None:
         self.names: dict[str, str] = {}
         self.values: dict[str, Any] = {}
         self._name_ids: dict[str, str] = {}
+
+    @classmethod
+    def of(cls, request: dict[str, Any]) -> Expr:
+        """Continue the names and values of a prepared request."""
+        expr = cls()
+        expr.names = dict(request["ExpressionAttributeNames"])
+        expr.values = dict(request["ExpressionAttributeValues"])
+        expr._name_ids = {text: alias for alias, text in expr.names.items()}
+        return expr
 
     def name(self, text: str) -> str:
         alias = self._name_ids.get(text)
@@ -179,13 +193,15 @@ def update_request(
     admissions: int,
     evidence: Evidence | None = None,
     new_shards: int | None = None,
+    sibling: BucketImage | None = None,
 ) -> dict[str, Any]:
     """UpdateItem for a hot-path write on an existing item, guarded by its stamp sequence.
 
     With `evidence`, the write records its writer's sequence and applies only once (a re-send
-    of a write whose answer was lost cannot land again; docs/on-unavailable.md).
+    of a write whose answer was lost cannot land again; docs/on-unavailable.md). `sibling`: a
+    split's new shard, recorded on this one until it is created (`sp`).
     """
-    expr = _Expr()
+    expr = Expr()
     sets: list[str] = []
     removes: list[str] = []
     conditions = [f"{expr.name('cv')} = {expr.value(image.stamp_seq)}"]
@@ -204,6 +220,8 @@ def update_request(
     if new_shards is not None:  # a split: every process's next write here meets a new stamp
         sets.append(f"{expr.name('sc')} = {expr.value(new_shards)}")
         sets.append(f"{expr.name('cv')} = {expr.value(image.stamp_seq + 1)}")
+    if sibling is not None:
+        sets.append(f"{expr.name('sp')} = {expr.value(item_of(sibling))}")
     update = "SET " + ", ".join(sets)
     if ttl is None and (new_shards is not None or (image.stamp.shards > 1 and image.ttl)):
         removes.append(expr.name("ttl"))  # a split bucket's items never expire
@@ -222,7 +240,7 @@ def update_request(
 
 
 def _evidence_parts(
-    expr: _Expr, evidence: Evidence, conditions: list[str], sets: list[str], removes: list[str]
+    expr: Expr, evidence: Evidence, conditions: list[str], sets: list[str], removes: list[str]
 ) -> None:
     mine = expr.name(evidence_name(evidence.writer))
     seq = expr.value(evidence.seq)
@@ -239,7 +257,7 @@ def fence_request(
 ) -> dict[str, Any]:
     """UpdateItem that moves a writer's entry to `evidence.seq` unless its write `blocked`
     already landed: afterwards that write can never apply (it needs the entry below it)."""
-    expr = _Expr()
+    expr = Expr()
     mine = expr.name(evidence_name(evidence.writer))
     return {
         "TableName": table,
@@ -332,6 +350,14 @@ def item_of(image: BucketImage) -> dict[str, Any]:
     )
     if image.rearms:
         item["ag"] = image.rearms
+    if image.sibling is not None:
+        item["sp"] = item_of(image.sibling)
+    if image.transfers or image.outgoing or image.incoming:
+        item[TRANSFERS] = image.transfers
+        for n, record in image.outgoing.items():
+            item[OUTGOING[n]] = outgoing_item(record)
+        for n, seq in image.incoming.items():
+            item[INCOMING[n]] = seq
     return item
 
 
@@ -349,7 +375,7 @@ def put_request(
     write time and hot-path write count (every hot-path write adds one); evidence entries the
     new item does not carry are removed.
     """
-    expr = _Expr()
+    expr = Expr()
     key_names = {"PK", "SK"}
     sets = [f"{expr.name(k)} = {expr.value(v)}" for k, v in item.items() if k not in key_names]
     removes = []

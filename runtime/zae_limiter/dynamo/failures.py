@@ -3,6 +3,8 @@
 Every exception a request can end in (botocore's, aiohttp's, ssl's, the socket's) becomes one of:
 
 * certainly not sent, or refused before applying (throttling, connection refused, DNS): retried;
+  `ReplicatedWriteConflictException` (another Region is writing the item, on a table with
+  multi-Region strong consistency) is refused before applying too, and retried at once;
 * sent with an unknown outcome (read timeout, a connection closed or reset after the request
   left, even before a byte of answer; an answer that is not valid HTTP, such as conflicting
   framing; 5xx): a write raises `UnknownOutcome` and its caller retries with a guard; a read is
@@ -40,6 +42,8 @@ _THROTTLES = {
     "RequestLimitExceeded",
     "LimitExceededException",
 }
+#: A write to an item another Region is writing (MRSC tables): not applied, retryable at once.
+REPLICATED_CONFLICT = "ReplicatedWriteConflictException"
 _ACCESS = {"AccessDeniedException", "UnrecognizedClientException", "AccessDenied"}
 _CREDENTIAL_ERRORS = (
     bce.NoCredentialsError,
@@ -120,6 +124,8 @@ def is_condition_failed(exc: BaseException) -> bool:
 #: Retry-budget costs (botocore's standard retry quota uses the same two).
 RETRY_COST = 5
 TIMEOUT_RETRY_COST = 10
+#: A retry after `ReplicatedWriteConflictException`: one token, what a success gives back.
+CONFLICT_RETRY_COST = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +136,7 @@ class Failure:
     outcome: str
     error: DynamoError
     retry_cost: int = 0
+    at_once: bool = False  # retried without a pause (the item is free again within a round trip)
 
 
 def error_code(exc: bce.ClientError) -> str:
@@ -236,6 +243,9 @@ def _answered(exc: bce.ClientError, operation: str, *, write: bool) -> Failure:
         return Failure(outcomes.ERROR, TableMissing(str(exc)))
     if code in _THROTTLES:
         return Failure(outcomes.THROTTLED, Unavailable(exc, "DynamoDB kept throttling"), RETRY_COST)
+    if code == REPLICATED_CONFLICT:  # not a brown-out: the item is free again within a round trip
+        hint = "another Region kept writing the same item (multi-Region strong consistency)"
+        return Failure(outcomes.CONFLICT, Unavailable(exc, hint), CONFLICT_RETRY_COST, at_once=True)
     if code == "TransactionConflictException":
         hint = "the transaction kept conflicting with another"
         return Failure(outcomes.ERROR, Unavailable(exc, hint), RETRY_COST)

@@ -78,6 +78,15 @@ class Counts:
         return not self.consumed and not self.overdrawn and not self.events and not self.cascaded
 
 
+def added_counters(counts: Counts) -> dict[str, int]:
+    """The snapshot's attributes `counts` adds to (an `ADD` each)."""
+    added: dict[str, int] = {"total_events": counts.events}
+    added |= {CONSUMED_PREFIX + name: amount for name, amount in sorted(counts.consumed.items())}
+    added |= {OVERDRAWN_PREFIX + name: n for name, n in sorted(counts.overdrawn.items())}
+    added |= {CASCADED_PREFIX + name: n for name, n in sorted(counts.cascaded.items())}
+    return added
+
+
 def update_operation(key: SnapshotKey, counts: Counts, ttl_s: int) -> dict[str, Any]:
     """A TransactWriteItems `Update` (plain values) that adds `counts` to the snapshot."""
     _, end_ms = windows.bounds(key.start_ms, key.window_type)
@@ -92,10 +101,7 @@ def update_operation(key: SnapshotKey, counts: Counts, ttl_s: int) -> dict[str, 
             key.ns, key.entity_id, key.resource, key.window_type, key.window_start
         ),
     }
-    added: dict[str, int] = {"total_events": counts.events}
-    added |= {CONSUMED_PREFIX + name: amount for name, amount in sorted(counts.consumed.items())}
-    added |= {OVERDRAWN_PREFIX + name: n for name, n in sorted(counts.overdrawn.items())}
-    added |= {CASCADED_PREFIX + name: n for name, n in sorted(counts.cascaded.items())}
+    added = added_counters(counts)
     names: dict[str, str] = {}
     values: dict[str, Any] = {}
     clauses: dict[str, list[str]] = {"SET": [], "ADD": []}

@@ -171,9 +171,10 @@ class Transport:
                 last_try = attempt == MAX_ATTEMPTS
                 if failure.retry_cost and not last_try and self.budget.take(failure.retry_cost):
                     spent += failure.retry_cost
-                    await asyncio.sleep(
-                        backoff_scale * BASE_DELAY_S * (2**attempt) * random.random()
-                    )
+                    if not failure.at_once:
+                        await asyncio.sleep(
+                            backoff_scale * BASE_DELAY_S * (2**attempt) * random.random()
+                        )
                     continue
                 if failure.retry_cost and not last_try:
                     raise Unavailable(exc, "the client's retry budget is spent") from exc

@@ -38,7 +38,7 @@ from .. import namespace_labels, versioning
 from ..alerts.detect import crossings as alert_crossings
 from ..alerts.event import Crossing
 from ..alerts.recorder import AlertRecorder, AlertSink
-from ..dynamo import keys, snapshot_items, transport
+from ..dynamo import keys, multi_region, snapshot_items, transport
 from ..dynamo.snapshot_items import Counts, SnapshotKey
 from ..dynamo.store import Store
 from ..dynamo.transport import (
@@ -52,11 +52,12 @@ from ..dynamo.transport import (
 from ..errors import IncompatibleSchemaError, InfrastructureNotFoundError
 from ..schema import SCHEMA_VERSION
 from . import records as stream_records
+from .aggregator_outcome import MetricPoint as MetricPoint
+from .aggregator_outcome import Outcome as Outcome
 from .aggregator_settings import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
 from .aggregator_settings import AggregatorSettings as AggregatorSettings
-from .outcome import MetricPoint as MetricPoint
-from .outcome import Outcome as Outcome
 from .records import BucketChange, MalformedRecord, StreamRecord
+from .snapshot_writes import SnapshotWrites
 from .windows import bounds
 
 log = logging.getLogger("zae_limiter.usage.aggregator")
@@ -90,6 +91,10 @@ class _Pending:
     snapshots: dict[SnapshotKey, Counts]
     crossings: list[Crossing] = field(default_factory=list)
 
+    @property
+    def event_id(self) -> str:
+        return self.record.event_id
+
 
 class Aggregator:
     """Applies stream batches to one table's usage snapshots. Use `connect()` or pass a Store."""
@@ -116,6 +121,7 @@ class Aggregator:
         self._version_checked_at: int | None = None
         self._warned_version: object = _NOT_WARNED
         self._namespace_names: dict[str, str] = {}
+        self._one_at_a_time = SnapshotWrites(store, self._clock, self._snapshot_ttl)
 
     @classmethod
     async def connect(
@@ -134,6 +140,13 @@ class Aggregator:
             region=region, endpoint_url=endpoint_url, client_config=client_config
         )
         store = Store(conn, table)
+        try:  # a table with multi-Region strong consistency has no transactions
+            store.multi_region = multi_region.from_description(
+                await store.describe_table(), conn.region
+            )
+        except BaseException:
+            await conn.close()
+            raise
         return cls(
             store, settings, clock=clock, archive=archive, transport_owned=conn, alerts=alerts
         )
@@ -275,6 +288,14 @@ class Aggregator:
         failed_attempts = 0
         while True:
             try:
+                if self._store.sequential:  # no transactions on this table (MRSC)
+                    applied, duplicates, ignored = await self._one_at_a_time.apply(
+                        remaining, self._clock() // 1000 + self.settings.marker_ttl_hours * 3600
+                    )
+                    outcome.duplicates += duplicates
+                    outcome.ignored += ignored
+                    outcome.applied += len(applied)
+                    return [p for p in remaining if p in applied]
                 await self._store.transact(self._operations(remaining))
             except TransactionCancelled as cancelled:
                 codes = [str(reason.get("Code")) for reason in cancelled.reasons]
@@ -379,10 +400,15 @@ class Aggregator:
         for key in sorted(merged):
             if merged[key].empty:
                 continue  # e.g. a debit and its refund: no snapshot for what debited nothing
-            _, end_ms = bounds(key.start_ms, key.window_type)
-            ttl = end_ms // 1000 + self._retention_days(key.window_type) * 86400
-            operations.append(snapshot_items.update_operation(key, merged[key], ttl))
+            operations.append(
+                snapshot_items.update_operation(key, merged[key], self._snapshot_ttl(key))
+            )
         return operations
+
+    def _snapshot_ttl(self, key: SnapshotKey) -> int:
+        """When a snapshot expires (epoch seconds): its window's end plus its retention."""
+        _, end_ms = bounds(key.start_ms, key.window_type)
+        return end_ms // 1000 + self._retention_days(key.window_type) * 86400
 
     def _retention_days(self, window_type: str) -> int:
         per_window = self.settings.retention_days

@@ -66,6 +66,9 @@ class Run:
     #: ("held" lines not yet followed by "leave"), waiting for one to hold if none does.
     victims: Literal["any", "holding"] = "any"
     worker: str = "support.history.worker"  # the worker's module (its workload)
+    #: Simulated Regions (support/regions.py): process slot i runs in Region i % len(regions),
+    #: through that Region's endpoint (region_runs.py).
+    regions: tuple[str, ...] = ()
     extra: tuple[tuple[str, Any], ...] = ()  # more settings for that worker
 
 
@@ -122,8 +125,9 @@ class _Started:
         return self.count
 
 
-def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
-    """Run the history's processes to their end (see the module docstring)."""
+def run_workers(run: Run, endpoint: str | dict[str, str], table: str, workdir: Path) -> Ran:
+    """Run the history's processes to their end (see the module docstring). `endpoint`: one
+    for every process, or one per Region of `run.regions`."""
     rng = random.Random(run.seed)
     ran = Ran(run, started=time.time())
     until = ran.started + run.seconds
@@ -132,13 +136,16 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
 
     def start(slot: int, generation: int) -> Worker:
         name = f"p{slot}g{generation}"
+        region = run.regions[slot % len(run.regions)] if run.regions else None
+        placed = {"region": region} if region else {}
         partitions = sorted(
             (int(rng.uniform(*run.partition_span) * per_worker), run.partition_s)
             for _ in range(run.partitions)
         )
         settings: dict[str, Any] = {
             "name": name,
-            "endpoint": endpoint,
+            "endpoint": endpoint[region] if isinstance(endpoint, dict) and region else endpoint,
+            **placed,
             "table": table,
             "seed": rng.randrange(2**32),
             "log": str(workdir / f"{name}.jsonl"),

@@ -3,8 +3,9 @@
 `SMALL` (in `make test`) and `LARGE` are the two plans. `python -m support.history.soak [--seed N]
 [--ops N] [--out PATH]` (with tests/ on the path) starts its own DynamoDB Local, runs `LARGE` and
 writes benchmarks/results/soak-<date>.md; with `--holds` it runs the concurrency-hold history
-`hold_runs.LARGE_HOLDS` and writes soak-holds-<date>.md; it exits 1 when the checker found a
-violation.
+`hold_runs.LARGE_HOLDS` and writes soak-holds-<date>.md; with `--regions` the history across three
+simulated Regions `region_runs.LARGE_REGIONS` and writes soak-regions-<date>.md; it exits 1 when
+the checker found a violation.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from support.history.checker import Checked, check
 from support.history.hold_runs import LARGE_HOLDS, HoldRun, hold_history, render_holds, summary
+from support.history.region_runs import LARGE_REGIONS, RegionRun, region_history, render_regions
 from support.history.report import render
 from support.history.runner import Ran, Run, run_workers, worker_errors
 from support.history.workload import Limits, set_up
@@ -94,13 +96,16 @@ async def history(run: Run, endpoint: str, workdir: Path) -> tuple[Ran, Checked]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--holds", action="store_true", help="the hold history, LARGE_HOLDS")
+    parser.add_argument(
+        "--regions", action="store_true", help="three simulated Regions, LARGE_REGIONS"
+    )
     parser.add_argument("--seed", type=int, default=None, help="the plan's unless given")
     parser.add_argument("--ops", type=int, default=None, help="operations a task")
     parser.add_argument("--seconds", type=float, default=None, help="a stall's bound")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--logs", type=Path, default=None, help="keep the histories here")
     args = parser.parse_args()
-    plan = LARGE_HOLDS if args.holds else LARGE
+    plan = LARGE_HOLDS if args.holds else LARGE_REGIONS if args.regions else LARGE
     given = {
         k: getattr(args, k) for k in ("seed", "ops", "seconds") if getattr(args, k) is not None
     }
@@ -108,7 +113,7 @@ def main() -> int:
     os.environ.update(ISOLATED_AWS_ENV)
     for name in AMBIENT_AWS_VARIABLES:
         os.environ.pop(name, None)
-    kind = "holds, " if args.holds else ""
+    kind = "holds, " if args.holds else "three Regions, " if args.regions else ""
     print(f"soak: {kind}seed {run.seed}, {run.processes} processes x {run.tasks} tasks x "
           f"{run.ops} operations, {run.seconds:.0f} s at most", flush=True)  # fmt: skip
     with start_engine(engine="dynamodb-local") as engine, tempfile.TemporaryDirectory() as tmp:
@@ -116,6 +121,8 @@ def main() -> int:
         logs.mkdir(parents=True, exist_ok=True)
         if args.holds:
             return _holds(asyncio.run(hold_history(run, engine.endpoint_url, logs)), args.out)
+        if args.regions:
+            return _regions(asyncio.run(region_history(run, engine.endpoint_url, logs)), args.out)
         ran, checked = asyncio.run(history(run, engine.endpoint_url, logs))
     date = _date(ran)
     out = args.out or RESULTS / f"soak-{date}.md"
@@ -130,6 +137,17 @@ def _holds(result: HoldRun, out: Path | None) -> int:
     out = out or RESULTS / f"soak-holds-{date}.md"
     out.write_text(render_holds(result, title=f"Hold history, {date}"), encoding="utf-8")
     print(f"soak: {summary(result)}; {len(result.problems)} violations; report in {out}")
+    return _verdict(result.problems)
+
+
+def _regions(result: RegionRun, out: Path | None) -> int:
+    date = _date(result.ran)
+    out = out or RESULTS / f"soak-regions-{date}.md"
+    title = f"History across three simulated Regions, {date}"
+    out.write_text(render_regions(result, title=title), encoding="utf-8")
+    operations = sum(result.checked.history.outcomes.values())
+    print(f"soak: {operations} operations across three Regions, {len(result.problems)} "
+          f"violations; report in {out}")  # fmt: skip
     return _verdict(result.problems)
 
 

@@ -54,6 +54,7 @@ async def connected(settings: dict[str, Any]) -> AsyncIterator[tuple[Any, Reposi
                 repo = await Repository.open(
                     table=settings["table"],
                     endpoint_url=proxy.url,
+                    region=settings.get("region"),  # a simulated Region's (region_runs.py)
                     clock=skewed_clock(settings["offset_ms"]),
                     rejection_cache_ttl=settings["rejection_cache_ttl"],
                     acquire_timeout=settings["acquire_timeout"],

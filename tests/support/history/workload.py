@@ -37,20 +37,26 @@ AMOUNTS = {"rpm": 1, "tpm": 5}
 ALSO = {"budget": {"usd": 3}}
 PARENTS = {"api": ORG, "budget": ORG}
 MOVES = ("plain", "adjust", "consume", "raise")
+YEARLY = "0 0 1 1 *"
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Tight limits: `rpm` per `period_s` seconds on api (tpm 5x it), `usd` 3x it on budget."""
+    """Tight limits: `rpm` per `period_s` seconds on api (tpm 5x it), `usd` 3x it on budget;
+    with `budget_quota`, `usd` is a quota of that many units instead, reset only on 1 January
+    (a global budget: region_runs.py)."""
 
     rpm: int
     period_s: int
     alert_at: tuple[int, ...] = ()  # thresholds on every limit (the simulation's aggregator)
+    budget_quota: int = 0
 
     def api(self) -> list[Limit]:
         return [self._limit("rpm", self.rpm), self._limit("tpm", 5 * self.rpm)]
 
     def budget(self) -> list[Limit]:
+        if self.budget_quota:
+            return [Limit.quota("usd", self.budget_quota, cron=YEARLY)]
         return [self._limit("usd", 3 * self.rpm)]
 
     def _limit(self, name: str, capacity: int) -> Limit:
@@ -64,10 +70,8 @@ class Limits:
                 out[key(entity, "api", lim.name)] = (lim.capacity, lim.capacity / self.period_s)
             if entity not in (*SOLOS, GHOSTS["single"]):
                 for lim in self.budget():
-                    out[key(entity, "budget", lim.name)] = (
-                        lim.capacity,
-                        lim.capacity / self.period_s,
-                    )
+                    refill = 0.0 if self.budget_quota else lim.capacity / self.period_s
+                    out[key(entity, "budget", lim.name)] = (lim.capacity, refill)
         return out
 
 

@@ -29,6 +29,7 @@ from botocore.exceptions import ClientError
 
 from zae_limiter import schema, versioning
 from zae_limiter.dynamo import codec, keys, records
+from zae_limiter.dynamo.multi_region import RECORD_CONSISTENCY, RECORD_REGIONS, STRONG
 
 log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)
@@ -55,6 +56,9 @@ class Request:
     allow_aggregator_downgrade: bool
     audit_retention_days: int
     usage_retention_days: int
+    #: A global table with multi-Region strong consistency: its Regions (docs/multi-region.md).
+    #: Recorded for roles that may not describe the table; no transaction is sent to it.
+    replica_regions: tuple[str, ...] = ()
 
     @classmethod
     def from_properties(cls, properties: dict[str, Any]) -> Request:
@@ -68,6 +72,11 @@ class Request:
             == "true",
             audit_retention_days=int(properties["AuditRetentionDays"]),
             usage_retention_days=int(properties["UsageRetentionDays"]),
+            replica_regions=tuple(
+                r for r in str(properties.get("ReplicaRegions") or "").split(",") if r
+            )
+            if properties.get("MultiRegionConsistency") == "STRONG"
+            else (),
         )
 
 
@@ -147,6 +156,9 @@ def write_version_record(client: Any, request: Request, updated_at: str) -> dict
             # the table's identity: drawn when the record is first written, never replaced
             table_id=records.new_table_id() if current is None else None,
         )
+        if request.replica_regions:
+            item[RECORD_CONSISTENCY] = STRONG
+            item[RECORD_REGIONS] = list(request.replica_regions)
         try:
             client.update_item(**_update_request(request.table_name, item, current))
         except ClientError as error:
@@ -194,8 +206,12 @@ def _update_request(
     }
 
 
-def ensure_namespace(client: Any, table_name: str, name: str, created_at: str) -> str:
-    """The id of namespace `name`, registering it (both registry items) if it is missing."""
+def ensure_namespace(
+    client: Any, table_name: str, name: str, created_at: str, *, one_at_a_time: bool = False
+) -> str:
+    """The id of namespace `name`, registering it (both registry items) if it is missing. On
+    a multi-Region table (`one_at_a_time`: no transactions) the name's item decides, then the
+    id's item follows."""
     for _ in range(MAX_ATTEMPTS):
         existing = _get(client, table_name, keys.namespace_by_name(name))
         if existing is not None:
@@ -203,6 +219,17 @@ def ensure_namespace(client: Any, table_name: str, name: str, created_at: str) -
                 log.warning("namespace %r exists with status %s", name, existing.get("status"))
             return str(existing["id"])
         namespace_id = records.new_namespace_id()
+        if one_at_a_time:
+            by_name, by_id = records.namespace_items(name, namespace_id, created_at)
+            try:
+                _put_new(client, table_name, by_name)
+            except ClientError as error:
+                if _is_condition_failure(error):
+                    continue  # registered meanwhile: read it again
+                raise
+            client.put_item(TableName=table_name, Item=codec.encode_item(by_id))
+            log.info("registered namespace %r as %s", name, namespace_id)
+            return namespace_id
         try:
             client.transact_write_items(
                 TransactItems=[
@@ -226,6 +253,15 @@ def ensure_namespace(client: Any, table_name: str, name: str, created_at: str) -
     raise RuntimeError(f"could not register namespace {name!r}; deploy again")
 
 
+def _put_new(client: Any, table_name: str, item: dict[str, Any]) -> None:
+    client.put_item(
+        TableName=table_name,
+        Item=codec.encode_item(item),
+        ConditionExpression="attribute_not_exists(#pk)",
+        ExpressionAttributeNames={"#pk": schema.PARTITION_KEY},
+    )
+
+
 def apply(event: dict[str, Any], client: Any = None) -> tuple[str, dict[str, str]]:
     """Carry out one custom resource request; returns (physical id, response data)."""
     if event["RequestType"] == "Delete":
@@ -235,7 +271,13 @@ def apply(event: dict[str, Any], client: Any = None) -> tuple[str, dict[str, str
     client = client or boto3.client("dynamodb")
     updated_at = now_iso()
     item = write_version_record(client, request, updated_at)
-    namespace_id = ensure_namespace(client, request.table_name, DEFAULT_NAMESPACE, updated_at)
+    namespace_id = ensure_namespace(
+        client,
+        request.table_name,
+        DEFAULT_NAMESPACE,
+        updated_at,
+        one_at_a_time=bool(request.replica_regions),
+    )
     return physical_id, {
         "SchemaVersion": str(item["schema_version"]),
         "AggregatorVersion": str(item["aggregator_version"]),

@@ -1,4 +1,5 @@
-"""What one batch of stream records came to (`Outcome`), and the dashboard's metric points."""
+"""What one aggregator batch did (`Outcome`, Lambda's partial batch response) and the metric
+points it publishes for the dashboard (`MetricPoint`)."""
 
 from __future__ import annotations
 
