@@ -46,7 +46,6 @@ from .connection import (
 from .dynamo import keys, records
 from .dynamo.store import Store
 from .dynamo.transport import (
-    MAX_ATTEMPTS,
     DynamoError,
     TableMissing,
     Transport,
@@ -248,7 +247,6 @@ class Repository:
             endpoint_url=endpoint,
             unmetered=unmetered_policy,
             acquire_timeout=timeout,
-            resolution_bound_s=deadlines.resolution_bound_s(*timeouts, MAX_ATTEMPTS),
         )
         try:
             record = await read_version_record(shared.store)
@@ -331,21 +329,47 @@ class Repository:
             return False
 
     async def close(self, timeout: float | None = None) -> None:
-        """Wait at most `timeout` seconds (default: twice the longest write's resolution bound)
-        for outcomes still being resolved off callers' paths, log and count what could not be,
-        then release the client. A no-op on a namespace scope. Idempotent."""
+        """Wait at most `timeout` seconds (default `$ZAEL_CLOSE_TIMEOUT`, else 8) for work still
+        being resolved off callers' paths, then release the client. What is left then is logged
+        at ERROR, one structured line per bucket item (docs/on-unavailable.md), and counted in
+        `abandoned_at_close`. A no-op on a namespace scope. Idempotent."""
         if not self._owner or self._shared.closed:
             return
-        limit = deadlines.timeout_value(timeout, "timeout")
-        if timeout is None:
-            limit = 2 * self._shared.resolution_bound_s
-        for scope in (self, *self._scopes.values()):  # holds still open lapse after lease_ttl
+        limit = deadlines.close_timeout(timeout)
+        scopes = (self, *self._scopes.values())
+        for scope in scopes:  # holds still open lapse after lease_ttl
             scope.scope.admission.renewals.stop()
+        pending = self._shared.pending
         try:
-            await self._shared.pending.drain(limit)
+            if not await pending.drain(limit):
+                await self._give_up(scopes, limit)
         finally:
+            pending.closed = True
+            pending.refund_log.flush()
+            for scope in scopes:
+                scope.scope.admission.waves.lanes.closed = True
             self._shared.closed = True
             await self._shared.transport.close()
+
+    async def _give_up(self, scopes: tuple[Repository, ...], limit: float) -> None:
+        """close()'s bound passed: stop every writer's lanes (what they hold is logged), end
+        the rest of the pending work, and count the items left."""
+        lanes = [scope.scope.admission.waves.lanes for scope in scopes]
+        tasks = [task for writer in lanes for task in writer.close()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        pending = self._shared.pending
+        ended = await pending.abandon()
+        left = sum(writer.leftovers.flush() for writer in lanes)
+        pending.abandoned_at_close += left
+        log.error(
+            "close(): gave up after %g s with %d items left unresolved (one line each above; "
+            "docs/on-unavailable.md says how to settle them), %d pending tasks ended",
+            limit,
+            left,
+            ended,
+        )
 
     async def __aenter__(self) -> Repository:
         return self
@@ -405,6 +429,8 @@ class Repository:
             resolved_after_deadline=pending.resolved_after_deadline,
             refunded_after_deadline=pending.refunded_after_deadline,
             abandoned_at_close=pending.abandoned_at_close,
+            resolved_by_resend=lanes.resolved_by_resend,
+            resolved_by_read=lanes.resolved_by_read,
         )
 
     async def _configured_resources(self) -> list[str]:
