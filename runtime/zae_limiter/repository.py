@@ -29,6 +29,7 @@ from .admin.entities import Entities
 from .admin.flags import Flags
 from .admin.namespaces import Namespaces
 from .admin.reports import Reports
+from .admin.settle import Settlement
 from .admin.shards import Shards
 from .admin.usage import Usage
 from .audit import iso
@@ -119,6 +120,7 @@ class Repository:
         self._shards = Shards(scope, changes)
         self._usage = Usage(scope)
         self._alerts = Alerts(scope)
+        self._settlement = Settlement(scope)
 
     # --- the services' operations (docs/: one implementation each, in zae_limiter.admin) --------
 
@@ -176,6 +178,7 @@ class Repository:
     check_availability = _served("_availability", AvailabilityCheck.check_availability)
     top_up = _served("_balances", Balances.top_up)
     reset_bucket = _served("_balances", Balances.reset_bucket)
+    settle_left = _served("_settlement", Settlement.settle_left)
     set_shards = _served("_shards", Shards.set_shards)
     get_usage_snapshots = _served("_usage", Usage.get_usage_snapshots)
     get_usage_summary = _served("_usage", Usage.get_usage_summary)

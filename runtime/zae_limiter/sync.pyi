@@ -24,6 +24,7 @@ from zae_limiter import (
 )
 from zae_limiter.acquire import deadlines
 from zae_limiter.acquire.acquisition import Acquisition
+from zae_limiter.admin.settle import Settled
 from zae_limiter.dynamo.transport import Transport
 from zae_limiter.scope import Scope
 from zae_limiter.sync_lease import SyncLease as SyncLease
@@ -245,6 +246,7 @@ class SyncRepository:
         client_min_version: str | None = ...,
         updated_by: str | None = ...,
     ) -> None: ...
+    def settle_left(self, line: Mapping[str, Any]) -> Settled: ...
     @property
     def table_name(self) -> str: ...
     def top_up(

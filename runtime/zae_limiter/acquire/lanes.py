@@ -78,7 +78,8 @@ class Lanes:
         self.undecided = 0  # writes given up on with their outcome unknown (a metric)
         self.resolved_by_resend = 0  # lost answers decided by sending the same write again
         self.resolved_by_read = 0  # lost answers decided by reading the writer's entry
-        self.leftovers = Leftovers(self.writer)  # what close() left, one line per item
+        # what close() left, one line per item
+        self.leftovers = Leftovers(self.writer, lambda: self.next_seq(self.clock()))
         self.closed = False
         self.skew = SkewWatch(self.writer)
         self.ledger = holds_seen.ledger_for(self.writer)  # its concurrency holds

@@ -11,9 +11,12 @@ or queued then is logged, once per item, at ERROR on the `zae_limiter` logger as
   had left: if it landed, it is to be given back;
 - ``apply_if_not_landed``: consumption per limit of the exit writes and refunds in that write:
   if it did not land, it is still to be applied (negative: given back);
-- ``apply``: consumption per limit of exit writes and refunds never sent: still to be applied.
-
-`zae_limiter.settle.settle` applies a line exactly once.
+- ``apply``: consumption per limit of exit writes and refunds never sent: still to be applied;
+- ``admissions``: the admission count each of those three parts changes (``n``);
+- ``periods``: the quota period each limit's amounts belong to (a give-back never lands in a
+  later period);
+- ``settle_sequence``: a sequence of this writer reserved for settling the line, so that
+  `Repository.settle_left` applies it at most once.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,19 +40,33 @@ PREFIX = "close(): left unresolved "
 Key = tuple[str, str, str, int]
 
 
+PARTS = ("undo_if_landed", "apply_if_not_landed", "apply")
+
+
 @dataclass
 class _Item:
     sequence: int | None = None
-    undo_if_landed: Counter[str] = field(default_factory=Counter)
-    apply_if_not_landed: Counter[str] = field(default_factory=Counter)
-    apply: Counter[str] = field(default_factory=Counter)
+    amounts: dict[str, Counter[str]] = field(
+        default_factory=lambda: {part: Counter() for part in PARTS}
+    )
+    admissions: Counter[str] = field(default_factory=Counter)
+    periods: dict[str, int] = field(default_factory=dict)
+
+    def add(self, part: str, writes: dict[str, LimitWrite], admissions: int) -> None:
+        for name, write in writes.items():
+            if write.consumed:
+                self.amounts[part][name] += write.consumed
+                if write.result.w is not None:
+                    self.periods[name] = write.result.w
+        self.admissions[part] += admissions
 
 
 class Leftovers:
     """One writer's leftovers, gathered while `close()` stops its lanes, then logged."""
 
-    def __init__(self, writer: str) -> None:
+    def __init__(self, writer: str, next_seq: Callable[[], int]) -> None:
         self.writer = writer
+        self.next_seq = next_seq
         self._items: dict[Key, _Item] = {}
 
     def lane(
@@ -62,9 +80,9 @@ class Leftovers:
                 item.sequence = batch.evidence.seq
             for call, writes in zip(batch.calls, batch.plans, strict=True):
                 if call.settle:
-                    (item.apply_if_not_landed if sent else item.apply).update(_consumed(writes))
+                    item.add("apply_if_not_landed" if sent else "apply", writes, call.admissions)
                 elif sent:
-                    item.undo_if_landed.update(_consumed(writes))
+                    item.add("undo_if_landed", writes, call.admissions)
         for call in queued:
             if image is not None:
                 self._planned(item, call.target, call.planner, image)
@@ -84,13 +102,13 @@ class Leftovers:
         on = target if target.image is image else evolve(target, image=image)
         planned = planner(on, image.written_at if now is None else now)
         if planned is not None:
-            item.apply.update(_consumed(planned[0]))
+            item.add("apply", *planned)
 
     def flush(self) -> int:
         """Log one line per item with something left; returns how many."""
         lines = 0
         for key, item in sorted(self._items.items()):
-            line = _line(key, self.writer, item)
+            line = _line(key, self.writer, item, self.next_seq)
             if line is None:
                 continue
             lines += 1
@@ -105,10 +123,6 @@ def parse(message: str) -> dict[str, Any]:
     return dict(json.loads(message[message.index(PREFIX) + len(PREFIX) :]))
 
 
-def _consumed(writes: dict[str, LimitWrite]) -> Counter[str]:
-    return Counter({name: w.consumed for name, w in writes.items() if w.consumed})
-
-
 def _units(amounts: Counter[str]) -> dict[str, int | float]:
     return {
         name: value // MILLI if value % MILLI == 0 else value / MILLI
@@ -117,13 +131,10 @@ def _units(amounts: Counter[str]) -> dict[str, int | float]:
     }
 
 
-def _line(key: Key, writer: str, item: _Item) -> dict[str, Any] | None:
-    parts = {
-        "undo_if_landed": _units(item.undo_if_landed),
-        "apply_if_not_landed": _units(item.apply_if_not_landed),
-        "apply": _units(item.apply),
-    }
-    if not any(parts.values()) and item.sequence is None:
+def _line(key: Key, writer: str, item: _Item, next_seq: Callable[[], int]) -> dict[str, Any] | None:
+    parts = {part: _units(item.amounts[part]) for part in PARTS}
+    admissions = {part: n for part, n in item.admissions.items() if n}
+    if not any(parts.values()) and not admissions and item.sequence is None:
         return None
     ns, entity, resource, shard = key
     return {
@@ -131,4 +142,7 @@ def _line(key: Key, writer: str, item: _Item) -> dict[str, Any] | None:
         "writer": writer,
         "sequence": item.sequence,
         **parts,
+        "admissions": admissions,
+        "periods": dict(sorted(item.periods.items())),
+        "settle_sequence": next_seq(),
     }
