@@ -10,7 +10,7 @@ on that code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -29,7 +29,7 @@ BIG = Params("rpm", Kind.RATE, 1_000 * MILLI, 1_000 * MILLI, 60_000)
 class ClockBackoff(Backoff):
     """Sleeps nothing; moves the writer's fake clock by each pause instead."""
 
-    clock: FakeClock = FakeClock()
+    clock: FakeClock = field(default_factory=FakeClock)
 
     async def pause(self, seconds: float) -> None:
         self.clock.advance(seconds=seconds)
