@@ -30,6 +30,7 @@ from zae_limiter import (
 from zae_limiter.acquire import leftovers
 
 GUARD = 10  # times the bound
+HANG = 20  # seconds: what a call without its bound is stopped at (it would wait for the table)
 TIMEOUTS = Config(connect_timeout=1, read_timeout=3)
 
 
@@ -81,11 +82,15 @@ async def test_an_admission_answers_within_its_deadline_while_the_table_hangs(
         limiter = RateLimiter(repo)
         await warm(limiter)
         await proxy.set_mode("hold")  # every write lands; its answer never comes
+
+        async def call() -> None:
+            async with limiter.acquire("u", "api", {"units": 1}):
+                pass
+
         loop = asyncio.get_running_loop()
         started = loop.time()
         with pytest.raises(RateLimiterUnavailable):
-            async with limiter.acquire("u", "api", {"units": 1}):
-                pass
+            await asyncio.wait_for(call(), HANG)
         took = loop.time() - started
         await proxy.set_mode("pass")
         await repo.close()
@@ -101,10 +106,16 @@ async def test_a_lease_exit_returns_within_its_deadline_while_the_table_hangs(
         limiter = RateLimiter(repo)
         await warm(limiter)
         loop = asyncio.get_running_loop()
-        async with limiter.acquire("u", "api", {"units": 1}) as lease:
-            await lease.adjust(units=2)  # an exit write
-            await proxy.set_mode("hold")
-            started = loop.time()
+        started = 0.0
+
+        async def call() -> None:
+            nonlocal started
+            async with limiter.acquire("u", "api", {"units": 1}) as lease:
+                await lease.adjust(units=2)  # an exit write
+                await proxy.set_mode("hold")
+                started = loop.time()
+
+        await asyncio.wait_for(call(), HANG)
         took = loop.time() - started
         await proxy.set_mode("pass")
         await repo.close()  # the exit write lands off the caller's path
@@ -163,7 +174,7 @@ async def test_close_gives_up_at_its_bound_with_one_line_per_item_which_settles_
         await proxy.set_mode("error500")  # then the table fails everything
         loop = asyncio.get_running_loop()
         started = loop.time()
-        await asyncio.wait_for(repo.close(), 20)  # a hang guard only
+        await asyncio.wait_for(repo.close(), HANG)
         took = loop.time() - started
         stats = repo.get_cache_stats()
         await proxy.set_mode("pass")
