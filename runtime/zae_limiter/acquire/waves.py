@@ -262,7 +262,7 @@ class Waves:
     def _orphaned(self, call: Call, outcome: Outcome) -> None:
         if call.settle or outcome.image is None:
             return  # an exit write or refund that landed did what it was for
-        written = Written(outcome.target, outcome.image, outcome.writes)
+        written = Written(outcome.target, outcome.image, outcome.writes, outcome.seq)
         if self.on_orphan is not None:
             self.on_orphan(written, call.admissions)
         else:

@@ -314,6 +314,7 @@ class StreamRunner:
                     progressed = True
                     self._report()
             if not progressed:
+                await self.aggregator.held.sweep_now()  # held crossings due on idle items
                 self.caught_up_at_ms = time.time_ns() // 1_000_000
                 return total
 

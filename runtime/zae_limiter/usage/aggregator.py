@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import versioning
-from ..alerts.detect import crossings as alert_crossings
-from ..alerts.event import Crossing
-from ..alerts.recorder import AlertRecorder, AlertSink
+from ..alerts.detect import asks_for_alerts
+from ..alerts.held import HeldCrossings
+from ..alerts.recorder import AlertSink
 from ..dynamo import keys, snapshot_items, transport
 from ..dynamo.snapshot_items import Counts, SnapshotKey
 from ..dynamo.store import Store
@@ -122,7 +122,6 @@ class _Pending:
     record: StreamRecord
     change: BucketChange
     snapshots: dict[SnapshotKey, Counts]
-    crossings: list[Crossing] = field(default_factory=list)
 
 
 class Aggregator:
@@ -142,7 +141,7 @@ class Aggregator:
         self.settings = settings or AggregatorSettings()
         self._clock = clock or _system_clock
         self._archive = archive
-        self._alerts = AlertRecorder(store, alerts, self._clock, self.settings.alert_retention_days)
+        self.held = HeldCrossings.of(store, alerts, self._clock, self.settings)  # (alerts)
         self._transport = transport_owned
         self._version_record: dict[str, Any] | None = None
         self._version_checked_at: int | None = None
@@ -230,6 +229,7 @@ class Aggregator:
         await self.check_version()
         outcome = Outcome(total=len(records))
         pending: list[_Pending] = []
+        watched: list[tuple[int, StreamRecord]] = []  # bucket records with alert thresholds
         expired_audit: list[tuple[int, StreamRecord, dict[str, Any]]] = []
         first_of: dict[str, int] = {}
         repeats: dict[int, int] = {}
@@ -242,10 +242,11 @@ class Aggregator:
                     continue
                 first_of[record.event_id] = position
                 change = stream_records.bucket_change(record)
+                if asks_for_alerts(record):  # threshold alerts (docs/alerts.md)
+                    watched.append((position, record))
                 if change is not None:
                     counts = stream_records.snapshot_counts(change, self.settings.windows)
-                    crossed = alert_crossings(record)  # threshold alerts (docs/alerts.md)
-                    pending.append(_Pending(position, record, change, counts, crossed))
+                    pending.append(_Pending(position, record, change, counts))
                 elif self._archive is not None and stream_records.is_audit_expiry(record):
                     expired_audit.append((position, record, stream_records.audit_line(record)))
                 else:
@@ -253,8 +254,7 @@ class Aggregator:
             except MalformedRecord as exc:
                 outcome.failures[position] = exc
         applied = await self._apply(pending, outcome)
-        # every crossing, applied here or before: a redelivery publishes what is left unpublished
-        await self._alerts.record_batch([(p.position, p.crossings) for p in pending], outcome)
+        await self.held.batch(watched, outcome)  # a redelivery publishes what is unpublished
         await self._archive_batch(expired_audit, outcome)
         for position, first in repeats.items():
             if first in outcome.failures:
