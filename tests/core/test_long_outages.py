@@ -1,23 +1,33 @@
-"""The bounds a caller and an operator rely on during an outage, each pinned by a test that
-fails without it (docs/on-unavailable.md): the admission deadline, the exit deadline, the memory
-bound of pending work, and `close()` giving up with one structured line per item left.
+"""Outages on DynamoDB Local: the bounds a caller and an operator rely on, and outages longer
+than any retry budget (docs/on-unavailable.md, "Deadlines" and "Outages of minutes").
 
-Times are measured on the event loop's clock against 10 times the bound: a hang guard that a
-loaded machine cannot trip, not a latency assertion. Without the bound each call waits for the
-table (answers held 30 s by the proxy, or 500s for as long as the test keeps them), so it blows
-through the guard by a factor of ten or more. The admission and exit cases also run at the
+The four bounds, each pinned by a test that fails without it: the admission deadline, the exit
+deadline, the memory bound of pending work, and `close()` giving up with one structured line per
+item left. Times are measured on the event loop's clock against 10 times the bound: a hang guard
+that a loaded machine cannot trip, not a latency assertion. Without the bound each call waits for
+the table (answers held 30 s by the proxy, or 500s for as long as the test keeps them), so it
+blows through the guard by a factor of ten or more. The admission and exit cases also run at the
 production default deadline of 1 s.
+
+The long shapes (tests/support/outage_shapes.py, where `make bench` runs them at 60 s): before,
+the writes that landed for refused or cancelled calls were given up after 9 lost answers ("write
+outcome undecided"), so their debits stayed; a refund that met an outage was dropped once the
+client's retry budget was spent, leaving concurrency slots held; and the departed debits crossed
+thresholds that were alerted at once. Here every combination ends exact: nothing beyond the
+ledger, no slot held, no alert, nothing undecided or left at close.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
 from botocore.config import Config
 
+from support import outage_shapes
 from support.outage import outage_proxy
 from support.tables import TableRef
 from zae_limiter import (
@@ -193,3 +203,44 @@ async def test_close_gives_up_at_its_bound_with_one_line_per_item_which_settles_
         again = await admin.settle_left(line)  # exactly once: the second run writes nothing
         assert again.already and again.applied == {}
     assert (await units(admin, "u"), await units(admin, "v")) == (0, 0)
+
+
+# --- outages longer than any retry budget --------------------------------------------------
+
+
+async def test_lost_answers_then_a_20_s_outage_leave_exactly_the_ledger(
+    table: TableRef, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answers held or dropped, BLOCK and ALLOW, the single and the three-bucket call, at the
+    production default deadline (1 s): then 500s for 20 s."""
+    monkeypatch.delenv("ZAEL_ACQUIRE_TIMEOUT", raising=False)
+    report = await outage_shapes.lost_then_outage(
+        table.endpoint_url, table.name, outage_s=20, calls=6, deadline=None
+    )
+    outcomes = report.outcomes
+    assert outcomes["admitted"] == 8  # the warm-ups; no call of the fault was admitted
+    assert outcomes["refused"] + outcomes["degraded"] + outcomes["cancelled"] == 8 * 6, outcomes
+    assert outcomes["cancelled"] > 0
+    assert report.left == {}, report.left
+    assert report.slots_held == 0
+    assert report.spurious_alerts == []
+    counters = report.counters
+    assert counters["undecided_writes"] == 0 and counters["abandoned_at_close"] == 0
+    assert counters["pending_resolutions"] == 0
+    assert counters["resolved_by_read"] > 0  # re-sending kept failing for 20 s: decided by reads
+    assert counters["refunded_after_deadline"] > 0
+
+
+async def test_the_engine_killed_for_10_s_under_load_leaves_exactly_the_ledger(
+    tmp_path: Path,
+) -> None:
+    """Users cascading into one organisation, a concurrency limit, a budget with thresholds,
+    the aggregator running; the engine SIGKILLed (data on disk) and started again 10 s later."""
+    report = await outage_shapes.engine_killed(tmp_path / "engine", down_s=10)
+    assert report.outcomes["admitted"] > 0 and report.outcomes["refused"] > 0, report.outcomes
+    assert report.left == {}, report.left
+    assert report.extra["org_units"] == report.extra["users_units"]
+    assert report.slots_held == 0
+    assert report.spurious_alerts == [] and report.extra["alerts"] > 0  # the kept ones alert
+    assert report.counters["undecided_writes"] == 0
+    assert report.counters["abandoned_at_close"] == 0
