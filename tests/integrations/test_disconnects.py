@@ -44,7 +44,7 @@ async def checked(request: Request) -> PlainTextResponse:
 async def abandon(url: str, path: str, entity: str) -> None:
     """Send one request, then close the connection before the answer."""
     host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
+    _, writer = await asyncio.open_connection(host, int(port))
     writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nX-Entity: {entity}\r\n\r\n".encode())
     await writer.drain()
     await asyncio.sleep(0.1)
