@@ -53,7 +53,7 @@ async def abandon(url: str, path: str, entity: str) -> None:
 
 
 def entity_of(scope: Any) -> str:
-    return dict(scope["headers"])[b"x-entity"].decode()
+    return str(dict(scope["headers"])[b"x-entity"].decode())
 
 
 async def test_a_client_disconnect_bills_a_plain_handler_and_not_one_that_checks(
