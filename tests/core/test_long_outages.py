@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -244,3 +245,29 @@ async def test_the_engine_killed_for_10_s_under_load_leaves_exactly_the_ledger(
     assert report.spurious_alerts == [] and report.extra["alerts"] > 0  # the kept ones alert
     assert report.counters["undecided_writes"] == 0
     assert report.counters["abandoned_at_close"] == 0
+
+
+async def test_a_hold_that_lapsed_through_an_outage_comes_back(
+    table: TableRef, admin: Repository
+) -> None:
+    """The outage outlasts the hold's lease_ttl: its renewals failed, so the ledger counts it
+    lost, but no other writer freed it. Before: the refund gave nothing back and the slot stayed
+    held (found by the 60 s bench shape); now the refund removes the lapsed entry it still sees."""
+    inflight = Limit.concurrent("inflight", 10, lease_ttl=timedelta(seconds=2))
+    await admin.set_resource_defaults("held", [inflight])
+    async with outage_proxy(table.endpoint_url) as proxy:
+        repo = await opened(table, proxy.url, acquire_timeout=0.3)
+        limiter = RateLimiter(repo)
+        async with limiter.acquire("u", "held", {"inflight": 1}, timeout=None):
+            pass
+        await proxy.set_mode("drop")  # the hold is taken, the answer lost: the caller leaves
+        with pytest.raises(RateLimiterUnavailable):
+            async with limiter.acquire("u", "held", {"inflight": 1}):
+                pass
+        await proxy.set_mode("error500")
+        await asyncio.sleep(3)  # past the lease_ttl
+        await proxy.set_mode("pass")
+        await repo.close(timeout=30)
+        stats = repo.get_cache_stats()
+    assert stats.refunded_after_deadline == 1 and stats.abandoned_at_close == 0
+    assert (await RateLimiter(admin).available("u", "held"))["inflight"] == 10
