@@ -18,7 +18,7 @@ from support.clock import FakeClock
 from support.faultproxy import fault_proxy
 from support.ledger import open_behind
 from support.tables import TableRef
-from zae_limiter import Limit, RateLimiter, Repository
+from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
 from zae_limiter.acquire.lanes import UNKNOWN_RESENDS
 from zae_limiter.core.images import new_writer_id
 from zae_limiter.dynamo import keys
@@ -76,14 +76,16 @@ async def test_a_write_whose_every_re_send_lost_its_answer_is_decided_by_reading
             clock=clock,
             acquire_timeout=None,  # the caller waits for the re-sends: they are what is tested
         )
-        async with RateLimiter(repo).acquire("u", "api", {"units": 10}) as lease:
-            assert not lease.degraded  # it had landed: admitted
+        with pytest.raises(RateLimiterUnavailable, match="decided off the caller's path"):
+            async with RateLimiter(repo).acquire("u", "api", {"units": 10}):
+                pass  # the caller is told once re-sending kept failing
+        await repo.close()  # the read decides: it had landed, so it is refunded
         stats = repo.get_cache_stats()
-        await repo.close()
     assert proxy.counts["lost"] == UNKNOWN_RESENDS + 1
     assert (stats.undecided_writes, stats.resolved_by_read) == (0, 1)
+    assert stats.refunded_after_deadline == 1
     [state] = await admin.get_buckets("u")
-    assert state.total_consumed == 11  # landed once
+    assert state.total_consumed == 1  # landed once, refunded once
     await admin.close()
 
 

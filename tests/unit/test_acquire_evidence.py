@@ -213,11 +213,13 @@ async def test_every_resend_lost_is_decided_by_the_writer_s_entry_and_debits_onc
     env.bucket_io.inject(Fault.LOST_RESPONSE)  # landed, answer lost
     for _ in range(UNKNOWN_RESENDS):
         env.bucket_io.inject(Fault.TIMEOUT)  # every re-send's answer lost too
-    landed = await env.admission.debit([env.target(image, {"rpm": 2})], local_ok=False)
-    assert landed[0].debited == {"rpm": 2 * MILLI}  # read from the item: it had landed
+    with pytest.raises(AnswerLost):  # the caller is told; the outcome is decided off its path
+        await env.admission.debit([env.target(image, {"rpm": 2})], local_ok=False)
+    await env.admission.pending.drain(None)
     lanes = env.admission.waves.lanes
-    assert (lanes.undecided, lanes.resolved_by_read) == (0, 1)
-    assert env.state().consumed == 2 * MILLI  # the first copy landed; no re-send could
+    assert (lanes.undecided, lanes.resolved_by_read) == (0, 1)  # read: it had landed
+    assert env.state().consumed == 0  # landed once (no re-send could), then refunded once
+    assert env.admission.pending.refunded_after_deadline == 1
 
 
 async def test_a_cancelled_caller_never_lets_a_second_write_go_out_beside_its_batch() -> None:

@@ -19,7 +19,7 @@ from support.clock import FakeClock
 from support.memory_bucket_io import Fault
 from zae_limiter.acquire.deadlines import MAX_OUTAGE_PAUSE_S, Backoff, outage_pause
 from zae_limiter.acquire.lanes import PRUNE_AGE_MS, UNKNOWN_RESENDS
-from zae_limiter.acquire.values import AnswerLost, Unavailable
+from zae_limiter.acquire.values import AnswerLost
 from zae_limiter.core.bucket import MILLI, Kind, Params
 
 BIG = Params("rpm", Kind.RATE, 1_000 * MILLI, 1_000 * MILLI, 60_000)
@@ -64,17 +64,14 @@ async def test_a_lost_answer_is_decided_when_the_table_answers_again_whatever_th
     lose_every_send(env, landed=landed)  # (the item holds this writer's entry from `warm`)
     table_down_for_reads(env, 200)  # 200 reads at up to 2 s apart: over 6 minutes down
     start = env.clock()
-    if landed:
-        entries = await env.admission.debit([warm.target], local_ok=False)
-        assert entries[0].debited == {"rpm": 1 * MILLI}
-    else:
-        with pytest.raises(Unavailable) as raised:
-            await env.admission.debit([warm.target], local_ok=False)
-        assert not raised.value.maybe_landed  # decided: "nothing was debited"
+    with pytest.raises(AnswerLost):  # the caller is told once re-sending kept failing
+        await env.admission.debit([warm.target], local_ok=False)
+    await env.admission.pending.drain(None)  # decided off its path: refunded if it landed
     assert env.clock() - start > 6 * 60_000
     lanes = env.admission.waves.lanes
     assert (lanes.undecided, lanes.resolved_by_read) == (0, 1)
-    assert env.state().consumed == (2 if landed else 1) * MILLI
+    assert env.state().consumed == 1 * MILLI
+    assert env.admission.pending.refunded_after_deadline == (1 if landed else 0)
     fences = [c for c in env.bucket_io.calls if c.operation == "fence"]
     assert len(fences) == (0 if landed else 1)  # a late copy of an unlanded write is fenced
 

@@ -183,6 +183,10 @@ class Failures:
         missing entry old enough to have been pruned by another writer stays undecided."""
         lanes = self.lanes
         seq = batch.evidence.seq
+        told = AnswerLost(Undecided("its answers were lost; it is decided off the caller's path"))
+        for call in batch.calls:  # callers of admissions are told now (what lands is refunded)
+            if not call.settle and not call.future.done():
+                call.future.set_result(Outcome(call.target, error=told))
         tries = 0
         while not lanes.closed:
             tries += 1

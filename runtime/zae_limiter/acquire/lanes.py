@@ -214,7 +214,7 @@ class _Lane(Failures):
             if batch.calls == [until]:
                 await self._in_place(batch)
                 continue
-            await asyncio.shield(self._go_on(self._run(batch)))
+            await self._until(self._go_on(self._run(batch)), until)
 
     def _go_on(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
         """Run `work` as the lane's write in flight: no caller's cancellation can cut it."""
@@ -242,9 +242,20 @@ class _Lane(Failures):
                 self._go_on(self._run(batch))
             raise
         except Exception as exc:
-            await asyncio.shield(self._go_on(self._run(batch, exc)))
+            await self._until(self._go_on(self._run(batch, exc)), batch.calls[0])
             return
         self.landed(batch, image)
+
+    async def _until(self, task: asyncio.Future[None], call: Call | None) -> None:
+        """Wait for the batch in flight, or only until `call` is told (an admission whose write
+        is decided off its caller's path, through an outage): the rest is adopted as pending."""
+        if call is None:
+            await asyncio.shield(task)
+            return
+        told: asyncio.Future[Any] = call.future
+        await asyncio.wait({task, told}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done() and self.lanes.on_leave is not None:
+            self.lanes.on_leave(asyncio.shield(task))
 
     # --- forming a batch ---------------------------------------------------------------------
 
