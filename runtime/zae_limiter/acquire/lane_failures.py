@@ -149,8 +149,7 @@ class Failures:
                 # only changes what it landed, so it is planned again on the new rules.
                 self.fail([c for c in batch.calls if not c.settle], RulesChanged())
             self.image, self.exists = current, True
-        if self._retry(batch, self.image):
-            await self.lanes.backoff.pause(outage_pause(max(c.tries for c in batch.calls)))
+        self._retry(batch, self.image)
 
     async def _fence(self, batch: Batch, current: BucketImage) -> tuple[bool, BucketImage | None]:
         """After a lost answer and a failed re-send: make the write's sequence unusable, so no
@@ -235,12 +234,11 @@ class Failures:
         tells that the write did not land."""
         return self.lanes.clock() + ASSUMED_SKEW_MS >= seq + PRUNE_AGE_MS
 
-    def _retry(self, batch: Batch, image: BucketImage) -> bool:
+    def _retry(self, batch: Batch, image: BucketImage) -> None:
         """Put the batch's calls back at the front, to plan again on `image` at the same time.
-        True when an exit write or refund has met other writers' changes many times (the caller
-        pauses before it goes again: it is never given up)."""
+        An exit write or refund is never given up: each failed condition means another writer's
+        write landed, so it goes again at once (pausing would hold up the item's other calls)."""
         retry: list[Call] = []
-        crowded = False
         for call in batch.calls:
             if call.future.done():
                 continue  # its caller left and nothing of it landed: drop it
@@ -250,7 +248,6 @@ class Failures:
                 found = evolve(call.target, image=image, exists=self.exists)
                 call.future.set_result(Outcome(found, error=Contended()))
                 continue
-            crowded = crowded or call.tries >= call.rounds
             call.now = batch.now
             call.target = evolve(
                 call.target,
@@ -261,7 +258,6 @@ class Failures:
             )
             retry.append(call)
         self.queue.extendleft(reversed(retry))
-        return crowded
 
     async def _unavailable(self, batch: Batch, exc: Unavailable) -> None:
         """Certainly not applied: exit writes and refunds wait and go again (never given up
