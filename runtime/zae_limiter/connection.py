@@ -9,6 +9,7 @@ import contextvars
 import functools
 import inspect
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -92,6 +93,42 @@ async def set_up_table(
     for name in namespaces:
         await register_namespace(store, name, now_iso=iso(system_clock()))
     return created
+
+
+async def create_table(
+    table: str | None,
+    region: str | None,
+    endpoint_url: str | None,
+    namespaces: tuple[str, ...] | list[str],
+    wait: bool,
+    aggregator_version: str | None,
+) -> bool:
+    """`Repository.create_table`: connect, set the table up, close."""
+    table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
+    endpoint = endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
+    transport = await connect(table_name, region, endpoint, None)
+    store = Store(transport, table_name)
+    try:
+        return await set_up_table(
+            transport, store, table_name, namespaces, wait, aggregator_version
+        )
+    except DynamoError as exc:
+        raise public_error(f"Cannot create table {table_name!r}", exc, table_name) from exc
+    finally:
+        await transport.close()
+
+
+async def delete_table(table: str, region: str | None, endpoint_url: str | None) -> None:
+    """`Repository.delete_table`: a table that is already gone is not an error."""
+    transport = await connect(table, region, endpoint_url, None)
+    try:
+        await transport.call("DeleteTable", {"TableName": table})
+    except TableMissing:
+        return
+    except DynamoError as exc:
+        raise public_error(f"Cannot delete table {table!r}", exc, table) from exc
+    finally:
+        await transport.close()
 
 
 async def connect(

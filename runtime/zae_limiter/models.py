@@ -296,7 +296,11 @@ class CacheStats:
     pending_resolutions: int = 0  # still being resolved
     resolved_after_deadline: int = 0  # ended after its caller stopped waiting
     refunded_after_deadline: int = 0  # item refunds landed for callers that had left
-    abandoned_at_close: int = 0  # still unresolved when close() gave up
+    abandoned_at_close: int = 0  # items left unresolved when close() gave up (one line each)
+    # How lost answers were decided (docs/on-unavailable.md): by the same write sent again, or
+    # (when re-sending kept failing) by a strongly consistent read of the writer's entry
+    resolved_by_resend: int = 0
+    resolved_by_read: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -312,4 +316,6 @@ class CacheStats:
             "resolved_after_deadline": self.resolved_after_deadline,
             "refunded_after_deadline": self.refunded_after_deadline,
             "abandoned_at_close": self.abandoned_at_close,
+            "resolved_by_resend": self.resolved_by_resend,
+            "resolved_by_read": self.resolved_by_read,
         }

@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from . import schema, versioning
+from . import closing, schema, versioning
 from .acquire import Admission, deadlines
 from .acquire.dynamo_bucket_io import DynamoBucketIO
 from .admin.alerts import Alerts
@@ -29,6 +29,7 @@ from .admin.entities import Entities
 from .admin.flags import Flags
 from .admin.namespaces import Namespaces
 from .admin.reports import Reports
+from .admin.settle import Settlement
 from .admin.shards import Shards
 from .admin.sweeper import Sweeper
 from .admin.usage import Usage
@@ -37,21 +38,20 @@ from .caches import ConfigCache, ImageCache, stats
 from .connection import (
     check_versions,
     connect,
+    create_table,
+    delete_table,
     multi_region_of,
     namespace_id_of,
     public_error,
     public_errors,
     read_version_record,
-    set_up_table,
     system_clock,
 )
 from .core.regions import Regional
 from .dynamo import keys, records
 from .dynamo.store import Store
 from .dynamo.transport import (
-    MAX_ATTEMPTS,
     DynamoError,
-    TableMissing,
     Transport,
     request_timeouts,
 )
@@ -152,6 +152,7 @@ class Repository:
             ttl_multiplier=shared.bucket_ttl_multiplier,
             audit_retention_days=int(retention) if retention else 90,
         )
+        self._settlement = Settlement(scope)
 
     # --- the services' operations (docs/: one implementation each, in zae_limiter.admin) --------
 
@@ -209,6 +210,7 @@ class Repository:
     check_availability = _served("_availability", AvailabilityCheck.check_availability)
     top_up = _served("_balances", Balances.top_up)
     reset_bucket = _served("_balances", Balances.reset_bucket)
+    settle_left = _served("_settlement", Settlement.settle_left)
     set_shards = _served("_shards", Shards.set_shards)
     get_usage_snapshots = _served("_usage", Usage.get_usage_snapshots)
     get_usage_summary = _served("_usage", Usage.get_usage_summary)
@@ -288,7 +290,6 @@ class Repository:
             endpoint_url=endpoint,
             unmetered=unmetered_policy,
             acquire_timeout=timeout,
-            resolution_bound_s=deadlines.resolution_bound_s(*timeouts, MAX_ATTEMPTS),
         )
         try:
             record = await read_version_record(shared.store)
@@ -318,18 +319,7 @@ class Repository:
         aggregator_version: str | None = None,
     ) -> bool:
         """Create the table from the schema module (local and test use). False if it existed."""
-        table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
-        endpoint = endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
-        transport = await connect(table_name, region, endpoint, None)
-        store = Store(transport, table_name)
-        try:
-            return await set_up_table(
-                transport, store, table_name, namespaces, wait, aggregator_version
-            )
-        except DynamoError as exc:
-            raise public_error(f"Cannot create table {table_name!r}", exc, table_name) from exc
-        finally:
-            await transport.close()
+        return await create_table(table, region, endpoint_url, namespaces, wait, aggregator_version)
 
     @classmethod
     async def delete_table(
@@ -337,15 +327,7 @@ class Repository:
     ) -> None:
         """Delete the table (tests). A table that is already gone is not an error: a retried
         DeleteTable whose first answer was lost finds it gone."""
-        transport = await connect(table, region, endpoint_url, None)
-        try:
-            await transport.call("DeleteTable", {"TableName": table})
-        except TableMissing:
-            return
-        except DynamoError as exc:
-            raise public_error(f"Cannot delete table {table!r}", exc, table) from exc
-        finally:
-            await transport.close()
+        await delete_table(table, region, endpoint_url)
 
     async def namespace(self, name: str) -> Repository:
         """Another namespace on the same table, sharing the client and caches."""
@@ -373,18 +355,19 @@ class Repository:
             return False
 
     async def close(self, timeout: float | None = None) -> None:
-        """Wait at most `timeout` seconds (default: twice the longest write's resolution bound)
-        for outcomes still being resolved off callers' paths, log and count what could not be,
-        then release the client. A no-op on a namespace scope. Idempotent."""
+        """Wait at most `timeout` seconds (default `$ZAEL_CLOSE_TIMEOUT`, else 8) for work still
+        being resolved off callers' paths, then release the client. What is left then is logged
+        at ERROR, one structured line per bucket item (docs/on-unavailable.md), and counted in
+        `abandoned_at_close`. A no-op on a namespace scope. Idempotent."""
         if not self._owner or self._shared.closed:
             return
-        limit = deadlines.timeout_value(timeout, "timeout")
-        if timeout is None:
-            limit = 2 * self._shared.resolution_bound_s
-        for scope in (self, *self._scopes.values()):  # holds still open lapse after lease_ttl
-            scope.scope.admission.renewals.stop()
+        scopes = (self, *self._scopes.values())
         try:
-            await self._shared.pending.drain(limit)
+            await closing.close_writers(
+                self._shared.pending,
+                [scope.scope.admission for scope in scopes],
+                deadlines.close_timeout(timeout),
+            )
         finally:
             self._shared.closed = True
             await self._shared.transport.close()
@@ -447,6 +430,8 @@ class Repository:
             resolved_after_deadline=pending.resolved_after_deadline,
             refunded_after_deadline=pending.refunded_after_deadline,
             abandoned_at_close=pending.abandoned_at_close,
+            resolved_by_resend=lanes.resolved_by_resend,
+            resolved_by_read=lanes.resolved_by_read,
         )
 
     async def _configured_resources(self) -> list[str]:

@@ -40,7 +40,6 @@ class Shared:
     principal_resolved: bool = False
     partition_turns: Turns = field(default_factory=Turns)  # admin writes, one at a time
     acquire_timeout: float | None = 1.0  # the default deadline (acquire/deadlines.py)
-    resolution_bound_s: float = 88.0  # the longest a write can still land (acquire/deadlines.py)
     pending: Pending = field(default_factory=Pending)  # work resolved off callers' paths
     closed: bool = False
 

@@ -24,6 +24,7 @@ from zae_limiter import (
 )
 from zae_limiter.acquire import deadlines
 from zae_limiter.acquire.acquisition import Acquisition
+from zae_limiter.admin.settle import Settled
 from zae_limiter.admin.sweeper import SweepReport
 from zae_limiter.dynamo.transport import Transport
 from zae_limiter.scope import Scope
@@ -247,6 +248,7 @@ class SyncRepository:
         client_min_version: str | None = ...,
         updated_by: str | None = ...,
     ) -> None: ...
+    def settle_left(self, line: Mapping[str, Any]) -> Settled: ...
     def sweep(self, *, pages: int | None = ...) -> SweepReport: ...
     @property
     def table_name(self) -> str: ...

@@ -106,6 +106,7 @@ def test_up_with_an_alerts_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     endpoint = f"http://127.0.0.1:{port}"
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", LOCAL_ACCESS_KEY_ID)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", LOCAL_SECRET_ACCESS_KEY)
+    monkeypatch.setenv("ALERT_HOLD_SECONDS", "0")  # (alerts.held: 300 s by default)
     table = ["--table", "local-alerts", "--endpoint-url", endpoint]
 
     def spend(entity: str) -> None:

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from support.clock import FakeClock
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository
+from zae_limiter.alerts.held import HOLD_MS
 from zae_limiter.alerts.sinks import DETAIL_TYPE, SOURCE, eventbridge_sink, jsonl_sink
 from zae_limiter.cli import cli
 from zae_limiter.local.stream_runner import StreamRunner
@@ -79,14 +80,17 @@ async def test_eventbridge_gets_each_alert_once_after_a_refused_put(
         async with limiter.acquire("u1", "budget", consume={"weekly": amount}):
             pass
     sink = eventbridge_sink(flaky, f"bus-{table.name}", table.name)
+    # (the aggregator's clock is the system clock, far past the writes' held crossings)
     async with StreamRunner.from_repository(repo, alerts=sink) as runner:
         records = [r for e in await runner.poll() for r in e["Records"]]
-        first = await runner.aggregator.process(records)
-        assert flaky.refused == 1 and len(first.failures) == 1  # the 50 % record is retried
+        first = await runner.aggregator.process(records)  # holds both crossings, sweeps them
+        assert flaky.refused == 1 and not first.failures  # the 50 % crossing stays held
         # the 100 % alert is stored and published; the 50 % one is stored, its put refused
         assert (first.alerts_stored, first.alerts_published) == (1, 1)
-        retried = await runner.aggregator.process(records)  # Lambda redelivers the batch
-        again = await runner.aggregator.process(records)
+        redelivered = await runner.aggregator.process(records)  # holds nothing new
+        retried = await runner.aggregator.held.sweep_now()  # the next sweep publishes it
+        again = await runner.aggregator.held.sweep_now()
+    assert (redelivered.alerts_stored, redelivered.alerts_published) == (0, 0)
     assert not retried.failures and (retried.alerts_stored, retried.alerts_published) == (0, 1)
     assert (again.alerts_stored, again.alerts_published) == (0, 0)
     received = _received(sqs, queue)
@@ -111,7 +115,10 @@ async def test_local_log_and_cli_list(
     async with RateLimiter(repo).acquire("u9", "search", consume={"rpm": 9}):
         pass
     log = tmp_path / "alerts.jsonl"
-    async with StreamRunner.from_repository(repo, alerts=jsonl_sink(log, table.name)) as runner:
+    later = clock() + HOLD_MS  # an aggregator past the crossing's hold (docs/alerts.md)
+    async with StreamRunner.from_repository(
+        repo, alerts=jsonl_sink(log, table.name), clock=lambda: later
+    ) as runner:
         await runner.drain()
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(x["entity_id"], x["limit_name"], x["threshold"], x["used"]) for x in lines] == [

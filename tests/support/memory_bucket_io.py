@@ -7,7 +7,8 @@ conditions and changes our layer asks DynamoDB for (see `zae_limiter.dynamo.buck
   limit guard holds (a guard on an absent attribute holds only if `or_absent`); with evidence,
   only if the writer's entry is absent or below its sequence, and every entry it prunes still
   holds the value given. Adds/sets v, w, tu, counts t, o, n, k, sets the writer's entry (removes
-  the pruned ones), `ts`, `ttl` (and a split's shard count and next stamp sequence).
+  the pruned ones), `ts`, `ttl` (and a split's shard count and next stamp sequence), and a
+  refund's `rf` marker.
 - fence: applies only if the item exists and the writer's entry is absent or below `blocked`;
   sets the entry.
 - create: applies only if nothing is stored or the stored item expired before the given second;
@@ -87,7 +88,8 @@ class MemoryBucketIO:
     # --- test controls -----------------------------------------------------------------------
 
     def inject(self, fault: Fault, *, nth: int = 1, operation: str | None = None) -> None:
-        """Make the `nth` next write (of `operation`, if given) meet `fault`."""
+        """Make the `nth` next write (of `operation`, if given) meet `fault`; a read meets
+        one only when `operation` is "read" (any fault: `Unavailable`)."""
         self._faults.append(_Injected(fault, nth - 1, operation))
 
     def put(self, item: dict[str, Any]) -> BucketImage:
@@ -107,6 +109,8 @@ class MemoryBucketIO:
     async def read(self, addresses: Sequence[Address]) -> list[BucketImage]:
         wanted = [_key(keys.bucket(*address)) for address in addresses]
         self.calls += [Call("read", key) for key in wanted]
+        if self._take_fault("read") is not None:
+            raise Unavailable(ConnectionError("unreachable"))  # (reads only meet outages)
         found = (self.items.get(key) for key in wanted)
         return [items.parse(copy.deepcopy(item)) for item in found if item is not None]
 
@@ -119,6 +123,7 @@ class MemoryBucketIO:
         ttl: int | None,
         admissions: int,
         evidence: Evidence | None,
+        revokes: tuple[int, ...] = (),
     ) -> BucketImage:
         key = _key(keys.bucket(*image.address))
         self.calls.append(Call("update", key, evidence))
@@ -130,6 +135,8 @@ class MemoryBucketIO:
             _apply_update(
                 stored, writes, now=now, ttl=ttl, admissions=admissions, evidence=evidence
             )
+            if revokes and evidence is not None:
+                stored[items.REVOKED] = f"{evidence.writer}:{','.join(map(str, revokes))}"
 
         self._write("update", key, apply)
         return self._parsed(key)
@@ -243,8 +250,8 @@ class MemoryBucketIO:
 
     def _take_fault(self, operation: str) -> Fault | None:
         for injected in self._faults:
-            if injected.operation not in (None, operation):
-                continue
+            if injected.operation != operation and (injected.operation or operation == "read"):
+                continue  # (a fault for any operation is one for any write)
             if injected.countdown > 0:
                 injected.countdown -= 1
                 continue

@@ -37,15 +37,12 @@ from .values import (
     Landed,
     Planner,
     ResourcePlan,
-    RulesChanged,
     Target,
     Unavailable,
 )
 from .waves import MoreOperations, Waves, Written
 
 log = logging.getLogger("zae_limiter")
-#: Tries, off the caller's path, of a refund that kept meeting other writers' changes.
-LATER_REFUNDS = 5
 
 
 class Admission:
@@ -171,65 +168,51 @@ class Admission:
     def statuses(self, targets: list[Target], now: int) -> list[LimitStatus]:
         return planning.target_statuses(targets, now, self.ledger)
 
-    async def refund(self, landed: list[Landed]) -> None:
-        """Give back everything `landed` debited, exactly once, never above a ceiling."""
+    async def refund(self, landed: list[Landed], *, revoking: bool = False) -> None:
+        """Give back everything `landed` debited, exactly once, never above a ceiling.
+
+        `revoking`: the debits were never kept (their call was refused or its caller left), so
+        the refund writes say which writes they undo, and threshold alerts drop what those
+        debits crossed (docs/alerts.md)."""
+        entries = [entry for entry in landed if entry.debited or entry.admissions]
+        if not entries:
+            return
         jobs: list[tuple[Target, Planner]] = [
             (self._latest(entry.target), planning.credit_planner(entry, self.ledger))
-            for entry in landed
-            if entry.debited or entry.admissions
+            for entry in entries
         ]
-        if not jobs:
-            return
-        await self._settle(jobs)
+        revokes = [entry.seq for entry in entries] if revoking else None
+        await self._settle(jobs, revokes)
         for entry in landed:
             entry.debited = {}
             entry.admissions = 0
 
     async def _give_back(self, landed: list[Landed]) -> BaseException | None:
         """Refund a refused admission's landed debits, each on its own; the first failure, or
-        None. A refund that certainly did not land (it kept meeting other writers' changes) is
-        tried again off the caller's path; an undecided one is not (it may have landed)."""
+        None. A refund is never given up while the process lives (the lanes wait out outages),
+        so a failure is an undecided write or a closed repository."""
         outcomes = await asyncio.gather(
-            *(self.refund([entry]) for entry in landed), return_exceptions=True
+            *(self.refund([entry], revoking=True) for entry in landed), return_exceptions=True
         )
         first: BaseException | None = None
-        for entry, outcome in zip(landed, outcomes, strict=True):
+        for outcome in outcomes:
             if outcome is None:
                 continue
             if not isinstance(outcome, Unavailable):
                 raise outcome
             first = first or outcome
-            if _not_landed(outcome):
-                self.pending.adopt(asyncio.ensure_future(self._refund_later(entry)), None)
         return first
 
-    async def _refund_later(self, entry: Landed) -> None:
-        for attempt in range(1, LATER_REFUNDS + 1):
-            await self.backoff.pause(0.1 * attempt)
-            try:
-                await self.refund([entry])
-                return
-            except Unavailable as exc:
-                if not _not_landed(exc) or attempt == LATER_REFUNDS:
-                    log.error("a refund after a failed admission stays undone: %s", exc)
-                    return
-
     async def refund_for_departed(self, landed: list[Landed]) -> None:
-        """`refund` for a caller that stopped waiting: counted, and logged with each item key."""
+        """`refund` for a caller that stopped waiting: counted, and logged with the item keys
+        (one WARNING per interval with the count per item: `pending.refund_log`)."""
         entries = [entry for entry in landed if entry.debited or entry.admissions]
         if not entries:
             return
-        await self.refund(entries)
+        await self.refund(entries, revoking=True)
         for entry in entries:
-            image = entry.target.image
             self.pending.refunded_after_deadline += 1
-            log.warning(
-                "refunded after its caller's deadline or cancellation: item %s/%s/%s shard %d",
-                image.ns,
-                image.entity_id,
-                image.resource,
-                image.shard,
-            )
+            self.pending.refund_log.refunded(entry.target.image)
 
     def _orphaned(self, written: Written, admissions: int) -> None:
         """A lane's write landed for a caller that had left: refund it off the path."""
@@ -245,13 +228,11 @@ class Admission:
         if jobs:
             await self._settle(jobs)
 
-    async def _settle(self, jobs: list[tuple[Target, Planner]]) -> None:
-        result = await self.waves.write_all(jobs, settle=True)
-        if isinstance(result.error, Contended):  # its rounds ran out: it did not land
-            raise Unavailable(Contended("the write kept meeting other writers' changes"))
-        if isinstance(result.error, RulesChanged):  # the item's rules kept changing: not landed
-            raise Unavailable(RulesChanged("the item's rules kept changing under the write"))
-        if result.error is not None:
+    async def _settle(
+        self, jobs: list[tuple[Target, Planner]], revokes: list[int | None] | None = None
+    ) -> None:
+        result = await self.waves.write_all(jobs, settle=True, revokes=revokes)
+        if result.error is not None:  # undecided, or the repository closed
             raise result.error
 
     def _latest(self, target: Target) -> Target:
@@ -320,15 +301,6 @@ class Admission:
             await asyncio.gather(*list(self._split_tasks), return_exceptions=True)
 
 
-def _not_landed(error: BaseException) -> bool:
-    """A settle write's failure that certainly did not apply (conditions failed every round)."""
-    return (
-        isinstance(error, Unavailable)
-        and not error.maybe_landed
-        and isinstance(error.cause, Contended | RulesChanged)
-    )
-
-
 def _landed(written: Written, admissions: int) -> Landed:
     target = written.target
     return Landed(
@@ -338,4 +310,5 @@ def _landed(written: Written, admissions: int) -> Landed:
         admissions=admissions,
         bypass=target.stamp.is_bypass,
         held={n: w.holds.key for n, w in written.writes.items() if w.holds and w.holds.key},
+        seq=written.seq,
     )

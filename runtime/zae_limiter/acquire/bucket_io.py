@@ -49,10 +49,12 @@ class BucketIO(Protocol):
         ttl: int | None,
         admissions: int,
         evidence: Evidence | None,
+        revokes: tuple[int, ...] = (),
     ) -> BucketImage:
         """Apply `writes` if the item still has `image`'s stamp sequence and the guards hold;
         with `evidence`, also only if the writer's entry is below its sequence (then set to
-        it). Returns the new item."""
+        it); `revokes` marks a refund of never-kept debits (docs/alerts.md). Returns the new
+        item."""
         ...
 
     async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:

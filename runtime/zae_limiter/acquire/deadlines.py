@@ -32,6 +32,12 @@ ASSUMED_SKEW_MS = 120_000
 #: The default deadline of an admission and of a lease's exit (seconds).
 DEFAULT_ACQUIRE_TIMEOUT = 1.0
 ENV_ACQUIRE_TIMEOUT = "ZAEL_ACQUIRE_TIMEOUT"
+#: How long `close(timeout=None)` waits for work resolved off callers' paths (seconds): inside
+#: the shutdown grace period of common runtimes (Kubernetes and ECS give 30 s).
+DEFAULT_CLOSE_TIMEOUT = 8.0
+ENV_CLOSE_TIMEOUT = "ZAEL_CLOSE_TIMEOUT"
+#: The longest pause between tries of work that waits out an outage (seconds).
+MAX_OUTAGE_PAUSE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -71,18 +77,39 @@ def acquire_timeout(value: float | Default | None) -> float | None:
     """`Repository.open(acquire_timeout=)`, else `$ZAEL_ACQUIRE_TIMEOUT`, else 1.0."""
     if not isinstance(value, Default):
         return timeout_value(value, "acquire_timeout")
-    raw = os.environ.get(ENV_ACQUIRE_TIMEOUT, "").strip()
+    return _from_env(ENV_ACQUIRE_TIMEOUT, DEFAULT_ACQUIRE_TIMEOUT, allow_none=True)
+
+
+def close_timeout(value: float | None) -> float:
+    """`close(timeout=)`, else `$ZAEL_CLOSE_TIMEOUT`, else 8.0 (always a bound: a process that
+    is shutting down must end)."""
+    if value is not None:
+        bound = timeout_value(value, "timeout")
+        assert bound is not None
+        return bound
+    bound = _from_env(ENV_CLOSE_TIMEOUT, DEFAULT_CLOSE_TIMEOUT, allow_none=False)
+    assert bound is not None
+    return bound
+
+
+def _from_env(name: str, default: float, *, allow_none: bool) -> float | None:
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return DEFAULT_ACQUIRE_TIMEOUT
-    if raw.lower() == "none":
+        return default
+    if allow_none and raw.lower() == "none":
         return None
     try:
         number = float(raw)
     except ValueError:
-        raise ValidationError(
-            ENV_ACQUIRE_TIMEOUT, raw, "must be a number of seconds, e.g. 0.5, or 'none'"
-        ) from None
-    return timeout_value(number, ENV_ACQUIRE_TIMEOUT)
+        example = "e.g. 0.5, or 'none'" if allow_none else "e.g. 8"
+        raise ValidationError(name, raw, f"must be a number of seconds, {example}") from None
+    return timeout_value(number, name)
+
+
+def outage_pause(tries: int) -> float:
+    """The pause (seconds) before the `tries`-th try of work that waits out an outage: doubling
+    from 50 ms up to `MAX_OUTAGE_PAUSE_S`, so a table that comes back is noticed within it."""
+    return min(MAX_OUTAGE_PAUSE_S, 0.05 * float(2 ** min(tries, 8)))
 
 
 def check_request_timeouts(connect: float, read: float) -> None:

@@ -102,6 +102,7 @@ class DynamoBucketIO:
         ttl: int | None,
         admissions: int,
         evidence: Evidence | None,
+        revokes: tuple[int, ...] = (),
     ) -> BucketImage:
         """Apply `writes` to the stored item if it still carries `image`'s stamp sequence and
         every write's guards hold (and, with `evidence`, its writer's entry is below it)."""
@@ -113,6 +114,7 @@ class DynamoBucketIO:
             ttl=ttl,
             admissions=admissions,
             evidence=evidence,
+            revokes=revokes,
         )
         try:  # not `with lowered:`, whose two calls the warm path would pay
             wire = await self.store.send_update(request)

@@ -25,12 +25,18 @@ class Sender(Protocol):
         admissions: int,
         evidence: Evidence,
         now: int,
+        revokes: tuple[int, ...],
     ) -> BucketImage:
-        """One bucket write (an update of `image`, or its creation when not `exists`)."""
+        """One bucket write (an update of `image`, or its creation when not `exists`);
+        `revokes`: sequences of this writer's debits it refunds."""
         ...
 
     async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
         """Move this writer's entry to `evidence.seq` unless sequence `blocked` landed."""
+        ...
+
+    async def read(self, image: BucketImage) -> BucketImage | None:
+        """`image`'s item as stored now (strongly consistent; None: no item)."""
         ...
 
 
@@ -43,6 +49,7 @@ class Call:
     settle: bool  # an exit write or refund: transient failures are retried longer
     rounds: int  # condition failures (or transient errors) allowed before giving up
     future: asyncio.Future[Outcome]
+    revokes: int | None = None  # a refund: the sequence of the debit it undoes (docs/alerts.md)
     now: int | None = None  # fixed after a conflict: the retry plans at the same time
     tries: int = 0
     admissions: int = 0  # the admissions delta of its planned write
@@ -58,8 +65,9 @@ class Call:
 
 @dataclass(frozen=True)
 class Outcome:
-    """`image` and `writes` when the call's write landed; `refused` when its planner refused on
-    a fresh image (`at`: the time it was judged at); else `error`."""
+    """`image`, `writes` and `seq` (its write's sequence) when the call's write landed;
+    `refused` when its planner refused on a fresh image (`at`: the time it was judged at); else
+    `error`."""
 
     target: Target
     image: BucketImage | None = None
@@ -67,6 +75,7 @@ class Outcome:
     refused: bool = False
     error: BaseException | None = None
     at: int | None = None
+    seq: int | None = None
 
 
 @dataclass
@@ -83,6 +92,7 @@ class Batch:
     now: int
     lost: int = 0  # answers lost so far (the write may have landed)
     skewed: bool = False  # the item shows a writer too far ahead: a lost answer is not re-sent
+    revokes: tuple[int, ...] = ()  # its refunds' debits (Call.revokes)
     first_sent: int | None = None  # the clock when it was first sent (bounds the re-sends)
 
     def resend_allowed(self, now: int) -> bool:
@@ -92,4 +102,11 @@ class Batch:
 
 
 class Undecided(Exception):
-    """A write's answer was lost on every re-send: it may or may not have landed."""
+    """A write's outcome could not be decided: it may or may not have landed."""
+
+
+class Closed(Exception):
+    """The repository was closed: nothing more is sent."""
+
+    def __init__(self) -> None:
+        super().__init__("the repository is closed")

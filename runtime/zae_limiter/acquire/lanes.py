@@ -13,6 +13,12 @@ tells exactly whether a write whose answer was lost landed: it holds that write'
 an older one. A write found not landed after a lost answer is *fenced* (its sequence is made
 unusable with one small write) before its calls are planned again, so a late copy of it can
 never apply. Other writers' traffic cannot erase the evidence.
+
+Nothing is given up while the process lives: when re-sending keeps losing its answer, the lane
+decides by a strongly consistent read of its entry on the item (then fences), pausing with
+backoff through an outage of any length; exit writes and refunds that certainly did not apply
+are sent again the same way. Only `close()` ends it (`Lanes.close`: what is left is logged,
+one line per item, by `leftovers`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from .. import namespace_labels
 from ..core.bucket import LimitWrite
 from ..core.compose import then_all
 from ..core.evolve import evolve
@@ -31,28 +36,17 @@ from ..core.images import BucketImage, Evidence, new_writer_id
 from . import holds_seen
 from .deadlines import Backoff
 from .lane_calls import UNKNOWN_RESENDS as UNKNOWN_RESENDS
-from .lane_calls import Batch, Call, Outcome, Sender, Undecided
+from .lane_calls import Batch, Call, Closed, Outcome, Sender
+from .lane_failures import PRUNE_AGE_MS as PRUNE_AGE_MS
+from .lane_failures import Failures
+from .leftovers import Leftovers
 from .skew import SkewWatch
-from .values import (
-    AnswerLost,
-    Contended,
-    ItemChanged,
-    Planner,
-    RulesChanged,
-    ShardGone,
-    Target,
-    Unavailable,
-)
+from .values import AnswerLost, Planner, Target, Unavailable
 
 log = logging.getLogger("zae_limiter")
 
 #: Calls folded into one write at most.
 MAX_BATCH = 64
-#: Another writer's entry older than this (by this writer's clock) is removed by the next write.
-#: It must exceed the longest time a copy of a write can still land (`deadlines.RESEND_BOUND_MS`
-#: plus one request's timeouts, which `open()` caps) plus the clock skew between processes
-#: (docs/on-unavailable.md; checked in tests/unit/test_acquire_deadlines.py).
-PRUNE_AGE_MS = 5 * 60_000
 #: Entries removed per write at most (keeps the request small).
 PRUNE_PER_WRITE = 2
 
@@ -85,6 +79,11 @@ class Lanes:
         self.blank = blank
         self.writer = writer or new_writer_id()
         self.undecided = 0  # writes given up on with their outcome unknown (a metric)
+        self.resolved_by_resend = 0  # lost answers decided by sending the same write again
+        self.resolved_by_read = 0  # lost answers decided by reading the writer's entry
+        # what close() left, one line per item
+        self.leftovers = Leftovers(self.writer, lambda: self.next_seq(self.clock()))
+        self.closed = False
         self.skew = SkewWatch(self.writer)
         self.ledger = holds_seen.ledger_for(self.writer)  # its concurrency holds
         self._seq = 0
@@ -107,13 +106,20 @@ class Lanes:
         *,
         settle: bool,
         rounds: int,
+        revokes: int | None = None,
     ) -> Outcome:
         image = target.image
         key = (image.ns, image.entity_id, image.resource, image.shard)
+        if self.closed:
+            if settle:  # an exit write or refund that can no longer be sent: logged
+                self.leftovers.unsent(key, target, planner, self.clock())
+            return Outcome(target, error=Unavailable(Closed()))
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane(self, key)
-        call = Call(target, planner, settle, rounds, asyncio.get_running_loop().create_future())
+        call = Call(
+            target, planner, settle, rounds, asyncio.get_running_loop().create_future(), revokes
+        )
         lane.queue.append(call)
         try:
             if not lane.busy:
@@ -144,9 +150,22 @@ class Lanes:
         """Forget an item's lane once it is free (the next call opens a new one)."""
         self._lanes.pop(key, None)
 
+    def close(self) -> list[asyncio.Future[None]]:
+        """Stop: log what every lane still has in flight or queued (one line per item, counted
+        in `leftovers`), and return the lanes' tasks for the caller to cancel. From now on
+        nothing is sent, and a write that ends is logged instead of followed up."""
+        self.closed = True
+        tasks: list[asyncio.Future[None]] = []
+        for lane in list(self._lanes.values()):
+            lane.leave_behind()
+            tasks += [t for t in (lane.inflight, lane.drainer) if t is not None and not t.done()]
+        return tasks
 
-class _Lane:
-    """One item's queue of calls and its latest image."""
+
+class _Lane(Failures):
+    """One item's queue of calls and its latest image (what a failed send means: `Failures`)."""
+
+    lanes: Lanes
 
     def __init__(self, lanes: Lanes, key: tuple[str, str, str, int]) -> None:
         self.lanes = lanes
@@ -155,14 +174,15 @@ class _Lane:
         self.busy = False
         self.image: BucketImage | None = None
         self.exists = True
-        self._task: asyncio.Future[None] | None = None  # a drain after its caller's call ended
+        self.drainer: asyncio.Future[None] | None = None  # a drain after its caller's call ended
         self.inflight: asyncio.Future[None] | None = None  # a batch sent as a task
+        self.sending: Batch | None = None  # the batch being sent or decided (close() logs it)
 
     def release(self) -> None:
         """Hand the lane to a background drain if calls are still queued or a batch is still
         in flight (its caller was cancelled), else free it."""
         if self.queue or self.inflight is not None:
-            self._task = asyncio.ensure_future(self._drain_rest())
+            self.drainer = asyncio.ensure_future(self._drain_rest())
         else:
             self.busy = False
             self.lanes.retire(self.key)
@@ -176,7 +196,7 @@ class _Lane:
             self.busy = False
             if self.queue:  # arrived as the drain ended
                 self.busy = True
-                self._task = asyncio.ensure_future(self._drain_rest())
+                self.drainer = asyncio.ensure_future(self._drain_rest())
             else:
                 self.lanes.retire(self.key)
 
@@ -197,7 +217,7 @@ class _Lane:
             if batch.calls == [until]:
                 await self._in_place(batch)
                 continue
-            await asyncio.shield(self._go_on(self._run(batch)))
+            await self._until(self._go_on(self._run(batch)), until)
 
     def _go_on(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
         """Run `work` as the lane's write in flight: no caller's cancellation can cut it."""
@@ -219,12 +239,26 @@ class _Lane:
             image = await self._send(batch)
         except asyncio.CancelledError:
             batch.lost += 1
-            self._go_on(self._run(batch))
+            if self.lanes.closed:  # cut by close(): nothing follows it up any more
+                self.lanes.leftovers.lane(self.key, batch, [], self.image)
+            else:
+                self._go_on(self._run(batch))
             raise
         except Exception as exc:
-            await asyncio.shield(self._go_on(self._run(batch, exc)))
+            await self._until(self._go_on(self._run(batch, exc)), batch.calls[0])
             return
-        self._landed(batch, image)
+        self.landed(batch, image)
+
+    async def _until(self, task: asyncio.Future[None], call: Call | None) -> None:
+        """Wait for the batch in flight, or only until `call` is told (an admission whose write
+        is decided off its caller's path, through an outage): the rest is adopted as pending."""
+        if call is None:
+            await asyncio.shield(task)
+            return
+        told: asyncio.Future[Any] = call.future
+        await asyncio.wait({task, told}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done() and self.lanes.on_leave is not None:
+            self.lanes.on_leave(asyncio.shield(task))
 
     # --- forming a batch ---------------------------------------------------------------------
 
@@ -247,6 +281,7 @@ class _Lane:
         plans: list[dict[str, LimitWrite]] = []
         combined: dict[str, LimitWrite] = {}
         admissions = 0
+        revokes: tuple[int, ...] = ()
         while self.queue and len(calls) < MAX_BATCH:
             call = self.queue[0]
             if call.future.done():  # its caller left before it was sent: nothing to write
@@ -277,6 +312,8 @@ class _Lane:
             self.queue.popleft()
             calls.append(call)
             plans.append(writes)
+            if call.revokes is not None:
+                revokes += (call.revokes,)
             combined = joined
             admissions += delta
             states = dict(projected.states)
@@ -288,7 +325,9 @@ class _Lane:
         skewed = self.lanes.skew.stamped_ahead(base, now)
         prune = () if skewed else self._prunable(base, now)
         evidence = Evidence(self.lanes.writer, self.lanes.next_seq(now), prune)
-        return Batch(calls, plans, base, exists, combined, admissions, evidence, now, 0, skewed)
+        return Batch(
+            calls, plans, base, exists, combined, admissions, evidence, now, 0, skewed, revokes
+        )
 
     def _prunable(self, image: BucketImage, now: int) -> tuple[tuple[str, int], ...]:
         old = [
@@ -302,171 +341,50 @@ class _Lane:
 
     async def _run(self, batch: Batch, failure: Exception | None = None) -> None:
         """Send the batch (after `failure`, the answer to its last send) until it is decided."""
-        while True:
-            if failure is None:
-                try:
-                    image = await self._send(batch)
-                except Exception as exc:
-                    failure = exc
-                else:
-                    self._landed(batch, image)
+        self.sending = batch
+        try:
+            while True:
+                if failure is None:
+                    try:
+                        image = await self._send(batch)
+                    except Exception as exc:
+                        failure = exc
+                    else:
+                        if batch.lost:
+                            self.lanes.resolved_by_resend += 1
+                        self.landed(batch, image)
+                        return
+                if not await self.after_failure(batch, failure):
                     return
-            if not await self._failed(batch, failure):
-                return
-            failure = None
+                failure = None
+        except asyncio.CancelledError:
+            if self.lanes.closed:  # close() logged it: tell its calls, then stop
+                cut = AnswerLost(Closed()) if batch.lost else Unavailable(Closed())
+                self.fail(batch.calls, cut)
+            raise
+        finally:
+            self.sending = None
 
     async def _send(self, batch: Batch) -> BucketImage:
+        if self.lanes.closed:
+            raise Closed()
         if batch.first_sent is None:
             batch.first_sent = self.lanes.clock()
         return await self.lanes.sender.send(
-            batch.image, batch.exists, batch.writes, batch.admissions, batch.evidence, batch.now
+            batch.image,
+            batch.exists,
+            batch.writes,
+            batch.admissions,
+            batch.evidence,
+            batch.now,
+            batch.revokes,
         )
 
-    async def _failed(self, batch: Batch, failure: Exception) -> bool:
-        """Act on a send's failure; True when the same write is to be sent again."""
-        lanes = self.lanes
-        if isinstance(failure, ItemChanged):
-            await self._condition_failed(batch, failure.current)
-        elif isinstance(failure, AnswerLost):
-            batch.lost += 1
-            if not batch.skewed and batch.resend_allowed(lanes.clock()):
-                await lanes.backoff.pause(0.02 * batch.lost)
-                return True  # the same write again: its evidence lets it land only once
-            self._give_up(batch, failure)
-        elif isinstance(failure, Unavailable) and batch.lost:
-            batch.lost += 1  # still unknown whether an earlier send landed
-            if batch.resend_allowed(lanes.clock()):
-                await lanes.backoff.pause(0.05 * batch.lost)
-                return True
-            self._give_up(batch, failure)
-        elif isinstance(failure, Unavailable):
-            await self._unavailable(batch, failure)
-        else:  # not a DynamoDB answer: nothing more to learn here
-            self._fail(batch.calls, failure)
-        return False
-
-    def _landed(self, batch: Batch, image: BucketImage) -> None:
-        self.image, self.exists = image, True
-        holds_seen.landed(self.lanes, self.key, batch.writes, image, batch.now)
-        self.lanes.on_image(image, True)
-        for call, writes in zip(batch.calls, batch.plans, strict=True):
-            target = evolve(call.target, image=image, exists=True)
-            call.resolve(Outcome(target, image=image, writes=writes), self.lanes.on_orphan)
-
-    async def _condition_failed(self, batch: Batch, current: BucketImage | None) -> None:
-        lanes = self.lanes
-        holds_seen.refused(lanes, self.key, batch.writes, current)
-        if current is not None:
-            lanes.on_image(current, False)
-            if batch.lost and current.evidence.get(lanes.writer, -1) >= batch.evidence.seq:
-                self._landed(batch, current)  # the lost answer's write had landed
-                return
-        if batch.lost and current is not None:
-            decided, current = await self._fence(batch, current)
-            if not decided:
-                return  # undecided: its calls were told
-            if current is not None and current.evidence.get(lanes.writer) == batch.evidence.seq:
-                self._landed(batch, current)  # it landed just before the fence
-                return
-        if current is None and batch.image.shard != 0 and lanes.recover is not None:
-            current = await lanes.recover(batch.image)  # a split left unfinished: finish it
-        if current is None and batch.image.shard != 0 and not any(c.settle for c in batch.calls):
-            # A split bucket's shard is gone (its entity was deleted): only the slow path, from
-            # shard 0, creates a bucket, never on a layout this process remembers.
-            self._fail(batch.calls, ShardGone())
-            return
-        if current is None:  # expired and deleted: create it again
-            self.image, self.exists = lanes.blank(batch.image), False
-        else:
-            if lanes.rules_matter(batch.image, current):
-                self._fail(batch.calls, RulesChanged())
-                return
-            self.image, self.exists = current, True
-        self._retry(batch, self.image)
-
-    async def _fence(self, batch: Batch, current: BucketImage) -> tuple[bool, BucketImage | None]:
-        """After a lost answer and a failed re-send: make the write's sequence unusable, so no
-        late copy of it can land once its calls are planned again. Returns (decided, the item
-        after the fence or as found; None if it is gone)."""
-        lanes = self.lanes
-        fence = Evidence(lanes.writer, lanes.next_seq(lanes.clock()))
-        cause: BaseException = Undecided("the fence after a lost answer could not land")
-        for attempt in range(UNKNOWN_RESENDS + 1):
-            try:
-                image = await lanes.sender.fence(current, fence, batch.evidence.seq)
-            except ItemChanged as changed:
-                seen = changed.current
-                if seen is None:
-                    return True, None  # gone: an update cannot land on no item
-                lanes.on_image(seen, False)
-                return True, seen  # holds the write's sequence (landed), our fence, or later
-            except Unavailable as exc:  # a lost answer too
-                cause = exc
-                await lanes.backoff.pause(0.02 * (attempt + 1))
-                continue
-            lanes.on_image(image, False)
-            return True, image
-        self._give_up(batch, cause)
-        return False, None
-
-    def _retry(self, batch: Batch, image: BucketImage) -> None:
-        """Put the batch's calls back at the front, to plan again on `image` at the same time."""
-        retry: list[Call] = []
-        for call in batch.calls:
-            if call.future.done():
-                continue  # its caller left and nothing of it landed: drop it
-            call.tries += 1
-            if call.tries >= call.rounds:  # on the item as found: the refusal judges it there
-                found = evolve(call.target, image=image, exists=self.exists)
-                call.future.set_result(Outcome(found, error=Contended()))
-                continue
-            call.now = batch.now
-            call.target = evolve(
-                call.target,
-                image=image,
-                exists=self.exists,
-                read_now=True,
-                seen_at=self.lanes.clock(),
-            )
-            retry.append(call)
-        self.queue.extendleft(reversed(retry))
-
-    async def _unavailable(self, batch: Batch, exc: Unavailable) -> None:
-        """Certainly not applied: settle calls wait and retry, the others give up."""
-        waiting = False
-        retry = []
-        for call in batch.calls:
-            call.tries += 1
-            if call.settle and call.tries < call.rounds and not call.future.done():
-                retry.append(call)
-                waiting = True
-            else:
-                call.resolve(Outcome(call.target, error=exc), self.lanes.on_orphan)
-        if waiting:
-            await self.lanes.backoff.pause(0.05 * max(c.tries for c in retry))
-            self.queue.extendleft(reversed(retry))
-
-    def _give_up(self, batch: Batch, cause: BaseException) -> None:
-        self.lanes.undecided += 1
-        image = batch.image
-        log.warning(
-            "write outcome undecided after %d lost answers on item %s/%s shard %d of namespace %s "
-            "(writer %s, sequence %d): %s",
-            batch.lost,
-            image.entity_id,
-            image.resource,
-            image.shard,
-            namespace_labels.label(image.ns),
-            self.lanes.writer,
-            batch.evidence.seq,
-            cause,
-        )
-        holds_seen.undecided(self.lanes, self.key, batch.writes)
-        # Whatever the last answer said, an earlier send may have landed.
-        error = cause if isinstance(cause, AnswerLost) else AnswerLost(cause)
-        self._fail(batch.calls, error)
-
-    def _fail(self, calls: list[Call], error: BaseException) -> None:
+    def leave_behind(self) -> None:
+        """`close()` gave up on this lane: log its batch in flight and its queued exit writes
+        and refunds (one line for the item), then fail its calls."""
+        calls = [c for c in self.queue if c.settle and not c.future.done()]
+        self.lanes.leftovers.lane(self.key, self.sending, calls, self.image)
+        self.queue.clear()
         for call in calls:
-            if not call.future.done():
-                call.future.set_result(Outcome(call.target, error=error))
+            call.future.cancel()

@@ -151,15 +151,18 @@ def _hold_change(
     now: int,
     ledger: Ledger,
 ) -> LimitWrite | None:
-    """A lease's hold grows (forced) or is given back on the entry it was taken on; None when
-    that entry was lost (another writer gave it back already)."""
+    """A lease's hold grows (forced) or is given back on the entry it was taken on. An entry that
+    lapsed (not renewed for its lease_ttl, say through an outage) and is still on the item is
+    removed (with this writer's other lapsed entries); None when another writer freed it."""
     item, ttl, key = item_key(image), params.period_ms, entry.held.get(name, "")
     holder = ledger.giving_back(item, name, key, now, ttl) if key else None
     if amount > 0:
         holder = holder or ledger.holder(item, name, now, ttl)
-    elif holder is None:  # lost: nothing to give back; the ledger forgets it
+    elif holder is None:  # lapsed: removed by its writes if still there, exactly as left
+        present = any(h.key == key for h in state.holds)
+        reaper = ledger.reaping(item, name, now, ttl) if key and present else None
         ledger.forget(item, name, key, -amount)
-        return None
+        return None if reaper is None else hold_writes.plan_renew(state, now, reaper)
     else:  # never more than this process holds there (a hold lost and taken again)
         amount = -min(-amount, ledger.amount(item, name, key))
     return hold_writes.plan_hold(params, state, now, image.slot, amount, holder, enforce=False)

@@ -82,6 +82,8 @@ class Landed:
     bypass: bool
     #: concurrency limits: the ledger entry (core.hold_ledger) each limit's hold is on
     held: dict[str, str] = field(default_factory=dict)
+    #: the sequence of the write that debited (a refund of a debit never kept names it)
+    seq: int | None = None
 
 
 PlanResult = tuple[dict[str, LimitWrite], int]  # limit writes, admissions delta

@@ -54,6 +54,7 @@ class Written:
     target: Target
     image: BucketImage
     writes: dict[str, LimitWrite]
+    seq: int | None = None  # the sequence of the write that landed (its writer's evidence)
 
 
 @dataclass(frozen=True)
@@ -114,14 +115,21 @@ class Waves:
     def ns(self) -> str:
         return self.maker.ns
 
-    async def write_all(self, jobs: list[tuple[Target, Planner]], *, settle: bool) -> WaveResult:
+    async def write_all(
+        self,
+        jobs: list[tuple[Target, Planner]],
+        *,
+        settle: bool,
+        revokes: list[int | None] | None = None,
+    ) -> WaveResult:
         """Write every job through its item's lane until each lands or is refused.
 
         A planner maps (target with its latest image, now) to the limit writes and admissions
         delta, or None when a fresh image shows the request cannot be admitted. When several
         jobs are admitted together and one refuses on the images at hand, nothing is sent. With
         `settle` (exit writes and refunds, which never refuse), transient failures are retried
-        longer.
+        longer. `revokes`: per job, the sequence of the debit a refund undoes (alerts drop what
+        it crossed).
         """
         written: list[Written] = []
         refused: list[Target] = []
@@ -138,8 +146,14 @@ class Waves:
         while pending:
             outcomes = await _settle_all(
                 [
-                    self.lanes.write(target, planner, settle=settle, rounds=rounds)
-                    for _, (target, planner) in pending
+                    self.lanes.write(
+                        target,
+                        planner,
+                        settle=settle,
+                        rounds=rounds,
+                        revokes=None if revokes is None else revokes[index],
+                    )
+                    for index, (target, planner) in pending
                 ]
             )
             retry: list[tuple[int, tuple[Target, Planner]]] = []
@@ -150,7 +164,7 @@ class Waves:
                 target = outcome.target
                 latest[index] = target
                 if outcome.image is not None:
-                    written.append(Written(target, outcome.image, outcome.writes))
+                    written.append(Written(target, outcome.image, outcome.writes, outcome.seq))
                 elif outcome.refused:
                     if outcome.at is not None:
                         at = outcome.at
@@ -223,8 +237,10 @@ class Waves:
         admissions: int,
         evidence: Evidence,
         now: int,
+        revokes: tuple[int, ...] = (),
     ) -> BucketImage:
-        """One bucket write: an update of `image`, or its creation when not `exists`."""
+        """One bucket write: an update of `image`, or its creation when not `exists`;
+        `revokes`: sequences of this writer's debits the write refunds (docs/alerts.md)."""
         states = dict(image.states)
         for name, write in writes.items():
             states[name] = write.result
@@ -236,6 +252,7 @@ class Waves:
                 ttl=self.maker.ttl(image.stamp, states, now),
                 admissions=admissions,
                 evidence=evidence,
+                revokes=revokes,
             )
         new = self.maker.image_for(
             image,
@@ -251,10 +268,14 @@ class Waves:
     async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
         return await self.bucket_io.fence(image, evidence, blocked)
 
+    async def read(self, image: BucketImage) -> BucketImage | None:
+        found = await self.bucket_io.read([image.address])
+        return found[0] if found else None
+
     def _orphaned(self, call: Call, outcome: Outcome) -> None:
         if call.settle or outcome.image is None:
             return  # an exit write or refund that landed did what it was for
-        written = Written(outcome.target, outcome.image, outcome.writes)
+        written = Written(outcome.target, outcome.image, outcome.writes, outcome.seq)
         if self.on_orphan is not None:
             self.on_orphan(written, call.admissions)
         else:

@@ -47,6 +47,11 @@ def crossings(record: StreamRecord) -> list[Crossing]:
     return found
 
 
+def asks_for_alerts(record: StreamRecord) -> bool:
+    """Whether a record is a bucket write with alert thresholds (the ones `held` follows)."""
+    return is_bucket(record) and record.event_name != "REMOVE" and _asks_for_alerts(record)
+
+
 def _asks_for_alerts(record: StreamRecord) -> bool:
     """Whether any limit of the new image has thresholds, read from the wire form without
     decoding the item (most bucket records have none). A shape it cannot read says yes, so
@@ -56,6 +61,16 @@ def _asks_for_alerts(record: StreamRecord) -> bool:
         return any("al" in entry["M"] for entry in limits.values())
     except (KeyError, TypeError, AttributeError):
         return "L" in (record.new_wire or {})
+
+
+def use_of(params: Params, state: State, image: BucketImage) -> tuple[int, int, int | None]:
+    """(use, the shard's capacity, the quota period in force or None) of one limit on `image`,
+    at the time of the write that left it (milli)."""
+    now, slot = image.written_at, image.slot
+    in_force = params.scheduled(now)
+    after = view(in_force, state, now, slot)
+    cap = in_force.shard_capacity(slot)
+    return cap - after.balance, cap, after.period
 
 
 def _limit_crossings(

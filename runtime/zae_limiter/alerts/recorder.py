@@ -58,19 +58,6 @@ class AlertRecorder:
         self._retention_days = retention_days
         self._namespace_name = namespace_name
 
-    async def record_batch(self, crossings: list[tuple[int, list[Crossing]]], tally: Tally) -> None:
-        """Record each batch position's crossings, counting into `tally`; a failure is set for
-        its position (the record is retried)."""
-        for position, found in crossings:
-            for crossing in found:
-                try:
-                    stored, published = await self.record(crossing)
-                except Exception as exc:
-                    tally.failures[position] = exc
-                    break
-                tally.alerts_stored += stored
-                tally.alerts_published += published
-
     async def record(self, crossing: Crossing) -> tuple[bool, bool]:
         """(stored by this call, published by this call)."""
         now = self._clock()

@@ -115,6 +115,15 @@ class Ledger:
         renew = tuple(e.key for e in live if e.key != key and e.amount > 0)
         return self._holder((item, limit), key, False, now, ttl_ms, renew)
 
+    def reaping(self, item: Hashable, limit: str, now: int, ttl_ms: int) -> Holder | None:
+        """A holder whose write only removes this writer's lapsed entries on the slot (a lease
+        that outlived its hold, through an outage, gives it back if no other writer freed it
+        first); None when it has none."""
+        slot = (item, limit)
+        if not any(e.lost for e in self.entries.get(slot, {}).values()):
+            return None
+        return self._holder(slot, "", True, now, ttl_ms, ())
+
     def dropped(self, item: Hashable, limit: str, key: str) -> None:
         """A write that would have created `key` may have landed unseen (its answer was lost):
         that generation is never written again (a new one takes its place)."""

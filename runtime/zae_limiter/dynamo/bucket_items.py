@@ -145,6 +145,19 @@ def image_of(
 # --- requests ----------------------------------------------------------------------------------
 
 
+#: Set by a refund of debits that were never kept: ``<writer>:<seq>,...`` (see `update_request`).
+REVOKED = "rf"
+
+
+def revoked(item: dict[str, Any] | None) -> tuple[str, tuple[int, ...]] | None:
+    """(writer, sequences) of `REVOKED` in a plain item, or None."""
+    raw = None if item is None else item.get(REVOKED)
+    if not isinstance(raw, str) or ":" not in raw:
+        return None
+    writer, seqs = raw.split(":", 1)
+    return writer, tuple(int(seq) for seq in seqs.split(",") if seq)
+
+
 def evidence_name(writer: str) -> str:
     return EVIDENCE_PREFIX + writer
 
@@ -194,12 +207,15 @@ def update_request(
     evidence: Evidence | None = None,
     new_shards: int | None = None,
     sibling: BucketImage | None = None,
+    revokes: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """UpdateItem for a hot-path write on an existing item, guarded by its stamp sequence.
 
     With `evidence`, the write records its writer's sequence and applies only once (a re-send
     of a write whose answer was lost cannot land again; docs/on-unavailable.md). `sibling`: a
-    split's new shard, recorded on this one until it is created (`sp`).
+    split's new shard, recorded on this one until it is created (`sp`). With `revokes` (a
+    refund of debits that were never kept), it sets `REVOKED` to ``<writer>:<seq>,<seq>...``
+    so that the stream tells threshold alerts (docs/alerts.md).
     """
     expr = Expr()
     sets: list[str] = []
@@ -214,6 +230,9 @@ def update_request(
     sets.append(f"{k} = if_not_exists({k}, {expr.value(0)}) + {expr.value(1)}")
     if evidence is not None:
         _evidence_parts(expr, evidence, conditions, sets, removes)
+        if revokes:
+            marker = f"{evidence.writer}:{','.join(str(seq) for seq in revokes)}"
+            sets.append(f"{expr.name(REVOKED)} = {expr.value(marker)}")
     sets.append(f"{expr.name('ts')} = {expr.value(now)}")
     if ttl is not None:
         sets.append(f"{expr.name('ttl')} = {expr.value(ttl)}")

@@ -232,6 +232,16 @@ def alert_item(
     return key(alert_partition(ns, entity_id), f"{resource}#{limit}#{period}#{threshold:04d}")
 
 
+#: Crossings held until the debits behind them can no longer be refunded (alerts.held): one
+#: partition for the whole table, so that one query finds every crossing due.
+HELD_CROSSINGS_PK = f"{RESERVED}#ALH"
+
+
+def held_crossing(ns: str, entity_id: str, shard: int, alert_sk: str) -> dict[str, str]:
+    """A crossing held on one shard item (`alert_sk`: the sort key of its alert item)."""
+    return key(HELD_CROSSINGS_PK, f"{ns}#{entity_id}#{shard}#{alert_sk}")
+
+
 def entity_alerts_index_key(ns: str, entity_id: str) -> str:
     return f"{ns}#AE#{entity_id}"
 

@@ -362,6 +362,7 @@ class StreamRunner:
                     if stop is None or not stop.is_set():  # a stopping process said so already
                         self._report()
             if not progressed:
+                await self.aggregator.held.sweep_now()  # held crossings due on idle items
                 self.caught_up_at_ms = time.time_ns() // 1_000_000
                 return total
 

@@ -29,15 +29,14 @@ import asyncio
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .. import namespace_labels, versioning
-from ..alerts.detect import crossings as alert_crossings
-from ..alerts.event import Crossing
-from ..alerts.recorder import AlertRecorder, AlertSink
+from ..alerts.detect import asks_for_alerts
+from ..alerts.held import HeldCrossings
+from ..alerts.recorder import AlertSink
 from ..dynamo import keys, multi_region, snapshot_items, transport
 from ..dynamo.snapshot_items import Counts, SnapshotKey
 from ..dynamo.store import Store
@@ -54,6 +53,7 @@ from ..schema import SCHEMA_VERSION
 from . import records as stream_records
 from .aggregator_outcome import MetricPoint as MetricPoint
 from .aggregator_outcome import Outcome as Outcome
+from .aggregator_outcome import metric_points
 from .aggregator_settings import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
 from .aggregator_settings import AggregatorSettings as AggregatorSettings
 from .records import BucketChange, MalformedRecord, StreamRecord
@@ -89,7 +89,6 @@ class _Pending:
     record: StreamRecord
     change: BucketChange
     snapshots: dict[SnapshotKey, Counts]
-    crossings: list[Crossing] = field(default_factory=list)
 
     @property
     def event_id(self) -> str:
@@ -113,9 +112,9 @@ class Aggregator:
         self.settings = settings or AggregatorSettings()
         self._clock = clock or _system_clock
         self._archive = archive
-        self._alerts = AlertRecorder(
-            store, alerts, self._clock, self.settings.alert_retention_days, self._namespace_name
-        )
+        self.held = HeldCrossings.of(
+            store, alerts, self._clock, self.settings, self._namespace_name
+        )  # (alerts)
         self._transport = transport_owned
         self._version_record: dict[str, Any] | None = None
         self._version_checked_at: int | None = None
@@ -213,6 +212,7 @@ class Aggregator:
         await self.check_version()
         outcome = Outcome(total=len(records))
         pending: list[_Pending] = []
+        watched: list[tuple[int, StreamRecord]] = []  # bucket records with alert thresholds
         expired_audit: list[tuple[int, StreamRecord, dict[str, Any]]] = []
         first_of: dict[str, int] = {}
         repeats: dict[int, int] = {}
@@ -225,10 +225,11 @@ class Aggregator:
                     continue
                 first_of[record.event_id] = position
                 change = stream_records.bucket_change(record)
+                if asks_for_alerts(record):  # threshold alerts (docs/alerts.md)
+                    watched.append((position, record))
                 if change is not None:
                     counts = stream_records.snapshot_counts(change, self.settings.windows)
-                    crossed = alert_crossings(record)  # threshold alerts (docs/alerts.md)
-                    pending.append(_Pending(position, record, change, counts, crossed))
+                    pending.append(_Pending(position, record, change, counts))
                 elif self._archive is not None and stream_records.is_audit_expiry(record):
                     expired_audit.append((position, record, stream_records.audit_line(record)))
                 else:
@@ -241,8 +242,7 @@ class Aggregator:
                     f"record {event_id}: cannot be applied: {type(exc).__name__}: {exc}"
                 )
         applied = await self._apply(pending, outcome)
-        # every crossing, applied here or before: a redelivery publishes what is left unpublished
-        await self._alerts.record_batch([(p.position, p.crossings) for p in pending], outcome)
+        await self.held.batch(watched, outcome)  # a redelivery publishes what is unpublished
         await self._archive_batch(expired_audit, outcome)
         for position, first in repeats.items():
             if first in outcome.failures:
@@ -255,7 +255,8 @@ class Aggregator:
                 await self._where(records[position]),
                 failure,
             )
-        outcome.metrics = await self._metrics(applied)
+        names = {ns: await self._namespace_name(ns) for ns in {p.change.ns for p in applied}}
+        outcome.metrics = metric_points([p.change for p in applied], names, self._clock())
         return outcome
 
     async def _where(self, raw: Any) -> str:
@@ -447,32 +448,6 @@ class Aggregator:
             if item and item.get("name"):
                 namespace_labels.seen(ns, str(item["name"]))
         return self._namespace_names[ns]
-
-    async def _metrics(self, applied: list[_Pending]) -> list[MetricPoint]:
-        consumed: Counter[tuple[str, ...]] = Counter()
-        overdrawn: Counter[tuple[str, ...]] = Counter()
-        admissions: Counter[tuple[str, ...]] = Counter()
-        for p in applied:
-            ns = await self._namespace_name(p.change.ns)
-            resource, counts = p.change.resource, p.change.counts
-            consumed.update({(ns, resource, name): v for name, v in counts.consumed.items()})
-            overdrawn.update({(ns, resource, name): v for name, v in counts.overdrawn.items()})
-            admissions.update({(ns, resource): counts.events})
-        points = [
-            MetricPoint("Consumed", snapshot_items.whole(v), "Count", _dims(k))
-            for k, v in consumed.items()
-        ]
-        points += [MetricPoint("Overdrawn", v, "Count", _dims(k)) for k, v in overdrawn.items()]
-        points += [MetricPoint("Admissions", v, "Count", _dims(k)) for k, v in admissions.items()]
-        if applied:
-            oldest = min(p.change.event_ms for p in applied)
-            lag = max(0, self._clock() - oldest)
-            points.append(MetricPoint("ProcessingLagMs", lag, "Milliseconds", ()))
-        return points
-
-
-def _dims(key: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    return tuple(zip(("namespace", "resource", "limit"), key, strict=False))
 
 
 def _entities(chunk: Sequence[_Pending]) -> list[tuple[str, str]]:
