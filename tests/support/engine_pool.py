@@ -12,6 +12,7 @@ so that thread must live as long as the engines it started (the whole session).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from zae_limiter.local import RunningEngine, start_engine
@@ -24,14 +25,15 @@ def _start() -> RunningEngine:
 class EnginePool:
     """Hands out fresh DynamoDB Local engines, one started ahead."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: Callable[[], RunningEngine] = _start) -> None:
+        self._start = start
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-pool")
         self._ahead: Future[RunningEngine] | None = None
 
     def take(self) -> RunningEngine:
         """A fresh engine (the one started ahead, if any); the next one starts now."""
-        current = self._ahead if self._ahead is not None else self._thread.submit(_start)
-        self._ahead = self._thread.submit(_start)
+        current = self._ahead if self._ahead is not None else self._thread.submit(self._start)
+        self._ahead = self._thread.submit(self._start)
         return current.result()
 
     def give_back(self, engine: RunningEngine) -> None:
