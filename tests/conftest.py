@@ -32,6 +32,13 @@ os.environ.setdefault("ZAEL_ACQUIRE_TIMEOUT", "30")
 
 pytest_plugins = ["support.fixtures"]
 
+# Hypothesis's per-example deadline (200 ms by default) is a wall-time assertion: a loaded machine
+# failed test_quota_math with "took 410 ms". Tests assert counts, never time.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
+
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
     """Spec conformance tests run only where the spec is (see support/spec.py)."""
