@@ -16,6 +16,10 @@ STAMPS := $(VENV)/.zae-stamps
 NPM_STAMP := node_modules/.zae-stamp
 PYTEST_ARGS ?= -q
 PORT ?=
+# pytest-xdist: this many worker processes, each taking whole test modules (a module's tests
+# share its DynamoDB Local); 0 runs in this process (docs/contributing.md, "How the tests run").
+PYTEST_WORKERS ?= 2
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile
 
 .PHONY: help install install-runtime java node demo test lint pytest bench soak sim constraints clean
 
@@ -74,10 +78,10 @@ lint: install
 	$(BIN)/mypy
 
 pytest: install
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 test: lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 # Installs the runtime, Java and DynamoDB Local, and the bench extra (matplotlib); the benchmark
 # itself makes benchmarks/.venv-0.17.0 for the earlier implementation. BENCH_ARGS=--quick: smoke run.

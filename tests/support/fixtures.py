@@ -6,6 +6,8 @@ Engines
                  ZAEL_TEST_ENDPOINT_URL to reuse an engine that is already running (e.g.
                  `zae-limiter local up`).
   ddb_local      module: the RunningEngine behind ddb_endpoint (None when reusing one).
+  engine_pool    session: starts each module's engine while the module before it runs
+                 (support/engine_pool.py).
   moto_endpoint  session: moto's ThreadedMotoServer in this process, for request-shape tests
                  only (it is not atomic under concurrency; see docs/contributing.md).
 Clients (session loop, retries off so counts are exact; ddb_client per module, as its engine)
@@ -39,6 +41,7 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
 from support.clock import FakeClock
+from support.engine_pool import EnginePool
 from support.faults import zero_backoff
 from support.leaks import leftover_aggregators
 from support.tables import TableRef, create_raw_table, delete_table_quietly, unique_table_name
@@ -48,7 +51,6 @@ from zae_limiter.local import (
     LOCAL_REGION,
     LOCAL_SECRET_ACCESS_KEY,
     RunningEngine,
-    start_engine,
 )
 from zae_limiter.local.processes import stop_pid
 
@@ -86,16 +88,25 @@ def local_client_kwargs(endpoint_url: str) -> dict[str, Any]:
 ENGINE_SCOPE: Final = "module"
 
 
+@pytest.fixture(scope="session")
+def engine_pool() -> Iterator[EnginePool]:
+    pool = EnginePool()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
 @pytest.fixture(scope=ENGINE_SCOPE)
-def ddb_local() -> Iterator[RunningEngine | None]:
+def ddb_local(engine_pool: EnginePool) -> Iterator[RunningEngine | None]:
     if os.environ.get(EXTERNAL_ENDPOINT_ENV):
         yield None
         return
-    engine = start_engine(engine="dynamodb-local")
+    engine = engine_pool.take()
     try:
         yield engine
     finally:
-        engine.stop()
+        engine_pool.give_back(engine)
 
 
 @pytest.fixture(scope=ENGINE_SCOPE)
