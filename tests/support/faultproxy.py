@@ -127,6 +127,8 @@ class FaultProxy:
         self._seen: Counter[bytes] = Counter()  # requests per identity (the items named)
         self._streak: Counter[bytes] = Counter()  # faults in a row per identity
         self._last = b""  # the identity of the request drawn last
+        self._copies: Counter[bytes] = Counter()  # faults per exact request body
+        self._last_copy = b""  # the body of the request drawn last
         self._partition_until = 0.0
         self.rate = rate
         self.kinds = kinds
@@ -173,13 +175,17 @@ class FaultProxy:
 
     def _identity(self, operation: str, body: bytes) -> tuple[float, float, float]:
         """Three uniform draws in [0, 1) from the seed, the items the request names and how
-        many requests for them came before (1.0 first after `max_per_request` faults in a row:
-        the client's retries get through)."""
+        many requests for them came before (1.0 first after `max_per_request` faults in a row
+        on those items, or on this very body: a client's retries of one request get through even
+        while other writers' requests to the same items take the item's passes)."""
         digest = hashlib.blake2b(f"{self.seed}/{operation}/".encode() + items_of(body),
                                  digest_size=16)  # fmt: skip
         key = self._last = digest.digest()
+        copy = self._last_copy = hashlib.blake2b(body, digest_size=16).digest()
         ordinal = self._seen[key]
         self._seen[key] += 1
+        if self._copies[copy] >= self.max_per_request:
+            return 1.0, 0.0, 0.0
         if self._streak[key] >= self.max_per_request:
             self._streak[key] = 0
             return 1.0, 0.0, 0.0
@@ -204,6 +210,7 @@ class FaultProxy:
                 return None, 0.0
             self._forced += 1
         self._streak[key] += 1
+        self._copies[self._last_copy] += 1
         return self.kinds[int(pick * len(self.kinds))], coin
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
