@@ -2,7 +2,8 @@
 
 `Stored` applies a planned `LimitWrite` to one concurrency limit's stored attributes exactly as
 DynamoDB applies the UpdateItem built from it (dynamo/limit_exprs.py): guards on ``v``, an
-existing entry required for an add or a renewal, a removed entry required unchanged. Processes
+existing entry required for an add or a renewal, a removed entry required unchanged, an entry
+given back whole removed only while it holds exactly that. Processes
 plan from stale images, on clocks that disagree within the skew bound, and are killed at random;
 after every step nothing counted as held exceeds the capacity.
 """
@@ -57,8 +58,12 @@ class Stored:
             self.h.get(r.key) != r.amount or self.he.get(r.key) != r.expiry for r in change.reap
         ):
             return False
+        if change.drop and self.h.get(change.key) != -change.add:
+            return False  # a give-back of everything the entry holds removes it: exactly that
         self.v += write.add_v
-        if change.key:
+        if change.drop:
+            del self.h[change.key], self.he[change.key]
+        elif change.key:
             self.h[change.key] = change.add + (0 if change.create else self.h[change.key])
             self.he[change.key] = change.expiry
         for key in change.renew:

@@ -85,6 +85,12 @@ class Batch:
     skewed: bool = False  # the item shows a writer too far ahead: a lost answer is not re-sent
     first_sent: int | None = None  # the clock when it was first sent (bounds the re-sends)
 
+    @property
+    def resendable(self) -> bool:
+        """A lost answer may be re-sent: the write carries its writer's entry, and the item
+        shows no writer's clock too far ahead."""
+        return self.evidence.kept and not self.skewed
+
     def resend_allowed(self, now: int) -> bool:
         """Another send of a write whose answer was lost: bounded in count and in time."""
         started = self.first_sent if self.first_sent is not None else now

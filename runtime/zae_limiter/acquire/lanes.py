@@ -7,12 +7,14 @@ latest image and folded into one conditional UpdateItem (`core.compose`), so a h
 one request per round trip per process, not one per call, and calls of one process never collide
 with each other.
 
-Each write carries the writer's next sequence number (`Evidence`) and applies only while the
-item's entry for this writer is below it. Because a lane sends one write at a time, the entry
-tells exactly whether a write whose answer was lost landed: it holds that write's sequence, or
-an older one. A write found not landed after a lost answer is *fenced* (its sequence is made
-unusable with one small write) before its calls are planned again, so a late copy of it can
-never apply. Other writers' traffic cannot erase the evidence.
+Each write carries the writer's next sequence number (`Evidence`, core/evidence.py) and applies
+only while the item's entry for this writer is below it (or absent under the item's floor).
+Because a lane sends one write at a time, the entry tells exactly whether a write whose answer
+was lost landed: it holds that write's sequence, or an older one. A write found not landed
+after a lost answer is *fenced* (its sequence is made unusable with one small write) before its
+calls are planned again, so a late copy of it can never apply. Other writers' traffic cannot
+erase the evidence; an entry they removed (old, or to make room on an item with many writers)
+raised the floor, so the write can never land again, and its outcome is undecided.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from ..core import evidence as writer_evidence
 from ..core.bucket import LimitWrite
 from ..core.compose import then_all
+from ..core.evidence import PRUNE_AGE_MS as PRUNE_AGE_MS
+from ..core.evidence import Decided, decide
 from ..core.evolve import evolve
 from ..core.images import BucketImage, Evidence, new_writer_id
 from . import holds_seen
@@ -47,13 +52,11 @@ log = logging.getLogger("zae_limiter")
 
 #: Calls folded into one write at most.
 MAX_BATCH = 64
-#: Another writer's entry older than this (by this writer's clock) is removed by the next write.
-#: It must exceed the longest time a copy of a write can still land (`deadlines.RESEND_BOUND_MS`
-#: plus one request's timeouts, which `open()` caps) plus the clock skew between processes
-#: (docs/on-unavailable.md; checked in tests/unit/test_acquire_deadlines.py).
-PRUNE_AGE_MS = 5 * 60_000
-#: Entries removed per write at most (keeps the request small).
-PRUNE_PER_WRITE = 2
+#: Why a write is undecided when the item no longer holds its writer's entry.
+ENTRY_REMOVED = (
+    "other writers removed this writer's entry from the item before the outcome was known "
+    "(the item's floor blocks any copy of the write)"
+)
 
 
 class Lanes:
@@ -91,10 +94,20 @@ class Lanes:
         """Writes planned on items stamped too far ahead of this writer's clock (a metric)."""
         return self.skew.sightings
 
-    def next_seq(self, now: int) -> int:
-        """Strictly increasing, and about the writer's clock (so entries show their age)."""
-        self._seq = max(self._seq + 1, now)
+    def next_seq(self, now: int, image: BucketImage | None = None) -> int:
+        """Strictly increasing, about the writer's clock (so entries show their age), and above
+        `image`'s floor."""
+        self._seq = (
+            max(self._seq + 1, now)
+            if image is None
+            else writer_evidence.next_seq(self._seq, now, image)
+        )
         return self._seq
+
+    def evidence(self, image: BucketImage, now: int, skewed: bool) -> Evidence:
+        """The evidence of this writer's next write to `image`, planned at `now`."""
+        seq = self.next_seq(now, image)
+        return writer_evidence.plan(image, self.writer, seq, now, skewed=skewed)
 
     async def write(
         self,
@@ -190,7 +203,7 @@ class _Lane:
             batch = self._form()
             if batch is None:
                 continue
-            if batch.calls == [until]:
+            if batch.calls == [until] and batch.evidence.kept:
                 await self._in_place(batch)
                 continue
             await asyncio.shield(self._go_on(self._run(batch)))
@@ -282,17 +295,8 @@ class _Lane:
         if not calls:
             return None  # every queued call's caller had left
         skewed = self.lanes.skew.stamped_ahead(base, now)
-        prune = () if skewed else self._prunable(base, now)
-        evidence = Evidence(self.lanes.writer, self.lanes.next_seq(now), prune)
+        evidence = self.lanes.evidence(base, now, skewed)
         return Batch(calls, plans, base, exists, combined, admissions, evidence, now, 0, skewed)
-
-    def _prunable(self, image: BucketImage, now: int) -> tuple[tuple[str, int], ...]:
-        old = [
-            (writer, seq)
-            for writer, seq in image.evidence.items()
-            if writer != self.lanes.writer and seq < now - PRUNE_AGE_MS
-        ]
-        return tuple(sorted(old, key=lambda entry: entry[1])[:PRUNE_PER_WRITE])
 
     # --- sending and reading the outcome -----------------------------------------------------
 
@@ -325,13 +329,13 @@ class _Lane:
             await self._condition_failed(batch, failure.current)
         elif isinstance(failure, AnswerLost):
             batch.lost += 1
-            if not batch.skewed and batch.resend_allowed(lanes.clock()):
+            if batch.resendable and batch.resend_allowed(lanes.clock()):
                 await lanes.backoff.pause(0.02 * batch.lost)
                 return True  # the same write again: its evidence lets it land only once
             self._give_up(batch, failure)
         elif isinstance(failure, Unavailable) and batch.lost:
             batch.lost += 1  # still unknown whether an earlier send landed
-            if batch.resend_allowed(lanes.clock()):
+            if batch.evidence.kept and batch.resend_allowed(lanes.clock()):
                 await lanes.backoff.pause(0.05 * batch.lost)
                 return True
             self._give_up(batch, failure)
@@ -354,16 +358,19 @@ class _Lane:
         holds_seen.refused(lanes, self.key, batch.writes, current)
         if current is not None:
             lanes.on_image(current, False)
-            if batch.lost and current.evidence.get(lanes.writer, -1) >= batch.evidence.seq:
+        if batch.lost and current is not None:
+            found: Decided | None = decide(current, lanes.writer, batch.evidence.seq)
+            if found is Decided.NOT_LANDED:
+                found, current = await self._fence(batch, current)
+            if found is Decided.LANDED:
+                assert current is not None
                 self._landed(batch, current)  # the lost answer's write had landed
                 return
-        if batch.lost and current is not None:
-            decided, current = await self._fence(batch, current)
-            if not decided:
-                return  # undecided: its calls were told
-            if current is not None and current.evidence.get(lanes.writer) == batch.evidence.seq:
-                self._landed(batch, current)  # it landed just before the fence
+            if found is Decided.UNKNOWN:
+                self._give_up(batch, Undecided(ENTRY_REMOVED))
                 return
+            if found is None:
+                return  # undecided: its calls were told
         if current is None and batch.image.shard != 0 and not any(c.settle for c in batch.calls):
             # A split bucket's shard is gone (its entity was deleted): only the slow path, from
             # shard 0, creates a bucket, never on a layout this process remembers.
@@ -378,30 +385,43 @@ class _Lane:
             self.image, self.exists = current, True
         self._retry(batch, self.image)
 
-    async def _fence(self, batch: Batch, current: BucketImage) -> tuple[bool, BucketImage | None]:
-        """After a lost answer and a failed re-send: make the write's sequence unusable, so no
-        late copy of it can land once its calls are planned again. Returns (decided, the item
-        after the fence or as found; None if it is gone)."""
+    async def _fence(
+        self, batch: Batch, current: BucketImage
+    ) -> tuple[Decided | None, BucketImage | None]:
+        """After a lost answer and a failed re-send that found the write not landed: make its
+        sequence unusable, so no late copy of it can land once its calls are planned again.
+        Returns what the fence decided (None: it could not land, the calls were told) and the
+        item after it or as found (None: gone)."""
         lanes = self.lanes
+        seq = batch.evidence.seq
         fence = Evidence(lanes.writer, lanes.next_seq(lanes.clock()))
         cause: BaseException = Undecided("the fence after a lost answer could not land")
         for attempt in range(UNKNOWN_RESENDS + 1):
             try:
-                image = await lanes.sender.fence(current, fence, batch.evidence.seq)
+                image = await lanes.sender.fence(current, fence, seq)
             except ItemChanged as changed:
                 seen = changed.current
                 if seen is None:
-                    return True, None  # gone: an update cannot land on no item
+                    return Decided.NOT_LANDED, None  # gone: an update cannot land on no item
                 lanes.on_image(seen, False)
-                return True, seen  # holds the write's sequence (landed), our fence, or later
+                entry = seen.evidence.get(lanes.writer)
+                if entry == seq:
+                    return Decided.LANDED, seen  # it landed just before the fence
+                if entry is not None and entry >= fence.seq:
+                    return Decided.NOT_LANDED, seen  # the fence had landed (its answer lost)
+                found = decide(seen, lanes.writer, seq)
+                if found is not Decided.NOT_LANDED:
+                    return found, seen
+                current = seen  # the item changed shape under the fence: fence it as it is
+                continue
             except Unavailable as exc:  # a lost answer too
                 cause = exc
                 await lanes.backoff.pause(0.02 * (attempt + 1))
                 continue
             lanes.on_image(image, False)
-            return True, image
+            return Decided.NOT_LANDED, image
         self._give_up(batch, cause)
-        return False, None
+        return None, None
 
     def _retry(self, batch: Batch, image: BucketImage) -> None:
         """Put the batch's calls back at the front, to plan again on `image` at the same time."""

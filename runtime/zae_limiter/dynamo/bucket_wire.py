@@ -10,17 +10,24 @@ from ..core import holds
 from ..core.holds import Hold
 from ..core.images import BucketImage
 from . import codec
-from .bucket_items import EVIDENCE_PREFIX, image_of, parse, state_from_item
+from .bucket_items import (
+    EVIDENCE_ATTR,
+    EVIDENCE_PREFIX,
+    FLOOR_ATTR,
+    image_of,
+    parse,
+    state_from_item,
+)
 
-#: The attributes `parse` reads (besides writers' evidence entries).
+#: The attributes `parse` reads (besides evidence entries stored before the map).
 IMAGE_ATTRIBUTES = frozenset(
     {"PK", "L", "lo", "par", "cas", "dis", "sc", "ev", "rv", "sv", "ov", "cv", "n", "g", "ts"}
-    | {"ttl", "k"}
+    | {"ttl", "k", EVIDENCE_ATTR, FLOOR_ATTR}
 )
 
 
-#: What an update can change besides the states: counters, time, expiry (and evidence).
-_COUNTERS = frozenset({"n", "g", "ts", "ttl", "k"})
+#: What an update can change besides the states: counters, time, expiry, evidence.
+_COUNTERS = frozenset({"n", "g", "ts", "ttl", "k", EVIDENCE_ATTR, FLOOR_ATTR})
 _STATE_ATTRIBUTES = frozenset({"v", "w", "tu", "t", "o"})
 
 

@@ -1,0 +1,284 @@
+"""The fleet phase: what a fleet of short-lived writers leaves on bucket items (issue 43, §6).
+
+Every Lambda container, pod or CLI run is a writer (one opened repository). Per level of writers
+(0, 100, 1,000; each a real repository, opened, used and closed, as a container would) on a
+fresh table, each writer debits a single item (`solo`) and a cascade (`user` and its `org`) once
+per kind of limit (rate, quota, concurrency: a hold taken and given back), either spread over
+five minutes of the injectable clock or all at the same instant; then a fresh writer makes one
+cold call per item (its first) and one warm call, measured on the wire. The table's largest
+item is measured by a scan (sizes by DynamoDB's rules). Then `loop`: 200 writers open at once,
+each debiting one item in a loop; WCU per call and per write.
+
+0.17.0 takes no clock (its writers are at the real clock, one after another or at once) and has
+no concurrency limit (that kind is left out for it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from benchmarks.impls import Impl
+from benchmarks.scenarios import new_table_name
+from zae_limiter import Limit, RateLimiter
+
+LEVELS = (0, 100, 1_000)
+MODES = ("spread", "at_once")
+SPREAD_MS = 5 * 60_000
+#: Writers of the at-once mode working at one time (each opens, writes, closes).
+AT_ONCE_BATCH = 50
+LOOP_WRITERS = 200
+LOOP_ROUNDS = 5
+#: The loop's clock step per round (ours): every writer wrote within the last second.
+LOOP_STEP_MS = 100
+BIG = 10**12
+KINDS = ("rate", "quota", "concurrent")
+ITEMS = ("single", "cascade")
+
+
+def kinds_of(impl: Impl) -> tuple[str, ...]:
+    """0.17.0 has no concurrency limit."""
+    return KINDS if hasattr(Limit, "concurrent") else KINDS[:2]
+
+
+def _limits(kind: str) -> list[Limit]:
+    if kind == "rate":
+        return [Limit.per_minute("rpm", BIG)]
+    if kind == "quota":
+        return [Limit.quota("weekly", BIG, cron="0 0 * * 1")]
+    return [Limit.concurrent("par", 10**6)]  # type: ignore[attr-defined, unused-ignore]
+
+
+def _amounts(kind: str) -> dict[str, int]:
+    return {"rate": {"rpm": 1}, "quota": {"weekly": 1}, "concurrent": {"par": 1}}[kind]
+
+
+def _fake_clock(start_ms: int) -> Any:
+    from support.clock import FakeClock  # tests/ is on the worker's path
+
+    return FakeClock(start_ms)
+
+
+async def _open(impl: Impl, table: str, clock: Any) -> Any:
+    if impl.name == "ours":
+        return await impl.open(table, clock=clock)  # type: ignore[call-arg]
+    return await impl.open(table)
+
+
+async def _setup(impl: Impl, table: str, clock: Any, kinds: tuple[str, ...]) -> None:
+    repo = await _open(impl, table, clock)
+    try:
+        limiter = RateLimiter(repo)
+        for kind in kinds:
+            await limiter.set_resource_defaults(kind, _limits(kind))
+            await repo.set_resource_cascade(kind, True)
+        await limiter.create_entity(entity_id="org")
+        await limiter.create_entity(entity_id="user", parent_id="org")
+        await limiter.create_entity(entity_id="solo")
+        for kind in kinds:
+            await limiter.set_limits("org", _limits(kind), resource=kind)
+    finally:
+        await repo.close()
+
+
+async def _debit_all(limiter: RateLimiter, kinds: tuple[str, ...]) -> None:
+    """One writer's work: each kind on the single item and on the cascade."""
+    for kind in kinds:
+        for entity in ("solo", "user"):
+            async with limiter.acquire(entity, kind, _amounts(kind)):
+                pass
+
+
+async def _writer(impl: Impl, table: str, clock: Any, kinds: tuple[str, ...]) -> None:
+    repo = await _open(impl, table, clock)
+    try:
+        await _debit_all(RateLimiter(repo), kinds)
+    finally:
+        await repo.close()
+
+
+async def _run_writers(
+    impl: Impl, table: str, clock: Any, writers: int, mode: str, kinds: tuple[str, ...]
+) -> None:
+    if mode == "spread":
+        for _ in range(writers):
+            await _writer(impl, table, clock, kinds)
+            if clock is not None:
+                clock.advance(SPREAD_MS // max(writers, 1))
+        return
+    gate = asyncio.Semaphore(AT_ONCE_BATCH)
+
+    async def one() -> None:
+        async with gate:
+            await _writer(impl, table, clock, kinds)
+
+    await asyncio.gather(*(one() for _ in range(writers)))
+
+
+def _attribute_size(value: dict[str, Any]) -> int:
+    """Bytes of one attribute value by DynamoDB's item-size rules."""
+    ((kind, inner),) = value.items()
+    if kind in ("S", "B"):
+        return len(inner.encode()) if isinstance(inner, str) else len(inner)
+    if kind == "N":
+        digits = inner.lstrip("-").replace(".", "").strip("0") or "0"
+        return (len(digits) + 1) // 2 + 1
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + _attribute_size(v) + 1 for k, v in inner.items())
+    if kind == "L":
+        return 3 + sum(_attribute_size(v) + 1 for v in inner)
+    if kind in ("SS", "NS", "BS"):
+        return sum(_attribute_size({kind[0]: v}) for v in inner)
+    raise ValueError(f"unexpected attribute type {kind}")
+
+
+def item_size(item: dict[str, Any]) -> int:
+    return sum(len(name.encode()) + _attribute_size(value) for name, value in item.items())
+
+
+async def largest_item(impl: Impl, repo: Any, table: str) -> int:
+    """The largest item of the table (a scan: the table holds one scenario's items)."""
+    client = await impl.client(repo)
+    largest, start = 0, None
+    while True:
+        args: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+        if start:
+            args["ExclusiveStartKey"] = start
+        page = await client.scan(**args)
+        largest = max([largest, *(item_size(i) for i in page.get("Items", []))])
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return largest
+
+
+async def _measured(recorder: Any, call: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
+    with recorder.block() as block:
+        try:
+            await call()
+            outcome = "admitted"
+        except Exception as exc:  # reported, not raised
+            outcome = f"error: {type(exc).__name__}: {exc}"[:200]
+    return {
+        "outcome": outcome,
+        "round_trips": block.round_trips,
+        "rcu": block.rcu,
+        "wcu": block.wcu,
+        "writes": sum(1 for r in block.requests if r.operation == "UpdateItem"),
+        "failed": sum(1 for r in block.requests if r.failed),
+    }
+
+
+async def fleet_level(
+    impl: Impl, recorder: Any, *, writers: int, mode: str, start_ms: int | None = None
+) -> dict[str, Any]:
+    """One level of one mode on a fresh table (see the module docstring)."""
+    kinds = kinds_of(impl)
+    table = new_table_name(impl, f"fleet{writers}{mode[0]}")
+    await impl.create_table(table)
+    clock = _fake_clock(start_ms or int(time.time() * 1000)) if impl.name == "ours" else None
+    await _setup(impl, table, clock, kinds)
+    t0 = time.perf_counter()
+    await _run_writers(impl, table, clock, writers, mode, kinds)
+    writers_s = time.perf_counter() - t0
+    fresh = await _open(impl, table, clock)
+    try:
+        limiter = RateLimiter(fresh)
+        largest_before = await largest_item(impl, fresh, table)
+        rows: dict[str, Any] = {}
+        for kind in kinds:
+            for item, entity in (("single", "solo"), ("cascade", "user")):
+
+                async def call(entity: str = entity, kind: str = kind) -> None:
+                    async with limiter.acquire(entity, kind, _amounts(kind)):
+                        pass
+
+                cold = await _measured(recorder, call)
+                warm = await _measured(recorder, call)
+                rows[f"{kind}/{item}"] = {"cold": cold, "warm": warm}
+        largest = await largest_item(impl, fresh, table)
+    finally:
+        await fresh.close()
+    return {
+        "writers": writers,
+        "mode": mode,
+        "largest_item_bytes": max(largest_before, largest),
+        "calls": rows,
+        "writers_s": round(writers_s, 1),
+    }
+
+
+async def fleet_loop(
+    impl: Impl,
+    recorder: Any,
+    *,
+    writers: int = LOOP_WRITERS,
+    rounds: int = LOOP_ROUNDS,
+    start_ms: int | None = None,
+) -> dict[str, Any]:
+    """`writers` repositories open at once, each debiting one item once per round, all
+    writers of a round at once; WCU per call and per write over the measured rounds."""
+    table = new_table_name(impl, "fleetloop")
+    await impl.create_table(table)
+    clock = _fake_clock(start_ms or int(time.time() * 1000)) if impl.name == "ours" else None
+    await _setup(impl, table, clock, ("rate",))
+    repos = []
+    try:
+        for _ in range(writers):
+            repos.append(await _open(impl, table, clock))
+        limiters = [RateLimiter(r) for r in repos]
+
+        async def one(limiter: RateLimiter) -> None:
+            async with limiter.acquire("solo", "rate", {"rpm": 1}):
+                pass
+
+        await asyncio.gather(*(one(x) for x in limiters))  # every writer warm, its entry there
+        errors = 0
+        with recorder.block() as block:
+            for _ in range(rounds):
+                if clock is not None:
+                    clock.advance(LOOP_STEP_MS)
+                results = await asyncio.gather(*(one(x) for x in limiters), return_exceptions=True)
+                errors += sum(1 for r in results if isinstance(r, BaseException))
+        calls = writers * rounds
+        updates = [r for r in block.requests if r.operation == "UpdateItem"]
+        largest = await largest_item(impl, repos[0], table)
+    finally:
+        for repo in repos:
+            with contextlib.suppress(Exception):
+                await repo.close()
+    return {
+        "writers": writers,
+        "rounds": rounds,
+        "calls": calls,
+        "errors": errors,
+        "wcu": block.wcu,
+        "wcu_per_call": block.wcu / calls,
+        "writes": len(updates),
+        "failed_writes": sum(1 for r in updates if r.failed),
+        "wcu_per_write": block.wcu / max(len(updates), 1),
+        "wcu_per_landed_write": (block.wcu - sum(1 for r in updates if r.failed))
+        / max(sum(1 for r in updates if not r.failed), 1),
+        "largest_item_bytes": largest,
+    }
+
+
+async def fleet(
+    impl: Impl,
+    recorder: Any,
+    *,
+    levels: tuple[int, ...] = LEVELS,
+    modes: tuple[str, ...] = MODES,
+    loop_writers: int = LOOP_WRITERS,
+    loop_rounds: int = LOOP_ROUNDS,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"levels": [], "kinds": list(kinds_of(impl))}
+    for writers in levels:
+        for mode in modes if writers else modes[:1]:
+            out["levels"].append(await fleet_level(impl, recorder, writers=writers, mode=mode))
+    out["loop"] = await fleet_loop(impl, recorder, writers=loop_writers, rounds=loop_rounds)
+    return out
