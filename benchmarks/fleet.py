@@ -29,7 +29,7 @@ LEVELS = (0, 100, 1_000)
 MODES = ("spread", "at_once")
 SPREAD_MS = 5 * 60_000
 #: Writers of the at-once mode working at one time (each opens, writes, closes).
-AT_ONCE_BATCH = 50
+AT_ONCE_BATCH = 20
 LOOP_WRITERS = 200
 LOOP_ROUNDS = 5
 #: The loop's clock step per round (ours): every writer wrote within the last second.
@@ -63,8 +63,8 @@ def _fake_clock(start_ms: int) -> Any:
 
 
 async def _open(impl: Impl, table: str, clock: Any) -> Any:
-    if impl.name == "ours":
-        return await impl.open(table, clock=clock)  # type: ignore[call-arg]
+    if impl.name == "ours":  # no deadline: a loaded machine must not turn a call into an error
+        return await impl.open(table, clock=clock, acquire_timeout=None)  # type: ignore[call-arg]
     return await impl.open(table)
 
 
@@ -282,3 +282,80 @@ async def fleet(
             out["levels"].append(await fleet_level(impl, recorder, writers=writers, mode=mode))
     out["loop"] = await fleet_loop(impl, recorder, writers=loop_writers, rounds=loop_rounds)
     return out
+
+
+# --- the bench phase and its report ---------------------------------------------------------
+
+QUICK_LEVELS = (0, 20)
+
+
+def bench_phase(workers: dict[str, Any], *, quick: bool) -> dict[str, Any]:
+    """The "fleet" phase of `benchmarks.run`: each implementation's worker in turn (ours
+    first: 0.17.0's 1,000 writers take longest)."""
+    args: dict[str, Any] = {
+        "levels": list(QUICK_LEVELS if quick else LEVELS),
+        "loop_writers": 20 if quick else LOOP_WRITERS,
+        "loop_rounds": 2 if quick else LOOP_ROUNDS,
+    }
+    out: dict[str, Any] = {}
+    for impl in ("ours", "theirs"):
+        try:
+            out[impl] = workers[impl].call("fleet", **args)
+        except Exception as exc:  # reported: one side failing must not hide the other
+            out[impl] = {"error": str(exc)[:500]}
+    return out
+
+
+def _warm(level: dict[str, Any], kind: str, item: str) -> str:
+    row = level["calls"].get(f"{kind}/{item}")
+    if row is None:
+        return "-"
+    warm = row["warm"]
+    if warm["outcome"] != "admitted":
+        return "error"
+    return f"{warm['wcu']:g}"
+
+
+def section(result: dict[str, Any]) -> str:
+    """The report's tables: per level, the largest item and a fresh writer's warm WCU; the
+    loop's WCU per call and per write."""
+    lines = [
+        "Warm WCU of a fresh writer's call (its second on the item; a concurrency limit: the "
+        "hold taken and given back, two writes), per kind: single item and cascade (user and "
+        "organisation). Largest item: the table's largest, in bytes.",
+        "",
+        "| Writers | arrival | who | largest item (B) | rate: single | cascade | quota: single "
+        "| cascade | concurrency: single | cascade |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    sides = [(who, r) for who, r in result.items() if "levels" in r]
+    for who, r in result.items():
+        if "error" in r:
+            lines.append(f"| | | {who} | error: {r['error'][:120]} | | | | | | |")
+    by_level: dict[tuple[int, str], dict[str, Any]] = {}
+    for who, r in sides:
+        for level in r["levels"]:
+            by_level.setdefault((level["writers"], level["mode"]), {})[who] = level
+    for (writers, mode), levels in sorted(by_level.items()):
+        for who, level in levels.items():
+            cells = [_warm(level, kind, item) for kind in KINDS for item in ITEMS]
+            lines.append(
+                f"| {writers:,} | {mode.replace('_', ' ')} | {who} | "
+                f"{level['largest_item_bytes']:,} | " + " | ".join(cells) + " |"
+            )
+    lines += [
+        "",
+        "Writers open at once, each debiting one item once a round, all at once:",
+        "",
+        "| who | writers x rounds | WCU per call | WCU per landed write | failed writes | "
+        "errors | largest item (B) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for who, r in sides:
+        loop = r["loop"]
+        lines.append(
+            f"| {who} | {loop['writers']} x {loop['rounds']} | {loop['wcu_per_call']:.2f} | "
+            f"{loop.get('wcu_per_landed_write', loop['wcu_per_write']):.2f} | "
+            f"{loop['failed_writes']} | {loop['errors']} | {loop['largest_item_bytes']:,} |"
+        )
+    return "\n".join(lines)

@@ -470,6 +470,10 @@ def markdown(
             "## A concurrency limit against a rate limit (ours, client CPU)",
             concurrency_cpu.section(results["concurrency"]),
         ]
+    if "fleet" in results:
+        from benchmarks import fleet
+
+        parts += ["## A fleet of writers (issue 43)", fleet.section(results["fleet"])]
     parts += report_scale.sections(results, scale_plots or {})
     return "\n\n".join(parts) + "\n"
 

@@ -130,3 +130,21 @@ def test_the_concurrency_phase_alternates_and_asserts_one_write_each_way() -> No
     assert [len(result["cpu_us"][k]) for k in ("rate", "held")] == [2, 2]
     text = concurrency_cpu.section({**result, "median_ratio": 1.2})
     assert "1.200 x the client CPU" in text and "NOT within 5 %" in text
+
+
+async def test_the_fleet_phase_measures_every_kind_and_renders(
+    ddb_endpoint: str, wire: Any
+) -> None:
+    from benchmarks import fleet, run
+
+    assert "fleet" in run.ALL_PHASES
+    result = await fleet.fleet(
+        Ours(ddb_endpoint), wire, levels=(2,), modes=("at_once",), loop_writers=2, loop_rounds=1
+    )
+    [level] = result["levels"]
+    assert (level["writers"], level["mode"]) == (2, "at_once")
+    assert {call["warm"]["outcome"] for call in level["calls"].values()} == {"admitted"}
+    assert level["calls"]["rate/cascade"]["warm"]["wcu"] == 2
+    assert result["loop"]["errors"] == 0 and result["loop"]["calls"] == 2
+    text = fleet.section({"ours": result, "theirs": {"error": "not run"}})
+    assert "| 2 | at once | ours |" in text and "error: not run" in text
