@@ -84,6 +84,7 @@ class Lanes:
         self.blank = blank
         self.writer = writer or new_writer_id()
         self.undecided = 0  # writes given up on with their outcome unknown (a metric)
+        self.unkept = 0  # writes sent without evidence: their item was full of young entries
         self.skew = SkewWatch(self.writer)
         self.ledger = holds_seen.ledger_for(self.writer)  # its concurrency holds
         self._seq = 0
@@ -107,7 +108,10 @@ class Lanes:
     def evidence(self, image: BucketImage, now: int, skewed: bool) -> Evidence:
         """The evidence of this writer's next write to `image`, planned at `now`."""
         seq = self.next_seq(now, image)
-        return writer_evidence.plan(image, self.writer, seq, now, skewed=skewed)
+        evidence = writer_evidence.plan(image, self.writer, seq, now, skewed=skewed)
+        if not evidence.kept:
+            self.unkept += 1
+        return evidence
 
     async def write(
         self,

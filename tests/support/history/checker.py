@@ -72,7 +72,7 @@ class History:
         return out
 
     def total(self, field_name: str) -> int:
-        return sum(int(line[field_name]) for line in self.stats.values())
+        return sum(int(line.get(field_name, 0)) for line in self.stats.values())
 
 
 def read_history(logs: list[Path]) -> History:
