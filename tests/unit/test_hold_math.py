@@ -306,3 +306,26 @@ def test_a_concurrency_limit_is_never_split_below_one_unit_a_shard() -> None:
     assert too_small_to_double([rpm, parallel(3)], 2) == parallel(3)  # 4: 1, 1, 1, 0
     assert too_small_to_double([rpm, parallel(1)], 1) == parallel(1)
     assert too_small_to_double([rpm], 16) is None  # only concurrency limits stop a split
+
+
+def test_a_hold_given_back_whole_leaves_no_entry() -> None:
+    """Two leases of one process on one entry: the first give-back leaves the other's part,
+    the second removes the entry (it held exactly that), and the next hold starts a new one."""
+    params, stored, ledger, now = parallel(3), Stored(), Ledger("w0", SKEW), 1_000_000
+    proc = Process(ledger, 0)
+    for _ in range(2):
+        holder = ledger.holder(ITEM, "parallel", now, TTL)
+        write = hold_writes.plan_hold(
+            params, stored.state(), now, WHOLE, MILLI, holder, enforce=True
+        )
+        assert write is not None and stored.land(write) and write.holds is not None
+        ledger.landed(ITEM, "parallel", write.holds, now, stored.state().holds, now)
+        proc.leases.append((holder.key, MILLI))
+    proc.image = stored.state()
+    [(key, _), _] = proc.leases
+    assert stored.h == {key: 2 * MILLI}
+    _give_back(proc, stored, params, key, MILLI, now)
+    assert stored.h == {key: MILLI}
+    _give_back(proc, stored, params, key, MILLI, now)
+    assert (stored.v, stored.h, stored.he) == (0, {}, {})
+    assert ledger.holder(ITEM, "parallel", now, TTL).key != key  # a new generation
