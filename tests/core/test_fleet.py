@@ -95,7 +95,7 @@ async def test_a_late_copy_of_a_write_whose_entry_was_removed_never_lands(
     table: TableRef, clock: FakeClock, wire: Any
 ) -> None:
     """The exact request of a writer's first write, sent again after other writers removed its
-    entry to make room: refused by the floor."""
+    entry to make room (leaving room): refused by the floor."""
     repo, limiter = await fleet_repo(table, clock)
     try:
         async with limiter.acquire("org", "api", {"tpm": 5}):
@@ -105,13 +105,17 @@ async def test_a_late_copy_of_a_write_whose_entry_was_removed_never_lands(
             async with limiter.acquire("org", "api", {"tpm": 5}):
                 pass
         [first] = [r for r in w.requests if r.operation == "UpdateItem"]
-        clock.advance(rules.EVICT_AGE_MS + 1_000)
-        for _ in range(rules.MAX_ENTRIES + 1):
+        for _ in range(rules.MAX_ENTRIES - 2):  # the item full
             become_new_writer(repo)
             async with limiter.acquire("org", "api", {"tpm": 1}):
                 pass
+        clock.advance(rules.EVICT_AGE_MS + 1_000)
+        become_new_writer(repo)
+        async with limiter.acquire("org", "api", {"tpm": 1}):
+            pass  # makes room: the oldest go, the first writer's among them
         item = await stored(repo, "org", "api")
-        assert first_writer not in item["ew"]["M"]  # removed to make room (the oldest)
+        assert first_writer not in item["ew"]["M"]
+        assert len(item["ew"]["M"]) < rules.MAX_ENTRIES  # room: the floor alone refuses
         [state] = await repo.get_buckets("org")
         before = state.total_consumed
         params = {k: v for k, v in first.params.items() if k != "ReturnConsumedCapacity"}

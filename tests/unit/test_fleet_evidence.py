@@ -121,12 +121,16 @@ async def test_a_write_without_evidence_is_never_sent_twice() -> None:
 
 
 async def test_an_entry_removed_to_make_room_keeps_its_write_out_and_is_undecided() -> None:
-    """A write lands and its answer is lost; meanwhile 50 other writers fill the item and the
-    oldest (it) is removed to make room. Its re-send cannot land (the floor); the writer,
-    finding no entry under a floor at its sequence, reports the write undecided."""
+    """A write lands and its answer is lost; meanwhile 39 other writers fill the item and the
+    oldest (it) is removed to make room, leaving room. Its re-send cannot land (the floor); the
+    writer, finding no entry under a floor at its sequence, reports the write undecided."""
     env, bucket_io = interleaving_env()
     image = env.stored()
-    others = [another_writer(env) for _ in range(50)]
+    others = [another_writer(env) for _ in range(rules.MAX_ENTRIES - 1)]
+    # a debit first: the bucket is not full, so the lost write adds to it (commutes) and only
+    # its evidence can refuse its re-send
+    await others[0].debit([env.target(image, {"rpm": 1}, read_now=False)], local_ok=False)
+    image = bucket_io.image(keys.bucket(*image.address)) or image
 
     async def others_write() -> None:
         env.clock.advance(rules.EVICT_AGE_MS + 1)
@@ -140,9 +144,10 @@ async def test_an_entry_removed_to_make_room_keeps_its_write_out_and_is_undecide
         await env.admission.debit([env.target(image, {"rpm": 7})], local_ok=False)
     lanes = env.admission.waves.lanes
     assert lanes.undecided == 1
-    assert env.state().consumed == (7 + 50) * MILLI  # landed once: the re-send could not
+    assert env.state().consumed == (8 + len(others)) * MILLI  # landed once: not re-applied
     stored = bucket_io.image(keys.bucket(*image.address))
     assert stored is not None and lanes.writer not in stored.evidence
+    assert len(stored.evidence) < rules.MAX_ENTRIES  # room: the floor alone refused it
     assert bucket_io.lost_seq is not None and stored.floor >= bucket_io.lost_seq
     resend = [c for c in bucket_io.writes() if c.evidence and c.evidence.writer == lanes.writer]
     assert len(resend) == 2  # the lost write and one re-send, refused by the floor
@@ -158,14 +163,19 @@ async def test_a_late_copy_of_a_removed_entrys_write_never_lands() -> None:
     )
     first = env.bucket_io.writes()[-1]
     assert first.evidence is not None and first.evidence.kept
-    env.clock.advance(rules.EVICT_AGE_MS + 1)
-    for _ in range(rules.MAX_ENTRIES + 1):
+    for _ in range(rules.MAX_ENTRIES - 2):  # the item full: the seed, the first, these
         new_writer(env)
         current = env.bucket_io.image(key)
         assert current is not None
         await env.admission.debit([env.target(current, {"rpm": 1}, read_now=False)], local_ok=False)
+    env.clock.advance(rules.EVICT_AGE_MS + 1_000)
+    new_writer(env)  # makes room: the oldest entries go, the first's among them
+    current = env.bucket_io.image(key)
+    assert current is not None
+    await env.admission.debit([env.target(current, {"rpm": 1}, read_now=False)], local_ok=False)
     stored = env.bucket_io.image(key)
     assert stored is not None and first.evidence.writer not in stored.evidence
+    assert len(stored.evidence) < rules.MAX_ENTRIES  # room: the floor alone refuses the copy
     consumed = env.state().consumed
     write = bucket.plan_debit(
         BIG, stored.states["rpm"], env.clock(), stored.slot, MILLI, enforce=True
