@@ -14,6 +14,11 @@ from .values import Planner, Target
 
 #: Re-sends of a write whose answer was lost before its calls are told "unavailable".
 UNKNOWN_RESENDS = 8
+#: Why a write is undecided when the item no longer holds its writer's entry.
+ENTRY_REMOVED = (
+    "other writers removed this writer's entry from the item before the outcome was known "
+    "(the item's floor blocks any copy of the write)"
+)
 
 
 class Sender(Protocol):

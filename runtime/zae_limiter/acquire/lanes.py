@@ -34,8 +34,8 @@ from ..core.evolve import evolve
 from ..core.images import BucketImage, Evidence, new_writer_id
 from . import holds_seen
 from .deadlines import Backoff
+from .lane_calls import ENTRY_REMOVED, Batch, Call, Outcome, Sender, Undecided
 from .lane_calls import UNKNOWN_RESENDS as UNKNOWN_RESENDS
-from .lane_calls import Batch, Call, Outcome, Sender, Undecided
 from .skew import SkewWatch
 from .values import (
     AnswerLost,
@@ -52,11 +52,6 @@ log = logging.getLogger("zae_limiter")
 
 #: Calls folded into one write at most.
 MAX_BATCH = 64
-#: Why a write is undecided when the item no longer holds its writer's entry.
-ENTRY_REMOVED = (
-    "other writers removed this writer's entry from the item before the outcome was known "
-    "(the item's floor blocks any copy of the write)"
-)
 
 
 class Lanes:
@@ -174,7 +169,7 @@ class _Lane:
     def release(self) -> None:
         """Hand the lane to a background drain if calls are still queued or a batch is still
         in flight (its caller was cancelled), else free it."""
-        if self.queue or self.inflight is not None:
+        if self.queue or self.in_flight():
             self._task = asyncio.ensure_future(self._drain_rest())
         else:
             self.busy = False
@@ -182,7 +177,8 @@ class _Lane:
 
     async def _drain_rest(self) -> None:
         try:
-            while self.inflight is not None:  # never a second write while one is in flight
+            while self.in_flight():  # never a second write while one is in flight
+                assert self.inflight is not None
                 await asyncio.shield(self.inflight)
             await self.drain(until=None)
         finally:
@@ -201,7 +197,8 @@ class _Lane:
         nothing else is sent on the lane until it ends.
         """
         while self.queue and (until is None or not until.future.done()):
-            if self.inflight is not None:
+            if self.in_flight():
+                assert self.inflight is not None
                 await asyncio.shield(self.inflight)
                 continue
             batch = self._form()
@@ -218,8 +215,14 @@ class _Lane:
         task.add_done_callback(self._sent)
         return task
 
-    def _sent(self, _: asyncio.Future[None]) -> None:
-        self.inflight = None
+    def _sent(self, sent: asyncio.Future[None]) -> None:
+        if self.inflight is sent:
+            self.inflight = None
+
+    def in_flight(self) -> bool:
+        """A batch sent as a task has not ended. (Ended, it may still be `inflight` until its
+        done callback runs: awaiting it then would not yield, and a loop on it would spin.)"""
+        return self.inflight is not None and not self.inflight.done()
 
     async def _in_place(self, batch: Batch) -> None:
         """Send a batch of the caller's own call in the caller's task (the warm path: no task).
