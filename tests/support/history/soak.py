@@ -66,21 +66,21 @@ LARGE = replace(
     read_timeout=1.0,
     pause_s=0.2,
 )
-#: Writers that come and go (tests/histories/test_histories.py): 3 slots, each running 4
-#: processes one after another (each a new writer that opens, works, closes: 12 writers, plus a
-#: killed one's replacement), under the faults, kill and partitions of SMALL. An item keeps at
-#: most 2 entries here and removes none younger than 1 s (core/evidence.py's bounds, scaled
-#: down), so the history reaches what a fleet does: entries removed to make room (the floor),
-#: writers finding the item full and writing without evidence.
+#: Writers that come and go (tests/histories/test_histories.py): 3 slots, each running 3
+#: processes one after another (each a new writer that opens, works, closes: 9 writers, plus a
+#: killed one's replacement), under the faults, kill and partitions of SMALL. An item keeps
+#: one entry here and removes none younger than 1 s (core/evidence.py's bounds, scaled down),
+#: so the history reaches what a fleet does: entries removed to make room (the floor), writers
+#: finding the item full and writing without evidence.
 SMALL_CHURN = replace(
     SMALL,
     seed=43,
     processes=3,
-    tasks=3,
+    tasks=2,
     ops=4,
-    generations=4,
+    generations=3,
     extra=(
-        ("evidence", {"MAX_ENTRIES": 2, "ROOM_LEFT": 1, "MAX_REMOVED": 2, "EVICT_AGE_MS": 1_000}),
+        ("evidence", {"MAX_ENTRIES": 1, "ROOM_LEFT": 0, "MAX_REMOVED": 2, "EVICT_AGE_MS": 1_000}),
     ),
 )
 #: The large run of it (`make soak SOAK_ARGS=--churn`): 4 slots x 25 writers each, 32 tasks.
