@@ -97,7 +97,7 @@ LARGE_CHURN = replace(
     read_timeout=1.0,
     pause_s=0.1,
     extra=(
-        ("evidence", {"MAX_ENTRIES": 6, "ROOM_LEFT": 2, "MAX_REMOVED": 4, "EVICT_AGE_MS": 3_000}),
+        ("evidence", {"MAX_ENTRIES": 3, "ROOM_LEFT": 1, "MAX_REMOVED": 3, "EVICT_AGE_MS": 2_000}),
     ),
 )
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
