@@ -29,7 +29,7 @@ LEVELS = (0, 100, 1_000)
 MODES = ("spread", "at_once")
 SPREAD_MS = 5 * 60_000
 #: Writers of the at-once mode working at one time (each opens, writes, closes).
-AT_ONCE_BATCH = 20
+AT_ONCE_BATCH = 10
 LOOP_WRITERS = 200
 LOOP_ROUNDS = 5
 #: The loop's clock step per round (ours): every writer wrote within the last second.
@@ -92,30 +92,38 @@ async def _debit_all(limiter: RateLimiter, kinds: tuple[str, ...]) -> None:
                 pass
 
 
-async def _writer(impl: Impl, table: str, clock: Any, kinds: tuple[str, ...]) -> None:
-    repo = await _open(impl, table, clock)
+async def _writer(impl: Impl, table: str, clock: Any, kinds: tuple[str, ...]) -> str | None:
+    """One writer's work; what went wrong, if anything (reported, not raised: a call the
+    engine did not answer must not end the level)."""
     try:
-        await _debit_all(RateLimiter(repo), kinds)
-    finally:
-        await repo.close()
+        repo = await _open(impl, table, clock)
+        try:
+            await _debit_all(RateLimiter(repo), kinds)
+        finally:
+            await repo.close()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"[:200]
+    return None
 
 
 async def _run_writers(
     impl: Impl, table: str, clock: Any, writers: int, mode: str, kinds: tuple[str, ...]
-) -> None:
+) -> list[str]:
+    """The writers' errors (none, normally)."""
     if mode == "spread":
+        errors = []
         for _ in range(writers):
-            await _writer(impl, table, clock, kinds)
+            errors.append(await _writer(impl, table, clock, kinds))
             if clock is not None:
                 clock.advance(SPREAD_MS // max(writers, 1))
-        return
+        return [e for e in errors if e]
     gate = asyncio.Semaphore(AT_ONCE_BATCH)
 
-    async def one() -> None:
+    async def one() -> str | None:
         async with gate:
-            await _writer(impl, table, clock, kinds)
+            return await _writer(impl, table, clock, kinds)
 
-    await asyncio.gather(*(one() for _ in range(writers)))
+    return [e for e in await asyncio.gather(*(one() for _ in range(writers))) if e]
 
 
 def _attribute_size(value: dict[str, Any]) -> int:
@@ -183,7 +191,7 @@ async def fleet_level(
     clock = _fake_clock(start_ms or int(time.time() * 1000)) if impl.name == "ours" else None
     await _setup(impl, table, clock, kinds)
     t0 = time.perf_counter()
-    await _run_writers(impl, table, clock, writers, mode, kinds)
+    errors = await _run_writers(impl, table, clock, writers, mode, kinds)
     writers_s = time.perf_counter() - t0
     fresh = await _open(impl, table, clock)
     try:
@@ -209,6 +217,8 @@ async def fleet_level(
         "largest_item_bytes": max(largest_before, largest),
         "calls": rows,
         "writers_s": round(writers_s, 1),
+        "writer_errors": len(errors),
+        "first_errors": errors[:3],
     }
 
 
@@ -339,8 +349,10 @@ def section(result: dict[str, Any]) -> str:
     for (writers, mode), levels in sorted(by_level.items()):
         for who, level in levels.items():
             cells = [_warm(level, kind, item) for kind in KINDS for item in ITEMS]
+            failed = level.get("writer_errors", 0)
+            note = f" ({failed} writers failed)" if failed else ""
             lines.append(
-                f"| {writers:,} | {mode.replace('_', ' ')} | {who} | "
+                f"| {writers:,} | {mode.replace('_', ' ')}{note} | {who} | "
                 f"{level['largest_item_bytes']:,} | " + " | ".join(cells) + " |"
             )
     lines += [
