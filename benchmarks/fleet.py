@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -256,6 +257,8 @@ async def fleet_loop(
                 errors += sum(1 for r in results if isinstance(r, BaseException))
         calls = writers * rounds
         updates = [r for r in block.requests if r.operation == "UpdateItem"]
+        landed = [r for r in updates if not r.failed]
+        failures = Counter(r.error_code or r.transport_error or "?" for r in updates if r.failed)
         largest = await largest_item(impl, repos[0], table)
     finally:
         for repo in repos:
@@ -271,8 +274,8 @@ async def fleet_loop(
         "writes": len(updates),
         "failed_writes": sum(1 for r in updates if r.failed),
         "wcu_per_write": block.wcu / max(len(updates), 1),
-        "wcu_per_landed_write": (block.wcu - sum(1 for r in updates if r.failed))
-        / max(sum(1 for r in updates if not r.failed), 1),
+        "wcu_per_landed_write": sum(r.wcu for r in landed) / max(len(landed), 1),
+        "failures": dict(failures),
         "largest_item_bytes": largest,
     }
 
@@ -346,7 +349,9 @@ def section(result: dict[str, Any]) -> str:
     for who, r in sides:
         for level in r["levels"]:
             by_level.setdefault((level["writers"], level["mode"]), {})[who] = level
-    for (writers, mode), levels in sorted(by_level.items()):
+    for (writers, mode), levels in sorted(
+        by_level.items(), key=lambda x: (x[0][0], x[0][1] != "spread")
+    ):
         for who, level in levels.items():
             cells = [_warm(level, kind, item) for kind in KINDS for item in ITEMS]
             failed = level.get("writer_errors", 0)
@@ -365,9 +370,11 @@ def section(result: dict[str, Any]) -> str:
     ]
     for who, r in sides:
         loop = r["loop"]
+        failures = ", ".join(f"{k} {v}" for k, v in loop.get("failures", {}).items())
         lines.append(
             f"| {who} | {loop['writers']} x {loop['rounds']} | {loop['wcu_per_call']:.2f} | "
             f"{loop.get('wcu_per_landed_write', loop['wcu_per_write']):.2f} | "
-            f"{loop['failed_writes']} | {loop['errors']} | {loop['largest_item_bytes']:,} |"
+            f"{loop['failed_writes']}{f' ({failures})' if failures else ''} | {loop['errors']} | "
+            f"{loop['largest_item_bytes']:,} |"
         )
     return "\n".join(lines)
