@@ -477,6 +477,10 @@ def markdown(
             "## Three Regions, multi-Region strong consistency (ours, simulated)",
             regions.section(results["regions"]),
         ]
+    if "fleet" in results:
+        from benchmarks import fleet
+
+        parts += ["## A fleet of writers (issue 43)", fleet.section(results["fleet"])]
     parts += report_scale.sections(results, scale_plots or {})
     return "\n\n".join(parts) + "\n"
 

@@ -23,7 +23,9 @@ happens, and drives the workers in turn:
 6b. regions: benchmarks/regions.py on an engine of its own (ours only), three simulated Regions
    of an MRSC global table: per Region warm acquire p50/p99 and WCU per call, conflicts per
    1,000 calls with and without regional shards, transfers per 1,000 calls at a hot organisation;
-7. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
+7. fleet: benchmarks/fleet.py, what 0, 100 and 1,000 writers (each a repository) leave on
+   items, spread over five minutes or at once, and 200 writers in a loop on one item;
+8. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
    entities, hot_procs, hot_org, aggregator, manifest.
 
 Writes benchmarks/results/<date>[-quick].json, .md and -latency.png (benchmarks/report.py).
@@ -48,7 +50,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from benchmarks import concurrency_cpu, outage, regions, report, run_scale, stats
+from benchmarks import concurrency_cpu, fleet, outage, regions, report, run_scale, stats
 from benchmarks.scenarios import CONTENTION_KINDS, HOT_TASKS, TIMING_CASES
 from benchmarks.targets import COST_ROWS, check
 from zae_limiter.local.engine import AMBIENT_AWS_VARIABLES, ISOLATED_AWS_ENV
@@ -66,6 +68,7 @@ ALL_PHASES = (
     "outage",
     "concurrency",
     "regions",
+    "fleet",
     *run_scale.PHASES,
 )
 
@@ -514,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
             concurrency_cpu.bench_phase(3, 200) if args.quick else concurrency_cpu.bench_phase()
         ),
         "regions": lambda workers, _: regions.bench_phase(args.quick),
+        "fleet": lambda workers, _: fleet.bench_phase(workers, quick=args.quick),
         **run_scale.phases(scale_plan, log),
     }
     results["meta"]["load_before"] = {}

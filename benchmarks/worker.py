@@ -6,7 +6,7 @@ run from the repository root by the interpreter of the implementation's venv. Ea
 line `{"op": NAME, ...arguments}`; each answer one line `{"ok": true, "result": ...}` or
 `{"ok": false, "error": "..."}`. Anything the libraries print goes to stderr. Ops: info, costs,
 timing_setup, timing_block, floor_setup, floor_block, contention, hot_item, outage_setup,
-outage_calls (benchmarks/outage_calls.py), the scale phases'
+outage_calls (benchmarks/outage_calls.py), fleet (benchmarks/fleet.py), the scale phases'
 (benchmarks/scale.py: spans, resources, entities, shared_setup, shared_run, shards; ours only,
 benchmarks/scale_ours.py: aggregator, manifest), quit.
 """
@@ -71,6 +71,16 @@ class Worker:
             return await self.outage.setup(self.impl.name, **args)
         if op == "outage_calls":
             return await self.outage.calls(**args)
+        if op == "fleet":
+            from benchmarks import fleet
+
+            return await fleet.fleet(
+                self.impl,
+                self.recorder,
+                levels=tuple(int(n) for n in args["levels"]),
+                loop_writers=int(args["loop_writers"]),
+                loop_rounds=int(args["loop_rounds"]),
+            )
         if op in SCALE_OPS:
             return await SCALE_OPS[op](self, args)
         raise ValueError(f"unknown op {op!r}")

@@ -166,3 +166,21 @@ def test_the_regions_phase_is_run_and_reported() -> None:
     )
     assert "| us-east-1 | 17.5 | 30.1 | 15.0 | 1.00 | 1.00 | 2.00 |" in text
     assert "0.0 per 1,000 with them" in text and "Transactions sent: 0" in text
+
+
+async def test_the_fleet_phase_measures_every_kind_and_renders(
+    ddb_endpoint: str, wire: Any
+) -> None:
+    from benchmarks import fleet, run
+
+    assert "fleet" in run.ALL_PHASES
+    result = await fleet.fleet(
+        Ours(ddb_endpoint), wire, levels=(2,), modes=("at_once",), loop_writers=2, loop_rounds=1
+    )
+    [level] = result["levels"]
+    assert (level["writers"], level["mode"]) == (2, "at_once")
+    assert {call["warm"]["outcome"] for call in level["calls"].values()} == {"admitted"}
+    assert level["calls"]["rate/cascade"]["warm"]["wcu"] == 2
+    assert result["loop"]["errors"] == 0 and result["loop"]["calls"] == 2
+    text = fleet.section({"ours": result, "theirs": {"error": "not run"}})
+    assert "| 2 | at once | ours |" in text and "error: not run" in text

@@ -11,6 +11,7 @@ on that code.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from zae_limiter.acquire.deadlines import MAX_OUTAGE_PAUSE_S, Backoff, outage_pa
 from zae_limiter.acquire.lanes import PRUNE_AGE_MS, UNKNOWN_RESENDS
 from zae_limiter.acquire.values import AnswerLost
 from zae_limiter.core.bucket import MILLI, Kind, Params
+from zae_limiter.dynamo import bucket_items as items
 
 BIG = Params("rpm", Kind.RATE, 1_000 * MILLI, 1_000 * MILLI, 60_000)
 
@@ -97,17 +99,49 @@ async def test_a_refund_and_an_exit_write_wait_out_an_outage_of_any_length() -> 
     assert env.admission.pending.refunded_after_deadline == 1
 
 
-async def test_a_missing_entry_old_enough_to_have_been_pruned_stays_undecided() -> None:
-    """The one case a read cannot decide: the write's entry is missing (this writer never wrote
-    the item before) when another writer may have removed it by age (PRUNE_AGE_MS), so it may
-    have landed and been pruned. It is settled toward rejecting (the call is not admitted; a
-    debit that landed stays) and counted."""
+async def test_a_missing_entry_is_decided_exactly_after_an_outage_of_any_length() -> None:
+    """This writer never wrote the item before, and the outage outlasts the age at which other
+    writers remove entries (PRUNE_AGE_MS): no entry, under a floor below the write, still tells
+    that it did not land (a removal would have raised the floor), so it is fenced and decided."""
     env = outage_env()
     image = env.stored()
     lose_every_send(env, landed=False)
-    table_down_for_reads(env, PRUNE_AGE_MS // int(MAX_OUTAGE_PAUSE_S * 1000))
+    table_down_for_reads(env, 2 * PRUNE_AGE_MS // int(MAX_OUTAGE_PAUSE_S * 1000))
+    start = env.clock()
     with pytest.raises(AnswerLost):
         await env.admission.debit([env.target(image, {"rpm": 3})], local_ok=False)
+    await env.admission.pending.drain(None)
+    assert env.clock() - start > PRUNE_AGE_MS
+    lanes = env.admission.waves.lanes
+    assert (lanes.undecided, lanes.resolved_by_read) == (0, 1)
+    assert len([c for c in env.bucket_io.calls if c.operation == "fence"]) == 1
+    assert env.state().consumed == 0
+
+
+async def test_an_entry_other_writers_removed_during_the_outage_stays_undecided() -> None:
+    """The one case a read cannot decide: the write landed, and during the outage other writers
+    removed its entry (by age), raising the item's floor to it. It may have landed, and no copy
+    of it can land any more: settled toward rejecting (the call is not admitted; the debit that
+    landed stays) and counted, never re-applied, never fenced."""
+    env = outage_env()
+    image = env.stored()
+    lose_every_send(env, landed=True)
+    table_down_for_reads(env, 10)
+    io, writer = env.bucket_io, env.admission.waves.lanes.writer
+    read = io.read
+
+    async def read_after_removal(addresses: Any) -> Any:
+        for item in io.items.values():  # what another writer's write does to an old entry
+            removed = item.get(items.EVIDENCE_ATTR, {}).pop(writer, None)
+            if removed is not None:
+                item[items.FLOOR_ATTR] = max(item.get(items.FLOOR_ATTR, 0), removed)
+        return await read(addresses)
+
+    io.read = read_after_removal  # type: ignore[method-assign]
+    with pytest.raises(AnswerLost):
+        await env.admission.debit([env.target(image, {"rpm": 3})], local_ok=False)
+    await env.admission.pending.drain(None)
     lanes = env.admission.waves.lanes
     assert (lanes.undecided, lanes.resolved_by_read) == (1, 0)
-    assert [c for c in env.bucket_io.calls if c.operation == "fence"] == []
+    assert [c for c in io.calls if c.operation == "fence"] == []
+    assert env.state().consumed == 3 * MILLI

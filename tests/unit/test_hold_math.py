@@ -2,7 +2,8 @@
 
 `Stored` applies a planned `LimitWrite` to one concurrency limit's stored attributes exactly as
 DynamoDB applies the UpdateItem built from it (dynamo/limit_exprs.py): guards on ``v``, an
-existing entry required for an add or a renewal, a removed entry required unchanged. Processes
+existing entry required for an add or a renewal, a removed entry required unchanged, an entry
+given back whole removed only while it holds exactly that. Processes
 plan from stale images, on clocks that disagree within the skew bound, and are killed at random;
 after every step nothing counted as held exceeds the capacity.
 """
@@ -57,8 +58,12 @@ class Stored:
             self.h.get(r.key) != r.amount or self.he.get(r.key) != r.expiry for r in change.reap
         ):
             return False
+        if change.drop and self.h.get(change.key) != -change.add:
+            return False  # a give-back of everything the entry holds removes it: exactly that
         self.v += write.add_v
-        if change.key:
+        if change.drop:
+            del self.h[change.key], self.he[change.key]
+        elif change.key:
             self.h[change.key] = change.add + (0 if change.create else self.h[change.key])
             self.he[change.key] = change.expiry
         for key in change.renew:
@@ -385,3 +390,26 @@ def test_a_sighting_times_others_entries_once_and_leaves_the_writers_own() -> No
         ledger.held_for(ITEM, "parallel", ms)
     outlook = ledger.outlook(ITEM, "parallel", TTL)
     assert (outlook.seen, outlook.lasting_ms, outlook.own) == ({theirs: 1_500}, 200, "me.")
+
+
+def test_a_hold_given_back_whole_leaves_no_entry() -> None:
+    """Two leases of one process on one entry: the first give-back leaves the other's part,
+    the second removes the entry (it held exactly that), and the next hold starts a new one."""
+    params, stored, ledger, now = parallel(3), Stored(), Ledger("w0", SKEW), 1_000_000
+    proc = Process(ledger, 0)
+    for _ in range(2):
+        holder = ledger.holder(ITEM, "parallel", now, TTL)
+        write = hold_writes.plan_hold(
+            params, stored.state(), now, WHOLE, MILLI, holder, enforce=True
+        )
+        assert write is not None and stored.land(write) and write.holds is not None
+        ledger.landed(ITEM, "parallel", write.holds, now, stored.state().holds, now)
+        proc.leases.append((holder.key, MILLI))
+    proc.image = stored.state()
+    [(key, _), _] = proc.leases
+    assert stored.h == {key: 2 * MILLI}
+    _give_back(proc, stored, params, key, MILLI, now)
+    assert stored.h == {key: MILLI}
+    _give_back(proc, stored, params, key, MILLI, now)
+    assert (stored.v, stored.h, stored.he) == (0, {}, {})
+    assert ledger.holder(ITEM, "parallel", now, TTL).key != key  # a new generation

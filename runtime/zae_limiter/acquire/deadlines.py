@@ -6,10 +6,12 @@ Two different bounds:
   an admission or a lease's exit may hold the caller; past it the work goes on off the caller's
   path (`acquire.pending`);
 - a write's *resolution bound*: how long after its first send a copy of a write can still
-  land. The exactly-once rules assume it is shorter than `lanes.PRUNE_AGE_MS` minus the clock
-  skew between processes, so it is bounded in time: a lane sends no re-send later than
-  `RESEND_BOUND_MS` after the first send, and `open()` refuses request timeouts above
-  `MAX_REQUEST_TIMEOUT_S` (one request can land at most that long after it was sent).
+  land. No copy lands twice whatever it is (the item's evidence floor, core/evidence.py); that
+  a lost answer is *decided* on an item with few writers rests on it being shorter than
+  `core.evidence.PRUNE_AGE_MS` minus the clock skew between processes, so it is bounded in
+  time: a lane sends no re-send later than `RESEND_BOUND_MS` after the first send, and
+  `open()` refuses request timeouts above `MAX_REQUEST_TIMEOUT_S` (one request can land at
+  most that long after it was sent).
 """
 
 from __future__ import annotations

@@ -127,8 +127,7 @@ class DynamoBucketIO:
 
     async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
         """Move the writer's entry past `blocked` unless that write landed (one small write)."""
-        key = keys.bucket(*image.address)
-        return await self._send(items.fence_request(self.store.table, key, evidence, blocked))
+        return await self._send(items.fence_request(self.store.table, image, evidence, blocked))
 
     async def create(self, new: BucketImage, *, expired_before_s: int) -> BucketImage:
         """Write `new` if no item is stored at its address (or the stored one expired)."""

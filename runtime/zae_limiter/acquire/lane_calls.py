@@ -14,6 +14,11 @@ from .values import Planner, Target
 
 #: Re-sends of a write whose answer was lost before its calls are told "unavailable".
 UNKNOWN_RESENDS = 8
+#: Why a write is undecided when the item no longer holds its writer's entry.
+ENTRY_REMOVED = (
+    "other writers removed this writer's entry from the item before the outcome was known "
+    "(the item's floor blocks any copy of the write)"
+)
 
 
 class Sender(Protocol):
@@ -94,6 +99,12 @@ class Batch:
     skewed: bool = False  # the item shows a writer too far ahead: a lost answer is not re-sent
     revokes: tuple[int, ...] = ()  # its refunds' debits (Call.revokes)
     first_sent: int | None = None  # the clock when it was first sent (bounds the re-sends)
+
+    @property
+    def resendable(self) -> bool:
+        """A lost answer may be re-sent: the write carries its writer's entry, and the item
+        shows no writer's clock too far ahead."""
+        return self.evidence.kept and not self.skewed
 
     def resend_allowed(self, now: int) -> bool:
         """Another send of a write whose answer was lost: bounded in count and in time."""

@@ -12,8 +12,9 @@
   `on_unavailable`) and sends exit writes and refunds again after a pause.
 
 Nothing here is given up while the process lives; a write stays undecided only when its item
-shows a writer too far ahead (`skew`), when its missing entry may have been pruned by another
-writer, or when `close()` stops the lanes.
+shows a writer too far ahead (`skew`), when it was sent without evidence (its item full of young
+entries, `core.evidence`), when another writer removed its entry (the item's floor then blocks
+any copy of it), or when `close()` stops the lanes.
 """
 
 from __future__ import annotations
@@ -24,12 +25,22 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from .. import namespace_labels
+from ..core.evidence import Decided, decide
 from ..core.evolve import evolve
 from ..core.hold_ledger import Ledger
 from ..core.images import BucketImage, Evidence
 from . import holds_seen
-from .deadlines import ASSUMED_SKEW_MS, Backoff, outage_pause
-from .lane_calls import UNKNOWN_RESENDS, Batch, Call, Closed, Outcome, Sender, Undecided
+from .deadlines import Backoff, outage_pause
+from .lane_calls import (
+    ENTRY_REMOVED,
+    UNKNOWN_RESENDS,
+    Batch,
+    Call,
+    Closed,
+    Outcome,
+    Sender,
+    Undecided,
+)
 from .values import (
     AnswerLost,
     Contended,
@@ -40,12 +51,6 @@ from .values import (
 )
 
 log = logging.getLogger("zae_limiter")
-
-#: Another writer's entry older than this (by this writer's clock) is removed by the next write.
-#: It must exceed the longest time a copy of a write can still land (`deadlines.RESEND_BOUND_MS`
-#: plus one request's timeouts, which `open()` caps) plus the clock skew between processes
-#: (docs/on-unavailable.md; checked in tests/unit/test_acquire_deadlines.py).
-PRUNE_AGE_MS = 5 * 60_000
 
 
 class Writer(Protocol):
@@ -66,7 +71,7 @@ class Writer(Protocol):
     blank: Callable[[BucketImage], BucketImage]
     recover: Callable[[BucketImage], Awaitable[BucketImage | None]] | None
 
-    def next_seq(self, now: int) -> int: ...
+    def next_seq(self, now: int, image: BucketImage | None = None) -> int: ...
 
 
 class Failures:
@@ -87,8 +92,9 @@ class Failures:
             await self._condition_failed(batch, failure.current)
         elif isinstance(failure, Unavailable) and (batch.lost or isinstance(failure, AnswerLost)):
             batch.lost += 1  # (after a lost answer, still unknown whether an earlier send landed)
-            if batch.skewed:
-                self._give_up(batch, failure)  # its entry may be pruned early: not re-sent
+            if not batch.resendable:
+                # sent without evidence, or its entry may be pruned early (skew): not re-sent
+                self._give_up(batch, failure)
             elif batch.resend_allowed(lanes.clock()):
                 await lanes.backoff.pause(0.02 * batch.lost)
                 return True  # the same write again: its evidence lets it land only once
@@ -114,18 +120,20 @@ class Failures:
         holds_seen.refused(lanes, self.key, batch.writes, current)
         if current is not None:
             lanes.on_image(current, False)
-            if batch.lost and current.evidence.get(lanes.writer, -1) >= batch.evidence.seq:
-                lanes.resolved_by_resend += 1
-                self.landed(batch, current)  # the lost answer's write had landed
-                return
         if batch.lost and current is not None:
-            decided, current = await self._fence(batch, current)
-            if not decided:
+            found: Decided | None = decide(current, lanes.writer, batch.evidence.seq)
+            if found is Decided.NOT_LANDED:
+                found, current = await self._fence(batch, current)
+            if found is None:
                 await self._decide(batch)  # the fence kept losing its answers too
                 return
+            if found is Decided.UNKNOWN:
+                self._give_up(batch, Undecided(ENTRY_REMOVED))
+                return
             lanes.resolved_by_resend += 1
-            if current is not None and current.evidence.get(lanes.writer) == batch.evidence.seq:
-                self.landed(batch, current)  # it landed just before the fence
+            if found is Decided.LANDED:
+                assert current is not None
+                self.landed(batch, current)  # the lost answer's write had landed
                 return
         await self._not_landed(batch, current)
 
@@ -155,35 +163,46 @@ class Failures:
             self.image, self.exists = current, True
         self._retry(batch, self.image)
 
-    async def _fence(self, batch: Batch, current: BucketImage) -> tuple[bool, BucketImage | None]:
-        """After a lost answer and a failed re-send: make the write's sequence unusable, so no
-        late copy of it can land once its calls are planned again. Returns (decided, the item
-        after the fence or as found; None if it is gone)."""
+    async def _fence(
+        self, batch: Batch, current: BucketImage
+    ) -> tuple[Decided | None, BucketImage | None]:
+        """After a lost answer and a failed re-send that found the write not landed: make its
+        sequence unusable, so no late copy of it can land once its calls are planned again.
+        Returns what the fence decided (None: its answers kept being lost) and the item after
+        it or as found (None: gone)."""
         lanes = self.lanes
-        fence = Evidence(lanes.writer, lanes.next_seq(lanes.clock()))
+        seq = batch.evidence.seq
+        fence = Evidence(lanes.writer, lanes.next_seq(lanes.clock(), current))
         for attempt in range(UNKNOWN_RESENDS + 1):
             if lanes.closed:
                 break
             try:
-                image = await lanes.sender.fence(current, fence, batch.evidence.seq)
+                image = await lanes.sender.fence(current, fence, seq)
             except ItemChanged as changed:
                 seen = changed.current
                 if seen is None:
-                    return True, None  # gone: an update cannot land on no item
+                    return Decided.NOT_LANDED, None  # gone: an update cannot land on no item
                 lanes.on_image(seen, False)
-                return True, seen  # holds the write's sequence (landed), our fence, or later
+                entry = seen.evidence.get(lanes.writer)
+                if entry is not None and entry >= fence.seq:
+                    return Decided.NOT_LANDED, seen  # the fence had landed (its answer lost)
+                found = decide(seen, lanes.writer, seq)
+                if found is not Decided.NOT_LANDED:
+                    return found, seen  # landed just before the fence, or its entry removed
+                current = seen  # the item changed shape under the fence: fence it as it is
+                continue
             except Unavailable:  # a lost answer too
                 await lanes.backoff.pause(0.02 * (attempt + 1))
                 continue
             lanes.on_image(image, False)
-            return True, image
-        return False, None
+            return Decided.NOT_LANDED, image
+        return None, None
 
     async def _decide(self, batch: Batch) -> None:
         """Re-sending kept losing its answer: decide from this writer's entry on the item, read
         strongly consistent (then fenced if the write has not landed), trying again with backoff
-        for as long as the table does not answer. Only `close()` ends it undecided, and only a
-        missing entry old enough to have been pruned by another writer stays undecided."""
+        for as long as the table does not answer. Only `close()` ends it undecided, and only an
+        entry another writer removed (the item's floor at or above the write) stays undecided."""
         lanes = self.lanes
         seq = batch.evidence.seq
         told = AnswerLost(Undecided("its answers were lost; it is decided off the caller's path"))
@@ -205,14 +224,14 @@ class Failures:
                     lanes.resolved_by_read += 1
                     self.landed(batch, found)
                     return
-            if found is not None and entry is None and self._maybe_pruned(seq):
-                self._give_up(batch, Undecided("its entry may have been pruned by another writer"))
-                return
+                if entry is None and decide(found, lanes.writer, seq) is Decided.UNKNOWN:
+                    self._give_up(batch, Undecided(ENTRY_REMOVED))
+                    return
+            # (an entry above `seq` is a fence of this writer's that landed: not landed)
             if found is not None and (entry is None or entry < seq):
                 try:  # not landed so far: make sure no copy of it lands later
-                    found = await lanes.sender.fence(
-                        found, Evidence(lanes.writer, lanes.next_seq(lanes.clock())), seq
-                    )
+                    fence = Evidence(lanes.writer, lanes.next_seq(lanes.clock(), found))
+                    found = await lanes.sender.fence(found, fence, seq)
                 except ItemChanged as changed:
                     found = changed.current
                     if found is not None:
@@ -221,6 +240,7 @@ class Failures:
                             lanes.resolved_by_read += 1
                             self.landed(batch, found)
                             return
+                    continue  # read again: the item changed under the fence (a removal?)
                 except Unavailable:
                     await lanes.backoff.pause(outage_pause(tries))
                     continue  # the fence's own outcome is unknown: read again
@@ -231,12 +251,6 @@ class Failures:
             await self._not_landed(batch, found, outage=True)
             return
         self.fail(batch.calls, AnswerLost(Closed()))
-
-    def _maybe_pruned(self, seq: int) -> bool:
-        """Whether another writer, its clock up to the assumed skew ahead, may have removed this
-        writer's entry holding `seq` by now (lanes.PRUNE_AGE_MS): a missing entry then no longer
-        tells that the write did not land."""
-        return self.lanes.clock() + ASSUMED_SKEW_MS >= seq + PRUNE_AGE_MS
 
     def _retry(self, batch: Batch, image: BucketImage) -> None:
         """Put the batch's calls back at the front, to plan again on `image` at the same time.

@@ -7,12 +7,14 @@ latest image and folded into one conditional UpdateItem (`core.compose`), so a h
 one request per round trip per process, not one per call, and calls of one process never collide
 with each other.
 
-Each write carries the writer's next sequence number (`Evidence`) and applies only while the
-item's entry for this writer is below it. Because a lane sends one write at a time, the entry
-tells exactly whether a write whose answer was lost landed: it holds that write's sequence, or
-an older one. A write found not landed after a lost answer is *fenced* (its sequence is made
-unusable with one small write) before its calls are planned again, so a late copy of it can
-never apply. Other writers' traffic cannot erase the evidence.
+Each write carries the writer's next sequence number (`Evidence`, core/evidence.py) and applies
+only while the item's entry for this writer is below it (or absent under the item's floor).
+Because a lane sends one write at a time, the entry tells exactly whether a write whose answer
+was lost landed: it holds that write's sequence, or an older one. A write found not landed
+after a lost answer is *fenced* (its sequence is made unusable with one small write) before its
+calls are planned again, so a late copy of it can never apply. Other writers' traffic cannot
+erase the evidence; an entry they removed (old, or to make room on an item with many writers)
+raised the floor, so the write can never land again, and its outcome is undecided.
 
 Nothing is given up while the process lives: when re-sending keeps losing its answer, the lane
 decides by a strongly consistent read of its entry on the item (then fences), pausing with
@@ -29,15 +31,16 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from ..core import evidence as writer_evidence
 from ..core.bucket import LimitWrite
 from ..core.compose import then_all
+from ..core.evidence import PRUNE_AGE_MS as PRUNE_AGE_MS
 from ..core.evolve import evolve
 from ..core.images import BucketImage, Evidence, new_writer_id
 from . import holds_seen
 from .deadlines import Backoff
 from .lane_calls import UNKNOWN_RESENDS as UNKNOWN_RESENDS
 from .lane_calls import Batch, Call, Closed, Outcome, Sender
-from .lane_failures import PRUNE_AGE_MS as PRUNE_AGE_MS
 from .lane_failures import Failures
 from .leftovers import Leftovers
 from .skew import SkewWatch
@@ -47,8 +50,6 @@ log = logging.getLogger("zae_limiter")
 
 #: Calls folded into one write at most.
 MAX_BATCH = 64
-#: Entries removed per write at most (keeps the request small).
-PRUNE_PER_WRITE = 2
 
 
 class Lanes:
@@ -84,6 +85,7 @@ class Lanes:
         # what close() left, one line per item
         self.leftovers = Leftovers(self.writer, lambda: self.next_seq(self.clock()))
         self.closed = False
+        self.unkept = 0  # writes sent without evidence: their item was full of young entries
         self.skew = SkewWatch(self.writer)
         self.ledger = holds_seen.ledger_for(self.writer)  # its concurrency holds
         self._seq = 0
@@ -94,10 +96,23 @@ class Lanes:
         """Writes planned on items stamped too far ahead of this writer's clock (a metric)."""
         return self.skew.sightings
 
-    def next_seq(self, now: int) -> int:
-        """Strictly increasing, and about the writer's clock (so entries show their age)."""
-        self._seq = max(self._seq + 1, now)
+    def next_seq(self, now: int, image: BucketImage | None = None) -> int:
+        """Strictly increasing, about the writer's clock (so entries show their age), and above
+        `image`'s floor."""
+        self._seq = (
+            max(self._seq + 1, now)
+            if image is None
+            else writer_evidence.next_seq(self._seq, now, image)
+        )
         return self._seq
+
+    def evidence(self, image: BucketImage, now: int, skewed: bool) -> Evidence:
+        """The evidence of this writer's next write to `image`, planned at `now`."""
+        seq = self.next_seq(now, image)
+        evidence = writer_evidence.plan(image, self.writer, seq, now, skewed=skewed)
+        if not evidence.kept:
+            self.unkept += 1
+        return evidence
 
     async def write(
         self,
@@ -181,7 +196,7 @@ class _Lane(Failures):
     def release(self) -> None:
         """Hand the lane to a background drain if calls are still queued or a batch is still
         in flight (its caller was cancelled), else free it."""
-        if self.queue or self.inflight is not None:
+        if self.queue or self.in_flight():
             self.drainer = asyncio.ensure_future(self._drain_rest())
         else:
             self.busy = False
@@ -189,7 +204,8 @@ class _Lane(Failures):
 
     async def _drain_rest(self) -> None:
         try:
-            while self.inflight is not None:  # never a second write while one is in flight
+            while self.in_flight():  # never a second write while one is in flight
+                assert self.inflight is not None
                 await asyncio.shield(self.inflight)
             await self.drain(until=None)
         finally:
@@ -208,13 +224,14 @@ class _Lane(Failures):
         nothing else is sent on the lane until it ends.
         """
         while self.queue and (until is None or not until.future.done()):
-            if self.inflight is not None:
+            if self.in_flight():
+                assert self.inflight is not None
                 await asyncio.shield(self.inflight)
                 continue
             batch = self._form()
             if batch is None:
                 continue
-            if batch.calls == [until]:
+            if batch.calls == [until] and batch.evidence.kept:
                 await self._in_place(batch)
                 continue
             await self._until(self._go_on(self._run(batch)), until)
@@ -225,8 +242,14 @@ class _Lane(Failures):
         task.add_done_callback(self._sent)
         return task
 
-    def _sent(self, _: asyncio.Future[None]) -> None:
-        self.inflight = None
+    def _sent(self, sent: asyncio.Future[None]) -> None:
+        if self.inflight is sent:
+            self.inflight = None
+
+    def in_flight(self) -> bool:
+        """A batch sent as a task has not ended. (Ended, it may still be `inflight` until its
+        done callback runs: awaiting it then would not yield, and a loop on it would spin.)"""
+        return self.inflight is not None and not self.inflight.done()
 
     async def _in_place(self, batch: Batch) -> None:
         """Send a batch of the caller's own call in the caller's task (the warm path: no task).
@@ -323,19 +346,10 @@ class _Lane(Failures):
         if not calls:
             return None  # every queued call's caller had left
         skewed = self.lanes.skew.stamped_ahead(base, now)
-        prune = () if skewed else self._prunable(base, now)
-        evidence = Evidence(self.lanes.writer, self.lanes.next_seq(now), prune)
+        evidence = self.lanes.evidence(base, now, skewed)
         return Batch(
             calls, plans, base, exists, combined, admissions, evidence, now, 0, skewed, revokes
         )
-
-    def _prunable(self, image: BucketImage, now: int) -> tuple[tuple[str, int], ...]:
-        old = [
-            (writer, seq)
-            for writer, seq in image.evidence.items()
-            if writer != self.lanes.writer and seq < now - PRUNE_AGE_MS
-        ]
-        return tuple(sorted(old, key=lambda entry: entry[1])[:PRUNE_PER_WRITE])
 
     # --- sending and reading the outcome -----------------------------------------------------
 

@@ -6,7 +6,8 @@ or queued then is logged, once per item, at ERROR on the `zae_limiter` logger as
 
 - ``item``: ``<namespace id>/<entity>/<resource>/<shard>``; ``writer``: this writer's id;
 - ``sequence``: the sequence of the write that was sent and not decided (None: nothing was sent
-  undecided). It landed exactly when the item's attribute ``~<writer>`` holds that sequence;
+  undecided). It landed exactly when the item's evidence
+  map ``ew`` holds that sequence for the writer;
 - ``undo_if_landed``: consumption per limit (whole units) that write debited for callers that
   had left: if it landed, it is to be given back;
 - ``apply_if_not_landed``: consumption per limit of the exit writes and refunds in that write:

@@ -386,8 +386,12 @@ class ItemMaker:
         admissions: int = 0,
         generation: str | None = None,
         evidence: dict[str, int] | None = None,
+        keeps: BucketImage | None = None,
     ) -> BucketImage:
-        """A whole new item of `image`'s bucket, written at `now`, its expiry from `states`."""
+        """A whole new item of `image`'s bucket, written at `now`, its expiry from `states`;
+        `keeps`: the item it replaces, whose evidence (entries, floor, older entries) it keeps."""
+        if keeps is not None:
+            evidence = keeps.evidence
         return BucketImage(
             ns=self.ns,
             entity_id=image.entity_id,
@@ -401,4 +405,6 @@ class ItemMaker:
             written_at=now,
             ttl=self.ttl(stamp, states, now),
             evidence=dict(evidence or {}),
+            floor=0 if keeps is None else keeps.floor,
+            legacy={} if keeps is None else dict(keeps.legacy),
         )

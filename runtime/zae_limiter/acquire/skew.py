@@ -1,9 +1,11 @@
 """Clock skew between writers, checked where a writer can see it (docs/on-unavailable.md).
 
 The exactly-once rules assume writers' clocks disagree by at most `deadlines.ASSUMED_SKEW_MS`:
-another writer's entry is removed by age (`lanes.PRUNE_AGE_MS`), and that age must outlast every
-copy of its write that can still land. An item holding another writer's entry further ahead of
-this writer's clock than that shows the assumption broken.
+another writer's entry is removed by age (core/evidence.py), and that age must outlast the time
+its writer takes to decide a lost answer (no copy can land twice whatever the clocks do: the
+floor; a removal made too early leaves the write undecided), and an item's expiry must outlast
+every copy of a write that can still land. An item holding another writer's entry further
+ahead of this writer's clock than that shows the assumption broken.
 """
 
 from __future__ import annotations

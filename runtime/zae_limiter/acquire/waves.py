@@ -348,7 +348,7 @@ class Waves:
                 now,
                 admissions=image.admissions,
                 generation=image.generation,
-                evidence=image.evidence,  # every writer's evidence survives a restamp
+                keeps=image,  # every writer's evidence survives a restamp
             )
             try:
                 new = await self.bucket_io.replace(restamped, replaces=image)

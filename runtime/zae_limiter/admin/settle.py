@@ -2,12 +2,13 @@
 
 `close()` logs one structured line per bucket item it could not resolve within its bound
 (`acquire.leftovers`, docs/on-unavailable.md). `repo.settle_left(line)` reads the item
-(strongly consistent) to tell whether the line's write landed (its writer's entry
-``~<writer>`` holds the line's ``sequence``), then writes what is still owed as one exit write
-of that closed writer, under the sequence the line reserved (``settle_sequence``): like any
-write of a writer it lands at most once, so running the recipe again changes nothing. What an
-outcome that can no longer be told depends on (the entry was pruned by another writer) is left
-as it is, toward rejecting, and reported. Concurrency holds are not written: a closed writer's
+(strongly consistent) to tell whether the line's write landed (its writer's entry in the
+item's evidence map holds the line's ``sequence``, core/evidence.py), then writes what is still
+owed as one exit write of that closed writer, under the sequence the line reserved
+(``settle_sequence``): like any write of a writer it lands at most once, so running the recipe
+again changes nothing. What an outcome that can no longer be told depends on (other writers
+removed the entry, raising the item's floor past it) is left as it is, toward rejecting, and
+reported. Concurrency holds are not written: a closed writer's
 holds are freed by the next writer after their `lease_ttl` (docs/concurrency.md).
 """
 
@@ -17,11 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..acquire.deadlines import ASSUMED_SKEW_MS
-from ..acquire.lanes import PRUNE_AGE_MS
 from ..acquire.planning import adjust_planner
 from ..acquire.values import ENTITY, AnswerLost, ItemChanged, Landed, Target, Unavailable
 from ..core.bucket import MILLI, Kind
+from ..core.evidence import Decided, decide
 from ..core.images import Address, BucketImage, Evidence
 from ..errors import RateLimiterUnavailable, ValidationError
 from ..scope import Scope
@@ -93,9 +93,15 @@ class Settlement:
             image = found[0]
             entry = image.evidence.get(writer)
             if entry is not None and entry >= settle_seq:
-                return Settled(_landed(line, entry, scope.clock()), already=True)
-            landed = _landed(line, entry, scope.clock())
+                return Settled(_landed(line, image, writer), already=True)
+            landed = _landed(line, image, writer)
             change, admissions, unknown = _owed(line, landed)
+            if decide(image, writer, settle_seq) is Decided.UNKNOWN:
+                # The closed writer's entry was removed past its settling sequence: whether an
+                # earlier run of this line landed can no longer be told, so nothing is written.
+                for name, amount in change.items():
+                    unknown[name] = unknown.get(name, 0) + amount
+                return Settled(landed, unknown=unknown)
             holds = tuple(
                 name
                 for name in change
@@ -140,16 +146,16 @@ def _parsed(line: Mapping[str, Any]) -> tuple[str, str, str, int, str, int]:
         ) from None
 
 
-def _landed(line: Mapping[str, Any], entry: int | None, now: int) -> bool | None:
+def _landed(line: Mapping[str, Any], image: BucketImage, writer: str) -> bool | None:
     """Whether the line's write landed, from the writer's entry on the item now."""
     sequence = line.get("sequence")
     if sequence is None:
         return None  # nothing was sent undecided
+    entry = image.evidence.get(writer)
     if entry is not None:  # (above it: its lane's fence landed, so it did not)
         return entry == int(sequence)
-    if now + ASSUMED_SKEW_MS < int(sequence) + PRUNE_AGE_MS:
-        return False  # never landed (no other writer can have pruned it yet)
-    return None
+    # absent: it never landed, unless other writers removed its entry (the floor at or above)
+    return False if decide(image, writer, int(sequence)) is Decided.NOT_LANDED else None
 
 
 def _owed(

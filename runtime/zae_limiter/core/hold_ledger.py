@@ -190,13 +190,15 @@ class Ledger:
         """A write planned at `now` making `change` landed; `seen`: the entries of the image it
         returned, received at `received_at`."""
         entries = self.entries.setdefault((item, limit), {})
-        written = (change.key, *change.renew) if change.key else change.renew
+        if change.drop:  # removed: nothing of it is left to give back
+            entries.pop(change.key, None)
+        written = (change.key, *change.renew) if change.key and not change.drop else change.renew
         for key in written:
             entry = entries.setdefault(key, Entry(key))
             entry.landed, entry.expiry, entry.written_at = True, change.expiry, now
             if self.on_written is not None:
                 self.on_written(key, change.expiry)
-        if change.key:
+        if change.key and not change.drop:
             entries[change.key].amount += change.add
         if self.on_landed is not None:
             self.on_landed(now, received_at, [h.key for h in seen])

@@ -55,8 +55,10 @@ class HoldWrite:
 
     `key`: the writer's entry this write adds `add` to (milli, signed; "" for none); `create`:
     that entry is new (set, unguarded: its generation was never written) rather than guarded to
-    still exist. `renew`: the writer's other entries, guarded to exist. Every entry written gets
-    `expiry`. `reap`: other holders' expired entries, removed if still exactly as seen.
+    still exist; `drop`: the write gives back all the entry holds (it holds exactly `-add`), so
+    it removes the entry instead of leaving it at 0. `renew`: the writer's other entries,
+    guarded to exist. Every entry written gets `expiry`. `reap`: other holders' expired
+    entries, removed if still exactly as seen.
     """
 
     key: str = ""
@@ -65,6 +67,7 @@ class HoldWrite:
     expiry: int = 0
     renew: tuple[str, ...] = ()
     reap: tuple[Hold, ...] = ()
+    drop: bool = False
 
     @property
     def freed(self) -> int:

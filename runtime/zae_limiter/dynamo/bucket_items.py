@@ -13,10 +13,12 @@ limit name to parameters (``k`` kind, ``c`` capacity, ``a`` refill, ``p`` period
 core.holds), ``n`` admissions, ``g`` generation (new on every
 creation), ``ts`` time of the last write (event time for usage), ``ttl`` expiry, ``k`` hot-path
 writes so far, ``ag`` top-ups and resets so far (only they add to it: it re-arms alert
-thresholds, docs/alerts.md), and one ``~<writer>`` per writer that wrote lately: the sequence of
-its last write that landed here (docs/on-unavailable.md, "Exactly once"). ``sp``: a split's new
-shard (the whole item) until it is created, on a table without transactions
-(docs/multi-region.md).
+thresholds, docs/alerts.md), ``ew`` the writers' evidence, a map of writer id to the sequence
+of its last write that landed here, and ``ef`` its floor (every entry removed held at most
+this; core/evidence.py, docs/on-unavailable.md "Exactly once"). Items written before the map
+hold one top-level ``~<writer>`` per writer instead (`BucketImage.legacy`): kept, and removed
+only by age, as their writers expect. ``sp``: a split's new shard (the whole item) until it is
+created, on a table without transactions (docs/multi-region.md).
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from ..core.images import BucketImage, Evidence, Stamp
 from . import codec, keys, limit_exprs
 from .transfer_items import INCOMING, OUTGOING, TRANSFERS, outgoing_item, transfers_of
 
-#: Attribute-name prefix of a writer's evidence entry ("~" + writer id).
+#: The map of writers' evidence entries (writer id -> sequence), and its floor.
+EVIDENCE_ATTR, FLOOR_ATTR = "ew", "ef"
+#: Attribute-name prefix of an evidence entry stored before the map ("~" + writer id).
 EVIDENCE_PREFIX = "~"
 #: Operation-id slots of items written before writer evidence (removed by the next replace).
 LEGACY_OP_SLOTS = ("q0", "q1", "q2", "q3")
@@ -130,11 +134,14 @@ def image_of(
         generation=str(item.get("g", "")),
         written_at=int(item.get("ts", 0)),
         ttl=None if item.get("ttl") is None else int(item["ttl"]),
-        evidence={
+        evidence={name: int(value) for name, value in item.get(EVIDENCE_ATTR, {}).items()},
+        floor=int(item.get(FLOOR_ATTR, 0)),
+        legacy={
             name[len(EVIDENCE_PREFIX) :]: int(value)
             for name, value in item.items()
             if name.startswith(EVIDENCE_PREFIX)
         },
+        mapped=EVIDENCE_ATTR in item,
         writes=int(item.get("k", 0)),
         rearms=int(item.get("ag", 0)),
         sibling=parse(item["sp"]) if "sp" in item else None,
@@ -229,7 +236,8 @@ def update_request(
     k = expr.name("k")
     sets.append(f"{k} = if_not_exists({k}, {expr.value(0)}) + {expr.value(1)}")
     if evidence is not None:
-        _evidence_parts(expr, evidence, conditions, sets, removes)
+        if evidence.kept:
+            _evidence_parts(expr, image, evidence, conditions, sets, removes)
         if revokes:
             marker = f"{evidence.writer}:{','.join(str(seq) for seq in revokes)}"
             sets.append(f"{expr.name(REVOKED)} = {expr.value(marker)}")
@@ -259,33 +267,70 @@ def update_request(
 
 
 def _evidence_parts(
-    expr: Expr, evidence: Evidence, conditions: list[str], sets: list[str], removes: list[str]
+    expr: Expr,
+    image: BucketImage,
+    evidence: Evidence,
+    conditions: list[str],
+    sets: list[str],
+    removes: list[str],
 ) -> None:
-    mine = expr.name(evidence_name(evidence.writer))
+    """The writer's entry and its guard (core/evidence.py), removals, the floor."""
     seq = expr.value(evidence.seq)
-    conditions.append(f"(attribute_not_exists({mine}) OR {mine} < {seq})")
-    sets.append(f"{mine} = {seq}")
-    for writer, value in evidence.prune:
+    entries = expr.name(EVIDENCE_ATTR)
+    if not image.mapped:  # an item written before the map: this write makes it
+        floor = expr.name(FLOOR_ATTR)
+        below_floor = f"(attribute_not_exists({floor}) OR {floor} < {seq})"
+        conditions.append(f"attribute_not_exists({entries}) AND {below_floor}")
+        sets.append(f"{entries} = {expr.value({evidence.writer: evidence.seq})}")
+    else:
+        mine = f"{entries}.{expr.name(evidence.writer)}"
+        if evidence.writer in image.evidence:  # the warm path: its entry is there
+            conditions.append(f"{mine} < {seq}")
+        else:
+            floor = expr.name(FLOOR_ATTR)
+            below_floor = f"(attribute_not_exists({floor}) OR {floor} < {seq})"
+            absent = f"attribute_not_exists({mine}) AND {below_floor}"
+            if evidence.limit:
+                absent += f" AND size({entries}) < {expr.value(evidence.limit)}"
+            conditions.append(f"({mine} < {seq} OR ({absent}))")
+        sets.append(f"{mine} = {seq}")
+        if evidence.prune:
+            floor, cut = expr.name(FLOOR_ATTR), expr.value(evidence.cut)
+            for writer in evidence.prune:
+                theirs = f"{entries}.{expr.name(writer)}"
+                conditions.append(f"(attribute_not_exists({theirs}) OR {theirs} <= {cut})")
+                removes.append(theirs)
+            conditions.append(f"(attribute_not_exists({floor}) OR {floor} <= {cut})")
+            sets.append(f"{floor} = {cut}")
+    for writer, value in evidence.legacy:
         theirs = expr.name(evidence_name(writer))
         conditions.append(f"{theirs} = {expr.value(value)}")
         removes.append(theirs)
 
 
 def fence_request(
-    table: str, key: dict[str, str], evidence: Evidence, blocked: int
+    table: str, image: BucketImage, evidence: Evidence, blocked: int
 ) -> dict[str, Any]:
     """UpdateItem that moves a writer's entry to `evidence.seq` unless its write `blocked`
-    already landed: afterwards that write can never apply (it needs the entry below it)."""
+    already landed: afterwards that write can never apply (it needs the entry below it, or
+    absent under a floor below it)."""
     expr = Expr()
-    mine = expr.name(evidence_name(evidence.writer))
+    floor = expr.name(FLOOR_ATTR)
+    entries = expr.name(EVIDENCE_ATTR)
+    below = expr.value(blocked)
+    below_floor = f"(attribute_not_exists({floor}) OR {floor} < {below})"
+    if image.mapped:
+        mine = f"{entries}.{expr.name(evidence.writer)}"
+        update = f"SET {mine} = {expr.value(evidence.seq)}"
+        guard = f"({mine} < {below} OR (attribute_not_exists({mine}) AND {below_floor}))"
+    else:  # an item written before the map (the write it blocks would have made it)
+        update = f"SET {entries} = {expr.value({evidence.writer: evidence.seq})}"
+        guard = f"attribute_not_exists({entries}) AND {below_floor}"
     return {
         "TableName": table,
-        "Key": codec.encode_item(key),
-        "UpdateExpression": f"SET {mine} = {expr.value(evidence.seq)}",
-        "ConditionExpression": (
-            f"attribute_exists({expr.name('PK')}) AND "
-            f"(attribute_not_exists({mine}) OR {mine} < {expr.value(blocked)})"
-        ),
+        "Key": codec.encode_item(keys.bucket(*image.address)),
+        "UpdateExpression": update,
+        "ConditionExpression": f"attribute_exists({expr.name('PK')}) AND {guard}",
         "ExpressionAttributeNames": expr.names,
         "ExpressionAttributeValues": expr.values,
         "ReturnValues": "ALL_NEW",
@@ -308,8 +353,11 @@ def full_item(
     ttl: int | None,
     evidence: dict[str, int] | None = None,
     writes: int = 0,
+    floor: int = 0,
+    legacy: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Every attribute of a bucket item (plain form); `evidence` maps writer -> sequence."""
+    """Every attribute of a bucket item (plain form); `evidence` maps writer -> sequence
+    (`floor` its floor, `legacy` the entries stored before the map, kept as they are)."""
     limits: dict[str, Any] = {}
     for p in stamp.limits:
         state = states[p.name]
@@ -345,7 +393,10 @@ def full_item(
         item["par"] = stamp.parent
     if ttl is not None:
         item["ttl"] = ttl
-    for writer, seq in (evidence or {}).items():
+    item[EVIDENCE_ATTR] = dict(evidence or {})  # present even when empty: writes set inside it
+    if floor:
+        item[FLOOR_ATTR] = floor
+    for writer, seq in (legacy or {}).items():
         item[evidence_name(writer)] = seq
     return item
 
@@ -366,6 +417,8 @@ def item_of(image: BucketImage) -> dict[str, Any]:
         ttl=image.ttl,
         evidence=image.evidence,
         writes=image.writes,
+        floor=image.floor,
+        legacy=image.legacy,
     )
     if image.rearms:
         item["ag"] = image.rearms
@@ -412,7 +465,7 @@ def put_request(
             parts.append(f"{k} = {expr.value(replaces.writes)}")
         else:
             parts.append(f"(attribute_not_exists({k}) OR {k} = {expr.value(0)})")
-        stale = [evidence_name(w) for w in replaces.evidence]
+        stale = [evidence_name(w) for w in replaces.legacy]
         removes += [expr.name(n) for n in (*stale, *LEGACY_OP_SLOTS) if n not in item]
         condition = " AND ".join(parts)
         if "par" not in item:

@@ -10,19 +10,28 @@ from ..core import holds
 from ..core.holds import Hold
 from ..core.images import BucketImage
 from . import codec
-from .bucket_items import EVIDENCE_PREFIX, image_of, parse, state_from_item
+from .bucket_items import (
+    EVIDENCE_ATTR,
+    EVIDENCE_PREFIX,
+    FLOOR_ATTR,
+    image_of,
+    parse,
+    state_from_item,
+)
 from .transfer_items import INCOMING, OUTGOING, TRANSFERS
 
-#: The attributes `parse` reads (besides writers' evidence entries).
+#: The attributes `parse` reads (besides evidence entries stored before the map).
 IMAGE_ATTRIBUTES = frozenset(
     {"PK", "L", "lo", "par", "cas", "dis", "sc", "ev", "rv", "sv", "ov", "cv", "n", "g", "ts"}
-    | {"ttl", "k", "sp", TRANSFERS, *OUTGOING, *INCOMING}
+    | {"ttl", "k", "sp", EVIDENCE_ATTR, FLOOR_ATTR, TRANSFERS, *OUTGOING, *INCOMING}
 )
 
 
-#: What an update can change besides the states: counters, time, expiry (and evidence), and
-#: a split's pending new shard (docs/multi-region.md).
-_COUNTERS = frozenset({"n", "g", "ts", "ttl", "k", "sp", TRANSFERS, *OUTGOING, *INCOMING})
+#: What an update can change besides the states: counters, time, expiry, evidence, and a
+#: split's pending new shard (docs/multi-region.md).
+_COUNTERS = frozenset(
+    {"n", "g", "ts", "ttl", "k", "sp", EVIDENCE_ATTR, FLOOR_ATTR, TRANSFERS, *OUTGOING, *INCOMING}
+)
 _STATE_ATTRIBUTES = frozenset({"v", "w", "tu", "t", "o"})
 
 

@@ -40,16 +40,20 @@ def hold_parts(
         amounts, entry = expr.name(holds.HOLDS_ATTR), expr.name(key)
         return f"{base}.{amounts}.{entry}", f"{base}.{expr.name(holds.EXPIRIES_ATTR)}.{entry}"
 
-    expiry = expr.value(change.expiry) if change.key or change.renew else ""
+    expiry = expr.value(change.expiry) if (change.key and not change.drop) or change.renew else ""
     if change.key:
         amount, until = paths(change.key)
-        if change.create:  # a new generation: never set over one that landed unseen
+        if change.drop:  # all it held is given back: the entry goes
+            conditions.append(f"{amount} = {expr.value(-change.add)}")
+            removes += [amount, until]
+        elif change.create:  # a new generation: never set over one that landed unseen
             conditions.append(f"attribute_not_exists({until})")
             sets.append(f"{amount} = {expr.value(change.add)}")
         else:
             conditions.append(f"attribute_exists({until})")
             sets.append(f"{amount} = {amount} + {expr.value(change.add)}")
-        sets.append(f"{until} = {expiry}")
+        if not change.drop:
+            sets.append(f"{until} = {expiry}")
     for key in change.renew:
         until = f"{base}.{expr.name(holds.EXPIRIES_ATTR)}.{expr.name(key)}"
         conditions.append(f"attribute_exists({until})")

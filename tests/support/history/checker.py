@@ -72,7 +72,7 @@ class History:
         return out
 
     def total(self, field_name: str) -> int:
-        return sum(int(line[field_name]) for line in self.stats.values())
+        return sum(int(line.get(field_name, 0)) for line in self.stats.values())
 
     def add(self, line: dict[str, Any]) -> None:
         """One log line (an operation's invoke or outcome, or a worker's stats)."""

@@ -57,7 +57,9 @@ def render(ran: Ran, checked: Checked, *, title: str) -> str:
         "deadline passed, their caller was cancelled or their process killed: unknown); "
         f"{history.total('requests')} requests reached the proxies.",
         "",
-        f"Undecided writes (every re-send lost): {history.total('undecided')}; items seen "
+        f"Undecided writes (every re-send lost, or the writer's entry removed): "
+        f"{history.total('undecided')}; writes without evidence (their item full of young "
+        f"entries): {history.total('unkept')}; items seen "
         f"stamped too far ahead: {history.total('skewed')}; rejections answered from the "
         f"rejection cache (no request): {history.total('local_rejections')} (from the workers' "
         "last stats lines; a killed worker's counts are as of its last second).",

@@ -1,5 +1,9 @@
 """Run a history: start the workers, kill and replace some, wait, collect the logs.
 
+With `generations` above 1 writers come and go as Lambda containers do: a worker that ends its
+operations exits (closing its repository) and a new process, a new writer, takes its slot, until
+each slot has run that many.
+
 Every choice (each process's clock offset, its partitions, when a process is killed and which)
 comes from `Run.seed`. The run is driven by operations, not by the wall clock, so a loaded
 machine runs the same history, only slower: each task stops after `ops` operations, a process is
@@ -70,6 +74,8 @@ class Run:
     #: through that Region's endpoint (region_runs.py).
     regions: tuple[str, ...] = ()
     extra: tuple[tuple[str, Any], ...] = ()  # more settings for that worker
+    #: Processes each slot runs one after another (each a new writer, `ops` a task).
+    generations: int = 1
 
 
 @dataclass
@@ -177,7 +183,18 @@ def run_workers(run: Run, endpoint: str | dict[str, str], table: str, workdir: P
 
     marks = sorted(rng.uniform(*run.kill_span) for _ in range(run.kills))
     started = _Started()
-    planned = run.processes * per_worker
+    planned = run.processes * run.generations * per_worker
+    born = {slot: 1 for slot in range(run.processes)}  # processes each slot started
+
+    def renew(live: dict[int, Worker]) -> bool:
+        """A worker that ended its operations on its own gives its slot to a new process.
+        Whether a process is still running (or was just started)."""
+        for slot, worker in live.items():
+            ended = worker.process.poll() == 0 and not worker.killed
+            if ended and born[slot] < run.generations and time.time() < until:
+                live[slot] = start(slot, 100 * born[slot])
+                born[slot] += 1
+        return time.time() < until and any(w.process.poll() is None for w in live.values())
 
     def reached(share: float) -> bool:
         if run.kill_by == "seconds":
@@ -187,9 +204,9 @@ def run_workers(run: Run, endpoint: str | dict[str, str], table: str, workdir: P
     live = {slot: start(slot, 0) for slot in range(run.processes)}
     try:
         for generation, share in enumerate(marks, start=1):
-            while not (reached(share) and _victims(run, live)) and _running(live, until):
+            while not (reached(share) and _victims(run, live)) and renew(live):
                 time.sleep(0.05)
-            if not _running(live, until):
+            if not renew(live):
                 break  # a stalled run, or every worker ended: no more kills
             slot = rng.choice(_victims(run, live))
             victim = live[slot]
@@ -197,6 +214,8 @@ def run_workers(run: Run, endpoint: str | dict[str, str], table: str, workdir: P
             victim.process.wait()
             victim.killed = True
             live[slot] = start(slot, generation)
+        while any(born[s] < run.generations for s in live) and renew(live):
+            time.sleep(0.05)
         deadline = until + run.grace_s
         for worker in live.values():
             try:
@@ -226,10 +245,6 @@ def _holding(log: Path) -> bool:
         return False
     text = log.read_bytes()
     return text.count(b'"e":"held"') > text.count(b'"e":"leave"')
-
-
-def _running(live: dict[int, Worker], until: float) -> bool:
-    return time.time() < until and any(w.process.poll() is None for w in live.values())
 
 
 def worker_errors(ran: Ran) -> list[str]:

@@ -1,11 +1,13 @@
 """Run and check one history; `make soak` runs the large one and writes its report.
 
-`SMALL` (in `make test`) and `LARGE` are the two plans. `python -m support.history.soak [--seed N]
-[--ops N] [--out PATH]` (with tests/ on the path) starts its own DynamoDB Local, runs `LARGE` and
-writes benchmarks/results/soak-<date>.md; with `--holds` it runs the concurrency-hold history
-`hold_runs.LARGE_HOLDS` and writes soak-holds-<date>.md; with `--regions` the history across three
-simulated Regions `region_runs.LARGE_REGIONS` and writes soak-regions-<date>.md; it exits 1 when
-the checker found a violation.
+`SMALL` and `SMALL_CHURN` (in `make test`) and `LARGE` and `LARGE_CHURN` are the plans.
+`python -m support.history.soak [--seed N] [--ops N] [--out PATH]` (with tests/ on the path)
+starts its own DynamoDB Local, runs `LARGE` and writes benchmarks/results/soak-<date>.md; with
+`--churn` it runs `LARGE_CHURN` (writers coming and going) and writes soak-churn-<date>.md; with
+`--holds` it runs the concurrency-hold history `hold_runs.LARGE_HOLDS` and writes
+soak-holds-<date>.md; with `--regions` the history across three simulated Regions
+`region_runs.LARGE_REGIONS` and writes soak-regions-<date>.md; it exits 1 when the checker found
+a violation.
 """
 
 from __future__ import annotations
@@ -75,6 +77,40 @@ LARGE = replace(
     cancel_rate=0.05,
     rejection_cache_ttl=0.1,
 )
+#: Writers that come and go (tests/histories/test_histories.py): 3 slots, each running 3
+#: processes one after another (each a new writer that opens, works, closes: 9 writers, plus a
+#: killed one's replacement), under the faults, kill and partitions of SMALL. An item keeps
+#: one entry here and removes none younger than 1 s (core/evidence.py's bounds, scaled down),
+#: so the history reaches what a fleet does: entries removed to make room (the floor), writers
+#: finding the item full and writing without evidence.
+SMALL_CHURN = replace(
+    SMALL,
+    seed=43,
+    processes=3,
+    tasks=2,
+    ops=4,
+    generations=3,
+    extra=(
+        ("evidence", {"MAX_ENTRIES": 1, "ROOM_LEFT": 0, "MAX_REMOVED": 2, "EVICT_AGE_MS": 1_000}),
+    ),
+)
+#: The large run of it (`make soak SOAK_ARGS=--churn`): 4 slots x 25 writers each, 32 tasks.
+LARGE_CHURN = replace(
+    SMALL_CHURN,
+    seed=4343,
+    processes=4,
+    generations=25,
+    tasks=32,
+    ops=12,
+    seconds=2_400,
+    kills=3,
+    limits=Limits(rpm=30, period_s=60),
+    read_timeout=1.0,
+    pause_s=0.1,
+    extra=(
+        ("evidence", {"MAX_ENTRIES": 3, "ROOM_LEFT": 1, "MAX_REMOVED": 3, "EVICT_AGE_MS": 2_000}),
+    ),
+)
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 
 
@@ -99,13 +135,22 @@ def main() -> int:
     parser.add_argument(
         "--regions", action="store_true", help="three simulated Regions, LARGE_REGIONS"
     )
+    parser.add_argument("--churn", action="store_true", help="writers come and go, LARGE_CHURN")
     parser.add_argument("--seed", type=int, default=None, help="the plan's unless given")
     parser.add_argument("--ops", type=int, default=None, help="operations a task")
     parser.add_argument("--seconds", type=float, default=None, help="a stall's bound")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--logs", type=Path, default=None, help="keep the histories here")
     args = parser.parse_args()
-    plan = LARGE_HOLDS if args.holds else LARGE_REGIONS if args.regions else LARGE
+    plan = (
+        LARGE_HOLDS
+        if args.holds
+        else LARGE_REGIONS
+        if args.regions
+        else LARGE_CHURN
+        if args.churn
+        else LARGE
+    )
     given = {
         k: getattr(args, k) for k in ("seed", "ops", "seconds") if getattr(args, k) is not None
     }
@@ -113,7 +158,15 @@ def main() -> int:
     os.environ.update(ISOLATED_AWS_ENV)
     for name in AMBIENT_AWS_VARIABLES:
         os.environ.pop(name, None)
-    kind = "holds, " if args.holds else "three Regions, " if args.regions else ""
+    kind = (
+        "holds, "
+        if args.holds
+        else "three Regions, "
+        if args.regions
+        else "writers coming and going, "
+        if args.churn
+        else ""
+    )
     print(f"soak: {kind}seed {run.seed}, {run.processes} processes x {run.tasks} tasks x "
           f"{run.ops} operations, {run.seconds:.0f} s at most", flush=True)  # fmt: skip
     with start_engine(engine="dynamodb-local") as engine, tempfile.TemporaryDirectory() as tmp:
@@ -125,7 +178,7 @@ def main() -> int:
             return _regions(asyncio.run(region_history(run, engine.endpoint_url, logs)), args.out)
         ran, checked = asyncio.run(history(run, engine.endpoint_url, logs))
     date = _date(ran)
-    out = args.out or RESULTS / f"soak-{date}.md"
+    out = args.out or RESULTS / f"soak-{'churn-' if args.churn else ''}{date}.md"
     out.write_text(render(ran, checked, title=f"Soak history, {date}"), encoding="utf-8")
     print(f"soak: {sum(checked.history.outcomes.values())} operations, "
           f"{len(checked.problems)} violations; report in {out}")  # fmt: skip

@@ -23,6 +23,7 @@ from botocore.config import Config
 from support.faultproxy import fault_proxy
 from support.history.workload import Log, one_op
 from zae_limiter import RateLimiter, RateLimiterUnavailable, Repository
+from zae_limiter.core import evidence as evidence_rules
 
 
 def skewed_clock(offset_ms: int) -> Any:
@@ -37,7 +38,12 @@ def skewed_clock(offset_ms: int) -> Any:
 @asynccontextmanager
 async def connected(settings: dict[str, Any]) -> AsyncIterator[tuple[Any, Repository | None]]:
     """The process's fault proxy and a Repository opened through it, with the skewed clock
-    (None when `until` passed before it could open: a partition or a slow engine)."""
+    (None when `until` passed before it could open: a partition or a slow engine). A run's
+    `evidence` settings replace the evidence rules' constants (core/evidence.py) in this
+    process: a small history reaches an item's entry bound with a few writers."""
+    for name, value in settings.get("evidence", {}).items():
+        assert hasattr(evidence_rules, name), name
+        setattr(evidence_rules, name, value)
     until = settings["until"]
     async with fault_proxy(
         settings["endpoint"],
@@ -120,11 +126,13 @@ async def run(settings: dict[str, Any]) -> None:
                 return
             limiter = RateLimiter(repo)
 
+            lanes = repo.scope.admission.waves.lanes
+
             def stats() -> None:
                 cache = repo.get_cache_stats()
                 log.write({"e": "stats", "name": name, "requests": proxy.requests,
                            "faults": dict(proxy.counts), "undecided": cache.undecided_writes,
-                           "skewed": cache.skewed_items,
+                           "skewed": cache.skewed_items, "unkept": lanes.unkept,
                            "local_rejections": cache.local_rejections})  # fmt: skip
 
             async def report() -> None:
