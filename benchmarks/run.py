@@ -20,7 +20,10 @@ happens, and drives the workers in turn:
 6. concurrency: benchmarks/concurrency_cpu.py on an engine of its own (ours only), client CPU of
    a warm call with a concurrency limit against one with a rate limit, alternated, 2 RT and
    2 WCU per call asserted (acceptance: within 5 %);
-7. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
+7. overload: benchmarks/overload.py, ours and 0.17.0 alternated per row: the hot organisation
+   and one hot item at 32 and 128 tasks, on the engine and behind a proxy capping the table at
+   30 writes a second; 32 tasks on distinct users and on one user (single and three-bucket);
+8. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
    entities, hot_procs, hot_org, aggregator, manifest.
 
 Writes benchmarks/results/<date>[-quick].json, .md and -latency.png (benchmarks/report.py).
@@ -45,7 +48,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from benchmarks import concurrency_cpu, outage, report, run_scale, stats
+from benchmarks import concurrency_cpu, outage, overload, report, run_scale, stats
 from benchmarks.scenarios import CONTENTION_KINDS, HOT_TASKS, TIMING_CASES
 from benchmarks.targets import COST_ROWS, check
 from zae_limiter.local.engine import AMBIENT_AWS_VARIABLES, ISOLATED_AWS_ENV
@@ -55,7 +58,16 @@ RESULTS = ROOT / "benchmarks" / "results"
 THEIRS_VERSION = "0.17.0"
 THEIRS_VENV = ROOT / "benchmarks" / f".venv-{THEIRS_VERSION}"
 IMPLS = ("ours", "theirs")
-ALL_PHASES = ("costs", "timing", "contention", "hot", "outage", "concurrency", *run_scale.PHASES)
+ALL_PHASES = (
+    "costs",
+    "timing",
+    "contention",
+    "hot",
+    "outage",
+    "concurrency",
+    "overload",
+    *run_scale.PHASES,
+)
 
 #: The same local credentials for both workers (DynamoDB Local wants an alphanumeric key id).
 LOCAL_ENV = {**ISOLATED_AWS_ENV, "PYTHONUNBUFFERED": "1"}
@@ -500,6 +512,11 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "concurrency": lambda workers, _: (
             concurrency_cpu.bench_phase(3, 200) if args.quick else concurrency_cpu.bench_phase()
+        ),
+        "overload": lambda workers, spawn: overload.bench_phase(
+            workers,
+            spawn.endpoint_url,
+            overload.rows(2.0, 1.0) if args.quick else overload.rows(),
         ),
         **run_scale.phases(scale_plan, log),
     }

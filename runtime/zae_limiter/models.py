@@ -294,6 +294,15 @@ class CacheStats:
     resolved_after_deadline: int = 0  # ended after its caller stopped waiting
     refunded_after_deadline: int = 0  # item refunds landed for callers that had left
     abandoned_at_close: int = 0  # still unresolved when close() gave up
+    # Overload (on-unavailable.md "Overload"):
+    shed_overloaded: int = 0  # calls answered at once: not decidable before their deadline
+    bucket_writes: int = 0  # bucket write requests the acquire path sent
+    decided_calls: int = 0  # calls admitted or refused (429)
+
+    @property
+    def writes_per_decided_call(self) -> float:
+        """`bucket_writes / decided_calls` (0.0 before any call was decided)."""
+        return self.bucket_writes / self.decided_calls if self.decided_calls else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -309,4 +318,8 @@ class CacheStats:
             "resolved_after_deadline": self.resolved_after_deadline,
             "refunded_after_deadline": self.refunded_after_deadline,
             "abandoned_at_close": self.abandoned_at_close,
+            "shed_overloaded": self.shed_overloaded,
+            "bucket_writes": self.bucket_writes,
+            "decided_calls": self.decided_calls,
+            "writes_per_decided_call": self.writes_per_decided_call,
         }

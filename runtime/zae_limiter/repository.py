@@ -102,6 +102,7 @@ class Repository:
             shared.bucket_ttl_multiplier,
             shared.split_writes_per_second,
             shared.pending,
+            load=shared.load,
         )
         self._unmetered = Unmetered(shared.unmetered, namespace_name, self._configured_resources)
         self._admission.finder.unmetered = self._unmetered
@@ -398,6 +399,7 @@ class Repository:
     def get_cache_stats(self) -> CacheStats:
         lanes = self._admission.waves.lanes
         pending = self._shared.pending
+        load = self._shared.load
         return replace(
             stats(self._config_cache, self._shared.images, lanes.undecided, lanes.skewed),
             unmetered_admissions=dict(self._unmetered.admissions),
@@ -405,6 +407,9 @@ class Repository:
             resolved_after_deadline=pending.resolved_after_deadline,
             refunded_after_deadline=pending.refunded_after_deadline,
             abandoned_at_close=pending.abandoned_at_close,
+            shed_overloaded=load.shed,
+            bucket_writes=load.writes,
+            decided_calls=load.decided,
         )
 
     async def _configured_resources(self) -> list[str]:

@@ -20,10 +20,11 @@ from ..errors import RateLimitExceeded
 from ..limits import Limit
 from ..models import LimitStatus
 from ..resolution import Resolver
-from . import planning
+from . import lane_load, planning
 from .bucket_io import BucketIO
 from .deadlines import Backoff
 from .dynamo_bucket_io import DynamoError, lowered, lowering
+from .load import Load
 from .pending import Pending
 from .renewals import Renewals
 from .shards import SPLIT_WRITES_PER_SECOND, ShardChooser, SplitDetector
@@ -32,6 +33,7 @@ from .values import (
     AnswerLost,
     Contended,
     Landed,
+    Overloaded,
     Planner,
     ResourcePlan,
     RulesChanged,
@@ -43,6 +45,9 @@ from .waves import MoreOperations, Waves, Written
 log = logging.getLogger("zae_limiter")
 #: Tries, off the caller's path, of a refund that kept meeting other writers' changes.
 LATER_REFUNDS = 5
+#: While the table is paced, a call's turn must come within this share of the time its
+#: deadline leaves after its writes' estimated waits.
+TURN_SHARE = 0.5
 
 
 class Admission:
@@ -59,6 +64,7 @@ class Admission:
         split_writes_per_second: float = SPLIT_WRITES_PER_SECOND,
         pending: Pending | None = None,
         backoff: Backoff | None = None,
+        load: Load | None = None,
     ) -> None:
         self.ns = ns
         self.pending = pending if pending is not None else Pending()
@@ -76,7 +82,10 @@ class Admission:
             self.shards,
             on_written=self._observe,
             backoff=backoff,
+            load=load,
         )
+        #: the writer's requests in flight and its overload counters (acquire/load.py)
+        self.traffic = self.waves.lanes.load
         self.waves.on_orphan = self._orphaned
         self.waves.lanes.on_leave = lambda write: self.pending.adopt(write, None)
         self.finder = TargetFinder(
@@ -116,23 +125,42 @@ class Admission:
     # --- debits and credits ----------------------------------------------------------------------
 
     async def debit(
-        self, targets: list[Target], *, local_ok: bool, admissions: int = 1
+        self,
+        targets: list[Target],
+        *,
+        local_ok: bool,
+        admissions: int = 1,
+        deadline: float | None = None,
     ) -> list[Landed]:
         """Admit and debit every target together, or none: raises RateLimitExceeded.
 
-        `local_ok`: images seen within the rejection cache's lifetime may refuse without a call.
+        `local_ok`: images seen within the rejection cache's lifetime may refuse without a call,
+        counting what this writer's debits queued or in flight on the items take. `deadline`
+        (ms of `traffic.clock`): a call that cannot be decided before it is refused at once
+        (`Overloaded`), nothing sent; a call the images refuse is refused (429) first, however
+        near it is.
         """
         now = self.clock()
         if local_ok:
             checked = [self.shards.short_everywhere(t, now) for t in targets]
             targets = [target for _, target in checked]
             short = [target for is_short, target in checked if is_short]
+            busy = self.waves.lanes.by_item  # no lane: nothing of this writer's in flight
+            judged = targets if short or not busy else self._with_reserved(targets, now)
+            if judged is not targets:
+                short = [j for t, j in zip(targets, judged, strict=True) if j is not t]
+                short = [t for t in short if planning.refused_on_image(t, now)]
             if short:
                 if not any(t.read_now for t in short):
                     self.images.local_rejections += 1
-                raise self.rejection(targets, now)
+                raise self.rejection(judged, now)
+        traffic = self.traffic
+        if (deadline is not None and traffic.inflight) or traffic.rate is not None:
+            await self._take_turn(targets, deadline)
         planner = planning.admit_planner(admissions, self.ledger)
-        result = await self.waves.write_all([(t, planner) for t in targets], settle=False)
+        result = await self.waves.write_all(
+            [(t, planner) for t in targets], settle=False, deadline=deadline
+        )
         landed = [_landed(w, admissions) for w in result.written]
         if any(entry.held for entry in landed):
             self.renewals.start()
@@ -152,6 +180,44 @@ class Admission:
         assert result.error is not None
         raise result.error
 
+    def _with_reserved(self, targets: list[Target], now: int) -> list[Target]:
+        """`targets`, each unsharded one this process has a fresh image of and debits queued or
+        in flight on, judged on that image less those debits (`targets` itself when none is)."""
+        lanes = self.waves.lanes
+        judged = targets
+        for index, target in enumerate(targets):
+            reserved = lane_load.reserved(lanes, ImageCache.key_of(target.image))
+            if reserved is None or target.stamp.shards != 1:
+                continue
+            if target.read_now or self.images.fresh_for_rejection(target.seen_at, now):
+                if judged is targets:
+                    judged = list(targets)
+                judged[index] = planning.with_reserved(target, reserved, now)
+        return judged
+
+    async def _take_turn(self, targets: list[Target], deadline: float | None) -> None:
+        """Raise `Overloaded` when the call's writes would be answered after `deadline` (the
+        wait for request slots, the slowest of its items' lanes, and while the table is paced
+        its turn); else wait for its turn. A call of an idle writer is not refused on its
+        measured round trips: its answer measures the table again."""
+        traffic = self.traffic
+        lanes = self.waves.lanes
+        now = traffic.now_ms()
+        wait = traffic.wait_ms(len(targets)) + max(
+            lane_load.wait_ms(lanes, ImageCache.key_of(t.image), now) for t in targets
+        )
+        # a turn must leave half of what remains as margin (a throttle's retry, the loop's lag)
+        latest = None if deadline is None else now + (deadline - now - wait) * TURN_SHARE
+        try:
+            if deadline is not None and now + wait > deadline and traffic.inflight:
+                raise Overloaded(wait, deadline - now)
+            delay = traffic.turn(len(targets), now, latest)
+        except Overloaded:
+            traffic.shed += 1
+            raise
+        if delay > 0:
+            await self.backoff.pause(delay / 1000)
+
     def rejection(self, targets: list[Target], now: int) -> RateLimitExceeded:
         statuses = self.statuses(targets, now)
         if not any(s.exceeded for s in statuses):
@@ -161,8 +227,9 @@ class Admission:
     def statuses(self, targets: list[Target], now: int) -> list[LimitStatus]:
         return planning.target_statuses(targets, now)
 
-    async def refund(self, landed: list[Landed]) -> None:
-        """Give back everything `landed` debited, exactly once, never above a ceiling."""
+    async def refund(self, landed: list[Landed], *, fold: bool = False) -> None:
+        """Give back everything `landed` debited, exactly once, never above a ceiling.
+        `fold`: each refund waits briefly for its item's next write and goes out in it."""
         jobs: list[tuple[Target, Planner]] = [
             (self._latest(entry.target), planning.credit_planner(entry, self.ledger))
             for entry in landed
@@ -170,7 +237,7 @@ class Admission:
         ]
         if not jobs:
             return
-        await self._settle(jobs)
+        await self._settle(jobs, fold=fold)
         for entry in landed:
             entry.debited = {}
             entry.admissions = 0
@@ -209,7 +276,7 @@ class Admission:
         entries = [entry for entry in landed if entry.debited or entry.admissions]
         if not entries:
             return
-        await self.refund(entries)
+        await self.refund(entries, fold=True)
         for entry in entries:
             image = entry.target.image
             self.pending.refunded_after_deadline += 1
@@ -235,8 +302,11 @@ class Admission:
         if jobs:
             await self._settle(jobs)
 
-    async def _settle(self, jobs: list[tuple[Target, Planner]]) -> None:
-        result = await self.waves.write_all(jobs, settle=True)
+    async def _settle(self, jobs: list[tuple[Target, Planner]], *, fold: bool = False) -> None:
+        delay = self.traffic.turn(len(jobs), self.traffic.now_ms(), None)  # never refused
+        if delay > 0:
+            await self.backoff.pause(delay / 1000)
+        result = await self.waves.write_all(jobs, settle=True, fold=fold)
         if isinstance(result.error, Contended):  # its rounds ran out: it did not land
             raise Unavailable(Contended("the write kept meeting other writers' changes"))
         if isinstance(result.error, RulesChanged):  # the item's rules kept changing: not landed

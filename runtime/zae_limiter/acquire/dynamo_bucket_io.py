@@ -20,6 +20,7 @@ from ..core.bucket import LimitWrite
 from ..core.images import Address, BucketImage, Evidence
 from ..dynamo import bucket_items as items
 from ..dynamo import bucket_wire, codec, keys
+from ..dynamo.failures import throttled
 from ..dynamo.store import Store
 from ..dynamo.transport import (
     AccessDenied,
@@ -44,7 +45,7 @@ def lowering(failure: DynamoError) -> Exception:
         return AnswerLost(failure.cause)
     if isinstance(failure, AccessDenied):
         return Unavailable(failure, denied=failure.operation)
-    return Unavailable(failure)
+    return Unavailable(failure, throttled=throttled(failure))
 
 
 class _Lowered:

@@ -13,6 +13,7 @@ tells exactly whether a write whose answer was lost landed: it holds that write'
 an older one. A write found not landed after a lost answer is *fenced* (its sequence is made
 unusable with one small write) before its calls are planned again, so a late copy of it can
 never apply. Other writers' traffic cannot erase the evidence.
+Sends take request slots of the writer's `load.Load`; see also `lane_load` (overload).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from . import holds_seen
 from .deadlines import Backoff
 from .lane_calls import UNKNOWN_RESENDS as UNKNOWN_RESENDS
 from .lane_calls import Batch, Call, Outcome, Sender, Undecided
+from .load import Load
 from .skew import SkewWatch
 from .values import (
     AnswerLost,
@@ -70,8 +72,10 @@ class Lanes:
         writer: str | None = None,
         on_orphan: Callable[[Call, Outcome], None] | None = None,
         backoff: Backoff | None = None,
+        load: Load | None = None,
     ) -> None:
         self.sender = sender
+        self.load = load if load is not None else Load()
         self.backoff = backoff if backoff is not None else Backoff()
         self.on_orphan = on_orphan
         self.on_leave: Callable[[asyncio.Future[None]], None] | None = None
@@ -84,7 +88,8 @@ class Lanes:
         self.skew = SkewWatch(self.writer)
         self.ledger = holds_seen.ledger_for(self.writer)  # its concurrency holds
         self._seq = 0
-        self._lanes: dict[tuple[str, str, str, int], _Lane] = {}
+        #: the lanes of items with calls, by item (acquire/lane_load.py reads them)
+        self.by_item: dict[tuple[str, str, str, int], _Lane] = {}
 
     @property
     def skewed(self) -> int:
@@ -103,16 +108,19 @@ class Lanes:
         *,
         settle: bool,
         rounds: int,
+        deadline: float | None = None,
+        fold: bool = False,
     ) -> Outcome:
         image = target.image
         key = (image.ns, image.entity_id, image.resource, image.shard)
-        lane = self._lanes.get(key)
+        lane = self.by_item.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane(self, key)
+            lane = self.by_item[key] = _Lane(self, key)
         call = Call(target, planner, settle, rounds, asyncio.get_running_loop().create_future())
+        call.deadline = deadline  # clock ms: a throttled debit is tried again only before it
         lane.queue.append(call)
         try:
-            if not lane.busy:
+            if not lane.busy and not fold:  # a folded call waits (lane_load.fold)
                 lane.busy = True
                 try:
                     await lane.drain(until=call)
@@ -138,7 +146,7 @@ class Lanes:
 
     def retire(self, key: tuple[str, str, str, int]) -> None:
         """Forget an item's lane once it is free (the next call opens a new one)."""
-        self._lanes.pop(key, None)
+        self.by_item.pop(key, None)
 
 
 class _Lane:
@@ -153,6 +161,9 @@ class _Lane:
         self.exists = True
         self._task: asyncio.Future[None] | None = None  # a drain after its caller's call ended
         self.inflight: asyncio.Future[None] | None = None  # a batch sent as a task
+        self.flying: list[Call] = []  # the calls of the batch formed last (lane_load.py)
+        self.sent_at: float | None = None  # when the request in flight was sent; its smoothed
+        self.rtt_ms = 0.0  # round trip
 
     def release(self) -> None:
         """Hand the lane to a background drain if calls are still queued or a batch is still
@@ -190,6 +201,7 @@ class _Lane:
             batch = self._form()
             if batch is None:
                 continue
+            self.flying = batch.calls
             if batch.calls == [until]:
                 await self._in_place(batch)
                 continue
@@ -214,6 +226,8 @@ class _Lane:
         try:
             image = await self._send(batch)
         except asyncio.CancelledError:
+            if batch.first_sent is None:
+                raise  # cancelled while waiting for a request slot: nothing was sent
             batch.lost += 1
             self._go_on(self._run(batch))
             raise
@@ -312,11 +326,21 @@ class _Lane:
             failure = None
 
     async def _send(self, batch: Batch) -> BucketImage:
+        lanes = self.lanes
+        if not lanes.load.take():
+            await lanes.load.wait()
         if batch.first_sent is None:
-            batch.first_sent = self.lanes.clock()
-        return await self.lanes.sender.send(
-            batch.image, batch.exists, batch.writes, batch.admissions, batch.evidence, batch.now
-        )
+            batch.first_sent = lanes.clock()
+        self.sent_at = lanes.load.clock()
+        try:
+            image = await lanes.sender.send(
+                batch.image, batch.exists, batch.writes, batch.admissions, batch.evidence, batch.now
+            )
+        except BaseException as exc:
+            lanes.load.ended(self, lanes.load.clock(), exc)
+            raise
+        lanes.load.ended(self, lanes.load.clock(), None)
+        return image
 
     async def _failed(self, batch: Batch, failure: Exception) -> bool:
         """Act on a send's failure; True when the same write is to be sent again."""
@@ -386,6 +410,7 @@ class _Lane:
         fence = Evidence(lanes.writer, lanes.next_seq(lanes.clock()))
         cause: BaseException = Undecided("the fence after a lost answer could not land")
         for attempt in range(UNKNOWN_RESENDS + 1):
+            lanes.load.writes += 1
             try:
                 image = await lanes.sender.fence(current, fence, batch.evidence.seq)
             except ItemChanged as changed:
@@ -426,18 +451,21 @@ class _Lane:
         self.queue.extendleft(reversed(retry))
 
     async def _unavailable(self, batch: Batch, exc: Unavailable) -> None:
-        """Certainly not applied: settle calls wait and retry, the others give up."""
+        """Certainly not applied: settle calls wait and retry, and so does a debit throttled
+        while it can still be decided before its deadline; the others give up."""
         waiting = False
         retry = []
+        soon = self.lanes.load.now_ms() + (self.rtt_ms or self.lanes.load.rtt_ms)
         for call in batch.calls:
-            call.tries += 1
-            if call.settle and call.tries < call.rounds and not call.future.done():
+            call.tries += not (call.settle and exc.throttled)  # a throttled refund never gives up
+            again = call.settle or (exc.throttled and call.in_time(soon + 50 * call.tries))
+            if again and call.tries < call.rounds and not call.future.done():
                 retry.append(call)
                 waiting = True
             else:
                 call.resolve(Outcome(call.target, error=exc), self.lanes.on_orphan)
         if waiting:
-            await self.lanes.backoff.pause(0.05 * max(c.tries for c in retry))
+            await self.lanes.backoff.pause(0.05 * max(1, *(c.tries for c in retry)))
             self.queue.extendleft(reversed(retry))
 
     def _give_up(self, batch: Batch, cause: BaseException) -> None:

@@ -19,11 +19,12 @@ from ..caches import ImageCache
 from ..core.bucket import LimitWrite
 from ..core.images import BucketImage, Evidence, Stamp, new_op_id
 from ..core.shard_split import too_small_to_double
+from . import lane_load, planning
 from . import lanes as lanes_
-from . import planning
 from .bucket_io import BucketIO
 from .deadlines import Backoff
 from .lane_calls import Call, Outcome
+from .load import Load
 from .shards import ShardChooser, split_parts
 from .values import (
     AnswerLost,
@@ -80,6 +81,7 @@ class Waves:
         *,
         on_written: Callable[[BucketImage], None],
         backoff: Backoff | None = None,
+        load: Load | None = None,
     ) -> None:
         self.bucket_io = bucket_io
         self.images = images
@@ -99,20 +101,28 @@ class Waves:
             blank=self._blank_after,
             on_orphan=self._orphaned,
             backoff=backoff,
+            load=load,
         )
 
     @property
     def ns(self) -> str:
         return self.maker.ns
 
-    async def write_all(self, jobs: list[tuple[Target, Planner]], *, settle: bool) -> WaveResult:
+    async def write_all(
+        self,
+        jobs: list[tuple[Target, Planner]],
+        *,
+        settle: bool,
+        deadline: float | None = None,
+        fold: bool = False,
+    ) -> WaveResult:
         """Write every job through its item's lane until each lands or is refused.
 
         A planner maps (target with its latest image, now) to the limit writes and admissions
         delta, or None when a fresh image shows the request cannot be admitted. When several
         jobs are admitted together and one refuses on the images at hand, nothing is sent. With
         `settle` (exit writes and refunds, which never refuse), transient failures are retried
-        longer.
+        longer; `deadline` and `fold`: see `Lanes.write`.
         """
         written: list[Written] = []
         refused: list[Target] = []
@@ -125,11 +135,15 @@ class Waves:
                 return WaveResult(written, refused, error, latest, judged_at)
         refused_at: int | None = None
         rounds = SETTLE_ROUNDS if settle else MAX_ROUNDS
+        if fold:
+            lane_load.fold(self.lanes, [ImageCache.key_of(target.image) for target, _ in jobs])
         pending = list(enumerate(jobs))
         while pending:
             outcomes = await _settle_all(
                 [
-                    self.lanes.write(target, planner, settle=settle, rounds=rounds)
+                    self.lanes.write(
+                        target, planner, settle=settle, rounds=rounds, deadline=deadline, fold=fold
+                    )
                     for _, (target, planner) in pending
                 ]
             )
