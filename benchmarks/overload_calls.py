@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from benchmarks.outage_calls import TICK_S, percentile
+from benchmarks.outage_calls import lag_ticker, percentile
 
 ORG = "org-hot"
 ORG_PER_MINUTE = 100
@@ -139,14 +139,7 @@ async def run_calls(
             # a caller answered without I/O must not hold the loop; a 503's waits its Retry-After
             await asyncio.sleep(RETRY_AFTER_503_S if kind == "unavailable" else 0)
 
-    async def ticker() -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            before = loop.time()
-            await asyncio.sleep(TICK_S)
-            lags.append(loop.time() - before - TICK_S)
-
-    ticking = asyncio.ensure_future(ticker())
+    ticking = asyncio.ensure_future(lag_ticker(lags))
     wall0 = time.perf_counter()
     try:
         await asyncio.gather(*(worker(task) for task in range(shape.tasks)))

@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from benchmarks.outage_proxy import ProxyProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,30 +34,12 @@ async def serve(upstream: str, per_second: float) -> None:
             proxy.counts.clear()
 
 
-class CappedProcess:
+class CappedProcess(ProxyProcess):
     """The client side: start the proxy process, read its counts, stop it."""
 
     def __init__(self, upstream: str, per_second: float) -> None:
+        super().__init__(upstream, "benchmarks.overload_proxy", "--per-second", str(per_second))
         self.per_second = per_second
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "benchmarks.overload_proxy",
-                "--upstream",
-                upstream,
-                "--per-second",
-                str(per_second),
-            ],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        self.url = self.process.stdout.readline().strip()
-        if not self.url:
-            raise RuntimeError("the capped proxy did not start")
 
     def counts(self) -> dict[str, Any]:
         """Write items forwarded and throttled since the last call."""
@@ -65,15 +48,6 @@ class CappedProcess:
         self.process.stdin.flush()
         counts: dict[str, Any] = json.loads(self.process.stdout.readline())
         return counts
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()  # our own child, by its handle
-            self.process.wait()
 
 
 def main() -> None:

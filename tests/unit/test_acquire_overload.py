@@ -13,7 +13,7 @@ import pytest
 
 from support.acquire_env import AcquireEnv
 from support.memory_bucket_io import MemoryBucketIO
-from zae_limiter.acquire import lane_load
+from zae_limiter.acquire import lane_load, planning
 from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.load import Load
 from zae_limiter.acquire.values import Landed, Overloaded, Target, Unavailable
@@ -133,6 +133,19 @@ async def test_a_known_refusal_is_a_429_before_any_overload_judgement() -> None:
     assert env.admission.traffic.shed == 0
     await table.answer()
     assert len(await in_flight) == 1
+
+
+def test_debits_in_flight_take_no_more_than_the_balance_they_could_be_admitted_on() -> None:
+    """Of 5 units in flight on an item with 1 left, 4 will be refused, not debited: the next
+    call waits for one unit to drip back (6 s), not five."""
+    env = AcquireEnv((TEN,))
+    drained = env.drained()
+    env.clock.advance(6_000)
+    target = env.target(env.stored(states=drained), {"rpm": 1})
+    judged = planning.with_reserved(target, {"rpm": 5 * MILLI}, env.clock())
+    assert planning.refused_on_image(judged, env.clock())
+    rejection = env.admission.rejection([judged], env.clock())
+    assert rejection.retry_after_seconds == pytest.approx(6.0, abs=0.01)
 
 
 async def test_a_cascade_learns_its_parent_is_exhausted_from_this_writer_s_debits() -> None:

@@ -189,7 +189,8 @@ def refused_on_image(target: Target, now: int) -> bool:
 
 def with_reserved(target: Target, reserved: dict[str, int], now: int) -> Target:
     """The target on its image less `reserved` (milli per limit: debits this process has queued
-    or in flight on the item), as if they had landed; concurrency and soft limits unchanged."""
+    or in flight on the item), as far as the balance goes: the debits past it will be refused,
+    not debited. Concurrency and soft limits unchanged."""
     image = target.image
     states = dict(image.states)
     for name, amount in reserved.items():
@@ -197,7 +198,9 @@ def with_reserved(target: Target, reserved: dict[str, int], now: int) -> Target:
         if params is None or params.soft or params.kind == Kind.CONCURRENT:
             continue
         state = states.get(name) or bucket.full_state(params, image.slot)
-        states[name] = _force(params, state, now, image.slot, amount).result
+        taken = min(amount, max(0, bucket.view(params, state, now, image.slot).balance))
+        if taken:
+            states[name] = _force(params, state, now, image.slot, taken).result
     return evolve(target, image=evolve(image, states=states))
 
 

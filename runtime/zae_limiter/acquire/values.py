@@ -131,8 +131,8 @@ class Overloaded(Unavailable):
     def __init__(self, wait_ms: float, left_ms: float) -> None:
         super().__init__(
             RuntimeError(
-                f"its writes would be answered in about {wait_ms:.0f} ms, "
-                f"{max(left_ms, 0.0):.0f} ms before its deadline"
+                f"its writes would take about {wait_ms:.0f} ms and "
+                f"{max(left_ms, 0.0):.0f} ms are left"
             )
         )
 
