@@ -53,7 +53,17 @@ def rows(overload_s: float = OVERLOAD_SECONDS, quiet_s: float = QUIET_SECONDS) -
     return out
 
 
-def run_row(workers: dict[str, Any], row: Row, endpoint: str, turn: int) -> dict[str, Any]:
+def engine_cpu_s(pid: int) -> float:
+    """The engine process's CPU time so far (user + system, seconds; 0 without a pid)."""
+    if not pid:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_row(
+    workers: dict[str, Any], row: Row, endpoint: str, turn: int, engine_pid: int = 0
+) -> dict[str, Any]:
     """One row, both implementations in turn (who goes first alternates with `turn`)."""
     from benchmarks.overload_proxy import CappedProcess
 
@@ -75,7 +85,12 @@ def run_row(workers: dict[str, Any], row: Row, endpoint: str, turn: int) -> dict
             )
             if proxy is not None:
                 proxy.counts()  # from here on
+            cpu = engine_cpu_s(engine_pid)
             result = workers[impl].call("overload_run", seconds=row.seconds)
+            writes = result["write_requests"] or 1
+            result["engine_cpu_ms_per_write"] = round(
+                1000 * (engine_cpu_s(engine_pid) - cpu) / writes, 3
+            )
             if proxy is not None:
                 result["proxy"] = proxy.counts()
             result["load"] = os.getloadavg()[0]
@@ -94,6 +109,7 @@ def _line(r: dict[str, Any]) -> str:
         f"p50/p99/max {r['p50_ms']}/{r['p99_ms']}/{r['max_ms']} ms, past {r['past_deadline']} "
         f"(late p99 {r['late_p99_ms']}), lag p99/max {r['lag_p99_ms']}/{r['lag_max_ms']}, "
         f"errors {r['errors']}, proxy {r.get('proxy')}, stats {_ours_stats(r)}, "
+        f"engine CPU {r.get('engine_cpu_ms_per_write')} ms/write, "
         f"load {r['load']:.1f}"
     )
 
@@ -103,9 +119,13 @@ def _ours_stats(r: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in r.get("stats", {}).items() if k in keep}
 
 
-def bench_phase(workers: dict[str, Any], endpoint: str, selected: list[Row]) -> dict[str, Any]:
+def bench_phase(
+    workers: dict[str, Any], endpoint: str, selected: list[Row], engine_pid: int = 0
+) -> dict[str, Any]:
     """The "overload" phase of `benchmarks.run`: every row, both implementations alternated."""
-    results = [run_row(workers, row, endpoint, turn) for turn, row in enumerate(selected)]
+    results = [
+        run_row(workers, row, endpoint, turn, engine_pid) for turn, row in enumerate(selected)
+    ]
     return {"rows": results, "cap_per_second": CAP_PER_SECOND}
 
 
@@ -199,7 +219,7 @@ def main() -> None:
     impls = set(args.impls.split(","))
     with fresh_session(ensure_theirs_venv()) as (workers, spawn):
         chosen = {k: v for k, v in workers.items() if k in impls}
-        result = bench_phase(chosen, spawn.endpoint_url, selected)
+        result = bench_phase(chosen, spawn.endpoint_url, selected, spawn.engine_pid)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     print(section(result))

@@ -236,9 +236,12 @@ class WorkerProcess:
 class Spawner:
     """Starts more workers for a session: on its engine, or at another endpoint (a proxy)."""
 
-    def __init__(self, pythons: dict[str, Path], endpoint_url: str, log_dir: Path) -> None:
+    def __init__(
+        self, pythons: dict[str, Path], endpoint_url: str, log_dir: Path, engine_pid: int = 0
+    ) -> None:
         self.pythons = pythons
         self.endpoint_url = endpoint_url
+        self.engine_pid = engine_pid  # the engine's CPU time is read from /proc (overload phase)
         self.log_dir = log_dir
         self._numbers = itertools.count(1)
 
@@ -271,7 +274,7 @@ def fresh_session(theirs_python: Path) -> Iterator[Session]:
     try:
         with tempfile.TemporaryDirectory(prefix="zae-bench-") as log_dir:
             pythons = {"ours": Path(sys.executable), "theirs": theirs_python}
-            spawn = Spawner(pythons, engine.endpoint_url, Path(log_dir))
+            spawn = Spawner(pythons, engine.endpoint_url, Path(log_dir), engine.pid)
             try:
                 for impl, python in pythons.items():
                     workers[impl] = WorkerProcess(impl, python, engine.endpoint_url, Path(log_dir))
@@ -517,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
             workers,
             spawn.endpoint_url,
             overload.rows(2.0, 1.0) if args.quick else overload.rows(),
+            spawn.engine_pid,
         ),
         **run_scale.phases(scale_plan, log),
     }

@@ -455,7 +455,8 @@ class _Lane:
         while it can still be decided before its deadline; the others give up."""
         waiting = False
         retry = []
-        soon = self.lanes.load.now_ms() + (self.rtt_ms or self.lanes.load.rtt_ms)
+        load = self.lanes.load
+        soon = load.now_ms() + load.slow_rtt_ms(self.rtt_ms or load.rtt_ms)
         for call in batch.calls:
             call.tries += not (call.settle and exc.throttled)  # a throttled refund never gives up
             again = call.settle or (exc.throttled and call.in_time(soon + 50 * call.tries))

@@ -45,8 +45,10 @@ START_LIMIT = 64.0
 MAX_LIMIT = 256.0
 #: What is left of the requests in flight after a cut.
 CUT = 0.7
-#: A round trip's weight in the smoothed round trip.
+#: A round trip's weight in the smoothed round trip, and in its smoothed deviation (as TCP's
+#: retransmission timer keeps them: RFC 6298).
 SMOOTHING = 0.2
+VAR_SMOOTHING = 0.25
 #: The fastest answer is remembered over at least this long (and at most twice).
 BASE_SPAN_S = 10
 #: An answer slower than this share of the default deadline may cut the limit.
@@ -77,6 +79,7 @@ class Load:
         self.inflight = 0
         self.waiters: deque[asyncio.Future[None]] = deque()
         self.rtt_ms = 0.0  # smoothed round trip; 0 until one was measured
+        self.rtt_var_ms = 0.0  # its smoothed deviation
         self.slow_ms = slow_ms  # None: only throttling slows the writer down
         self.rate: float | None = None  # the pace (writes a second); None: not paced
         self._next_turn = 0.0  # ms: no turn before
@@ -99,6 +102,11 @@ class Load:
 
     def now_ms(self) -> float:
         return self.clock() * 1000
+
+    def slow_rtt_ms(self, rtt_ms: float) -> float:
+        """A round trip of about `rtt_ms` on average, taken as slow as most answers come:
+        plus twice the smoothed deviation (what the estimates count per round trip)."""
+        return rtt_ms + 2 * self.rtt_var_ms
 
     # --- slots -----------------------------------------------------------------------------
 
@@ -135,7 +143,11 @@ class Load:
             return
         rtt = (now - sent) * 1000
         lane.rtt_ms += (rtt - lane.rtt_ms) * SMOOTHING if lane.rtt_ms else rtt
-        self.rtt_ms += (rtt - self.rtt_ms) * SMOOTHING if self.rtt_ms else rtt
+        if self.rtt_ms:
+            self.rtt_var_ms += (abs(rtt - self.rtt_ms) - self.rtt_var_ms) * VAR_SMOOTHING
+            self.rtt_ms += (rtt - self.rtt_ms) * SMOOTHING
+        else:  # the first round trip (RFC 6298)
+            self.rtt_ms, self.rtt_var_ms = rtt, rtt / 2
         throttled = isinstance(failure, Unavailable) and failure.throttled
         if throttled:
             self.throttled(now)
@@ -236,7 +248,7 @@ class Load:
         """How long `requests` more requests would wait for slots: each slot turns over once per
         round trip (ms)."""
         queued = self.inflight + len(self.waiters) + requests
-        return max(0.0, (queued - self.limit) * self.rtt_ms / self.limit)
+        return max(0.0, (queued - self.limit) * self.slow_rtt_ms(self.rtt_ms) / self.limit)
 
     @property
     def writes_per_decided(self) -> float:
