@@ -117,7 +117,7 @@ class Lanes:
         if lane is None:
             lane = self.by_item[key] = _Lane(self, key)
         call = Call(target, planner, settle, rounds, asyncio.get_running_loop().create_future())
-        call.deadline = deadline  # clock ms: a throttled debit is tried again only before it
+        call.deadline = deadline  # Load ms: a throttled debit is tried again only before it
         lane.queue.append(call)
         try:
             if not lane.busy and not fold:  # a folded call waits (lane_load.fold)
@@ -458,7 +458,7 @@ class _Lane:
         load = self.lanes.load
         soon = load.now_ms() + load.slow_rtt_ms(self.rtt_ms or load.rtt_ms)
         for call in batch.calls:
-            call.tries += not (call.settle and exc.throttled)  # a throttled refund never gives up
+            call.tries += 1
             again = call.settle or (exc.throttled and call.in_time(soon + 50 * call.tries))
             if again and call.tries < call.rounds and not call.future.done():
                 retry.append(call)
@@ -466,7 +466,7 @@ class _Lane:
             else:
                 call.resolve(Outcome(call.target, error=exc), self.lanes.on_orphan)
         if waiting:
-            await self.lanes.backoff.pause(0.05 * max(1, *(c.tries for c in retry)))
+            await self.lanes.backoff.pause(0.05 * max(c.tries for c in retry))
             self.queue.extendleft(reversed(retry))
 
     def _give_up(self, batch: Batch, cause: BaseException) -> None:
