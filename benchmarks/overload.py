@@ -3,10 +3,10 @@
     .venv/bin/python -m benchmarks.run --phases overload     # in the full benchmark
     .venv/bin/python -m benchmarks.overload [--seconds 15] [--rows org32,...] [--json FILE]
 
-Rows (benchmarks/overload_calls.py has the shapes): the hot organisation at 32 and 128 tasks and
-one hot item at 32 and 128 tasks, each on the engine and behind the capped proxy (30 write items
-a second, benchmarks/overload_proxy.py); and the no-contention rows on the engine: 32 tasks on
-distinct warm users and 32 tasks on one user, single and three-bucket. Per row and
+Rows (benchmarks/overload_calls.py has the shapes): the hot organisation (15 s) and one hot item
+(8 s) at 32 and 128 tasks, each on the engine and behind the capped proxy (30 write items a
+second, benchmarks/overload_proxy.py); and the no-contention rows on the engine (8 s): 32 tasks
+on distinct warm users and 32 tasks on one user, single and three-bucket. Per row and
 implementation (who goes first alternates): admitted per second, 429s, 503s, writes per decided
 call (write requests on the wire / admitted + 429), decision p50/p99/max, calls decided past the
 1 s deadline and by how much, and the event loop's lag beside them; for ours, the counters of
@@ -19,7 +19,7 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +41,24 @@ class Row:
 
 
 def rows(overload_s: float = OVERLOAD_SECONDS, quiet_s: float = QUIET_SECONDS) -> list[Row]:
+    """Every row: the hot organisation for `overload_s` (its limit's burst, then its refill),
+    one hot item and the no-contention shapes for `quiet_s`."""
     out = []
     for capped in (False, True):
         suffix = "-capped" if capped else ""
-        for shape in ("org", "hot"):
+        for shape, seconds in (("org", overload_s), ("hot", quiet_s)):
             for tasks in (32, 128):
-                out.append(Row(f"{shape}{tasks}{suffix}", shape, "", tasks, capped, overload_s))
+                out.append(Row(f"{shape}{tasks}{suffix}", shape, "", tasks, capped, seconds))
     for shape in ("distinct", "one_user"):
         for case in ("single", "three"):
             out.append(Row(f"{shape}-{case}", shape, case, 32, False, quiet_s))
     return out
+
+
+def quick_rows() -> list[Row]:
+    """A smoke run's rows: the hot organisation on the engine and capped, distinct users."""
+    wanted = {"org32": 2.0, "org32-capped": 3.0, "distinct-single": 1.0}
+    return [replace(r, seconds=wanted[r.name]) for r in rows() if r.name in wanted]
 
 
 def engine_cpu_s(pid: int) -> float:

@@ -519,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         "overload": lambda workers, spawn: overload.bench_phase(
             workers,
             spawn.endpoint_url,
-            overload.rows(2.0, 1.0) if args.quick else overload.rows(),
+            overload.quick_rows() if args.quick else overload.rows(),
             spawn.engine_pid,
         ),
         **run_scale.phases(scale_plan, log),
