@@ -7,7 +7,8 @@ throttled table is paced."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import pytest
 
@@ -20,6 +21,7 @@ from zae_limiter.acquire.values import Landed, Overloaded, Target, Unavailable
 from zae_limiter.core.bucket import MILLI, Kind, Params
 from zae_limiter.errors import RateLimitExceeded
 
+_T = TypeVar("_T")
 RTT_MS = 400
 #: 1,000 a minute: no limit is reached unless a test drains it.
 WIDE = Params("rpm", Kind.RATE, 1_000 * MILLI, 1_000 * MILLI, 60_000)
@@ -57,6 +59,20 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+class Held(Exception):
+    """A call that should have been answered at once waits for the slow table."""
+
+
+async def answered_or_held(work: Coroutine[Any, Any, _T]) -> _T:
+    """`work`'s answer if it comes without the table answering; else raises `Held`."""
+    task = asyncio.ensure_future(work)
+    await settle()
+    if not task.done():
+        task.cancel()
+        raise Held("it was queued or sent instead of answered at once")
+    return task.result()
+
+
 def slow_env(limits: tuple[Params, ...] = (WIDE,)) -> tuple[AcquireEnv, SlowTable]:
     """An acquire path on a slow table, its load timed by the test's clock."""
     env = AcquireEnv(limits, backoff=Backoff(scale=0.0))
@@ -87,8 +103,10 @@ async def test_a_call_that_cannot_be_decided_in_time_is_answered_at_once_sending
     # One round trip measured (400 ms) is taken as slow as most answers come: 400 ms plus twice
     # its deviation (200 ms). The write in flight has that left, then this call's batch: 1.6 s.
     with pytest.raises(Overloaded):
-        await env.admission.debit(
-            [env.target(image, {"rpm": 1})], local_ok=True, deadline=env.clock() + 1_500
+        await answered_or_held(
+            env.admission.debit(
+                [env.target(image, {"rpm": 1})], local_ok=True, deadline=env.clock() + 1_500
+            )
         )
     assert table.sent == sent  # nothing was sent for it
     assert env.admission.traffic.shed == 1
@@ -127,7 +145,9 @@ async def test_a_known_refusal_is_a_429_before_any_overload_judgement() -> None:
     await settle()
     assert table.sent == 1
     with pytest.raises(RateLimitExceeded) as raised:
-        await env.admission.debit([fresh], local_ok=True, deadline=env.clock() + 1)
+        await answered_or_held(
+            env.admission.debit([fresh], local_ok=True, deadline=env.clock() + 1)
+        )
     assert table.sent == 1  # refused without a write
     assert raised.value.retry_after_seconds == pytest.approx(6.0, abs=0.01)
     assert env.images.local_rejections == 1
@@ -167,8 +187,10 @@ async def test_a_cascade_learns_its_parent_is_exhausted_from_this_writer_s_debit
     await settle()
     sent = table.sent
     with pytest.raises(RateLimitExceeded) as raised:
-        await env.admission.debit(
-            [env.target(u2, {"rpm": 1}), parent], local_ok=True, deadline=env.clock() + 1_000
+        await answered_or_held(
+            env.admission.debit(
+                [env.target(u2, {"rpm": 1}), parent], local_ok=True, deadline=env.clock() + 1_000
+            )
         )
     assert table.sent == sent
     assert {s.entity_id for s in raised.value.violations} == {"org"}
