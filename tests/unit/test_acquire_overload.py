@@ -156,6 +156,28 @@ async def test_a_known_refusal_is_a_429_before_any_overload_judgement() -> None:
     assert len(await in_flight) == 1
 
 
+async def test_calls_queued_behind_the_write_in_flight_reserve_nothing() -> None:
+    """Found by the overload bench (128 tasks behind a capped table): calls queued on a hot item
+    that were later shed or left made the next calls 429 on units nobody took. Only the write in
+    flight counts: with 2 units left, 1 in flight and 1 queued, a third call is queued too."""
+    env, table = slow_env((TEN,))
+    drained = env.drained()
+    env.clock.advance(12_000)  # two units dripped back
+    fresh = env.target(env.stored(states=drained), {"rpm": 1}, read_now=False)
+    calls = [debit(env, fresh, 5_000)]  # sent, held
+    await settle()
+    calls.append(debit(env, fresh, 5_000))  # queued behind it
+    await settle()
+    calls.append(debit(env, fresh, 5_000))
+    await settle()
+    assert not any(call.done() for call in calls)  # nobody was refused locally
+    assert env.images.local_rejections == 0
+    while table.held:
+        await table.answer(10)
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    assert [isinstance(o, RateLimitExceeded) for o in outcomes] == [False, False, True]
+
+
 def test_debits_in_flight_take_no_more_than_the_balance_they_could_be_admitted_on() -> None:
     """Of 5 units in flight on an item with 1 left, 4 will be refused, not debited: the next
     call waits for one unit to drip back (6 s), not five."""

@@ -135,7 +135,7 @@ class Admission:
         """Admit and debit every target together, or none: raises RateLimitExceeded.
 
         `local_ok`: images seen within the rejection cache's lifetime may refuse without a call,
-        counting what this writer's debits queued or in flight on the items take. `deadline`
+        counting what this writer's debits in flight on the items take. `deadline`
         (ms of `traffic.clock`): a call that cannot be decided before it is refused at once
         (`Overloaded`), nothing sent; a call the images refuse is refused (429) first, however
         near it is.
@@ -181,8 +181,8 @@ class Admission:
         raise result.error
 
     def _with_reserved(self, targets: list[Target], now: int) -> list[Target]:
-        """`targets`, each unsharded one this process has a fresh image of and debits queued or
-        in flight on, judged on that image less those debits (`targets` itself when none is)."""
+        """`targets`, each unsharded one this process has a fresh image of and debits in flight
+        on, judged on that image less those debits (`targets` itself when none is)."""
         lanes = self.waves.lanes
         judged = targets
         for index, target in enumerate(targets):

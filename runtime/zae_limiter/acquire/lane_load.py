@@ -1,7 +1,7 @@
 """A writer's lanes under load (docs/on-unavailable.md "Overload").
 
 `wait_ms`: how long a new call on an item would take to be decided; `reserved`: what this
-writer's debits queued or in flight on it take. The admission sheds a call that cannot be
+writer's debits in flight on it take. The admission sheds a call that cannot be
 decided before its deadline, and refuses (429) one the item's fresh image less `reserved`
 cannot admit, before anything of it is sent. `fold`: a refund for a caller that left is queued
 on its item's lane without being sent (`Lanes.write(fold=True)`); the next call on the item
@@ -51,17 +51,16 @@ def wait_ms(lanes: Lanes, key: Key, now: float) -> float:
 
 
 def reserved(lanes: Lanes, key: Key) -> dict[str, int] | None:
-    """Milli per limit that this writer's debits queued or in flight on the item take; None
-    when there are none."""
+    """Milli per limit that this writer's debits in the item's write in flight take; None when
+    there are none. Calls still queued behind it do not count: until they are sent they may be
+    shed, or their callers leave, and a debit that never lands must not refuse anyone."""
     lane = lanes.by_item.get(key)
     if lane is None:
         return None
     out: dict[str, int] = {}
-    seen: set[int] = set()
-    for call in (*lane.flying, *lane.queue):
-        if call.settle or call.future.done() or id(call) in seen:
+    for call in lane.flying:
+        if call.settle or call.future.done():
             continue
-        seen.add(id(call))
         for name, amount in call.target.amounts.items():
             out[name] = out.get(name, 0) + amount
     return out or None

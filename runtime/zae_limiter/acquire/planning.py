@@ -188,9 +188,9 @@ def refused_on_image(target: Target, now: int) -> bool:
 
 
 def with_reserved(target: Target, reserved: dict[str, int], now: int) -> Target:
-    """The target on its image less `reserved` (milli per limit: debits this process has queued
-    or in flight on the item), as far as the balance goes: the debits past it will be refused,
-    not debited. Concurrency and soft limits unchanged."""
+    """The target on its image less `reserved` (milli per limit: debits this process has in
+    flight on the item), as far as the balance goes: the debits past it will be refused, not
+    debited. Concurrency and soft limits unchanged."""
     image = target.image
     states = dict(image.states)
     for name, amount in reserved.items():
