@@ -304,17 +304,23 @@ def answer(load: Load, sent_ms: int, now_ms: int, *, throttled: bool = False) ->
 
 def test_sustained_throttling_paces_calls_at_70_percent_of_what_the_table_accepted() -> None:
     load = Load(clock=lambda: 0.0)
-    for ms in range(0, 1_000, 25):  # 40 writes accepted over the second
-        assert load.take()
+    for ms in range(0, 1_000, 25):  # the table accepts 40 writes a second
+        load.inflight += 1
         answer(load, 1_000 + ms, 1_005 + ms)
     for ms in range(0, 40, 10):  # a throttle now and then is the transport's to retry
         load.throttled(2.0 + ms / 1000)
     assert load.rate is None and load.turn(3, 2_050, None) == 0
-    for ms in range(40, 400, 10):  # as many throttles as accepted writes: pace
-        load.throttled(2.0 + ms / 1000)
+    now = 2_000
+    while load.rate is None and now < 10_000:  # then more throttles than accepted writes
+        now += 5
+        if now % 25:
+            load.throttled(now / 1000)
+        else:
+            load.inflight += 1
+            answer(load, now - 5, now)
     rate = load.rate
-    assert rate is not None
-    now = 2_400
+    assert rate is not None and 3_000 <= now < 4_000  # after a second of it
+    assert rate == pytest.approx(0.7 * 40, rel=0.15)
     assert load.turn(3, now, None) == 0  # the first call's three writes go at once
     assert load.turn(1, now, None) == pytest.approx(3 * 1000 / rate)  # then after them
     with pytest.raises(Overloaded):  # its turn would come after it could still be decided
@@ -324,10 +330,10 @@ def test_sustained_throttling_paces_calls_at_70_percent_of_what_the_table_accept
 
 def test_the_pace_is_dropped_once_it_grew_far_past_the_rate_that_throttled() -> None:
     load = Load(clock=lambda: 0.0)
-    for tenth in range(10):
+    for tenth in range(25):  # 2.5 s of throttles, nothing accepted
         load.throttled(1.0 + tenth / 10)
-    assert load.rate == 1.0  # nothing accepted: the slowest pace
-    now = 2_000
+    assert load.rate == 1.0  # the slowest pace
+    now = 3_500
     while load.rate is not None and now < 600_000:
         now += 100
         load.inflight += 1

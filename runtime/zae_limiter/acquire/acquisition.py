@@ -136,10 +136,8 @@ class Acquisition:
             )
         deadlines = self.pending.deadlines
         deadline = None if self.timeout is None else deadlines.enter(self.timeout)
-        traffic = self.admission.traffic
-        decide_by = None  # an idle writer sends whatever (its answer measures the table again)
-        if self.timeout is not None and (traffic.inflight or traffic.rate is not None):
-            decide_by = traffic.now_ms() + self.timeout * 1000
+        traffic = self.admission.traffic  # its clock: `time.monotonic` (no Python call)
+        decide_by = None if self.timeout is None else (traffic.clock() + self.timeout) * 1000
         expired = False
         try:
             try:  # the deadline cancels this task; `_admit` is safe to cancel
@@ -211,7 +209,7 @@ class Acquisition:
         targets = [target_for_more(e, amounts) for e in entries]
         targets = [t for t in targets if t.amounts]
         traffic = self.admission.traffic
-        deadline = None if self.timeout is None else traffic.now_ms() + self.timeout * 1000
+        deadline = None if self.timeout is None else (traffic.clock() + self.timeout) * 1000
         try:
             landed = await self.pending.bounded(
                 self.admission.debit(targets, local_ok=False, admissions=0, deadline=deadline),

@@ -303,9 +303,6 @@ class Admission:
             await self._settle(jobs)
 
     async def _settle(self, jobs: list[tuple[Target, Planner]], *, fold: bool = False) -> None:
-        delay = self.traffic.turn(len(jobs), self.traffic.now_ms(), None)  # never refused
-        if delay > 0:
-            await self.backoff.pause(delay / 1000)
         result = await self.waves.write_all(jobs, settle=True, fold=fold)
         if isinstance(result.error, Contended):  # its rounds ran out: it did not land
             raise Unavailable(Contended("the write kept meeting other writers' changes"))

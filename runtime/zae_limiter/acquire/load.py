@@ -12,14 +12,15 @@ is written and then refunded.
   time and is cut to 70 % of what is in flight (at most once per round trip) by an answer slower
   than `slow_ms` and twice the fastest of the last `BASE_SPAN_S` or more: the table's queue
   grew, not its own latency.
-- *Pace*: once the table throttles at least half of what it is sent over a second (the
+- *Pace*: once the table has throttled at least half of what it was sent for a second (the
   transport tells `throttled` of every throttled attempt; a throttle now and then is retried
   there and changes nothing here), calls take turns (`turn`): a call's writes go out together at
   its turn, spaced to `rate` writes a second, set as botocore's adaptive retry mode sets its rate
   (`CubicCalculator`): 70 % of what the table accepted over the last second, at most one cut a
   second, grown back along a cubic, never above twice what it accepts; dropped once it has grown
   `FREE_FACTOR` times past the rate that throttled. A call whose turn would come too late to be
-  decided before its deadline takes none (`turn` raises `Overloaded`).
+  decided before its deadline takes none (`turn` raises `Overloaded`). Exit writes and refunds
+  take no turn: they are few, and must never wait behind calls.
 
 Until the table throttles or slows down, a write pays a few comparisons and counters.
 `wait_ms` estimates how long new requests wait for slots: with `lane_load.wait_ms` (what waits on
@@ -87,6 +88,7 @@ class Load:
         self._answers = [0, 0, 0, 0, 0]
         self._cubic: CubicCalculator | None = None
         self._cut_at = -math.inf  # ms: the last cut of the pace
+        self._throttling_from: float | None = None  # since when half the answers are throttles
         self._calm_until = 0.0  # ms: no cut of the limit before (one per round trip)
         self._base = (math.inf, math.inf)  # fastest answer: this span, the one before
         self._base_from = 0.0
@@ -186,7 +188,12 @@ class Load:
             self._next_second(now)
         answers[2] += 1
         accepted, throttles = self._last_second(now)
-        if throttles < max(MIN_THROTTLES, accepted) or now * 1000 - self._cut_at < 1000:
+        if throttles < max(MIN_THROTTLES, accepted):
+            self._throttling_from = None
+            return
+        if self._throttling_from is None or now - self._throttling_from > 2:
+            self._throttling_from = now  # measure what the table accepts for a second first
+        if now - self._throttling_from < 1 or now * 1000 - self._cut_at < 1000:
             return
         if self._cubic is None:
             self._cubic = CubicCalculator(starting_max_rate=0, start_time=now)
