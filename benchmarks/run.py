@@ -20,9 +20,10 @@ happens, and drives the workers in turn:
 6. concurrency: benchmarks/concurrency_cpu.py on an engine of its own (ours only), client CPU of
    a warm call with a concurrency limit against one with a rate limit, alternated, 2 RT and
    2 WCU per call asserted (acceptance: within 5 %);
-7. overload: benchmarks/overload.py, ours and 0.17.0 alternated per row: the hot organisation
-   and one hot item at 32 and 128 tasks, on the engine and behind a proxy capping the table at
-   30 writes a second; 32 tasks on distinct users and on one user (single and three-bucket);
+7. overload: benchmarks/overload.py, each row on an engine of its own, ours and 0.17.0
+   alternated: the hot organisation and one hot item at 32 and 128 tasks, on the engine and
+   behind a proxy capping the table at 30 writes a second; 32 tasks on distinct users and on one
+   user (single and three-bucket);
 8. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
    entities, hot_procs, hot_org, aggregator, manifest.
 
@@ -236,12 +237,9 @@ class WorkerProcess:
 class Spawner:
     """Starts more workers for a session: on its engine, or at another endpoint (a proxy)."""
 
-    def __init__(
-        self, pythons: dict[str, Path], endpoint_url: str, log_dir: Path, engine_pid: int = 0
-    ) -> None:
+    def __init__(self, pythons: dict[str, Path], endpoint_url: str, log_dir: Path) -> None:
         self.pythons = pythons
         self.endpoint_url = endpoint_url
-        self.engine_pid = engine_pid  # the engine's CPU time is read from /proc (overload phase)
         self.log_dir = log_dir
         self._numbers = itertools.count(1)
 
@@ -274,7 +272,7 @@ def fresh_session(theirs_python: Path) -> Iterator[Session]:
     try:
         with tempfile.TemporaryDirectory(prefix="zae-bench-") as log_dir:
             pythons = {"ours": Path(sys.executable), "theirs": theirs_python}
-            spawn = Spawner(pythons, engine.endpoint_url, Path(log_dir), engine.pid)
+            spawn = Spawner(pythons, engine.endpoint_url, Path(log_dir))
             try:
                 for impl, python in pythons.items():
                     workers[impl] = WorkerProcess(impl, python, engine.endpoint_url, Path(log_dir))
@@ -516,11 +514,8 @@ def main(argv: list[str] | None = None) -> int:
         "concurrency": lambda workers, _: (
             concurrency_cpu.bench_phase(3, 200) if args.quick else concurrency_cpu.bench_phase()
         ),
-        "overload": lambda workers, spawn: overload.bench_phase(
-            workers,
-            spawn.endpoint_url,
-            overload.quick_rows() if args.quick else overload.rows(),
-            spawn.engine_pid,
+        "overload": lambda workers, _: overload.bench_phase(
+            workers, overload.quick_rows() if args.quick else overload.rows()
         ),
         **run_scale.phases(scale_plan, log),
     }
