@@ -221,6 +221,34 @@ async def test_a_cascade_learns_its_parent_is_exhausted_from_this_writer_s_debit
     assert len(await first) == 2
 
 
+async def test_an_item_an_old_image_shows_short_is_written_first_and_alone() -> None:
+    """The organisation was found exhausted more than the rejection cache's lifetime ago: too
+    old to refuse on, but a user's call writes it first, and is refused with one write instead
+    of writing the user's item too and refunding it."""
+    env = AcquireEnv((TEN,))
+    org = env.stored("org", states=env.drained())
+    user = env.stored("u1")
+    env.clock.advance(1_500)  # the org's image is 1.5 s old: no unit back yet (6 s each)
+    stale = env.target(org, {"rpm": 1}, read_now=False)
+    stale = Target(
+        stale.entity_id,
+        stale.resource,
+        stale.role,
+        org,
+        exists=True,
+        seen_at=env.clock() - 1_500,
+        read_now=False,
+        amounts=stale.amounts,
+    )
+    writes = len(env.bucket_io.writes())
+    with pytest.raises(RateLimitExceeded) as raised:
+        await env.admission.debit([env.target(user, {"rpm": 1}), stale], local_ok=True)
+    assert len(env.bucket_io.writes()) == writes + 1  # the organisation's, refused
+    assert [v.entity_id for v in raised.value.violations] == ["org"]
+    assert env.balance() == 10  # the user's item was never written
+    assert env.images.local_rejections == 0  # the table refused it, not the cache
+
+
 async def test_a_departed_caller_s_refund_goes_out_in_the_item_s_next_write() -> None:
     env = AcquireEnv()
     image = env.stored()

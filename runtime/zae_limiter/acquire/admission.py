@@ -40,7 +40,7 @@ from .values import (
     Target,
     Unavailable,
 )
-from .waves import MoreOperations, Waves, Written
+from .waves import MoreOperations, WaveResult, Waves, Written
 
 log = logging.getLogger("zae_limiter")
 #: Tries, off the caller's path, of a refund that kept meeting other writers' changes.
@@ -158,9 +158,7 @@ class Admission:
         if (deadline is not None and traffic.inflight) or traffic.rate is not None:
             await self._take_turn(targets, deadline)
         planner = planning.admit_planner(admissions, self.ledger)
-        result = await self.waves.write_all(
-            [(t, planner) for t in targets], settle=False, deadline=deadline
-        )
+        result = await self._write(targets, planner, deadline, now)
         landed = [_landed(w, admissions) for w in result.written]
         if any(entry.held for entry in landed):
             self.renewals.start()
@@ -179,6 +177,47 @@ class Admission:
             raise self.rejection(result.latest, judged_at)
         assert result.error is not None
         raise result.error
+
+    async def _write(
+        self, targets: list[Target], planner: Planner, deadline: float | None, now: int
+    ) -> WaveResult:
+        """The call's writes, all in one round trip; but when this process's image of an item,
+        too old to refuse on (the rejection cache's lifetime), still shows it short, that item's
+        write goes first and the others only once it landed. A call it refuses then costs one
+        write, not one per item and their refunds: an exhausted hot organisation is found so
+        again each lifetime, by every call of its users waiting on it then."""
+        jobs = [(target, planner) for target in targets]
+        suspects = [] if len(targets) == 1 else self._stale_short(targets, now)
+        if not suspects or len(suspects) == len(targets):
+            return await self.waves.write_all(jobs, settle=False, deadline=deadline)
+        latest = list(targets)
+        first = await self.waves.write_all(
+            [jobs[i] for i in suspects], settle=False, deadline=deadline
+        )
+        for index, target in zip(suspects, first.latest, strict=True):
+            latest[index] = target
+        if first.refused or first.error is not None:
+            return replace(first, latest=latest)
+        others = [i for i in range(len(targets)) if i not in suspects]
+        rest = await self.waves.write_all(
+            [jobs[i] for i in others], settle=False, deadline=deadline
+        )
+        for index, target in zip(others, rest.latest, strict=True):
+            latest[index] = target
+        written = first.written + rest.written
+        return WaveResult(written, rest.refused, rest.error, latest, rest.refused_at)
+
+    def _stale_short(self, targets: list[Target], now: int) -> list[int]:
+        """Positions of the unsharded targets whose image is too old to refuse on but shows
+        them short."""
+        images = self.images
+        return [
+            index
+            for index, t in enumerate(targets)
+            if not (t.read_now or images.fresh_for_rejection(t.seen_at, now))
+            and t.stamp.shards == 1
+            and planning.refused_on_image(t, now)
+        ]
 
     def _with_reserved(self, targets: list[Target], now: int) -> list[Target]:
         """`targets`, each unsharded one this process has a fresh image of and debits in flight
