@@ -237,20 +237,21 @@ class Admission:
     async def _take_turn(self, targets: list[Target], deadline: float | None) -> None:
         """Raise `Overloaded` when the call's writes would be answered after `deadline` (the
         wait for request slots, the slowest of its items' lanes, and while the table is paced
-        its turn); else wait for its turn. A call of an idle writer is not refused on its
+        its turn, taken for the writes it adds: an item with a lane goes out folded into its
+        next write); else wait for its turn. A call of an idle writer is not refused on its
         measured round trips: its answer measures the table again."""
         traffic = self.traffic
         lanes = self.waves.lanes
         now = traffic.now_ms()
-        wait = traffic.wait_ms(len(targets)) + max(
-            lane_load.wait_ms(lanes, ImageCache.key_of(t.image), now) for t in targets
-        )
+        keys = [ImageCache.key_of(t.image) for t in targets]
+        wait = traffic.wait_ms(len(targets)) + max(lane_load.wait_ms(lanes, k, now) for k in keys)
         # a turn must leave half of what remains as margin (a throttle's retry, the loop's lag)
         latest = None if deadline is None else now + (deadline - now - wait) * TURN_SHARE
         try:
             if deadline is not None and now + wait > deadline and traffic.inflight:
                 raise Overloaded(wait, deadline - now)
-            delay = traffic.turn(len(targets), now, latest)
+            writes = sum(1 for key in keys if key not in lanes.by_item) or 1
+            delay = traffic.turn(writes, now, latest)
         except Overloaded:
             traffic.shed += 1
             raise

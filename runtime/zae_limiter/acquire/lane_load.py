@@ -39,15 +39,16 @@ def wait_ms(lanes: Lanes, key: Key, now: float) -> float:
     """How long a new call on the item waits for the writes ahead of its own, plus its own round
     trip (ms): what is left of the write in flight, and a round trip per batch queued ahead of
     it (the item's smoothed round trip, or the writer's when the item is idle, taken as slow as
-    most answers come: `Load.slow_rtt_ms`)."""
+    most answers come: `Load.slow_rtt_ms`), each after its turn while the table is paced."""
     load = lanes.load
     lane = lanes.by_item.get(key)
     if lane is None or not lane.busy:
         return load.slow_rtt_ms(load.rtt_ms)
     rtt = load.slow_rtt_ms(lane.rtt_ms or load.rtt_ms)
+    turn = load.turn_ms(now)  # while paced, a lane's batches take turns
     sent = lane.sent_at
-    left = rtt if sent is None else max(0.0, rtt - (now - sent * 1000))
-    return left + (len(lane.queue) // MAX_BATCH + 1) * rtt
+    left = turn + rtt if sent is None else max(0.0, rtt - (now - sent * 1000))
+    return left + (len(lane.queue) // MAX_BATCH + 1) * (turn + rtt)
 
 
 def reserved(lanes: Lanes, key: Key) -> dict[str, int] | None:

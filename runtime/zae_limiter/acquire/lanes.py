@@ -327,6 +327,8 @@ class _Lane:
 
     async def _send(self, batch: Batch) -> BucketImage:
         lanes = self.lanes
+        if lanes.load.rate is not None and len(batch.calls) > 1:  # a hot item's batch: paced
+            await lanes.load.paced(lanes.backoff.pause)
         if not lanes.load.take():
             await lanes.load.wait()
         if batch.first_sent is None:

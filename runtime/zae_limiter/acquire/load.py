@@ -18,9 +18,11 @@ is written and then refunded.
   its turn, spaced to `rate` writes a second, set as botocore's adaptive retry mode sets its rate
   (`CubicCalculator`): 70 % of what the table accepted over the last second, at most one cut a
   second, grown back along a cubic, never above twice what it accepts; dropped once it has grown
-  `FREE_FACTOR` times past the rate that throttled. A call whose turn would come too late to be
-  decided before its deadline takes none (`turn` raises `Overloaded`). Exit writes and refunds
-  take no turn: they are few, and must never wait behind calls.
+  `FREE_FACTOR` times past the rate that throttled. A call takes turns for the writes it adds
+  (an item with a lane already goes out folded into that lane's next write, which takes a turn
+  of its own: `paced`); a call whose turn would come too late to be decided before its deadline
+  takes none (`turn` raises `Overloaded`). Exit writes and refunds take no turn: they are few,
+  and must never wait behind calls.
 
 Until the table throttles or slows down, a write pays a few comparisons and counters.
 `wait_ms` estimates how long new requests wait for slots: with `lane_load.wait_ms` (what waits on
@@ -34,7 +36,7 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from botocore.retries.throttling import CubicCalculator
@@ -222,6 +224,13 @@ class Load:
         weight = 1 - (now - second)
         return accepted + accepted_before * weight, throttles + throttles_before * weight
 
+    async def paced(self, pause: Callable[[float], Awaitable[None]]) -> None:
+        """Wait for one write's turn (a batch of a hot item's calls: their calls took turns
+        only for the writes they add)."""
+        delay = self.turn(1, self.now_ms(), None)
+        if delay > 0:
+            await pause(delay / 1000)
+
     def turn(self, writes: int, now: float, latest: float | None) -> float:
         """While paced: reserve the turn of a call's `writes` (all sent together, after it) and
         return how long to wait for it (ms; 0 when not paced). `now` and `latest`: ms of
@@ -250,6 +259,10 @@ class Load:
                 self.inflight += 1
 
     # --- estimates and counters ------------------------------------------------------------
+
+    def turn_ms(self, now: float) -> float:
+        """How long a write paced now would wait for its turn (ms; 0 when not paced)."""
+        return 0.0 if self.rate is None else max(0.0, self._next_turn - now)
 
     def wait_ms(self, requests: int) -> float:
         """How long `requests` more requests would wait for slots: each slot turns over once per
