@@ -222,9 +222,14 @@ class Side:
             )
         after = _stats(self.repo)
         row = summary(raw, 1.0)
-        writes = sum(n for op, n in block.by_operation.items() if op in _WRITES)
+        writes = sum(1 for r in block.requests if r.operation in _WRITES)
+        throttled = sum(
+            1 for r in block.requests if r.operation in _WRITES and r.error_code in _THROTTLES
+        )
         decided = row["admitted"] + row["rejected"]
         row["write_requests"] = writes
+        row["throttled_requests"] = throttled
+        writes -= throttled  # the table spent nothing on those
         row["writes_per_decided"] = round(writes / decided, 2) if decided else None
         row["stats"] = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)}
         return row
@@ -236,6 +241,7 @@ class Side:
 
 
 _WRITES = ("UpdateItem", "PutItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
+_THROTTLES = ("ProvisionedThroughputExceededException", "ThrottlingException")
 
 
 def _stats(repo: Any) -> dict[str, Any]:
