@@ -370,18 +370,28 @@ def test_the_pace_is_dropped_once_it_grew_far_past_the_rate_that_throttled() -> 
 
 
 def test_slow_answers_cut_the_requests_in_flight_and_answers_in_time_grow_them_back() -> None:
-    load = Load(slow_ms=250)
-    load.limit = 8.0
-    for _ in range(8):
+    load = Load(slow_ms=250, clock=lambda: 0.0)
+    load.limit = 16.0
+    for _ in range(16):
         assert load.take()
     answer(load, 1_000, 1_010)  # the fastest answer: 10 ms
-    answer(load, 1_000, 1_400)  # 400 ms: slower than 250 ms and twice the fastest
-    assert load.limit == pytest.approx(7 * 0.7)  # of the 7 in flight
-    answer(load, 1_000, 1_401)  # within the same round trip: no second cut
-    assert load.limit == pytest.approx(7 * 0.7)
-    assert not any(load.take() for _ in range(2))
-    before = load.limit
+    answer(load, 1_000, 1_900)  # one slow answer (a scheduling hiccup) cuts nothing
+    assert load.limit >= 16.0
+    cut_at = 0
+    for ms in range(1_100, 1_400, 10):  # the table's queue grows: the smoothed round trip too
+        in_flight = load.inflight
+        answer(load, ms - 400, ms)
+        if load.limit < 16.0:
+            cut_at = ms
+            break
+    assert cut_at and load.limit == pytest.approx(in_flight * 0.7)
+    cut = load.limit
+    answer(load, cut_at - 400, cut_at + 10)  # within the second: no second cut
+    assert load.limit == cut
+    assert not load.take()  # what is in flight is above the cut limit
     for _ in range(5):
         load.inflight += 1
-    answer(load, 2_000, 2_010)
-    assert load.limit > before
+    for ms in range(2_000, 2_500, 10):  # answers in time again: the limit grows back
+        load.inflight += 1
+        answer(load, ms - 10, ms)
+    assert load.limit > cut

@@ -9,9 +9,9 @@ queued at the table make every caller late, and a debit that lands after its cal
 is written and then refunded.
 
 - *In flight*: at most `limit` requests. The limit grows by one per round trip of answers in
-  time and is cut to 70 % of what is in flight (at most once per round trip) by an answer slower
-  than `slow_ms` and twice the fastest of the last `BASE_SPAN_S` or more: the table's queue
-  grew, not its own latency.
+  time and is cut to 70 % of what is in flight (at most once a second) while the smoothed round
+  trip is above `slow_ms` and twice the fastest answer of the last `BASE_SPAN_S` or more: the
+  table's queue grew, not its own latency (one slow answer, a scheduling hiccup, cuts nothing).
 - *Pace*: once the table has throttled at least half of what it was sent for a second (the
   transport tells `throttled` of every throttled attempt; a throttle now and then is retried
   there and changes nothing here), calls take turns (`turn`): a call's writes go out together at
@@ -168,11 +168,11 @@ class Load:
         fastest, earlier = self._base
         if rtt < fastest:
             self._base = (rtt, earlier)
-        slow_ms = self.slow_ms
-        if slow_ms is not None and rtt > slow_ms and rtt > 2 * min(fastest, earlier, rtt):
+        slow_ms, smooth = self.slow_ms, self.rtt_ms
+        if slow_ms is not None and smooth > slow_ms and smooth > 2 * min(fastest, earlier, rtt):
             if now * 1000 >= self._calm_until:  # the table's queue grew: fewer in flight
                 self.limit = max(1.0, self.inflight * CUT)
-                self._calm_until = now * 1000 + rtt
+                self._calm_until = now * 1000 + max(smooth, 1000)
         elif not throttled and self.inflight + len(self.waiters) >= self.limit:  # it binds
             self.limit = min(MAX_LIMIT, self.limit + 1 / self.limit)
         self.inflight -= 1
