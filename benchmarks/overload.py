@@ -209,8 +209,9 @@ def section(result: dict[str, Any]) -> str:
         checks.append(f"- {row['name']}: " + ("passes" if not failed else "; ".join(failed)))
     intro = (
         f"Each row on a DynamoDB Local of its own: every task calls in a loop (a 503 waits its "
-        f"1 s Retry-After), ours and 0.17.0 alternated; `-capped` rows go through a proxy that lets the table write "
-        f"{result['cap_per_second']} items a second and throttles the rest. Writes / decided: "
+        "1 s Retry-After), ours and 0.17.0 alternated; `-capped` rows go through a proxy that "
+        f"lets the table write {result['cap_per_second']} items a second and throttles the rest. "
+        "Writes / decided: "
         "write requests on the wire the table did not throttle (it spent capacity on them) per "
         "call admitted or refused (429). Lateness is how long past "
         "its 1 s deadline a call was decided (0.17.0 has none: its figures are how long past 1 s); "
