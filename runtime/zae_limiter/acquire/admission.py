@@ -185,9 +185,11 @@ class Admission:
         too old to refuse on (the rejection cache's lifetime), still shows it short, that item's
         write goes first and the others only once it landed. A call it refuses then costs one
         write, not one per item and their refunds: an exhausted hot organisation is found so
-        again each lifetime, by every call of its users waiting on it then."""
+        again each lifetime, by every call of its users waiting on it then. (Not with the
+        rejection cache off: what this process has seen then decides no refusal.)"""
         jobs = [(target, planner) for target in targets]
-        suspects = [] if len(targets) == 1 else self._stale_short(targets, now)
+        cache_on = self.images.rejection_ttl_ms > 0  # off: nothing seen decides a refusal
+        suspects = self._stale_short(targets, now) if cache_on and len(targets) > 1 else []
         if not suspects or len(suspects) == len(targets):
             return await self.waves.write_all(jobs, settle=False, deadline=deadline)
         latest = list(targets)
