@@ -463,6 +463,13 @@ def markdown(
             "## Outages (deadlines 0.2 s and 1 s; 0.17.0 beside)",
             outage.section(results["outage"]),
         ]
+    if "overload" in results:
+        from benchmarks import overload
+
+        parts += [
+            "## Overload: a table slower than demand",
+            overload.section(results["overload"]),
+        ]
     if "concurrency" in results:
         from benchmarks import concurrency_cpu
 

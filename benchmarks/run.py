@@ -25,6 +25,10 @@ happens, and drives the workers in turn:
    1,000 calls with and without regional shards, transfers per 1,000 calls at a hot organisation;
 7. fleet: benchmarks/fleet.py, what 0, 100 and 1,000 writers (each a repository) leave on
    items, spread over five minutes or at once, and 200 writers in a loop on one item;
+7b. overload: benchmarks/overload.py, each row on an engine of its own, ours and 0.17.0
+   alternated: the hot organisation and one hot item at 32 and 128 tasks, on the engine and
+   behind a proxy capping the table at 30 writes a second; 32 tasks on distinct users and on one
+   user (single and three-bucket);
 8. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
    entities, hot_procs, hot_org, aggregator, manifest.
 
@@ -50,7 +54,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from benchmarks import concurrency_cpu, fleet, outage, regions, report, run_scale, stats
+from benchmarks import concurrency_cpu, fleet, outage, overload, regions, report, run_scale, stats
 from benchmarks.scenarios import CONTENTION_KINDS, HOT_TASKS, TIMING_CASES
 from benchmarks.targets import COST_ROWS, check
 from zae_limiter.local.engine import AMBIENT_AWS_VARIABLES, ISOLATED_AWS_ENV
@@ -69,6 +73,7 @@ ALL_PHASES = (
     "concurrency",
     "regions",
     "fleet",
+    "overload",
     *run_scale.PHASES,
 )
 
@@ -518,6 +523,9 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "regions": lambda workers, _: regions.bench_phase(args.quick),
         "fleet": lambda workers, _: fleet.bench_phase(workers, quick=args.quick),
+        "overload": lambda workers, _: overload.bench_phase(
+            workers, overload.quick_rows() if args.quick else overload.rows()
+        ),
         **run_scale.phases(scale_plan, log),
     }
     results["meta"]["load_before"] = {}

@@ -184,3 +184,67 @@ async def test_the_fleet_phase_measures_every_kind_and_renders(
     assert result["loop"]["errors"] == 0 and result["loop"]["calls"] == 2
     text = fleet.section({"ours": result, "theirs": {"error": "not run"}})
     assert "| 2 | at once | ours |" in text and "error: not run" in text
+
+
+def _overload_side(admitted_per_s: float, **more: Any) -> dict[str, Any]:
+    side = {
+        "admitted_per_s": admitted_per_s,
+        "admitted": int(admitted_per_s * 15),
+        "rejected": 900,
+        "unavailable": 10,
+        "calls": 1_000,
+        "wall_s": 15.0,
+        "writes_per_decided": 0.5,
+        "p50_ms": 2.0,
+        "p99_ms": 900.0,
+        "max_ms": 1_020.0,
+        "past_deadline": 2,
+        "late_p99_ms": 0.0,
+        "late_max_ms": 20.0,
+        "lag_p99_ms": 30.0,
+        "lag_max_ms": 80.0,
+        "load": 1.0,
+    }
+    return side | more
+
+
+def test_the_overload_phase_judges_every_row() -> None:
+    from benchmarks import overload, run
+
+    assert "overload" in run.ALL_PHASES
+    names = [row.name for row in overload.rows()]
+    assert {"org32", "org128-capped", "hot32", "distinct-single", "one_user-three"} <= set(names)
+    row = next(r for r in overload.rows() if r.name == "org32-capped").__dict__
+    good = {"row": row, "ours": _overload_side(8.0), "theirs": _overload_side(6.5)}
+    assert overload.verdicts(good) == []
+    bad = {
+        "row": row,
+        "ours": _overload_side(5.0, rejected=0, unavailable=100, writes_per_decided=9.0),
+        "theirs": _overload_side(6.5),
+    }
+    assert overload.verdicts(bad) == [
+        "admitted/s below 0.17.0's",
+        "admitted/s below 90 % of the binding limit",
+        "writes per decided call above 1.5 x the warm figure",
+        "no 429 where the organisation's limit refuses",
+        "503s above 5 % of calls",
+    ]
+    quiet = next(r for r in overload.rows() if r.name == "distinct-single").__dict__
+    late = {"row": quiet, "ours": _overload_side(90.0), "theirs": _overload_side(60.0)}
+    assert overload.verdicts(late) == ["calls past the deadline"]
+    text = overload.section({"rows": [good, late], "cap_per_second": 30})
+    assert "- org32-capped: passes" in text and "- distinct-single: calls past the deadline" in text
+
+
+async def test_the_overload_callers_run_on_ours(ddb_endpoint: str, wire: Any) -> None:
+    from benchmarks.overload_calls import Side
+
+    side = Side()
+    try:
+        await side.setup("ours", ddb_endpoint, ddb_endpoint, "org", "", 4)
+        row = await side.run(0.5, wire)
+    finally:
+        await side.close()
+    assert row["errors"] == {} and row["admitted"] > 0
+    assert row["stats"]["decided_calls"] == row["admitted"] + row["rejected"]
+    assert row["write_requests"] >= row["admitted"] * 2  # a user's two items, the parent's folded

@@ -135,7 +135,10 @@ class InfrastructureError(ZAELimiterError):
 
 
 class RateLimiterUnavailable(InfrastructureError):
-    """DynamoDB failed and the mode is BLOCK, or a balance operation's outcome is unknown."""
+    """DynamoDB failed and the mode is BLOCK, or a balance operation's outcome is unknown.
+
+    `reason`: `"unavailable"`, or `"overloaded"` when the call was answered at once because the
+    table could not decide it before its deadline (docs/on-unavailable.md "Overload")."""
 
     def __init__(
         self,
@@ -145,11 +148,13 @@ class RateLimiterUnavailable(InfrastructureError):
         table_name: str | None = None,
         entity_id: str | None = None,
         resource: str | None = None,
+        reason: str = "unavailable",
     ) -> None:
         self.cause = cause
         self.table_name = table_name
         self.entity_id = entity_id
         self.resource = resource
+        self.reason = reason
         context = [
             f"{label}={value}"
             for label, value in (

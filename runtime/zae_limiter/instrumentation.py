@@ -68,10 +68,14 @@ class RequestEvent:
     resolved_after_deadline: int = 0
     refunded_after_deadline: int = 0
     abandoned_at_close: int = 0
+    # The repository's overload counters (as in `get_cache_stats()`).
+    shed_overloaded: int = 0
+    writes_per_decided_call: float = 0.0
 
 
-#: (pending, resolved after a deadline, refunded after a deadline, abandoned at close).
-DeadlineCounts = tuple[int, int, int, int]
+#: (pending, resolved after a deadline, refunded after a deadline, abandoned at close, shed for
+#: overload, writes per decided call).
+DeadlineCounts = tuple[int, int, int, int, int, float]
 RequestListener = Callable[[RequestEvent], None]
 
 
@@ -81,7 +85,7 @@ class RequestListeners:
     def __init__(self) -> None:
         self._listeners: list[RequestListener] = []
         #: The deadline counters each event carries (set by the repository that owns them).
-        self.counters: Callable[[], DeadlineCounts] = lambda: (0, 0, 0, 0)
+        self.counters: Callable[[], DeadlineCounts] = lambda: (0, 0, 0, 0, 0, 0.0)
 
     def add(self, listener: RequestListener) -> Callable[[], None]:
         """Register `listener`; returns a function that removes it (idempotent)."""

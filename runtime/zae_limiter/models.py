@@ -301,6 +301,15 @@ class CacheStats:
     # (when re-sending kept failing) by a strongly consistent read of the writer's entry
     resolved_by_resend: int = 0
     resolved_by_read: int = 0
+    # Overload (on-unavailable.md "Overload"):
+    shed_overloaded: int = 0  # calls answered at once: not decidable before their deadline
+    bucket_writes: int = 0  # bucket write requests the acquire path sent
+    decided_calls: int = 0  # calls admitted or refused (429)
+
+    @property
+    def writes_per_decided_call(self) -> float:
+        """`bucket_writes / decided_calls` (0.0 before any call was decided)."""
+        return self.bucket_writes / self.decided_calls if self.decided_calls else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -318,4 +327,8 @@ class CacheStats:
             "abandoned_at_close": self.abandoned_at_close,
             "resolved_by_resend": self.resolved_by_resend,
             "resolved_by_read": self.resolved_by_read,
+            "shed_overloaded": self.shed_overloaded,
+            "bucket_writes": self.bucket_writes,
+            "decided_calls": self.decided_calls,
+            "writes_per_decided_call": self.writes_per_decided_call,
         }

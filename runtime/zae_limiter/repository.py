@@ -125,6 +125,7 @@ class Repository:
             shared.split_writes_per_second,
             shared.pending,
             regional=_regional(self._store),
+            load=shared.load,
         )
         self._unmetered = Unmetered(
             shared.unmetered, namespace_name, self._configured_resources, identity=self._identity
@@ -423,6 +424,7 @@ class Repository:
     def get_cache_stats(self) -> CacheStats:
         lanes = self._admission.waves.lanes
         pending = self._shared.pending
+        load = self._shared.load
         return replace(
             stats(self._config_cache, self._shared.images, lanes.undecided, lanes.skewed),
             unmetered_admissions=dict(self._unmetered.admissions),
@@ -432,6 +434,9 @@ class Repository:
             abandoned_at_close=pending.abandoned_at_close,
             resolved_by_resend=lanes.resolved_by_resend,
             resolved_by_read=lanes.resolved_by_read,
+            shed_overloaded=load.shed,
+            bucket_writes=load.writes,
+            decided_calls=load.decided,
         )
 
     async def _configured_resources(self) -> list[str]:

@@ -142,8 +142,10 @@ async def test_an_outage_answers_within_the_deadline_and_leaves_exactly_the_ledg
         stats = repo.get_cache_stats()
     assert stats.abandoned_at_close == 0 and stats.pending_resolutions == 0
     assert stats.undecided_writes == 0
-    if shape in ("stopped", "hold") and warm:  # no write could be decided within the deadline
-        assert stats.resolved_after_deadline >= CALLS
+    if shape in ("stopped", "hold") and warm:  # no write could be decided within the deadline:
+        # each call's was resolved after it, or the call was answered at once, nothing sent,
+        # behind a write already slower than its deadline (overload; docs/on-unavailable.md)
+        assert stats.resolved_after_deadline + stats.shed_overloaded >= CALLS
     # (cold, the calls were still reading at their deadline: nothing was sent, nothing pends)
     if shape == "hold" and warm:  # every debit landed, its answer held: refunded off the path
         assert stats.refunded_after_deadline >= 1

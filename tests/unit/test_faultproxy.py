@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 import time
 
-from support.faultproxy import KINDS, FaultProxy
+from support.capped_proxy import CappedProxy, items_written
+from support.faultproxy import KINDS, FaultProxy, Request
 
 BODIES = [f'{{"Key": {{"pk": "u{i}"}}}}'.encode() for i in range(400)]
 
@@ -87,3 +88,20 @@ def test_at_least_faults_the_first_requests_whatever_their_draw() -> None:
     without = FaultProxy("http://upstream.invalid", seed=5, rate=0.0, kinds=("late",))
     without._started = time.monotonic()
     assert {without._draw("UpdateItem", body)[0] for body in BODIES[:5]} == {None}
+
+
+def test_the_capped_proxy_writes_at_most_its_rate_of_items() -> None:
+    now = [100.0]
+    proxy = CappedProxy("http://upstream.invalid", per_second=30, clock=lambda: now[0])
+    assert [proxy.take(1) for _ in range(31)] == [True] * 30 + [False]  # a second's worth
+    now[0] += 0.5  # 15 items' worth
+    assert (proxy.take(15), proxy.take(1)) == (True, False)
+    now[0] += 10
+    assert proxy.take(30) and not proxy.take(1)  # never more than a second's worth saved
+    transaction = Request(
+        "POST",
+        "/",
+        {"X-Amz-Target": "DynamoDB_20120810.TransactWriteItems"},
+        b'{"TransactItems": [{"Put": {}}, {"Update": {}}, {"Update": {}}]}',
+    )
+    assert items_written(transaction) == 3

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from ..admin.gates import check_limit_gates
 from ..caches import ImageCache
 from ..core.images import BucketImage
-from ..errors import PermissionDenied, RateLimiterUnavailable
+from ..errors import PermissionDenied, RateLimiterUnavailable, RateLimitExceeded
 from ..limits import Limit
 from ..models import OnUnavailable
 from ..scope import Scope
@@ -38,7 +38,15 @@ from .lease import (
 )
 from .pending import DeadlinePassed
 from .planning import item_key
-from .values import Landed, ResourcePlan, RulesChanged, Target, Unavailable, failed_below
+from .values import (
+    Landed,
+    Overloaded,
+    ResourcePlan,
+    RulesChanged,
+    Target,
+    Unavailable,
+    failed_below,
+)
 
 log = logging.getLogger("zae_limiter")
 
@@ -88,7 +96,9 @@ class Acquisition:
         self.watchers: list[tuple[Watcher, Callable[[], None]]] = []  # (watcher, ended)
         self.admitted_at = 0
 
-    def _describe(self, message: str, cause: BaseException) -> RateLimiterUnavailable:
+    def _describe(
+        self, message: str, cause: BaseException, reason: str = "unavailable"
+    ) -> RateLimiterUnavailable:
         """The documented exception for an acquire-path failure: the one translation."""
         root = failed_below(cause)
         if isinstance(cause, Unavailable) and cause.denied is not None:
@@ -105,11 +115,14 @@ class Acquisition:
             table_name=self.repository.table_name,
             entity_id=self.entity_id,
             resource=next(iter(self.requests)),
+            reason=reason,
         )
 
-    def _unavailable(self, message: str, cause: BaseException) -> Lease:
+    def _unavailable(
+        self, message: str, cause: BaseException, reason: str = "unavailable"
+    ) -> Lease:
         """`on_unavailable` for an admission that was not decided: raise, or the degraded lease."""
-        error = self._describe(message, cause)
+        error = self._describe(message, cause, reason)
         self.mode = self.scope.unavailable_mode(self.on_unavailable)
         if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
             raise error from cause
@@ -126,12 +139,17 @@ class Acquisition:
             )
         deadlines = self.pending.deadlines
         deadline = None if self.timeout is None else deadlines.enter(self.timeout)
+        traffic = self.admission.traffic  # its clock: `time.monotonic` (no Python call)
+        decide_by = None if self.timeout is None else (traffic.clock() + self.timeout) * 1000
         expired = False
         try:
             try:  # the deadline cancels this task; `_admit` is safe to cancel
-                holds = await self._admit()
+                holds = await self._admit(decide_by)
             finally:
                 expired = deadline is not None and deadlines.leave(deadline)
+        except RateLimitExceeded:
+            traffic.decided += 1
+            raise
         except asyncio.CancelledError:
             if not expired:
                 raise
@@ -140,14 +158,22 @@ class Acquisition:
                 "will be refunded",
                 DeadlinePassed(),
             )
+        except Overloaded as exc:
+            return self._unavailable(
+                f"overloaded: the table cannot decide this call within its {self.timeout:g} s "
+                f"deadline ({exc}); nothing was debited",
+                exc,
+                "overloaded",
+            )
         except Unavailable as exc:
             return self._unavailable(f"DynamoDB is unavailable; {_what_was_debited(exc)}", exc)
+        traffic.decided += 1
         self.ledger.holds = holds
         self.admitted_at = self.clock()
         self.lease = Lease(self, self.ledger)
         return self.lease
 
-    async def _admit(self) -> dict[str, ResourceHold]:
+    async def _admit(self, deadline: float | None) -> dict[str, ResourceHold]:
         if self.limits:
             with lowered:
                 await check_limit_gates(self.scope, self.limits)
@@ -156,9 +182,9 @@ class Acquisition:
                 plans = await self.admission.targets(self.entity_id, self.requests, self.limits)
                 targets = [t for p in plans for t in (p.child, p.parent) if t is not None]
                 if len(targets) == 1:  # one write, in this task (not via _debit: 2 calls)
-                    landed = await self.admission.debit(targets, local_ok=True)
+                    landed = await self.admission.debit(targets, local_ok=True, deadline=deadline)
                 else:
-                    landed = await self._debit(targets) if targets else []
+                    landed = await self._debit(targets, deadline) if targets else []
             except RulesChanged:
                 if attempt + 1 == _RESTARTS:
                     raise Unavailable(RuntimeError("bucket rules kept changing")) from None
@@ -166,11 +192,11 @@ class Acquisition:
             return self._holds(plans, landed)
         raise AssertionError("unreachable")
 
-    async def _debit(self, targets: list[Target]) -> list[Landed]:
+    async def _debit(self, targets: list[Target], deadline: float | None) -> list[Landed]:
         """Several writes, safe to cancel: they run as a task that goes on, and refunds what
         landed, when the caller leaves. (One write is safe to cancel in the caller's task: the
         lanes resolve a write its caller left; `_admit` sends it directly.)"""
-        work = self.admission.debit(targets, local_ok=True)
+        work = self.admission.debit(targets, local_ok=True, deadline=deadline)
         return await self.pending.bounded(work, None, self.admission.refund_for_departed)
 
     @staticmethod
@@ -186,12 +212,21 @@ class Acquisition:
         entries = [e for e in (hold.child, hold.parent) if e is not None]
         targets = [target_for_more(e, amounts) for e in entries]
         targets = [t for t in targets if t.amounts]
+        traffic = self.admission.traffic
+        deadline = None if self.timeout is None else (traffic.clock() + self.timeout) * 1000
         try:
             landed = await self.pending.bounded(
-                self.admission.debit(targets, local_ok=False, admissions=0),
+                self.admission.debit(targets, local_ok=False, admissions=0, deadline=deadline),
                 self.timeout,
                 self.admission.refund_for_departed,
             )
+        except Overloaded as exc:
+            raise self._describe(
+                f"overloaded: the table cannot decide this within the {self.timeout:g} s "
+                f"deadline ({exc}); nothing more was debited",
+                exc,
+                "overloaded",
+            ) from exc
         except DeadlinePassed as exc:
             raise self._describe(
                 f"no decision within the {self.timeout:g} s deadline; any further debit that "

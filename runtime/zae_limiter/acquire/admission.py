@@ -22,11 +22,12 @@ from ..errors import RateLimitExceeded
 from ..limits import Limit
 from ..models import LimitStatus
 from ..resolution import Resolver
-from . import planning
+from . import lane_load, planning
 from .bucket_io import BucketIO
 from .deadlines import Backoff
 from .dynamo_bucket_io import DynamoError, lowered, lowering
 from .hold_watch import HoldWatch
+from .load import Load
 from .pending import Pending
 from .renewals import Renewals
 from .shards import SPLIT_WRITES_PER_SECOND, ShardChooser, SplitDetector
@@ -35,14 +36,18 @@ from .values import (
     AnswerLost,
     Contended,
     Landed,
+    Overloaded,
     Planner,
     ResourcePlan,
     Target,
     Unavailable,
 )
-from .waves import MoreOperations, Waves, Written
+from .waves import MoreOperations, WaveResult, Waves, Written
 
 log = logging.getLogger("zae_limiter")
+#: While the table is paced, a call's turn must come within this share of the time its
+#: deadline leaves after its writes' estimated waits.
+TURN_SHARE = 0.5
 
 
 class Admission:
@@ -60,6 +65,7 @@ class Admission:
         pending: Pending | None = None,
         backoff: Backoff | None = None,
         regional: Regional | None = None,
+        load: Load | None = None,
     ) -> None:
         self.ns = ns
         self.pending = pending if pending is not None else Pending()
@@ -78,7 +84,10 @@ class Admission:
             self.shards,
             on_written=self._observe,
             backoff=backoff,
+            load=load,
         )
+        #: the writer's requests in flight and its overload counters (acquire/load.py)
+        self.traffic = self.waves.lanes.load
         self.waves.on_orphan = self._orphaned
         self.waves.lanes.on_leave = lambda write: self.pending.adopt(write, None)
         self.finder = TargetFinder(
@@ -120,23 +129,40 @@ class Admission:
     # --- debits and credits ----------------------------------------------------------------------
 
     async def debit(
-        self, targets: list[Target], *, local_ok: bool, admissions: int = 1
+        self,
+        targets: list[Target],
+        *,
+        local_ok: bool,
+        admissions: int = 1,
+        deadline: float | None = None,
     ) -> list[Landed]:
         """Admit and debit every target together, or none: raises RateLimitExceeded.
 
-        `local_ok`: images seen within the rejection cache's lifetime may refuse without a call.
+        `local_ok`: images seen within the rejection cache's lifetime may refuse without a call,
+        counting what this writer's debits in flight on the items take. `deadline`
+        (ms of `traffic.clock`): a call that cannot be decided before it is refused at once
+        (`Overloaded`), nothing sent; a call the images refuse is refused (429) first, however
+        near it is.
         """
         now = self.clock()
         if local_ok:
             checked = [self.shards.short_everywhere(t, now) for t in targets]
             targets = [target for _, target in checked]
             short = [target for is_short, target in checked if is_short]
+            busy = self.waves.lanes.by_item  # no lane: nothing of this writer's in flight
+            judged = targets if short or not busy else self._with_reserved(targets, now)
+            if judged is not targets:
+                short = [j for t, j in zip(targets, judged, strict=True) if j is not t]
+                short = [t for t in short if planning.refused_on_image(t, now)]
             if short:
                 if not any(t.read_now for t in short):
                     self.images.local_rejections += 1
-                raise self.rejection(targets, now)
+                raise self.rejection(judged, now)
+        traffic = self.traffic
+        if (deadline is not None and traffic.inflight) or traffic.rate is not None:
+            await self._take_turn(targets, deadline)
         planner = planning.admit_planner(admissions, self.ledger)
-        result = await self.waves.write_all([(t, planner) for t in targets], settle=False)
+        result = await self._write(targets, planner, deadline, now)
         landed = [_landed(w, admissions) for w in result.written]
         if any(entry.held for entry in landed):
             self.renewals.start()
@@ -156,6 +182,88 @@ class Admission:
         assert result.error is not None
         raise result.error
 
+    async def _write(
+        self, targets: list[Target], planner: Planner, deadline: float | None, now: int
+    ) -> WaveResult:
+        """The call's writes, all in one round trip; but when this process's image of an item,
+        too old to refuse on (the rejection cache's lifetime), still shows it short, that item's
+        write goes first and the others only once it landed. A call it refuses then costs one
+        write, not one per item and their refunds: an exhausted hot organisation is found so
+        again each lifetime, by every call of its users waiting on it then. (Not with the
+        rejection cache off: what this process has seen then decides no refusal.)"""
+        jobs = [(target, planner) for target in targets]
+        cache_on = self.images.rejection_ttl_ms > 0  # off: nothing seen decides a refusal
+        suspects = self._stale_short(targets, now) if cache_on and len(targets) > 1 else []
+        if not suspects or len(suspects) == len(targets):
+            return await self.waves.write_all(jobs, settle=False, deadline=deadline)
+        latest = list(targets)
+        first = await self.waves.write_all(
+            [jobs[i] for i in suspects], settle=False, deadline=deadline
+        )
+        for index, target in zip(suspects, first.latest, strict=True):
+            latest[index] = target
+        if first.refused or first.error is not None:
+            return replace(first, latest=latest)
+        others = [i for i in range(len(targets)) if i not in suspects]
+        rest = await self.waves.write_all(
+            [jobs[i] for i in others], settle=False, deadline=deadline
+        )
+        for index, target in zip(others, rest.latest, strict=True):
+            latest[index] = target
+        written = first.written + rest.written
+        return WaveResult(written, rest.refused, rest.error, latest, rest.refused_at)
+
+    def _stale_short(self, targets: list[Target], now: int) -> list[int]:
+        """Positions of the unsharded targets whose image is too old to refuse on but shows
+        them short."""
+        images = self.images
+        return [
+            index
+            for index, t in enumerate(targets)
+            if not (t.read_now or images.fresh_for_rejection(t.seen_at, now))
+            and t.stamp.shards == 1
+            and planning.refused_on_image(t, now)
+        ]
+
+    def _with_reserved(self, targets: list[Target], now: int) -> list[Target]:
+        """`targets`, each unsharded one this process has a fresh image of and debits in flight
+        on, judged on that image less those debits (`targets` itself when none is)."""
+        lanes = self.waves.lanes
+        judged = targets
+        for index, target in enumerate(targets):
+            reserved = lane_load.reserved(lanes, ImageCache.key_of(target.image))
+            if reserved is None or target.stamp.shards != 1:
+                continue
+            if target.read_now or self.images.fresh_for_rejection(target.seen_at, now):
+                if judged is targets:
+                    judged = list(targets)
+                judged[index] = planning.with_reserved(target, reserved, now)
+        return judged
+
+    async def _take_turn(self, targets: list[Target], deadline: float | None) -> None:
+        """Raise `Overloaded` when the call's writes would be answered after `deadline` (the
+        wait for request slots, the slowest of its items' lanes, and while the table is paced
+        its turn, taken for the writes it adds: an item with a lane goes out folded into its
+        next write); else wait for its turn. A call of an idle writer is not refused on its
+        measured round trips: its answer measures the table again."""
+        traffic = self.traffic
+        lanes = self.waves.lanes
+        now = traffic.now_ms()
+        keys = [ImageCache.key_of(t.image) for t in targets]
+        wait = traffic.wait_ms(len(targets)) + max(lane_load.wait_ms(lanes, k, now) for k in keys)
+        # a turn must leave half of what remains as margin (a throttle's retry, the loop's lag)
+        latest = None if deadline is None else now + (deadline - now - wait) * TURN_SHARE
+        try:
+            if deadline is not None and now + wait > deadline and traffic.inflight:
+                raise Overloaded(wait, deadline - now)
+            writes = sum(1 for key in keys if key not in lanes.by_item) or 1
+            delay = traffic.turn(writes, now, latest)
+        except Overloaded:
+            traffic.shed += 1
+            raise
+        if delay > 0:
+            await self.backoff.pause(delay / 1000)
+
     def rejection(self, targets: list[Target], now: int) -> RateLimitExceeded:
         received = self.clock()  # every image here arrived by now (`now` may be earlier: the
         for target in targets:  # time a refused write was planned); each is a sighting
@@ -168,12 +276,15 @@ class Admission:
     def statuses(self, targets: list[Target], now: int) -> list[LimitStatus]:
         return planning.target_statuses(targets, now, self.ledger)
 
-    async def refund(self, landed: list[Landed], *, revoking: bool = False) -> None:
+    async def refund(
+        self, landed: list[Landed], *, revoking: bool = False, fold: bool = False
+    ) -> None:
         """Give back everything `landed` debited, exactly once, never above a ceiling.
 
         `revoking`: the debits were never kept (their call was refused or its caller left), so
         the refund writes say which writes they undo, and threshold alerts drop what those
-        debits crossed (docs/alerts.md)."""
+        debits crossed (docs/alerts.md). `fold`: each refund waits briefly for its item's next
+        write and goes out in it."""
         entries = [entry for entry in landed if entry.debited or entry.admissions]
         if not entries:
             return
@@ -182,7 +293,7 @@ class Admission:
             for entry in entries
         ]
         revokes = [entry.seq for entry in entries] if revoking else None
-        await self._settle(jobs, revokes)
+        await self._settle(jobs, revokes, fold=fold)
         for entry in landed:
             entry.debited = {}
             entry.admissions = 0
@@ -209,7 +320,7 @@ class Admission:
         entries = [entry for entry in landed if entry.debited or entry.admissions]
         if not entries:
             return
-        await self.refund(entries, revoking=True)
+        await self.refund(entries, revoking=True, fold=True)
         for entry in entries:
             self.pending.refunded_after_deadline += 1
             self.pending.refund_log.refunded(entry.target.image)
@@ -229,9 +340,13 @@ class Admission:
             await self._settle(jobs)
 
     async def _settle(
-        self, jobs: list[tuple[Target, Planner]], revokes: list[int | None] | None = None
+        self,
+        jobs: list[tuple[Target, Planner]],
+        revokes: list[int | None] | None = None,
+        *,
+        fold: bool = False,
     ) -> None:
-        result = await self.waves.write_all(jobs, settle=True, revokes=revokes)
+        result = await self.waves.write_all(jobs, settle=True, revokes=revokes, fold=fold)
         if result.error is not None:  # undecided, or the repository closed
             raise result.error
 

@@ -24,6 +24,7 @@ from ..core.images import Address, BucketImage, Evidence, Outgoing
 from ..dynamo import bucket_items as items
 from ..dynamo import bucket_moves as moves
 from ..dynamo import bucket_wire, codec, keys
+from ..dynamo.failures import throttled
 from ..dynamo.store import Store
 from ..dynamo.transport import (
     AccessDenied,
@@ -52,7 +53,7 @@ def lowering(failure: DynamoError) -> Exception:
         return AnswerLost(failure.cause)
     if isinstance(failure, AccessDenied):
         return Unavailable(failure, denied=failure.operation)
-    return Unavailable(failure)
+    return Unavailable(failure, throttled=throttled(failure))
 
 
 class _Lowered:

@@ -58,6 +58,11 @@ class Call:
     now: int | None = None  # fixed after a conflict: the retry plans at the same time
     tries: int = 0
     admissions: int = 0  # the admissions delta of its planned write
+    deadline: float | None = None  # Load ms: a throttled debit is tried again only before it
+
+    def in_time(self, decided_at: float) -> bool:
+        """Whether a decision at `decided_at` (clock ms) is before the call's deadline."""
+        return self.deadline is not None and decided_at < self.deadline
 
     def resolve(self, outcome: Outcome, on_orphan: Callable[[Call, Outcome], None] | None) -> None:
         """Tell the caller; a caller that left (its future cancelled) is never told, and a write

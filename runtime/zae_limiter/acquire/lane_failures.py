@@ -9,7 +9,8 @@
   bounds; past them the lane *decides* by a strongly consistent read of its entry, then a fence,
   trying again with backoff while the table does not answer;
 - a failure that certainly did not apply fails admissions (their callers apply
-  `on_unavailable`) and sends exit writes and refunds again after a pause.
+  `on_unavailable`), unless throttled with time left to be decided before their deadline
+  (docs/on-unavailable.md "Overload"), and sends exit writes and refunds again after a pause.
 
 Nothing here is given up while the process lives; a write stays undecided only when its item
 shows a writer too far ahead (`skew`), when it was sent without evidence (its item full of young
@@ -31,6 +32,7 @@ from ..core.hold_ledger import Ledger
 from ..core.images import BucketImage, Evidence
 from . import holds_seen
 from .deadlines import Backoff, outage_pause
+from .load import Load
 from .lane_calls import (
     ENTRY_REMOVED,
     UNKNOWN_RESENDS,
@@ -58,6 +60,7 @@ class Writer(Protocol):
 
     sender: Sender
     backoff: Backoff
+    load: Load
     writer: str
     ledger: Ledger
     closed: bool
@@ -82,6 +85,7 @@ class Failures:
     queue: deque[Call]
     image: BucketImage | None
     exists: bool
+    rtt_ms: float
 
     async def after_failure(self, batch: Batch, failure: Exception) -> bool:
         """Act on a send's failure; True when the same write is to be sent again."""
@@ -176,6 +180,7 @@ class Failures:
         for attempt in range(UNKNOWN_RESENDS + 1):
             if lanes.closed:
                 break
+            lanes.load.writes += 1
             try:
                 image = await lanes.sender.fence(current, fence, seq)
             except ItemChanged as changed:
@@ -229,6 +234,7 @@ class Failures:
                     return
             # (an entry above `seq` is a fence of this writer's that landed: not landed)
             if found is not None and (entry is None or entry < seq):
+                lanes.load.writes += 1
                 try:  # not landed so far: make sure no copy of it lands later
                     fence = Evidence(lanes.writer, lanes.next_seq(lanes.clock(), found))
                     found = await lanes.sender.fence(found, fence, seq)
@@ -279,16 +285,28 @@ class Failures:
 
     async def _unavailable(self, batch: Batch, exc: Unavailable) -> None:
         """Certainly not applied: exit writes and refunds wait and go again (never given up
-        while the process lives), admissions fail (their callers apply `on_unavailable`)."""
-        retry = []
+        while the process lives); a debit throttled while it can still be decided before its
+        deadline goes again; other admissions fail (their callers apply `on_unavailable`)."""
+        retry: list[Call] = []
+        load = self.lanes.load
+        soon = load.now_ms() + load.slow_rtt_ms(self.rtt_ms or load.rtt_ms)
         for call in batch.calls:
             call.tries += 1
-            if call.settle and not call.future.done() and not self.lanes.closed:
+            if call.future.done() or self.lanes.closed:
+                again = False
+            elif call.settle:
+                again = True
+            else:
+                in_time = call.in_time(soon + 50 * call.tries)
+                again = exc.throttled and in_time and call.tries < call.rounds
+            if again:
                 retry.append(call)
             else:
                 call.resolve(Outcome(call.target, error=exc), self.lanes.on_orphan)
         if retry:
-            await self.lanes.backoff.pause(outage_pause(max(c.tries for c in retry)))
+            debits = [c.tries for c in retry if not c.settle]
+            tries = max(c.tries for c in retry)
+            await self.lanes.backoff.pause(0.05 * max(debits) if debits else outage_pause(tries))
             self.queue.extendleft(reversed(retry))
 
     def _give_up(self, batch: Batch, cause: BaseException) -> None:

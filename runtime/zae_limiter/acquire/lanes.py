@@ -20,7 +20,8 @@ Nothing is given up while the process lives: when re-sending keeps losing its an
 decides by a strongly consistent read of its entry on the item (then fences), pausing with
 backoff through an outage of any length; exit writes and refunds that certainly did not apply
 are sent again the same way. Only `close()` ends it (`Lanes.close`: what is left is logged,
-one line per item, by `leftovers`).
+one line per item, by `leftovers`). Sends take request slots of the writer's `load.Load`; see
+also `lane_load` (overload).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from .lane_calls import UNKNOWN_RESENDS as UNKNOWN_RESENDS
 from .lane_calls import Batch, Call, Closed, Outcome, Sender
 from .lane_failures import Failures
 from .leftovers import Leftovers
+from .load import Load
 from .skew import SkewWatch
 from .values import AnswerLost, Planner, Target, Unavailable
 
@@ -67,8 +69,10 @@ class Lanes:
         on_orphan: Callable[[Call, Outcome], None] | None = None,
         backoff: Backoff | None = None,
         recover: Callable[[BucketImage], Awaitable[BucketImage | None]] | None = None,
+        load: Load | None = None,
     ) -> None:
         self.sender = sender
+        self.load = load if load is not None else Load()
         #: Finds a shard that is missing because its split was not finished (docs/multi-region.md)
         self.recover = recover
         self.backoff = backoff if backoff is not None else Backoff()
@@ -89,7 +93,8 @@ class Lanes:
         self.skew = SkewWatch(self.writer)
         self.ledger = holds_seen.ledger_for(self.writer)  # its concurrency holds
         self._seq = 0
-        self._lanes: dict[tuple[str, str, str, int], _Lane] = {}
+        #: the lanes of items with calls, by item (acquire/lane_load.py reads them)
+        self.by_item: dict[tuple[str, str, str, int], _Lane] = {}
 
     @property
     def skewed(self) -> int:
@@ -122,6 +127,8 @@ class Lanes:
         settle: bool,
         rounds: int,
         revokes: int | None = None,
+        deadline: float | None = None,
+        fold: bool = False,
     ) -> Outcome:
         image = target.image
         key = (image.ns, image.entity_id, image.resource, image.shard)
@@ -129,15 +136,16 @@ class Lanes:
             if settle:  # an exit write or refund that can no longer be sent: logged
                 self.leftovers.unsent(key, target, planner, self.clock())
             return Outcome(target, error=Unavailable(Closed()))
-        lane = self._lanes.get(key)
+        lane = self.by_item.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane(self, key)
+            lane = self.by_item[key] = _Lane(self, key)
         call = Call(
             target, planner, settle, rounds, asyncio.get_running_loop().create_future(), revokes
         )
+        call.deadline = deadline  # Load ms: a throttled debit is tried again only before it
         lane.queue.append(call)
         try:
-            if not lane.busy:
+            if not lane.busy and not fold:  # a folded call waits (lane_load.fold)
                 lane.busy = True
                 try:
                     await lane.drain(until=call)
@@ -163,7 +171,7 @@ class Lanes:
 
     def retire(self, key: tuple[str, str, str, int]) -> None:
         """Forget an item's lane once it is free (the next call opens a new one)."""
-        self._lanes.pop(key, None)
+        self.by_item.pop(key, None)
 
     def close(self) -> list[asyncio.Future[None]]:
         """Stop: log what every lane still has in flight or queued (one line per item, counted
@@ -171,7 +179,7 @@ class Lanes:
         nothing is sent, and a write that ends is logged instead of followed up."""
         self.closed = True
         tasks: list[asyncio.Future[None]] = []
-        for lane in list(self._lanes.values()):
+        for lane in list(self.by_item.values()):
             lane.leave_behind()
             tasks += [t for t in (lane.inflight, lane.drainer) if t is not None and not t.done()]
         return tasks
@@ -192,6 +200,9 @@ class _Lane(Failures):
         self.drainer: asyncio.Future[None] | None = None  # a drain after its caller's call ended
         self.inflight: asyncio.Future[None] | None = None  # a batch sent as a task
         self.sending: Batch | None = None  # the batch being sent or decided (close() logs it)
+        self.flying: list[Call] = []  # the calls of the batch formed last (lane_load.py)
+        self.sent_at: float | None = None  # when the request in flight was sent; its smoothed
+        self.rtt_ms = 0.0  # round trip
 
     def release(self) -> None:
         """Hand the lane to a background drain if calls are still queued or a batch is still
@@ -231,6 +242,7 @@ class _Lane(Failures):
             batch = self._form()
             if batch is None:
                 continue
+            self.flying = batch.calls
             if batch.calls == [until] and batch.evidence.kept:
                 await self._in_place(batch)
                 continue
@@ -261,6 +273,8 @@ class _Lane(Failures):
         try:
             image = await self._send(batch)
         except asyncio.CancelledError:
+            if batch.first_sent is None:
+                raise  # cancelled while waiting for a request slot: nothing was sent
             batch.lost += 1
             if self.lanes.closed:  # cut by close(): nothing follows it up any more
                 self.lanes.leftovers.lane(self.key, batch, [], self.image)
@@ -380,19 +394,31 @@ class _Lane(Failures):
             self.sending = None
 
     async def _send(self, batch: Batch) -> BucketImage:
-        if self.lanes.closed:
+        lanes = self.lanes
+        if lanes.closed:
             raise Closed()
+        if lanes.load.rate is not None and len(batch.calls) > 1:  # a hot item's batch: paced
+            await lanes.load.paced(lanes.backoff.pause)
+        if not lanes.load.take():
+            await lanes.load.wait()
         if batch.first_sent is None:
-            batch.first_sent = self.lanes.clock()
-        return await self.lanes.sender.send(
-            batch.image,
-            batch.exists,
-            batch.writes,
-            batch.admissions,
-            batch.evidence,
-            batch.now,
-            batch.revokes,
-        )
+            batch.first_sent = lanes.clock()
+        self.sent_at = lanes.load.clock()
+        try:
+            image = await lanes.sender.send(
+                batch.image,
+                batch.exists,
+                batch.writes,
+                batch.admissions,
+                batch.evidence,
+                batch.now,
+                batch.revokes,
+            )
+        except BaseException as exc:
+            lanes.load.ended(self, lanes.load.clock(), exc)
+            raise
+        lanes.load.ended(self, lanes.load.clock(), None)
+        return image
 
     def leave_behind(self) -> None:
         """`close()` gave up on this lane: log its batch in flight and its queued exit writes

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .. import config as cfg
 from ..core import bucket, hold_writes, waits
 from ..core.bucket import MILLI, Kind, LimitWrite, Params, Slot, State
+from ..core.evolve import evolve
 from ..core.hold_ledger import Ledger
 from ..core.holds import Outlook
 from ..core.images import BucketImage, Stamp, new_op_id
@@ -189,6 +190,23 @@ def refused_on_image(target: Target, now: int) -> bool:
         if bucket.refuses(params, state, now, image.slot, amount):
             return True
     return False
+
+
+def with_reserved(target: Target, reserved: dict[str, int], now: int) -> Target:
+    """The target on its image less `reserved` (milli per limit: debits this process has in
+    flight on the item), as far as the balance goes: the debits past it will be refused, not
+    debited. Concurrency and soft limits unchanged."""
+    image = target.image
+    states = dict(image.states)
+    for name, amount in reserved.items():
+        params = image.stamp.params(name)
+        if params is None or params.soft or params.kind == Kind.CONCURRENT:
+            continue
+        state = states.get(name) or bucket.full_state(params, image.slot)
+        taken = min(amount, max(0, bucket.view(params, state, now, image.slot).balance))
+        if taken:
+            states[name] = _force(params, state, now, image.slot, taken).result
+    return evolve(target, image=evolve(image, states=states))
 
 
 # --- statuses ------------------------------------------------------------------------------------

@@ -115,14 +115,30 @@ class ItemChanged(Exception):
 
 class Unavailable(Exception):
     """The table could not be reached or kept failing: nothing applied (but see `AnswerLost`).
-    `denied`: the operation AWS refused, when that is why."""
+    `denied`: the operation AWS refused, when that is why; `throttled`: the table throttled."""
 
     maybe_landed = False  # whether a write may have applied
 
-    def __init__(self, cause: BaseException, *, denied: str | None = None) -> None:
+    def __init__(
+        self, cause: BaseException, *, denied: str | None = None, throttled: bool = False
+    ) -> None:
         super().__init__(str(cause))
         self.cause = cause
         self.denied = denied
+        self.throttled = throttled
+
+
+class Overloaded(Unavailable):
+    """The call could not be decided before its deadline given the writes already waiting on
+    its items: answered at once, nothing sent (docs/on-unavailable.md "Overload")."""
+
+    def __init__(self, wait_ms: float, left_ms: float) -> None:
+        super().__init__(
+            RuntimeError(
+                f"its writes would take about {wait_ms:.0f} ms and "
+                f"{max(left_ms, 0.0):.0f} ms are left"
+            )
+        )
 
 
 class AnswerLost(Unavailable):

@@ -19,11 +19,12 @@ from ..caches import ImageCache
 from ..core.bucket import LimitWrite
 from ..core.images import BucketImage, Evidence, Stamp, new_op_id, new_writer_id
 from ..core.shard_split import too_small_to_double
+from . import lane_load, planning
 from . import lanes as lanes_
-from . import planning
 from .bucket_io import BucketIO
 from .deadlines import Backoff
 from .lane_calls import Call, Outcome
+from .load import Load
 from .shards import ShardChooser, split_parts
 from .split_items import SETTLE_AFTER_MS
 from .transfers import SETTLE_AFTER_MS as TRANSFER_SETTLE_AFTER_MS
@@ -84,6 +85,7 @@ class Waves:
         *,
         on_written: Callable[[BucketImage], None],
         backoff: Backoff | None = None,
+        load: Load | None = None,
     ) -> None:
         self.bucket_io = bucket_io
         self.images = images
@@ -106,6 +108,7 @@ class Waves:
             on_orphan=self._orphaned,
             backoff=backoff,
             recover=self._finish_split,
+            load=load,
         )
         self.transfers = Transfers(bucket_io, shards, clock)
         self._settling: set[tuple[str, str, str, int]] = set()
@@ -121,6 +124,8 @@ class Waves:
         *,
         settle: bool,
         revokes: list[int | None] | None = None,
+        deadline: float | None = None,
+        fold: bool = False,
     ) -> WaveResult:
         """Write every job through its item's lane until each lands or is refused.
 
@@ -129,7 +134,7 @@ class Waves:
         jobs are admitted together and one refuses on the images at hand, nothing is sent. With
         `settle` (exit writes and refunds, which never refuse), transient failures are retried
         longer. `revokes`: per job, the sequence of the debit a refund undoes (alerts drop what
-        it crossed).
+        it crossed); `deadline` and `fold`: see `Lanes.write`.
         """
         written: list[Written] = []
         refused: list[Target] = []
@@ -142,6 +147,8 @@ class Waves:
                 return WaveResult(written, refused, error, latest, judged_at)
         refused_at: int | None = None
         rounds = SETTLE_ROUNDS if settle else MAX_ROUNDS
+        if fold:
+            lane_load.fold(self.lanes, [ImageCache.key_of(target.image) for target, _ in jobs])
         pending = list(enumerate(jobs))
         while pending:
             outcomes = await _settle_all(
@@ -152,6 +159,8 @@ class Waves:
                         settle=settle,
                         rounds=rounds,
                         revokes=None if revokes is None else revokes[index],
+                        deadline=deadline,
+                        fold=fold,
                     )
                     for index, (target, planner) in pending
                 ]

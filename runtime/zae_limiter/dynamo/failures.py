@@ -112,6 +112,12 @@ class Rejected(DynamoError):
         self.cause = cause
 
 
+def throttled(error: DynamoError) -> bool:
+    """DynamoDB throttled the request (it was not applied)."""
+    cause = error.cause if isinstance(error, Unavailable) else None
+    return isinstance(cause, bce.ClientError) and error_code(cause) in _THROTTLES
+
+
 def is_condition_failed(exc: BaseException) -> bool:
     """A conditional write, or a transaction's condition, did not hold."""
     if isinstance(exc, ConditionFailed):

@@ -26,7 +26,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..instrumentation import RequestEvent, RequestListeners, capacity, table_of, with_capacity
+from ..instrumentation import (
+    THROTTLED,
+    RequestEvent,
+    RequestListeners,
+    capacity,
+    table_of,
+    with_capacity,
+)
 from .failures import (
     AccessDenied,
     ConditionFailed,
@@ -103,6 +110,7 @@ class Transport:
         self.closed = False
         self.listeners = RequestListeners()
         self.budget = RetryBudget()
+        self.on_throttle: Callable[[], None] | None = None  # told of every throttled attempt
 
     @classmethod
     async def connect(
@@ -154,7 +162,8 @@ class Transport:
         self, operation: str, request: dict[str, Any], *, write: bool = False
     ) -> dict[str, Any]:
         """Send one request. Retries only what certainly did not apply (and reads), within
-        the client's retry budget; every failure comes out as a `DynamoError` (`failures`)."""
+        the client's retry budget; every failure comes out as a `DynamoError` (`failures`).
+        Each throttled attempt is told to `on_throttle` (the acquire path paces its writes)."""
         listening = bool(self.listeners)
         if listening:
             request = with_capacity(operation, request)
@@ -168,6 +177,8 @@ class Transport:
                 if listening:
                     answer = getattr(exc, "response", None)
                     self._tell(operation, request, started, failure.outcome, answer, attempt)
+                if failure.outcome == THROTTLED and self.on_throttle is not None:
+                    self.on_throttle()
                 last_try = attempt == MAX_ATTEMPTS
                 if failure.retry_cost and not last_try and self.budget.take(failure.retry_cost):
                     spent += failure.retry_cost
@@ -206,7 +217,7 @@ class Transport:
     ) -> None:
         """One `RequestEvent` to the listeners."""
         reads, writes = capacity(operation, answer if isinstance(answer, dict) else None)
-        pending, resolved, refunded, abandoned = self.listeners.counters()
+        pending, resolved, refunded, abandoned, shed, per_decided = self.listeners.counters()
         self.listeners.emit(
             RequestEvent(
                 operation=operation,
@@ -220,6 +231,8 @@ class Transport:
                 resolved_after_deadline=resolved,
                 refunded_after_deadline=refunded,
                 abandoned_at_close=abandoned,
+                shed_overloaded=shed,
+                writes_per_decided_call=per_decided,
             )
         )
 
