@@ -450,7 +450,8 @@ def _present(value: Wire | None) -> Wire:
 
 def _parent(item: Item, path: Path) -> tuple[Any, str | int]:
     """The container holding `path`'s last element (the item's attributes, a map's members or a
-    list's elements), and that element."""
+    list's elements), and that element. Every map and list on the way is copied into its parent
+    first: the new item shares them with the old one (copy on write: `SimTable._updated`)."""
     container: Any = item
     for index, part in enumerate(path[:-1]):
         if isinstance(container, list):
@@ -458,7 +459,20 @@ def _parent(item: Item, path: Path) -> tuple[Any, str | int]:
         else:
             node = container.get(part)
         if node is not None:
-            node = node.get("L") if isinstance(path[index + 1], int) else node.get("M")
+            if isinstance(path[index + 1], int):
+                members = node.get("L")
+                if members is not None:
+                    node = list(members)
+                    container[part] = {"L": node}
+                else:
+                    node = None
+            else:
+                fields = node.get("M")
+                if fields is not None:
+                    node = dict(fields)
+                    container[part] = {"M": node}
+                else:
+                    node = None
         if node is None:
             raise Invalid(
                 "The document path provided in the update expression is invalid for update"

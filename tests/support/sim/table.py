@@ -159,7 +159,8 @@ class SimTable:
         self.clock = clock
         self.tables: dict[str, _Table] = {}
         self.sequence = 0
-        self.tokens: dict[str, tuple[str, int]] = {}  # ClientRequestToken -> (request, time)
+        #: ClientRequestToken -> (the request's TransactItems, when first seen)
+        self.tokens: dict[str, tuple[list[Any], int]] = {}
         self.applied = 0  # writes that changed or kept an item (answered success)
         #: every request answered, in order, with its answer (the differential test sets it)
         self.recording: list[tuple[str, dict[str, Any], dict[str, Any] | Refused]] | None = None
@@ -284,7 +285,7 @@ class SimTable:
         values = request.get("ExpressionAttributeValues", {})
         base = old if old is not None else {k: key[k] for k in (schema.PARTITION_KEY,
                                                                 schema.SORT_KEY)}  # fmt: skip
-        new = copy_item(base)
+        new = dict(base)  # the actions copy each map or list they change (expressions._parent)
         for action in ex.update(request.get("UpdateExpression", "")):
             action(base, new, names, values)
         if _key_of(new) != _key_of(base):
@@ -384,12 +385,11 @@ class SimTable:
         if not 0 < len(operations) <= TRANSACT_MAX:
             raise Refused("ValidationException", "TransactItems must have 1 to 100 items")
         token = request.get("ClientRequestToken")
-        digest = hashlib.sha256(json.dumps(operations, sort_keys=True).encode()).hexdigest()
         now = self.clock()
         if token is not None:
             seen = self._token(token, now)
             if seen is not None:
-                if seen[0] != digest:
+                if seen[0] != operations:  # the same parameters (dicts compare unordered)
                     raise Refused("IdempotentParameterMismatchException", "token reused")
                 return {}
         plans: list[tuple[_Table, Item, Item | None, Item | None, str]] = []
@@ -435,10 +435,10 @@ class SimTable:
         for table, key, new, old, _ in plans:
             self._write(table, key, new, old)
         if token is not None:
-            self.tokens[token] = (digest, now)
+            self.tokens[token] = (operations, now)
         return {}
 
-    def _token(self, token: str, now: int) -> tuple[str, int] | None:
+    def _token(self, token: str, now: int) -> tuple[list[Any], int] | None:
         """What a client request token was first sent with, in the last 10 minutes."""
         seen = self.tokens.get(token)
         if seen is not None and now - seen[1] > TOKEN_LIFETIME_MS:
