@@ -17,8 +17,12 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from support.sim.world import Plan
 
 MUTANT_ENV = "ZAEL_SIM_MUTANT"
 
@@ -33,11 +37,21 @@ class Outcome:
     problems: tuple[str, ...]
 
 
-def one(plan_name: str, seed: int) -> Outcome:
+def planned(plan_name: str, seed: int) -> Plan:
+    """The plan of `seed`, with what the mutant under test needs (`Mutant.plan`)."""
+    from support.sim.mutants import MUTANTS
     from support.sim.plans import PLANS
+
+    plan = PLANS[plan_name](seed)
+    mutant = MUTANTS.get(os.environ.get(MUTANT_ENV, "none"))
+    changes: dict[str, Any] = dict(mutant.plan) if mutant is not None else {}
+    return replace(plan, **changes)
+
+
+def one(plan_name: str, seed: int) -> Outcome:
     from support.sim.world import simulate
 
-    result = simulate(PLANS[plan_name](seed))
+    result = simulate(planned(plan_name, seed))
     return Outcome(seed, result.operations, result.reached_table, result.requests,
                    result.digest, tuple(result.problems))  # fmt: skip
 
@@ -61,10 +75,9 @@ def main() -> int:
         return 0
     if args.mutant != "none" and os.environ.get(MUTANT_ENV) != args.mutant:
         with applied(args.mutant) as copy:  # the same command on the mutated copy
-            assert copy is not None
             tests = Path(__file__).resolve().parents[2]
-            env = {**os.environ, MUTANT_ENV: args.mutant,
-                   "PYTHONPATH": os.pathsep.join([str(copy), str(tests)])}  # fmt: skip
+            path = [str(tests)] if copy is None else [str(copy), str(tests)]  # None: as it is
+            env = {**os.environ, MUTANT_ENV: args.mutant, "PYTHONPATH": os.pathsep.join(path)}
             return subprocess.call([sys.executable, "-m", "support.sim", *sys.argv[1:]], env=env)
     return run(args)
 
@@ -114,11 +127,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def shrunk(args: argparse.Namespace, seed: int) -> None:
-    from support.sim.plans import PLANS, as_test, kinds, shrink
+    from support.sim.plans import as_test, kinds, shrink
     from support.sim.world import simulate
 
     started = time.perf_counter()
-    plan = PLANS[args.plan](seed)
+    plan = planned(args.plan, seed)
     found = kinds(simulate(plan).problems)
     plan = shrink(plan, lambda result: bool(kinds(result.problems) & found))
     result = simulate(plan)

@@ -86,6 +86,9 @@ KINDS_OF_PROBLEM = (
     ("contended", "refusal"),
     ("undocumented error", "undocumented error"),
     ("loop:", "loop error"),
+    ("only consumption that stays", "alert on a refunded debit"),
+    ("snapshots counted", "usage snapshots"),
+    ("alert", "alerts"),
 )
 
 

@@ -71,9 +71,13 @@ class Change:
     new: Item | None
     old: Item | None
     at_ms: int
+    _record: tuple[str, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
 
     def record(self, table: str) -> dict[str, Any]:
-        """As Lambda receives it from DynamoDB Streams."""
+        """As Lambda receives it from DynamoDB Streams (made once: the consumers and the checks
+        read it; nobody changes it)."""
+        if self._record is not None and self._record[0] == table:
+            return self._record[1]
         body: dict[str, Any] = {
             "Keys": self.keys,
             "SequenceNumber": str(self.sequence).zfill(21),
@@ -85,7 +89,7 @@ class Change:
             body["NewImage"] = self.new
         if self.old is not None:
             body["OldImage"] = self.old
-        return {
+        record = {
             "eventID": f"sim-{self.sequence}",
             "eventName": self.event,
             "eventVersion": "1.1",
@@ -94,6 +98,8 @@ class Change:
             "dynamodb": body,
             "eventSourceARN": f"arn:aws:dynamodb:us-east-1:000000000000:table/{table}/stream/sim",
         }
+        self._record = (table, record)
+        return record
 
 
 @dataclass

@@ -29,9 +29,10 @@ from support.history import hold_worker
 from support.history.checker import History, Verdict, judge, problems_of
 from support.history.hold_checker import HoldHistory, check_hold_lines
 from support.history.workload import ORG, Limits, one_op, set_up
+from support.sim.alert_check import Ceiling, unjustified
 from support.sim.loop import determinism, run
 from support.sim.network import Faults, Link, Window
-from support.sim.stream import aggregator_link, check_stream
+from support.sim.stream import Delivery, Stream, check_stream, holds_crossings
 from support.sim.table import SimTable
 from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
 from zae_limiter.acquire.waves import MAX_ROUNDS
@@ -39,6 +40,7 @@ from zae_limiter.dynamo.transport import Transport
 
 LIMITS = Limits(rpm=4, period_s=20)
 FAULTS = Faults()
+DELIVERY = Delivery()
 EPOCH_MS = 1_796_428_800_000  # 2026-12-05T00:00Z: the loop's time 0 on the true clock
 TABLE = "sim"
 _RATE_EVENTS = ("invoke", "ok", "fail", "unknown")
@@ -68,7 +70,11 @@ class Plan:
     pause_s: float = 0.05
     acquire_timeout: float | None = 1.0
     rejection_cache_ttl: float = 1.0
-    stream: bool = True  # the aggregator on the stream afterwards (usage, alerts: stream.py)
+    stream: bool = True  # the aggregator on the stream alongside (usage, alerts: stream.py)
+    delivery: Delivery = DELIVERY  # how the stream reaches it
+    #: judge "alerts only on consumption that stays" (§5.20); None: when the library holds
+    #: crossings until no refund can take them back (`stream.holds_crossings`)
+    alerts_that_stay: bool | None = None
     seconds: float = 600.0  # virtual: no operation starts after it (a livelock's bound)
 
     def describe(self) -> str:
@@ -326,6 +332,9 @@ class World:
                 HOLD_RESOURCE,
                 [Limit.concurrent(HOLD_LIMIT, plan.hold_cap, lease_ttl=plan.hold_ttl_s)],
             )
+        stream = None
+        if plan.stream:
+            stream = Stream(self.table, TABLE, plan.delivery, plan.seed, linked, self.true_ms)
         for slot in range(plan.processes):
             self.start(slot, 0)
         while True:
@@ -333,9 +342,13 @@ class World:
             if not pending:
                 break
             await asyncio.wait(pending)
-        return await self.verdicts(admin, limiter)
+        if stream is not None:
+            await stream.finish()
+        return await self.verdicts(admin, limiter, stream)
 
-    async def verdicts(self, admin: Repository, limiter: RateLimiter) -> Simulated:
+    async def verdicts(
+        self, admin: Repository, limiter: RateLimiter, stream: Stream | None
+    ) -> Simulated:
         plan = self.plan
         lines = {p.name: p.log.lines for p in self.processes}
         history = History()
@@ -360,14 +373,26 @@ class World:
             holds = check_hold_lines(hold_lines, plan.hold_cap, plan.hold_ttl_s)
             left = await self.left_held(admin, limiter)
         stream_problems: list[str] = []
-        self.stream_counts: dict[str, int] = {}
-        if plan.stream:
-            link = aggregator_link(self.table, plan.seed)
-            transport = linked(link)
-            stream_problems, self.stream_counts = await check_stream(
-                self.table, TABLE, admin, transport, random.Random(f"stream/{plan.seed}"),
-                self.true_ms, stored,
-            )  # fmt: skip
+        stream_counts: dict[str, int] = {}
+        if stream is not None:
+            stays = plan.alerts_that_stay
+            if stays is None:
+                stays = holds_crossings()
+            judge_stays = None
+            if stays:
+                floors = {bucket: Ceiling(capacity * 1000, capacity * 1000, plan.limits.period_s
+                                          * 1000)
+                          for bucket, (capacity, _) in plan.limits.by_bucket().items()}  # fmt: skip
+                skew = max(abs(p.offset_ms) for p in self.processes)
+
+                def judge_stays(expected: dict[str, list[Any]], alerts: Counter[str]) -> list[str]:
+                    return unjustified(expected, alerts, history, floors, EPOCH_MS, skew)
+
+            stream_problems, stream_counts = await check_stream(
+                self.table, TABLE, admin, stored, judge_stays
+            )
+            stream_problems = stream.problems + stream_problems
+            stream_counts |= stream.counts()
         await admin.close()
         refusals = [problem for p in self.processes for problem in misdescribed(p, lines[p.name])]
         digest = hashlib.sha256()
@@ -394,7 +419,7 @@ class World:
             local_rejections=sum(p.local_rejections for p in self.processes),
             refusals=refusals,
             stream=stream_problems,
-            stream_counts=self.stream_counts,
+            stream_counts=stream_counts,
         )
 
     async def left_held(self, admin: Repository, limiter: RateLimiter) -> tuple[int, int]:
