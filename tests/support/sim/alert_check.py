@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
 
 from support.history.checker import History, Op
+from zae_limiter.alerts.event import AlertEvent, Crossing
 from zae_limiter.core.shares import MILLI, Slot, refill_share, share
 from zae_limiter.dynamo import bucket_items
 from zae_limiter.usage.records import StreamRecord
@@ -82,52 +83,74 @@ def most_used(
 
 
 def unjustified(
-    expected: dict[str, list[Any]],
-    stored: Iterable[str],
+    expected: dict[str, list[tuple[Crossing, StreamRecord]]],
+    stored: Iterable[AlertEvent],
     history: History,
     floors: dict[str, Ceiling],
     to_loop_ms: int,
     skew_ms: int,
 ) -> list[str]:
     """Alerts in `stored` that consumption which stayed cannot explain (module docstring).
-    `expected`: alert id -> (crossing, stream record) (`stream.expected_alerts`); `floors`: per
-    bucket the smallest ceiling of the run; `to_loop_ms`: subtracted from a writer's clock to
-    give the loop's time, which the history uses (in seconds); `skew_ms`: the largest offset of a
-    process's clock."""
+    `expected`: alert id -> the crossings the stream shows with their records
+    (`stream.expected_alerts`); `floors`: per bucket the smallest ceiling of the run;
+    `to_loop_ms`: subtracted from a writer's clock to give the loop's time, which the history
+    uses (in seconds); `skew_ms`: the largest offset of a process's clock."""
     out = []
     by_bucket: dict[str, list[Op]] = {}
     for op in history.ops.values():
         for bucket in op.invoke["max"]:
             by_bucket.setdefault(bucket, []).append(op)
-    for alert_id in sorted(stored):
-        if alert_id not in expected:
-            continue  # reported as an alert for no crossing
-        crossing, record = expected[alert_id]
-        assert isinstance(record, StreamRecord)
-        bucket = f"{crossing.entity_id}|{crossing.resource}|{crossing.limit}"
-        floor = floors.get(bucket)
-        new = record.image("new")
-        if floor is None or new is None:
-            continue
-        image = bucket_items.parse(new)
-        params = image.stamp.params(crossing.limit)
-        if params is None:
-            continue
-        latest = crossing.crossed_ms - to_loop_ms + skew_ms
-        debits = []
-        for op in by_bucket.get(bucket, []):
-            start = round(op.invoke["t"] * 1000)
-            if start > latest:
-                continue
-            amount = stayed(op, bucket)
-            if amount:
-                end = round(op.done["t"] * 1000) if op.done is not None else latest
-                debits.append((min(end, latest), amount * MILLI))
-        used = most_used(debits, floor, image.slot, latest, skew_ms)
-        cap = params.scheduled(image.written_at).shard_capacity(image.slot)
-        if used * 100 < crossing.threshold * cap - TOLERANCE_MILLI * 100:
-            out.append(f"alert {alert_id}: {crossing.threshold}% of {bucket} at "
-                       f"{(crossing.crossed_ms - to_loop_ms) / 1000:.3f} s, yet what stayed used "
-                       f"at most {100 * used / cap:.0f}% of the shard (only consumption that "
-                       "stays alerts)")  # fmt: skip
+    for alert in sorted(stored, key=lambda a: (a.alert_id, a.crossed_at)):
+        found = expected.get(alert.alert_id, [])
+        # the crossings this alert may store (its time is in whole seconds; a crossing of the
+        # same id that a refund took back may come first)
+        second = _ms(alert.crossed_at) // 1000
+        candidates = [pair for pair in found if pair[0].crossed_ms // 1000 == second] or found
+        verdicts = [_judged(crossing, record, by_bucket, floors, to_loop_ms, skew_ms)
+                    for crossing, record in candidates]  # fmt: skip
+        if verdicts and all(verdict is not None for verdict in verdicts):
+            out.append(f"alert {alert.alert_id}: {verdicts[0]}")
     return out
+
+
+def _judged(
+    crossing: Crossing,
+    record: StreamRecord,
+    by_bucket: dict[str, list[Op]],
+    floors: dict[str, Ceiling],
+    to_loop_ms: int,
+    skew_ms: int,
+) -> str | None:
+    """Why consumption that stayed cannot explain `crossing`; None when it can (or when the
+    crossing is not one this check judges)."""
+    bucket = f"{crossing.entity_id}|{crossing.resource}|{crossing.limit}"
+    floor = floors.get(bucket)
+    new = record.image("new")
+    if floor is None or new is None:
+        return None
+    image = bucket_items.parse(new)
+    params = image.stamp.params(crossing.limit)
+    if params is None:
+        return None
+    latest = crossing.crossed_ms - to_loop_ms + skew_ms
+    debits = []
+    for op in by_bucket.get(bucket, []):
+        if round(op.invoke["t"] * 1000) > latest:
+            continue
+        amount = stayed(op, bucket)
+        if amount:
+            end = round(op.done["t"] * 1000) if op.done is not None else latest
+            debits.append((min(end, latest), amount * MILLI))
+    used = most_used(debits, floor, image.slot, latest, skew_ms)
+    cap = params.scheduled(image.written_at).shard_capacity(image.slot)
+    if used * 100 >= crossing.threshold * cap - TOLERANCE_MILLI * 100:
+        return None
+    return (f"{crossing.threshold}% of {bucket} at {(crossing.crossed_ms - to_loop_ms) / 1000:.3f}"
+            f" s, yet what stayed used at most {100 * used / cap:.0f}% of the shard (only "
+            "consumption that stays alerts)")  # fmt: skip
+
+
+def _ms(iso: str) -> int:
+    """An alert's `crossed_at` (ISO 8601, milliseconds, UTC) in epoch milliseconds."""
+    moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return round(moment.timestamp() * 1000)

@@ -261,7 +261,7 @@ class SimTable:
             return
         names = request.get("ExpressionAttributeNames", {})
         values = request.get("ExpressionAttributeValues", {})
-        if not ex.condition(text)(old or {}, names, values):
+        if not ex.condition(text, names)(old or {}, values):
             extra: dict[str, Any] = {}
             if old is not None and request.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD":
                 extra["Item"] = old
@@ -292,8 +292,7 @@ class SimTable:
         base = old if old is not None else {k: key[k] for k in (schema.PARTITION_KEY,
                                                                 schema.SORT_KEY)}  # fmt: skip
         new = dict(base)  # the actions copy each map or list they change (expressions._parent)
-        for action in ex.update(request.get("UpdateExpression", "")):
-            action(base, new, names, values)
+        ex.update(request.get("UpdateExpression", ""), names)(base, new, values)
         if _key_of(new) != _key_of(base):
             raise Refused("ValidationException", "Cannot update attribute PK or SK")
         return new
@@ -348,7 +347,7 @@ class SimTable:
         table = self.table(request["TableName"])
         names = request.get("ExpressionAttributeNames", {})
         values = request.get("ExpressionAttributeValues", {})
-        matches = ex.condition(request["KeyConditionExpression"])
+        matches = ex.condition(request["KeyConditionExpression"], names)
         index = request.get("IndexName")
         if index is None:
             pk_name, sk_name = schema.PARTITION_KEY, schema.SORT_KEY
@@ -359,7 +358,7 @@ class SimTable:
             pk_name, sk_name = table.indexes[index]
             candidates = [i for i in table.items() if pk_name in i and sk_name in i]
             candidates.sort(key=lambda i: (i[sk_name]["S"], _key_of(i)))
-        found = [item for item in candidates if matches(item, names, values)]
+        found = [item for item in candidates if matches(item, values)]
         if request.get("ScanIndexForward") is False:
             found.reverse()
         if index is not None:
@@ -373,7 +372,7 @@ class SimTable:
         for token, value in request.get("ExpressionAttributeValues", {}).items():
             probe = {schema.PARTITION_KEY: value}
             text = request["KeyConditionExpression"].split(" AND ")[0]
-            if token in text and ex.condition(text)(probe, names, request[
+            if token in text and ex.condition(text, names)(probe, request[
                     "ExpressionAttributeValues"]):  # fmt: skip
                 return table.partitions.get(value["S"], {})
         raise Unsupported("a Query without an equality on the partition key")

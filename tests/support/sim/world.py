@@ -29,13 +29,15 @@ from support.history import hold_worker
 from support.history.checker import History, Verdict, judge, problems_of
 from support.history.hold_checker import HoldHistory, check_hold_lines
 from support.history.workload import ORG, Limits, one_op, set_up
-from support.sim.alert_check import Ceiling, unjustified
+from support.sim.alert_check import unjustified
+from support.sim.changes import Ceilings, Made, floors, operate, reparented, unbypassed
 from support.sim.loop import determinism, run
 from support.sim.network import Faults, Link, Window
-from support.sim.stream import Delivery, Stream, check_stream, holds_crossings
+from support.sim.stream import Delivery, Expected, Stream, check_stream, holds_crossings
 from support.sim.table import SimTable
 from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
 from zae_limiter.acquire.waves import MAX_ROUNDS
+from zae_limiter.alerts.event import AlertEvent
 from zae_limiter.dynamo.transport import Transport
 
 LIMITS = Limits(rpm=4, period_s=20)
@@ -75,6 +77,10 @@ class Plan:
     #: judge "alerts only on consumption that stays" (§5.20); None: when the library holds
     #: crossings until no refund can take them back (`stream.holds_crossings`)
     alerts_that_stay: bool | None = None
+    #: configuration changes while the processes run (changes.CHANGES: each on, then undone)
+    changes: tuple[str, ...] = ()
+    #: a bucket item written faster than this (per second) is split (§5.10; 1,000 by default)
+    split_writes_per_second: float = 1000.0
     seconds: float = 600.0  # virtual: no operation starts after it (a livelock's bound)
 
     def describe(self) -> str:
@@ -137,6 +143,8 @@ class Simulated:
     refusals: list[str] = field(default_factory=list)  # refusals that misdescribe themselves
     stream: list[str] = field(default_factory=list)  # the aggregator's usage and alerts
     stream_counts: dict[str, int] = field(default_factory=dict)
+    made: list[Made] = field(default_factory=list)  # configuration changes (changes.py)
+    shards: int = 1  # the most shards a bucket was split into
 
     @property
     def problems(self) -> list[str]:
@@ -168,6 +176,8 @@ class World:
         self.table.clock = self.true_ms
         self.processes: list[Process] = []
         self.started = 0
+        self.horizon = max(5.0, plan.tasks * plan.ops * plan.pause_s / 2)
+        self.made: list[Made] = []  # configuration changes made
         planned = plan.processes * plan.tasks * plan.ops
         self.kill_marks = sorted(int(rng.uniform(0.15, 0.75) * planned) for _ in range(plan.kills))
         self.slots: dict[int, Process] = {}
@@ -195,7 +205,7 @@ class World:
 
     def windows(self, start: float) -> list[Window]:
         plan, rng = self.plan, self.rng
-        horizon = max(5.0, plan.tasks * plan.ops * plan.pause_s / 2)
+        horizon = self.horizon
         out = []
         for _ in range(plan.partitions):
             begin = start + rng.uniform(0, horizon)
@@ -235,6 +245,7 @@ class World:
                     process.offset_ms,
                     rejection_cache_ttl=plan.rejection_cache_ttl,
                     acquire_timeout=plan.acquire_timeout,
+                    split_writes_per_second=plan.split_writes_per_second,
                 )
             except RateLimiterUnavailable:
                 await asyncio.sleep(0.5)
@@ -337,11 +348,19 @@ class World:
             stream = Stream(self.table, TABLE, plan.delivery, plan.seed, linked, self.true_ms)
         for slot in range(plan.processes):
             self.start(slot, 0)
+        operator = None
+        if plan.changes:
+            operator = asyncio.ensure_future(operate(
+                admin, plan.limits, plan.changes, random.Random(f"changes/{plan.seed}"),
+                self.now, self.horizon, self.made,
+            ))  # fmt: skip
         while True:
             pending = [p.done for p in self.processes if p.done is not None and not p.done.done()]
             if not pending:
                 break
             await asyncio.wait(pending)
+        if operator is not None:
+            await operator  # (its changes end within seconds of the history's horizon)
         if stream is not None:
             await stream.finish()
         return await self.verdicts(admin, limiter, stream)
@@ -364,7 +383,9 @@ class World:
                     state.total_consumed
                 )
         spread = [p.offset_ms for p in self.processes]
-        verdicts = judge(history, stored, plan.limits, max(spread) - min(spread))
+        history = reparented(history, self.made)
+        verdicts = judge(unbypassed(history), stored, Ceilings(plan.limits, self.made),  # type: ignore[arg-type]
+                         max(spread) - min(spread))  # fmt: skip
         holds = None
         left = (0, 0)
         if plan.hold_tasks:
@@ -380,13 +401,11 @@ class World:
                 stays = holds_crossings()
             judge_stays = None
             if stays:
-                floors = {bucket: Ceiling(capacity * 1000, capacity * 1000, plan.limits.period_s
-                                          * 1000)
-                          for bucket, (capacity, _) in plan.limits.by_bucket().items()}  # fmt: skip
+                lowest = floors(plan.limits, self.made)
                 skew = max(abs(p.offset_ms) for p in self.processes)
 
-                def judge_stays(expected: dict[str, list[Any]], alerts: Counter[str]) -> list[str]:
-                    return unjustified(expected, alerts, history, floors, EPOCH_MS, skew)
+                def judge_stays(expected: Expected, alerts: list[AlertEvent]) -> list[str]:
+                    return unjustified(expected, alerts, history, lowest, EPOCH_MS, skew)
 
             stream_problems, stream_counts = await check_stream(
                 self.table, TABLE, admin, stored, judge_stays
@@ -420,6 +439,11 @@ class World:
             refusals=refusals,
             stream=stream_problems,
             stream_counts=stream_counts,
+            made=self.made,
+            shards=max(
+                (int(i.get("sc", {}).get("N", 1)) for i in self.table.table(TABLE).items()),
+                default=1,
+            ),
         )
 
     async def left_held(self, admin: Repository, limiter: RateLimiter) -> tuple[int, int]:
