@@ -51,7 +51,10 @@ def planned(plan_name: str, seed: int) -> Plan:
 def one(plan_name: str, seed: int) -> Outcome:
     from support.sim.world import simulate
 
-    result = simulate(planned(plan_name, seed))
+    try:
+        result = simulate(planned(plan_name, seed))
+    except Exception as exc:  # the simulation itself failed: report it as the seed's problem
+        return Outcome(seed, 0, 0, 0, "", (f"the simulation raised {exc!r}",))
     return Outcome(seed, result.operations, result.reached_table, result.requests,
                    result.digest, tuple(result.problems))  # fmt: skip
 

@@ -32,10 +32,11 @@ from typing import Any
 from support.history.checker import History, Op
 from support.history.workload import ORG, SOLOS, USERS, Limits
 from support.sim.alert_check import Ceiling
-from zae_limiter import Repository
+from zae_limiter import FanoutIncomplete, Repository
 
 CHANGES = ("limits", "defaults", "parent", "disable", "bypass")
 RESOURCE = "api"
+FANOUT_TRIES = 20  # FanoutIncomplete: "re-run it" (a writer changed a bucket meanwhile)
 
 
 @dataclass
@@ -85,6 +86,16 @@ async def operate(
 
 
 async def _turn(admin: Repository, change: Made, plan_limits: Limits, *, on: bool) -> None:
+    """Make or undo `change`; a fan-out stopped part-way is run again, as documented."""
+    for _ in range(FANOUT_TRIES - 1):
+        try:
+            return await _turn_once(admin, change, plan_limits, on=on)
+        except FanoutIncomplete:
+            await asyncio.sleep(0.2)
+    await _turn_once(admin, change, plan_limits, on=on)
+
+
+async def _turn_once(admin: Repository, change: Made, plan_limits: Limits, *, on: bool) -> None:
     entity = change.entity
     if change.kind == "limits":
         assert change.limits is not None

@@ -105,6 +105,7 @@ KINDS_OF_PROBLEM = (
     ("undocumented error", "undocumented error"),
     ("loop:", "loop error"),
     ("only consumption that stays", "alert on a refunded debit"),
+    ("the simulation raised", "simulation error"),
     ("snapshots counted", "usage snapshots"),
     ("alert", "alerts"),
 )
