@@ -68,6 +68,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--stop", action="store_true", help="stop at the first failing seed")
     parser.add_argument("--no-shrink", action="store_true")
+    parser.add_argument("--skip", default="", help="seeds left out (comma-separated: those that "
+                        "fail on the library as it is, when measuring a mutant)")  # fmt: skip
     parser.add_argument("--list", action="store_true", help="the mutants, then exit")
     args = parser.parse_args()
     from support.sim.mutants import MUTANTS, applied
@@ -93,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
           flush=True)  # fmt: skip
     started = time.perf_counter()
     outcomes: dict[int, Outcome] = {}
-    seeds = range(args.first, args.first + args.seeds)
+    skipped = {int(seed) for seed in args.skip.split(",") if seed}
+    seeds = [seed for seed in range(args.first, args.first + args.seeds) if seed not in skipped]
     failed: list[int] = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for outcome in pool.map(one, [args.plan] * len(seeds), seeds, chunksize=4):
@@ -121,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     first = min(failed)
     print(f"sim: {len(failed)} failing seeds; first failing seed {first} (seeds tried up to it: "
-          f"{first - args.first + 1})")  # fmt: skip
+          f"{sum(seed <= first for seed in seeds)})")  # fmt: skip
     for problem in outcomes[first].problems[:10]:
         print(f"  - {problem[:400]}")
     if not args.no_shrink:
