@@ -27,7 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, RateLimitExceeded, Repository
+from zae_limiter import (
+    Limit,
+    RateLimiter,
+    RateLimiterUnavailable,
+    RateLimitExceeded,
+    Repository,
+    ResourceDisabled,
+)
 
 ORG = "org"
 USERS = ("user-0", "user-1", "user-2")
@@ -144,6 +151,8 @@ async def one_op(
             entity, "api", dict(AMOUNTS), also=ALSO if call == "three" else None
         ) as lease:
             entered = True
+            if lease.bypassed:  # the entity's api is bypassed: admitted, no balance debited
+                outcome["bypassed"] = True
             if move == "adjust" and delta:
                 await lease.adjust(tpm=delta)
             elif move == "consume":
@@ -154,7 +163,9 @@ async def one_op(
         kept.subtract(credit)
         outcome |= {"entry": entry, "extra": extra, "forced": forced, "credit": credit,
                     "kept": +kept}  # fmt: skip
-    except (Boom, RateLimitExceeded) as exc:
+    except (Boom, RateLimitExceeded, ResourceDisabled) as exc:
+        if isinstance(exc, ResourceDisabled):  # the simulation's operator disabled the entity
+            outcome["disabled"] = True
         if isinstance(exc, RateLimitExceeded):  # how it was refused (the simulation checks it)
             outcome |= {"contended": exc.contended,
                         "violations": sorted(s.limit_name for s in exc.violations)}  # fmt: skip

@@ -117,14 +117,20 @@ _COMPARE: dict[str, Callable[[int], bool]] = {
     ">=": lambda o: o >= 0,
 }
 
-Operand = Callable[[Item, Names, Values], Wire | None]
-Condition = Callable[[Item, Names, Values], bool]
+Condition = Callable[[Item, Values], bool]
+Update = Callable[[Item, Item, Values], None]
 
 
 class _Parser:
-    def __init__(self, text: str) -> None:
+    """Compiles one expression, with its attribute names resolved, to the source of a Python
+    expression (conditions, operands) or statements (update actions) over the item `i` (for an
+    update: the old item; actions change `new`) and the values `v`; `compile` turns it into a
+    function. A tenth of the cost of evaluating a tree of closures per request."""
+
+    def __init__(self, text: str, names: Names) -> None:
         self.tokens = _tokens(text)
         self.pos = 0
+        self.names = names
 
     def peek(self) -> tuple[str, str] | None:
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
@@ -146,93 +152,66 @@ class _Parser:
 
     # --- paths and operands ----------------------------------------------------------------
 
-    def path(self) -> Callable[[Names], Path]:
-        parts: list[tuple[str, str]] = [self.take()]
-        if parts[0][0] not in ("name", "word"):
-            raise Invalid(f"expected an attribute, found {parts[0]}")
+    def path(self) -> Path:
+        parts: list[str | int] = []
+        kind, token = self.take()
+        if kind not in ("name", "word"):
+            raise Invalid(f"expected an attribute, found {(kind, token)}")
+        parts.append(self._name(kind, token))
         while self.at(".") or self.at("["):
             if self.take()[1] == ".":
-                parts.append(self.take())
+                parts.append(self._name(*self.take()))
             else:
-                parts.append(("index", self.take()[1]))
+                parts.append(int(self.take()[1]))
                 self.take("]")
-        fixed = all(kind != "name" for kind, _ in parts)
+        return tuple(parts)
 
-        def resolve(names: Names) -> Path:
-            out: list[str | int] = []
-            for kind, token in parts:
-                if kind == "index":
-                    out.append(int(token))
-                elif kind == "name":
-                    if token not in names:
-                        raise Invalid(f"An expression attribute name used is not defined: {token}")
-                    out.append(names[token])
-                else:
-                    out.append(token)
-            return tuple(out)
+    def _name(self, kind: str, token: str) -> str:
+        if kind != "name":
+            return token
+        if token not in self.names:
+            raise Invalid(f"An expression attribute name used is not defined: {token}")
+        return self.names[token]
 
-        if fixed:
-            constant = resolve({})
-            return lambda names: constant
-        return resolve
-
-    def operand(self) -> Operand:
+    def operand(self) -> str:
         current = self.peek()
         if current is None:
             raise Invalid("expected an operand")
         kind, token = current
         if kind == "value":
             self.take()
-
-            def value(item: Item, names: Names, values: Values) -> Wire | None:
-                if token not in values:
-                    raise Invalid(f"An expression attribute value used is not defined: {token}")
-                return values[token]
-
-            return value
+            return f"v[{token!r}]"
         if kind == "word" and token == "size":
             self.take()
             self.take("(")
             inner = self.operand()
             self.take(")")
-
-            def size(item: Item, names: Names, values: Values) -> Wire | None:
-                found = inner(item, names, values)
-                if found is None:
-                    return None
-                ((k, v),) = found.items()
-                return {"N": str(len(v.encode() if k == "S" else v))}
-
-            return size
-        resolve = self.path()
-        return lambda item, names, values: get(item, resolve(names))
+            return f"_size({inner})"
+        return _read("i", self.path())
 
     # --- conditions --------------------------------------------------------------------------
 
-    def condition(self) -> Condition:
-        left = self.conjunction()
+    def condition(self) -> str:
+        parts = [self.conjunction()]
         while self.at("OR"):
             self.take()
-            right = self.conjunction()
-            left = (lambda a, b: lambda i, n, v: a(i, n, v) or b(i, n, v))(left, right)
-        return left
+            parts.append(self.conjunction())
+        return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
 
-    def conjunction(self) -> Condition:
-        left = self.negation()
+    def conjunction(self) -> str:
+        parts = [self.negation()]
         while self.at("AND"):
             self.take()
-            right = self.negation()
-            left = (lambda a, b: lambda i, n, v: a(i, n, v) and b(i, n, v))(left, right)
-        return left
+            parts.append(self.negation())
+        return parts[0] if len(parts) == 1 else "(" + " and ".join(parts) + ")"
 
-    def negation(self) -> Condition:
+    def negation(self) -> str:
         if self.at("NOT"):
             self.take()
-            inner = self.negation()
-            return lambda i, n, v: not inner(i, n, v)
+            return f"(not {self.negation()})"
         return self.predicate()
 
-    def predicate(self) -> Condition:
+    def predicate(self) -> str:
         if self.at("("):
             self.take()
             inner = self.condition()
@@ -249,115 +228,57 @@ class _Parser:
             raise Invalid("expected a comparison")
         token = current[1]
         if token == "BETWEEN":
-            return self.between(left)
+            self.take()
+            low = self.operand()
+            self.take("AND")
+            return f"_between({left}, {low}, {self.operand()})"
         if token == "IN":
-            return self.among(left)
+            self.take()
+            self.take("(")
+            options = [self.operand()]
+            while self.at(","):
+                self.take()
+                options.append(self.operand())
+            self.take(")")
+            return f"_among({left}, ({', '.join(options)},))"
         self.take()
         right = self.operand()
         if token == "=":
-            return lambda i, n, v: _both(left(i, n, v), right(i, n, v), _equal)
+            return f"_eq({left}, {right})"
         if token == "<>":
-            return lambda i, n, v: _both(
-                left(i, n, v), right(i, n, v), lambda a, b: not _equal(a, b)
-            )
-        test = _COMPARE.get(token)
-        if test is None:
+            return f"_ne({left}, {right})"
+        if token not in _COMPARE:
             raise Invalid(f"unknown comparator {token}")
+        return f"_compare({left}, {right}, {token!r})"
 
-        def compare(i: Item, n: Names, v: Values) -> bool:
-            a, b = left(i, n, v), right(i, n, v)
-            if a is None or b is None:
-                return False
-            order = _order(a, b)
-            return order is not None and test(order)
-
-        return compare
-
-    def between(self, left: Operand) -> Condition:
-        self.take()
-        low = self.operand()
-        self.take("AND")
-        high = self.operand()
-
-        def test(i: Item, n: Names, v: Values) -> bool:
-            x, lo, hi = left(i, n, v), low(i, n, v), high(i, n, v)
-            if x is None or lo is None or hi is None:
-                return False
-            a, b = _order(x, lo), _order(x, hi)
-            return a is not None and b is not None and a >= 0 and b <= 0
-
-        return test
-
-    def among(self, left: Operand) -> Condition:
-        self.take()
-        self.take("(")
-        options = [self.operand()]
-        while self.at(","):
-            self.take()
-            options.append(self.operand())
-        self.take(")")
-
-        def test(i: Item, n: Names, v: Values) -> bool:
-            x = left(i, n, v)
-            return x is not None and any(
-                (o := option(i, n, v)) is not None and _equal(x, o) for option in options
-            )
-
-        return test
-
-    def function(self) -> Condition:
+    def function(self) -> str:
         name = self.take()[1]
         self.take("(")
-        resolve = self.path()
-        argument: Operand | None = None
+        target = _read("i", self.path())
+        argument = None
         if self.at(","):
             self.take()
             argument = self.operand()
         self.take(")")
         if name == "attribute_exists":
-            return lambda i, n, v: get(i, resolve(n)) is not None
+            return f"({target} is not None)"
         if name == "attribute_not_exists":
-            return lambda i, n, v: get(i, resolve(n)) is None
-        assert argument is not None
-        other = argument
+            return f"({target} is None)"
+        if argument is None:
+            raise Invalid(f"{name} takes two arguments")
         if name == "begins_with":
-
-            def begins(i: Item, n: Names, v: Values) -> bool:
-                x, prefix = get(i, resolve(n)), other(i, n, v)
-                if x is None or prefix is None or "S" not in x or "S" not in prefix:
-                    return False
-                return bool(x["S"].startswith(prefix["S"]))
-
-            return begins
+            return f"_begins({target}, {argument})"
         if name == "contains":
-
-            def contains(i: Item, n: Names, v: Values) -> bool:
-                x, part = get(i, resolve(n)), other(i, n, v)
-                if x is None or part is None:
-                    return False
-                ((k, value),) = x.items()
-                ((_, wanted),) = part.items()
-                if k == "S":
-                    return bool(wanted in value)
-                if k in ("SS", "NS", "BS"):
-                    return wanted in value
-                if k == "L":
-                    return any(_equal(e, part) for e in value)
-                return False
-
-            return contains
+            return f"_contains({target}, {argument})"
         if name == "attribute_type":
-            return lambda i, n, v: (
-                (x := get(i, resolve(n))) is not None
-                and next(iter(x)) == (other(i, n, v) or {"S": ""}).get("S")
-            )
+            return f"_typed({target}, {argument})"
         raise Invalid(f"unknown function {name}")
 
     # --- updates -----------------------------------------------------------------------------
 
-    def update(self) -> list[Callable[[Item, Item, Names, Values], None]]:
-        """Actions, each applied to the new item with operands read from the old one."""
-        actions: list[Callable[[Item, Item, Names, Values], None]] = []
+    def update(self) -> list[str]:
+        """Statements, each changing `new` with operands read from the old item `i`."""
+        actions: list[str] = []
         while self.peek() is not None:
             clause = self.take()[1]
             if clause not in ("SET", "REMOVE", "ADD", "DELETE"):
@@ -369,44 +290,25 @@ class _Parser:
                 self.take()
         return actions
 
-    def action(self, clause: str) -> Callable[[Item, Item, Names, Values], None]:
-        resolve = self.path()
+    def action(self, clause: str) -> str:
+        path = self.path()
         if clause == "REMOVE":
-            return lambda old, new, n, v: _remove(new, resolve(n))
+            return f"_remove(new, {path!r})"
         if clause in ("ADD", "DELETE"):
-            operand = self.operand()
-            adding = clause == "ADD"
-            return lambda old, new, n, v: _add(new, resolve(n), operand(old, n, v), adding)
+            return f"_add(new, {path!r}, {self.operand()}, {clause == 'ADD'})"
         self.take("=")
-        value = self.value()
-        return lambda old, new, n, v: _set(new, resolve(n), value(old, n, v))
+        return f"_set(new, {path!r}, {self.value()})"
 
-    def value(self) -> Callable[[Item, Names, Values], Wire]:
+    def value(self) -> str:
         left = self.term()
         if self.at("+") or self.at("-"):
             sign = 1 if self.take()[1] == "+" else -1
-            right = self.term()
-
-            def arithmetic(i: Item, n: Names, v: Values) -> Wire:
-                a, b = left(i, n, v), right(i, n, v)
-                if "N" not in a or "N" not in b:
-                    raise Invalid("An operand in the update expression has an incorrect data type")
-                return {"N": number_text(number(a["N"]) + sign * number(b["N"]))}
-
-            return arithmetic
+            return f"_arithmetic({left}, {self.term()}, {sign})"
         return left
 
-    def term(self) -> Callable[[Item, Names, Values], Wire]:
+    def term(self) -> str:
         current = self.peek()
-        if (
-            current is not None
-            and current[0] == "word"
-            and current[1]
-            in (
-                "if_not_exists",
-                "list_append",
-            )
-        ):
+        if current is not None and current[0] == "word" and current[1] in _UPDATE_FUNCTIONS:
             name = self.take()[1]
             self.take("(")
             first = self.operand()
@@ -414,30 +316,95 @@ class _Parser:
             second = self.operand()
             self.take(")")
             if name == "if_not_exists":
-
-                def fallback(i: Item, n: Names, v: Values) -> Wire:
-                    found = first(i, n, v)
-                    return found if found is not None else _present(second(i, n, v))
-
-                return fallback
-
-            def append(i: Item, n: Names, v: Values) -> Wire:
-                a, b = _present(first(i, n, v)), _present(second(i, n, v))
-                if "L" not in a or "L" not in b:
-                    raise Invalid("list_append needs two lists")
-                return {"L": [*a["L"], *b["L"]]}
-
-            return append
-        operand = self.operand()
-        return lambda i, n, v: _present(operand(i, n, v))
+                return f"_fallback({first}, {second})"
+            return f"_append({first}, {second})"
+        return f"_present({self.operand()})"
 
 
 _FUNCTIONS = {"attribute_exists", "attribute_not_exists", "begins_with", "contains",
               "attribute_type"}  # fmt: skip
+_UPDATE_FUNCTIONS = {"if_not_exists", "list_append"}
 
 
-def _both(a: Wire | None, b: Wire | None, test: Callable[[Wire, Wire], bool]) -> bool:
-    return a is not None and b is not None and test(a, b)
+def _read(item: str, path: Path) -> str:
+    """Source reading `path` of `item` (None when absent)."""
+    if len(path) == 1:
+        return f"{item}.get({path[0]!r})"
+    return f"get({item}, {path!r})"
+
+
+def _eq(a: Wire | None, b: Wire | None) -> bool:
+    return a is not None and b is not None and _equal(a, b)
+
+
+def _ne(a: Wire | None, b: Wire | None) -> bool:
+    return a is not None and b is not None and not _equal(a, b)
+
+
+def _compare(a: Wire | None, b: Wire | None, comparator: str) -> bool:
+    if a is None or b is None:
+        return False
+    order = _order(a, b)
+    return order is not None and _COMPARE[comparator](order)
+
+
+def _between(x: Wire | None, low: Wire | None, high: Wire | None) -> bool:
+    if x is None or low is None or high is None:
+        return False
+    a, b = _order(x, low), _order(x, high)
+    return a is not None and b is not None and a >= 0 and b <= 0
+
+
+def _among(x: Wire | None, options: tuple[Wire | None, ...]) -> bool:
+    return x is not None and any(o is not None and _equal(x, o) for o in options)
+
+
+def _size(found: Wire | None) -> Wire | None:
+    if found is None:
+        return None
+    ((k, v),) = found.items()
+    return {"N": str(len(v.encode() if k == "S" else v))}
+
+
+def _begins(x: Wire | None, prefix: Wire | None) -> bool:
+    if x is None or prefix is None or "S" not in x or "S" not in prefix:
+        return False
+    return bool(x["S"].startswith(prefix["S"]))
+
+
+def _contains(x: Wire | None, part: Wire | None) -> bool:
+    if x is None or part is None:
+        return False
+    ((k, value),) = x.items()
+    ((_, wanted),) = part.items()
+    if k == "S":
+        return bool(wanted in value)
+    if k in ("SS", "NS", "BS"):
+        return bool(wanted in value)
+    if k == "L":
+        return any(_equal(e, part) for e in value)
+    return False
+
+
+def _typed(x: Wire | None, kind: Wire | None) -> bool:
+    return x is not None and next(iter(x)) == (kind or {"S": ""}).get("S")
+
+
+def _arithmetic(a: Wire, b: Wire, sign: int) -> Wire:
+    if "N" not in a or "N" not in b:
+        raise Invalid("An operand in the update expression has an incorrect data type")
+    return {"N": number_text(number(a["N"]) + sign * number(b["N"]))}
+
+
+def _fallback(found: Wire | None, otherwise: Wire | None) -> Wire:
+    return found if found is not None else _present(otherwise)
+
+
+def _append(a: Wire | None, b: Wire | None) -> Wire:
+    first, second = _present(a), _present(b)
+    if "L" not in first or "L" not in second:
+        raise Invalid("list_append needs two lists")
+    return {"L": [*first["L"], *second["L"]]}
 
 
 def _present(value: Wire | None) -> Wire:
@@ -450,7 +417,8 @@ def _present(value: Wire | None) -> Wire:
 
 def _parent(item: Item, path: Path) -> tuple[Any, str | int]:
     """The container holding `path`'s last element (the item's attributes, a map's members or a
-    list's elements), and that element."""
+    list's elements), and that element. Every map and list on the way is copied into its parent
+    first: the new item shares them with the old one (copy on write: `SimTable._updated`)."""
     container: Any = item
     for index, part in enumerate(path[:-1]):
         if isinstance(container, list):
@@ -458,7 +426,20 @@ def _parent(item: Item, path: Path) -> tuple[Any, str | int]:
         else:
             node = container.get(part)
         if node is not None:
-            node = node.get("L") if isinstance(path[index + 1], int) else node.get("M")
+            if isinstance(path[index + 1], int):
+                members = node.get("L")
+                if members is not None:
+                    node = list(members)
+                    container[part] = {"L": node}
+                else:
+                    node = None
+            else:
+                fields = node.get("M")
+                if fields is not None:
+                    node = dict(fields)
+                    container[part] = {"M": node}
+                else:
+                    node = None
         if node is None:
             raise Invalid(
                 "The document path provided in the update expression is invalid for update"
@@ -512,24 +493,39 @@ def _add(item: Item, path: Path, value: Wire | None, adding: bool) -> None:
         container.pop(last, None)
 
 
-_conditions: dict[str, Condition] = {}
-_updates: dict[str, list[Callable[[Item, Item, Names, Values], None]]] = {}
+_compiled: dict[tuple[str, str, tuple[tuple[str, str], ...]], Any] = {}
 
 
-def condition(text: str) -> Condition:
-    """The compiled condition (or key condition) expression `text`."""
-    compiled = _conditions.get(text)
-    if compiled is None:
-        parser = _Parser(text)
-        compiled = parser.condition()
+def _compile(kind: str, text: str, names: Names) -> Any:
+    """The function of one expression with these attribute names, made once."""
+    key = (kind, text, tuple(sorted(names.items())))
+    found = _compiled.get(key)
+    if found is not None:
+        return found
+    parser = _Parser(text, names)
+    if kind == "condition":
+        body = f"return {parser.condition()}"
         parser.done()
-        _conditions[text] = compiled
+        head = "def compiled(i, v):"
+    else:
+        body = "\n    ".join(parser.update()) or "pass"
+        head = "def compiled(i, new, v):"
+    source = (f"{head}\n  try:\n    {body}\n  except KeyError as missing:\n"
+              "    raise Invalid('An expression attribute value used is not defined: '"
+              " + str(missing.args[0])) from None\n")  # fmt: skip
+    namespace: dict[str, Any] = dict(globals())
+    exec(compile(source, f"<expression {text[:40]}>", "exec"), namespace)
+    found = _compiled[key] = namespace["compiled"]
+    return found
+
+
+def condition(text: str, names: Names) -> Condition:
+    """The compiled condition (or key condition) expression `text`: `(item, values) -> bool`."""
+    compiled: Condition = _compile("condition", text, names)
     return compiled
 
 
-def update(text: str) -> list[Callable[[Item, Item, Names, Values], None]]:
-    """The compiled update expression `text`: actions `(old, new, names, values)`."""
-    compiled = _updates.get(text)
-    if compiled is None:
-        compiled = _updates[text] = _Parser(text).update()
+def update(text: str, names: Names) -> Update:
+    """The compiled update expression `text`: `(old, new, values)` changes `new`."""
+    compiled: Update = _compile("update", text, names)
     return compiled

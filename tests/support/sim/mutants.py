@@ -24,6 +24,11 @@ class Mutant:
     what: str
     history: str  # where the project met it
     edits: tuple[tuple[str, str, str], ...]  # (path under zae_limiter/, old, new)
+    #: a module under zae_limiter/ whose absence means the library has the bug as it is (a rule
+    #: not implemented yet): then `applied` yields the library unchanged
+    missing_rule: str = ""
+    #: Plan fields the runs of this mutant set (a check that is off by default)
+    plan: tuple[tuple[str, object], ...] = ()
 
 
 MUTANTS: dict[str, Mutant] = {
@@ -88,6 +93,21 @@ MUTANTS: dict[str, Mutant] = {
             ),
         ),
     ),
+    "alerts-on-refunds": Mutant(
+        "a crossing made by debits that were refunded as never kept is stored as an alert "
+        "(reference §5.20: only consumption that stays alerts)",
+        "issue 41 (a 10 s freeze: 50 % and 80 % alerts at 24 % real spend); until its rule "
+        "(alerts/held.py) lands the library is this mutant",
+        (
+            (
+                "alerts/held.py",
+                "        refund = _revoking(new_raw, old_raw)\n",
+                "        refund = None\n",
+            ),
+        ),
+        missing_rule="alerts/held.py",
+        plan=(("alerts_that_stay", True),),
+    ),
 }
 
 
@@ -96,7 +116,7 @@ def applied(name: str) -> Iterator[Path | None]:
     """A copy of the library with mutant `name` in it (None for `none`): its parent directory,
     to put first on PYTHONPATH."""
     mutant = MUTANTS[name]
-    if not mutant.edits:
+    if not mutant.edits or (mutant.missing_rule and not (PACKAGE / mutant.missing_rule).exists()):
         yield None
         return
     with tempfile.TemporaryDirectory(prefix=f"zael-mutant-{name}-") as tmp:

@@ -10,7 +10,9 @@ from dataclasses import fields, replace
 from typing import Any
 
 from support.history.workload import Limits
+from support.sim.changes import CHANGES
 from support.sim.network import KINDS, Faults
+from support.sim.stream import Delivery
 from support.sim.world import Plan, Simulated, simulate
 
 
@@ -39,6 +41,15 @@ def drawn(seed: int, *, brownouts: bool = True) -> Plan:
         pause_s=rng.choice((0.01, 0.05, 0.2)),
         acquire_timeout=rng.choice((None, 0.3, 1.0, 1.0)),
         rejection_cache_ttl=rng.choice((0.0, 0.2, 1.0)),
+        # drawn after the fields above, so that a seed keeps the shape it had before them
+        delivery=Delivery(
+            shards=rng.choice((1, 1, 2)),
+            batch=rng.choice((1, 10, 40, 100)),
+            poll_s=rng.choice((0.2, 1.0, 3.0)),
+            deaths=rng.choice((0.0, 0.05, 0.2)),
+        ),
+        changes=tuple(kind for kind in CHANGES if rng.random() < 0.3),
+        split_writes_per_second=rng.choice((1000.0, 1000.0, 20.0, 4.0)),
     )
 
 
@@ -67,6 +78,13 @@ def _smaller(plan: Plan) -> list[Plan]:
     for name, calm in (("cancel_rate", 0.0), ("skew_ms", 0)):
         if getattr(plan, name) != calm:
             out.append(_with(plan, name, calm))
+    for kind in plan.changes:
+        out.append(replace(plan, changes=tuple(k for k in plan.changes if k != kind)))
+    if plan.split_writes_per_second != 1000.0:
+        out.append(replace(plan, split_writes_per_second=1000.0))
+    delivery = plan.delivery
+    if delivery.shards > 1 or delivery.deaths:
+        out.append(replace(plan, delivery=replace(delivery, shards=1, deaths=0.0)))
     faults = plan.faults
     for kind in faults.kinds:
         kinds = tuple(k for k in faults.kinds if k != kind)
@@ -86,6 +104,10 @@ KINDS_OF_PROBLEM = (
     ("contended", "refusal"),
     ("undocumented error", "undocumented error"),
     ("loop:", "loop error"),
+    ("only consumption that stays", "alert on a refunded debit"),
+    ("the simulation raised", "simulation error"),
+    ("snapshots counted", "usage snapshots"),
+    ("alert", "alerts"),
 )
 
 
@@ -125,6 +147,7 @@ def as_test(plan: Plan, name: str, problems: list[str]) -> str:
     lines = [
         "from support.history.workload import Limits",
         "from support.sim.network import Faults",
+        "from support.sim.stream import Delivery",
         "from support.sim.world import Plan, simulate",
         "",
         "",

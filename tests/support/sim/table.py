@@ -71,9 +71,13 @@ class Change:
     new: Item | None
     old: Item | None
     at_ms: int
+    _record: tuple[str, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
 
     def record(self, table: str) -> dict[str, Any]:
-        """As Lambda receives it from DynamoDB Streams."""
+        """As Lambda receives it from DynamoDB Streams (made once: the consumers and the checks
+        read it; nobody changes it)."""
+        if self._record is not None and self._record[0] == table:
+            return self._record[1]
         body: dict[str, Any] = {
             "Keys": self.keys,
             "SequenceNumber": str(self.sequence).zfill(21),
@@ -85,7 +89,7 @@ class Change:
             body["NewImage"] = self.new
         if self.old is not None:
             body["OldImage"] = self.old
-        return {
+        record = {
             "eventID": f"sim-{self.sequence}",
             "eventName": self.event,
             "eventVersion": "1.1",
@@ -94,6 +98,8 @@ class Change:
             "dynamodb": body,
             "eventSourceARN": f"arn:aws:dynamodb:us-east-1:000000000000:table/{table}/stream/sim",
         }
+        self._record = (table, record)
+        return record
 
 
 @dataclass
@@ -159,7 +165,8 @@ class SimTable:
         self.clock = clock
         self.tables: dict[str, _Table] = {}
         self.sequence = 0
-        self.tokens: dict[str, tuple[str, int]] = {}  # ClientRequestToken -> (request, time)
+        #: ClientRequestToken -> (the request's TransactItems, when first seen)
+        self.tokens: dict[str, tuple[list[Any], int]] = {}
         self.applied = 0  # writes that changed or kept an item (answered success)
         #: every request answered, in order, with its answer (the differential test sets it)
         self.recording: list[tuple[str, dict[str, Any], dict[str, Any] | Refused]] | None = None
@@ -254,7 +261,7 @@ class SimTable:
             return
         names = request.get("ExpressionAttributeNames", {})
         values = request.get("ExpressionAttributeValues", {})
-        if not ex.condition(text)(old or {}, names, values):
+        if not ex.condition(text, names)(old or {}, values):
             extra: dict[str, Any] = {}
             if old is not None and request.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD":
                 extra["Item"] = old
@@ -284,9 +291,8 @@ class SimTable:
         values = request.get("ExpressionAttributeValues", {})
         base = old if old is not None else {k: key[k] for k in (schema.PARTITION_KEY,
                                                                 schema.SORT_KEY)}  # fmt: skip
-        new = copy_item(base)
-        for action in ex.update(request.get("UpdateExpression", "")):
-            action(base, new, names, values)
+        new = dict(base)  # the actions copy each map or list they change (expressions._parent)
+        ex.update(request.get("UpdateExpression", ""), names)(base, new, values)
         if _key_of(new) != _key_of(base):
             raise Refused("ValidationException", "Cannot update attribute PK or SK")
         return new
@@ -341,7 +347,7 @@ class SimTable:
         table = self.table(request["TableName"])
         names = request.get("ExpressionAttributeNames", {})
         values = request.get("ExpressionAttributeValues", {})
-        matches = ex.condition(request["KeyConditionExpression"])
+        matches = ex.condition(request["KeyConditionExpression"], names)
         index = request.get("IndexName")
         if index is None:
             pk_name, sk_name = schema.PARTITION_KEY, schema.SORT_KEY
@@ -352,7 +358,7 @@ class SimTable:
             pk_name, sk_name = table.indexes[index]
             candidates = [i for i in table.items() if pk_name in i and sk_name in i]
             candidates.sort(key=lambda i: (i[sk_name]["S"], _key_of(i)))
-        found = [item for item in candidates if matches(item, names, values)]
+        found = [item for item in candidates if matches(item, values)]
         if request.get("ScanIndexForward") is False:
             found.reverse()
         if index is not None:
@@ -366,7 +372,7 @@ class SimTable:
         for token, value in request.get("ExpressionAttributeValues", {}).items():
             probe = {schema.PARTITION_KEY: value}
             text = request["KeyConditionExpression"].split(" AND ")[0]
-            if token in text and ex.condition(text)(probe, names, request[
+            if token in text and ex.condition(text, names)(probe, request[
                     "ExpressionAttributeValues"]):  # fmt: skip
                 return table.partitions.get(value["S"], {})
         raise Unsupported("a Query without an equality on the partition key")
@@ -384,12 +390,11 @@ class SimTable:
         if not 0 < len(operations) <= TRANSACT_MAX:
             raise Refused("ValidationException", "TransactItems must have 1 to 100 items")
         token = request.get("ClientRequestToken")
-        digest = hashlib.sha256(json.dumps(operations, sort_keys=True).encode()).hexdigest()
         now = self.clock()
         if token is not None:
             seen = self._token(token, now)
             if seen is not None:
-                if seen[0] != digest:
+                if seen[0] != operations:  # the same parameters (dicts compare unordered)
                     raise Refused("IdempotentParameterMismatchException", "token reused")
                 return {}
         plans: list[tuple[_Table, Item, Item | None, Item | None, str]] = []
@@ -435,10 +440,10 @@ class SimTable:
         for table, key, new, old, _ in plans:
             self._write(table, key, new, old)
         if token is not None:
-            self.tokens[token] = (digest, now)
+            self.tokens[token] = (operations, now)
         return {}
 
-    def _token(self, token: str, now: int) -> tuple[str, int] | None:
+    def _token(self, token: str, now: int) -> tuple[list[Any], int] | None:
         """What a client request token was first sent with, in the last 10 minutes."""
         seen = self.tokens.get(token)
         if seen is not None and now - seen[1] > TOKEN_LIFETIME_MS:

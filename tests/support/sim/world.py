@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import random
 from collections import Counter
@@ -30,16 +29,20 @@ from support.history import hold_worker
 from support.history.checker import History, Verdict, judge, problems_of
 from support.history.hold_checker import HoldHistory, check_hold_lines
 from support.history.workload import ORG, Limits, one_op, set_up
+from support.sim.alert_check import unjustified
+from support.sim.changes import Ceilings, Made, floors, operate, reparented, unbypassed
 from support.sim.loop import determinism, run
 from support.sim.network import Faults, Link, Window
-from support.sim.stream import aggregator_link, check_stream
+from support.sim.stream import Delivery, Expected, Stream, check_stream, holds_crossings
 from support.sim.table import SimTable
 from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
 from zae_limiter.acquire.waves import MAX_ROUNDS
+from zae_limiter.alerts.event import AlertEvent
 from zae_limiter.dynamo.transport import Transport
 
 LIMITS = Limits(rpm=4, period_s=20)
 FAULTS = Faults()
+DELIVERY = Delivery()
 EPOCH_MS = 1_796_428_800_000  # 2026-12-05T00:00Z: the loop's time 0 on the true clock
 TABLE = "sim"
 _RATE_EVENTS = ("invoke", "ok", "fail", "unknown")
@@ -69,7 +72,15 @@ class Plan:
     pause_s: float = 0.05
     acquire_timeout: float | None = 1.0
     rejection_cache_ttl: float = 1.0
-    stream: bool = True  # the aggregator on the stream afterwards (usage, alerts: stream.py)
+    stream: bool = True  # the aggregator on the stream alongside (usage, alerts: stream.py)
+    delivery: Delivery = DELIVERY  # how the stream reaches it
+    #: judge "alerts only on consumption that stays" (§5.20); None: when the library holds
+    #: crossings until no refund can take them back (`stream.holds_crossings`)
+    alerts_that_stay: bool | None = None
+    #: configuration changes while the processes run (changes.CHANGES: each on, then undone)
+    changes: tuple[str, ...] = ()
+    #: a bucket item written faster than this (per second) is split (§5.10; 1,000 by default)
+    split_writes_per_second: float = 1000.0
     seconds: float = 600.0  # virtual: no operation starts after it (a livelock's bound)
 
     def describe(self) -> str:
@@ -81,18 +92,20 @@ class Plan:
 
 @dataclass
 class Lines:
-    """One process's log lines in memory (the `Log.write` of the recorded workers), and their
-    running hash (each line as the recorded workers would write it, keys sorted)."""
+    """One process's log lines in memory (the `Log.write` of the recorded workers)."""
 
     name: str
     lines: list[dict[str, Any]] = field(default_factory=list)
     closed: bool = False
-    hash: Any = field(default_factory=hashlib.sha256)
 
     def write(self, line: dict[str, Any]) -> None:
         if not self.closed:
             self.lines.append(line)
-            self.hash.update(json.dumps(line, separators=(",", ":"), sort_keys=True).encode())
+
+    def digest(self) -> bytes:
+        """A hash of the lines as the run left them (their `repr`: dicts keep the order the
+        program built them in, which one seed fixes; a tenth of the cost of JSON per line)."""
+        return hashlib.sha256(repr(self.lines).encode()).digest()
 
 
 @dataclass
@@ -130,6 +143,8 @@ class Simulated:
     refusals: list[str] = field(default_factory=list)  # refusals that misdescribe themselves
     stream: list[str] = field(default_factory=list)  # the aggregator's usage and alerts
     stream_counts: dict[str, int] = field(default_factory=dict)
+    made: list[Made] = field(default_factory=list)  # configuration changes (changes.py)
+    shards: int = 1  # the most shards a bucket was split into
 
     @property
     def problems(self) -> list[str]:
@@ -161,6 +176,8 @@ class World:
         self.table.clock = self.true_ms
         self.processes: list[Process] = []
         self.started = 0
+        self.horizon = max(5.0, plan.tasks * plan.ops * plan.pause_s / 2)
+        self.made: list[Made] = []  # configuration changes made
         planned = plan.processes * plan.tasks * plan.ops
         self.kill_marks = sorted(int(rng.uniform(0.15, 0.75) * planned) for _ in range(plan.kills))
         self.slots: dict[int, Process] = {}
@@ -188,7 +205,7 @@ class World:
 
     def windows(self, start: float) -> list[Window]:
         plan, rng = self.plan, self.rng
-        horizon = max(5.0, plan.tasks * plan.ops * plan.pause_s / 2)
+        horizon = self.horizon
         out = []
         for _ in range(plan.partitions):
             begin = start + rng.uniform(0, horizon)
@@ -228,6 +245,7 @@ class World:
                     process.offset_ms,
                     rejection_cache_ttl=plan.rejection_cache_ttl,
                     acquire_timeout=plan.acquire_timeout,
+                    split_writes_per_second=plan.split_writes_per_second,
                 )
             except RateLimiterUnavailable:
                 await asyncio.sleep(0.5)
@@ -325,16 +343,31 @@ class World:
                 HOLD_RESOURCE,
                 [Limit.concurrent(HOLD_LIMIT, plan.hold_cap, lease_ttl=plan.hold_ttl_s)],
             )
+        stream = None
+        if plan.stream:
+            stream = Stream(self.table, TABLE, plan.delivery, plan.seed, linked, self.true_ms)
         for slot in range(plan.processes):
             self.start(slot, 0)
+        operator = None
+        if plan.changes:
+            operator = asyncio.ensure_future(operate(
+                admin, plan.limits, plan.changes, random.Random(f"changes/{plan.seed}"),
+                self.now, self.horizon, self.made,
+            ))  # fmt: skip
         while True:
             pending = [p.done for p in self.processes if p.done is not None and not p.done.done()]
             if not pending:
                 break
             await asyncio.wait(pending)
-        return await self.verdicts(admin, limiter)
+        if operator is not None:
+            await operator  # (its changes end within seconds of the history's horizon)
+        if stream is not None:
+            await stream.finish()
+        return await self.verdicts(admin, limiter, stream)
 
-    async def verdicts(self, admin: Repository, limiter: RateLimiter) -> Simulated:
+    async def verdicts(
+        self, admin: Repository, limiter: RateLimiter, stream: Stream | None
+    ) -> Simulated:
         plan = self.plan
         lines = {p.name: p.log.lines for p in self.processes}
         history = History()
@@ -350,7 +383,9 @@ class World:
                     state.total_consumed
                 )
         spread = [p.offset_ms for p in self.processes]
-        verdicts = judge(history, stored, plan.limits, max(spread) - min(spread))
+        history = reparented(history, self.made)
+        verdicts = judge(unbypassed(history), stored, Ceilings(plan.limits, self.made),  # type: ignore[arg-type]
+                         max(spread) - min(spread))  # fmt: skip
         holds = None
         left = (0, 0)
         if plan.hold_tasks:
@@ -359,19 +394,29 @@ class World:
             holds = check_hold_lines(hold_lines, plan.hold_cap, plan.hold_ttl_s)
             left = await self.left_held(admin, limiter)
         stream_problems: list[str] = []
-        self.stream_counts: dict[str, int] = {}
-        if plan.stream:
-            link = aggregator_link(self.table, plan.seed)
-            transport = linked(link)
-            stream_problems, self.stream_counts = await check_stream(
-                self.table, TABLE, admin, transport, random.Random(f"stream/{plan.seed}"),
-                self.true_ms, stored,
-            )  # fmt: skip
+        stream_counts: dict[str, int] = {}
+        if stream is not None:
+            stays = plan.alerts_that_stay
+            if stays is None:
+                stays = holds_crossings()
+            judge_stays = None
+            if stays:
+                lowest = floors(plan.limits, self.made)
+                skew = max(abs(p.offset_ms) for p in self.processes)
+
+                def judge_stays(expected: Expected, alerts: list[AlertEvent]) -> list[str]:
+                    return unjustified(expected, alerts, history, lowest, EPOCH_MS, skew)
+
+            stream_problems, stream_counts = await check_stream(
+                self.table, TABLE, admin, stored, judge_stays
+            )
+            stream_problems = stream.problems + stream_problems
+            stream_counts |= stream.counts()
         await admin.close()
         refusals = [problem for p in self.processes for problem in misdescribed(p, lines[p.name])]
         digest = hashlib.sha256()
         for process in sorted(self.processes, key=lambda p: p.name):
-            digest.update(process.log.hash.digest())
+            digest.update(process.log.digest())
         digest.update(self.table.digest().encode())
         operations = len(history.ops)
         for process in self.processes:  # hold operations: each ends held, refused or not
@@ -393,7 +438,12 @@ class World:
             local_rejections=sum(p.local_rejections for p in self.processes),
             refusals=refusals,
             stream=stream_problems,
-            stream_counts=self.stream_counts,
+            stream_counts=stream_counts,
+            made=self.made,
+            shards=max(
+                (int(i.get("sc", {}).get("N", 1)) for i in self.table.table(TABLE).items()),
+                default=1,
+            ),
         )
 
     async def left_held(self, admin: Repository, limiter: RateLimiter) -> tuple[int, int]:
