@@ -19,8 +19,8 @@ from support.sim.network import Faults
 from support.sim.plans import ci
 from support.sim.world import Plan, simulate
 
-#: The CI slice: `make sim --plan ci` seeds (brown-outs off: on main they find issue 41's
-#: dropped refunds, the xfail test below). Chosen, among the first 40, to cover between them
+#: The CI slice: `make sim --plan ci` seeds (brown-outs off: before issue 41 they found its
+#: dropped refunds, the brown-out test below). Chosen, among the first 40, to cover between them
 #: kills, partitions, every fault kind, cancellations, holds, deadlines of 0.3 s, 1 s and none,
 #: every configuration change (limits, defaults, parent, disable, bypass), buckets split into 4
 #: and 8 shards, the aggregator on two stream shards and its containers dying, at about 7 s of
@@ -105,20 +105,10 @@ def test_the_check_sees_an_alert_on_a_refunded_debit() -> None:
     assert "only consumption that stays" in _mutated("alerts-on-refunds", REFUNDED_CROSSING)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 41: the aggregator alerts on debits refunded as never kept (§5.20); remove "
-    "this mark when issue 41 lands (then alert_check judges every run: stream.holds_crossings)",
-)
 def test_alerts_only_on_consumption_that_stays() -> None:
     assert simulate(REFUNDED_CROSSING).problems == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 41: a refund after a failed admission is dropped once the client's retry "
-    "budget is spent (make sim found it on main); remove this mark when issue 41 lands",
-)
 def test_a_brownout_past_the_retry_budget_leaves_no_debit_of_a_refused_call() -> None:
     """A 6 s brown-out (every write throttled) spends the retry budget while admissions past
     their 0.3 s deadline are resolved off their callers' paths; on main one of them leaves a
@@ -131,15 +121,14 @@ def test_a_brownout_past_the_retry_budget_leaves_no_debit_of_a_refused_call() ->
     assert simulate(plan).problems == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by make sim (ci seed 36): set_parent while a user's call is in flight leaves "
-    "that refunded call's debit on the user's own buckets; remove this mark when fixed",
-)
 def test_a_parent_change_during_a_call_leaves_no_debit_of_a_refunded_call() -> None:
     """One user detached from its organisation and attached again while two of its calls ran
     (one raised in its block, one passed its 1 s deadline; both refunded): user-2 keeps
-    1 rpm, 5 tpm, 3 usd that no call kept. Without the parent change the schedule passes."""
+    1 rpm, 5 tpm, 3 usd that no call kept. Without the parent change the schedule passed.
+    (The refund met the new rules and failed with RulesChanged; since issue 41 it is planned
+    again: tests/unit/test_acquire_waves.py's test_a_refund_on_an_item_whose_rules_changed_is_
+    planned_again_and_lands fails without that. A shrunk schedule replays the library it was
+    shrunk on: after later changes to the requests it may no longer reach the same history.)"""
     plan = Plan(seed=36, processes=2, tasks=2, ops=1, hold_tasks=2,
                 limits=Limits(rpm=4, period_s=10, alert_at=(50, 80, 100)),
                 faults=Faults(rate=0.15), kills=3, skew_ms=1000, partitions=0, cancel_rate=0.0,
@@ -147,12 +136,9 @@ def test_a_parent_change_during_a_call_leaves_no_debit_of_a_refunded_call() -> N
     assert simulate(plan).problems == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by make sim (drawn seed 27): RulesChanged (internal) escapes acquire() while "
-    "a user's parent and another entity's bypass change; remove this mark when fixed",
-)
 def test_a_configuration_change_raises_only_documented_errors() -> None:
+    """RulesChanged (internal) escaped acquire() through an exit write or refund that met a
+    parent and a bypass change (drawn seed 27, the library before issue 41; see above)."""
     plan = Plan(seed=27, processes=2, tasks=1, ops=10, limits=Limits(rpm=8, period_s=5),
                 hold_cap=3, faults=Faults(rate=0.05, kinds=("throttle",)), kills=2, skew_ms=0,
                 partitions=2, brownouts=1, cancel_rate=0.0, acquire_timeout=None, stream=False,
