@@ -212,20 +212,12 @@ FLOORS: dict[int, tuple[str, ...]] = {
 UPWARD: dict[str, str] = {
     "acquire.acquisition -> admin.gates": "phase B: Acquisition takes the gate check it needs",
     "acquire.acquisition -> scope": "phase B: Acquisition takes what it needs, not the Scope",
-    "alerts.detect -> usage.records": "phase A: the stream record is dynamo's",
-    "alerts.event -> usage.windows": "phase A: time formatting has one home, core/times.py",
     "alerts.held -> acquire.deadlines": "phase B: the clock-skew and request bounds go to core",
-    "alerts.held -> usage.aggregator_settings": "phase A: the alert settings are alerts'",
-    "alerts.held -> usage.records": "phase A: the stream record is dynamo's",
-    "alerts.recorder -> usage.aggregator_settings": "phase A: the alert settings are alerts'",
-    "dynamo.sequenced -> audit": "phase A: ulids are pure, in core",
-    "dynamo.snapshot_items -> usage.windows": "phase A: snapshot_items moves to usage/",
 }
 
 # Imports under `if TYPE_CHECKING:` that run up: they never run, so they make no cycle; each
 # says why the type is named there.
 TYPE_ONLY_UPWARD: dict[str, str] = {
-    "admin.gates -> repository": "phase A: check_gate takes the Scope only",
     "concurrent_limits -> limits": "it checks a Limit's concurrency fields; limits imports it",
     "errors -> models": "RateLimitExceeded carries LimitStatus values; models' limits raise errors",
     "usage.redrive -> repository": "redrive reads the DLQ and stream of the repository it is given",

@@ -38,7 +38,6 @@ WORDS = {
             "cdk/",
             "admin/usage.py",
             "dynamo/keys.py",
-            "dynamo/snapshot_items.py",
             "models.py",
             "cli/report_cmds.py",
         ),

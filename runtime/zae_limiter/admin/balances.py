@@ -27,9 +27,9 @@ from typing import Any
 from .. import validation
 from ..acquire import RulesChanged
 from ..acquire.values import Unavailable, failed_below
-from ..audit import iso
 from ..core.bucket import MILLI, LimitWrite
 from ..core.images import BucketImage
+from ..core.times import iso_millis
 from ..dynamo import bucket_items as items
 from ..dynamo import codec, keys, sequenced
 from ..dynamo.transport import AccessDenied, ConditionFailed, DynamoError, TransactionCancelled
@@ -236,7 +236,7 @@ class Balances:
             "state": PENDING,
             "op": token,
             **({"principal": call.principal} if call.principal is not None else {}),
-            "created_at": iso(now),
+            "created_at": iso_millis(now),
             "ttl": now // 1000 + OPERATION_TTL_SECONDS,
         }
 
@@ -388,7 +388,7 @@ class Balances:
             "action": call.action,
             "arguments": call.arguments(),
             "result": json.dumps({"shards": result.shards, "amounts": result.amounts}),
-            "created_at": iso(now),
+            "created_at": iso_millis(now),
             "ttl": now // 1000 + OPERATION_TTL_SECONDS,
         }
         return {

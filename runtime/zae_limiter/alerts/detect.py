@@ -16,7 +16,7 @@ from __future__ import annotations
 from ..core.bucket import Kind, Params, State, view
 from ..core.images import BucketImage
 from ..dynamo import bucket_items
-from ..usage.records import MalformedRecord, StreamRecord, is_bucket
+from ..dynamo.stream_records import MalformedRecord, StreamRecord, is_bucket
 from .event import Crossing
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..admin.changes import KEEP
 from ..admin.gates import check_gate, limit_gates
-from ..audit import ulid
+from ..core.ulids import ulid
 from ..errors import EntityExistsError, ZAELimiterError
 from .model import (
     ENTITY,

@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..audit import ulid
 from ..connection import public_error
+from ..core.ulids import ulid
 from ..dynamo import keys
 from ..dynamo.transport import ConditionFailed, DynamoError
 from ..errors import ZAELimiterError

@@ -37,9 +37,9 @@ from .. import namespace_labels, versioning
 from ..alerts.detect import asks_for_alerts
 from ..alerts.held import HeldCrossings
 from ..alerts.recorder import AlertSink
-from ..dynamo import keys, multi_region, snapshot_items, transport
-from ..dynamo.snapshot_items import Counts, SnapshotKey
+from ..dynamo import keys, multi_region, stream_records, transport
 from ..dynamo.store import Store
+from ..dynamo.stream_records import MalformedRecord, StreamRecord
 from ..dynamo.transport import (
     AccessDenied,
     TableMissing,
@@ -50,13 +50,15 @@ from ..dynamo.transport import (
 )
 from ..errors import IncompatibleSchemaError, InfrastructureNotFoundError
 from ..schema import SCHEMA_VERSION
-from . import records as stream_records
+from . import records as usage_records
+from . import snapshot_items
 from .aggregator_outcome import MetricPoint as MetricPoint
 from .aggregator_outcome import Outcome as Outcome
 from .aggregator_outcome import metric_points
 from .aggregator_settings import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
 from .aggregator_settings import AggregatorSettings as AggregatorSettings
-from .records import BucketChange, MalformedRecord, StreamRecord
+from .records import BucketChange
+from .snapshot_items import Counts, SnapshotKey
 from .snapshot_writes import SnapshotWrites
 from .windows import bounds
 
@@ -224,14 +226,14 @@ class Aggregator:
                     repeats[position] = first_of[record.event_id]
                     continue
                 first_of[record.event_id] = position
-                change = stream_records.bucket_change(record)
+                change = usage_records.bucket_change(record)
                 if asks_for_alerts(record):  # threshold alerts (docs/alerts.md)
                     watched.append((position, record))
                 if change is not None:
-                    counts = stream_records.snapshot_counts(change, self.settings.windows)
+                    counts = usage_records.snapshot_counts(change, self.settings.windows)
                     pending.append(_Pending(position, record, change, counts))
-                elif self._archive is not None and stream_records.is_audit_expiry(record):
-                    expired_audit.append((position, record, stream_records.audit_line(record)))
+                elif self._archive is not None and usage_records.is_audit_expiry(record):
+                    expired_audit.append((position, record, usage_records.audit_line(record)))
                 else:
                     outcome.ignored += 1
             except MalformedRecord as exc:
@@ -425,7 +427,7 @@ class Aggregator:
     ) -> None:
         if not expired or self._archive is None:
             return
-        key, body = stream_records.archive_object(
+        key, body = usage_records.archive_object(
             [record for _, record, _ in expired], [line for _, _, line in expired], self._clock()
         )
         try:

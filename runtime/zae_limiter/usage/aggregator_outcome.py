@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..dynamo.snapshot_items import whole
+from .snapshot_items import whole
 
 if TYPE_CHECKING:
     from .records import BucketChange

@@ -25,11 +25,12 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ..dynamo import codec, keys, snapshot_items
-from ..dynamo.snapshot_items import Counts, SnapshotKey
+from ..dynamo import codec, keys
 from ..dynamo.store import Store
 from ..dynamo.transport import ConditionFailed, UnknownOutcome
+from . import snapshot_items
 from .records import BucketChange
+from .snapshot_items import Counts, SnapshotKey
 
 ENTRY_PREFIX = "@"
 PER_WRITE = 50  # records' entries on one snapshot update at most (expressions stay under 4 KB)

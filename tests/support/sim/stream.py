@@ -24,9 +24,9 @@ from support.sim.table import SimTable
 from zae_limiter import Repository
 from zae_limiter.alerts.detect import crossings
 from zae_limiter.dynamo.store import Store
+from zae_limiter.dynamo.stream_records import parse_record
 from zae_limiter.dynamo.transport import DynamoError, Transport
 from zae_limiter.usage.aggregator import Aggregator
-from zae_limiter.usage.records import parse_record
 
 #: Faults the aggregator's requests meet (its writes are transactions with markers).
 AGGREGATOR_FAULTS = Faults(rate=0.1, kinds=("lost", "latency", "throttle", "5xx"))
