@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from zae_limiter.core import bucket, schedule, waits
 from zae_limiter.core.bucket import MILLI, WHOLE, Kind, Params, State
+from zae_limiter.core.expiry import expiry_span_ms
 
 T0 = 1_767_571_200_000
 
@@ -291,7 +292,7 @@ def test_a_rate_limits_expiry_span_is_its_debt_then_a_refill_from_empty(
     s = debit(p, State(), T0, min(spent, capacity) * MILLI)
     assert s is not None
     from_empty = bucket.refill_ms(p.capacity, p.refill, p.period_ms)
-    debt_ms = bucket.expiry_span_ms(p, s, T0) - from_empty
+    debt_ms = expiry_span_ms(p, s, T0) - from_empty
     assert bucket.view(p, s, T0 + debt_ms + 1, WHOLE).balance == p.capacity
     if debt_ms > 0:
         assert bucket.view(p, s, T0 + debt_ms - 1, WHOLE).balance < p.capacity

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .. import config as cfg
 from ..core import bucket, hold_writes, waits
 from ..core.bucket import MILLI, Kind, LimitWrite, Params, Slot, State
+from ..core.expiry import expiry_span_ms
 from ..core.hold_ledger import Ledger
 from ..core.holds import Outlook
 from ..core.images import BucketImage, Stamp, new_op_id
@@ -293,7 +294,7 @@ def ttl_for(stamp: Stamp, states: dict[str, State], now: int, multiplier: int) -
         return None
     horizon = 0
     for params in stamp.limits:
-        span = bucket.expiry_span_ms(params, states.get(params.name) or State(), now)
+        span = expiry_span_ms(params, states.get(params.name) or State(), now)
         horizon = max(horizon, span)
     return (now + max(horizon * multiplier, MIN_EXPIRY_MS)) // 1000 + 1
 
