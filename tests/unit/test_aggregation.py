@@ -23,7 +23,7 @@ from zae_limiter.core.times import from_iso_seconds, iso_seconds
 from zae_limiter.dynamo import bucket_items, codec, keys
 from zae_limiter.dynamo.stream_records import MalformedRecord, parse_record
 from zae_limiter.usage import snapshot_items
-from zae_limiter.usage.aggregator import AggregatorSettings, Outcome, _chunks, _Pending
+from zae_limiter.usage.aggregator import AggregatorSettings, BatchResult, _chunks, _Pending
 from zae_limiter.usage.records import (
     archive_object,
     audit_line,
@@ -329,7 +329,7 @@ def test_chunks_never_exceed_a_transaction() -> None:
 
 
 def test_outcome_reports_failures_in_batch_order() -> None:
-    outcome = Outcome(total=3, sequence_numbers={0: "5", 1: "6", 2: None})
+    outcome = BatchResult(total=3, sequence_numbers={0: "5", 1: "6", 2: None})
     outcome.failures = {2: ValueError("x"), 1: ValueError("y")}
     assert outcome.response() == {
         "batchItemFailures": [{"itemIdentifier": "6"}, {"itemIdentifier": ""}]

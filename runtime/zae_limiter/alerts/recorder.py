@@ -34,7 +34,7 @@ _NAMES = {"#p": "pub", "#c": "claim"}
 
 
 class Tally(Protocol):
-    """What a batch's alerts are counted into (the aggregator's `Outcome`)."""
+    """What a batch's alerts are counted into (the aggregator's `BatchResult`)."""
 
     failures: dict[int, BaseException]
     alerts_stored: int

@@ -52,8 +52,8 @@ from ..errors import IncompatibleSchemaError, InfrastructureNotFoundError
 from ..schema import SCHEMA_VERSION
 from . import records as usage_records
 from . import snapshot_items
+from .aggregator_outcome import BatchResult as BatchResult
 from .aggregator_outcome import MetricPoint as MetricPoint
-from .aggregator_outcome import Outcome as Outcome
 from .aggregator_outcome import metric_points
 from .aggregator_settings import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
 from .aggregator_settings import AggregatorSettings as AggregatorSettings
@@ -208,11 +208,11 @@ class Aggregator:
         """A DynamoDB Streams Lambda event -> Lambda's partial batch response."""
         return (await self.process(list(event.get("Records") or []))).response()
 
-    async def process(self, records: Sequence[Any]) -> Outcome:
+    async def process(self, records: Sequence[Any]) -> BatchResult:
         """Apply a batch (the `Records` of a stream event). Raises only when the whole batch must
         be retried (version check, table unreachable before anything was read)."""
         await self.check_version()
-        outcome = Outcome(total=len(records))
+        outcome = BatchResult(total=len(records))
         pending: list[_Pending] = []
         watched: list[tuple[int, StreamRecord]] = []  # bucket records with alert thresholds
         expired_audit: list[tuple[int, StreamRecord, dict[str, Any]]] = []
@@ -274,13 +274,13 @@ class Aggregator:
 
     # --- snapshots ---------------------------------------------------------------------------
 
-    async def _apply(self, pending: list[_Pending], outcome: Outcome) -> list[_Pending]:
+    async def _apply(self, pending: list[_Pending], outcome: BatchResult) -> list[_Pending]:
         applied: list[_Pending] = []
         for chunk in _chunks(pending):
             applied += await self._apply_chunk(chunk, outcome)
         return applied
 
-    async def _apply_chunk(self, chunk: list[_Pending], outcome: Outcome) -> list[_Pending]:
+    async def _apply_chunk(self, chunk: list[_Pending], outcome: BatchResult) -> list[_Pending]:
         """Apply the chunk in one transaction; returns the records applied by this call.
 
         Records whose marker exists are dropped (already applied) without using up an attempt.
@@ -348,7 +348,7 @@ class Aggregator:
         return []
 
     async def _drop_deleted(
-        self, remaining: list[_Pending], deleted: list[tuple[str, str]], outcome: Outcome
+        self, remaining: list[_Pending], deleted: list[tuple[str, str]], outcome: BatchResult
     ) -> list[_Pending]:
         """Drop the records of writes made before their entity was deleted."""
         if not deleted:
@@ -423,7 +423,7 @@ class Aggregator:
     # --- audit archive -----------------------------------------------------------------------
 
     async def _archive_batch(
-        self, expired: list[tuple[int, StreamRecord, dict[str, Any]]], outcome: Outcome
+        self, expired: list[tuple[int, StreamRecord, dict[str, Any]]], outcome: BatchResult
     ) -> None:
         if not expired or self._archive is None:
             return

@@ -1,4 +1,4 @@
-"""What one aggregator batch did (`Outcome`, Lambda's partial batch response) and the metric
+"""What one aggregator batch did (`BatchResult`, Lambda's partial batch response) and the metric
 points it publishes for the dashboard (`MetricPoint`)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class MetricPoint:
 
 
 @dataclass
-class Outcome:
+class BatchResult:
     """What one batch did. `failures` maps a record's position in the batch to its error."""
 
     total: int
