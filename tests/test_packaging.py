@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-import integration.test_alerts_publish as alert_tests
+import aggregator.test_alerts_publish as alert_tests
 from support.clock import FakeClock
 from support.docs import markdown_python_blocks, repo_root
 from support.iam_check import RoleCheck, policies_from_template

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import schema, versioning
-from .audit import iso
+from .core.times import iso_millis
 from .dynamo import keys, multi_region, records
 from .dynamo.multi_region import MultiRegion
 from .dynamo.namespaces import active_namespace_id, register_namespace
@@ -75,7 +75,7 @@ async def set_up_table(
         await transport.call("UpdateTimeToLive", schema.time_to_live_request(table_name))
     elif not created:
         verify_keys(described, table_name)
-    now = iso(system_clock())
+    now = iso_millis(system_clock())
     record = records.version_record_item(
         schema_version=schema.SCHEMA_VERSION,
         aggregator_version=aggregator_version,
@@ -91,7 +91,7 @@ async def set_up_table(
         if not is_condition_failed(exc):
             raise
     for name in namespaces:
-        await register_namespace(store, name, now_iso=iso(system_clock()))
+        await register_namespace(store, name, created_at=iso_millis(system_clock()))
     return created
 
 

@@ -25,6 +25,18 @@ class RateLimitError(ZAELimiterError):
 CONTENDED_RETRY_SECONDS = 0.1
 MIN_RETRY_SECONDS = 0.001
 
+# The caller's answer to a refusal is rendered here, once: `as_dict(public=True)` and its RFC 9457
+# form `as_problem()` (`integrations.headers` sends it as `application/problem+json`).
+QUOTA_EXCEEDED_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+QUOTA_EXCEEDED_TITLE = "Request cannot be satisfied as assigned quota has been exceeded"
+PARENT_PREFIX = "parent."
+
+
+def policy_name(resource: str, limit_name: str, *, parent: bool = False) -> str:
+    """A limit as the RateLimit headers and problem bodies name it: `<resource>.<limit>`; a
+    cascade parent's limit is `parent.<resource>.<limit>`."""
+    return f"{PARENT_PREFIX if parent else ''}{resource}.{limit_name}"
+
 
 class RateLimitExceeded(RateLimitError):
     """The request was rejected: at least one hard limit lacked balance (HTTP 429)."""
@@ -106,6 +118,25 @@ class RateLimitExceeded(RateLimitError):
         if public:
             return {**head, "violations": self._public_violations()}
         return {**head, "limits": [status.as_dict() for status in self.statuses]}
+
+    def as_problem(self) -> dict[str, Any]:
+        """`as_dict(public=True)` as an RFC 9457 429 body: the draft's `quota-exceeded` type, with
+        `violated-policies`, the caller's own refusing limits as the RateLimit headers name them
+        (a cascade parent's limit is in `violations` only: no header describes it)."""
+        public = self.as_dict(public=True)
+        violated = [
+            policy_name(v["resource"], v["limit_name"])
+            for v in public["violations"]
+            if not v["parent"]
+        ]
+        return {
+            "type": QUOTA_EXCEEDED_TYPE,
+            "title": QUOTA_EXCEEDED_TITLE,
+            "status": 429,
+            "detail": public["message"],
+            "violated-policies": violated,
+            **public,
+        }
 
     def _public_message(self) -> str:
         violations = self._public_violations()
@@ -387,4 +418,15 @@ class ResourceDisabled(ZAELimiterError):
             "entity_id": self.entity_id,
             "resource": self.resource,
             "level": self.level,
+        }
+
+    def as_problem(self) -> dict[str, Any]:
+        """`as_dict(public=True)` as an RFC 9457 403 body."""
+        public = self.as_dict(public=True)
+        return {
+            "type": "about:blank",
+            "title": "Forbidden",
+            "status": 403,
+            "detail": public["message"],
+            **public,
         }

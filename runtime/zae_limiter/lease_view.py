@@ -13,7 +13,7 @@ from typing import Any
 
 from .acquire.lease import Lease, holds_of, writer_of
 from .core import bucket, waits
-from .core.bucket import MILLI, Kind, Params
+from .core.bucket import MILLI, Kind, Params, refill_seconds
 from .core.images import BucketImage
 from .models import LimitStatus
 from .syncgen import async_of
@@ -42,7 +42,7 @@ class LimitView:
         elif limit.is_quota:
             span = limit.reset_after_seconds
         else:
-            span = _refill_seconds(
+            span = refill_seconds(
                 limit.capacity, limit.refill_amount, limit.refill_period_seconds * 1000
             )
         return cls(
@@ -57,13 +57,6 @@ class LimitView:
             limit.concurrent,
             None if status.next_unit_seconds is None else round(status.next_unit_seconds * 1000),
         )
-
-
-def _refill_seconds(capacity: int, refill: int, period_ms: int) -> int | None:
-    """Whole seconds (at least 1) a rate limit takes to refill from empty."""
-    if refill <= 0:
-        return None
-    return max(1, -(-capacity * period_ms // (refill * 1000)))
 
 
 def _async_lease(lease: Any) -> Lease | None:
@@ -110,7 +103,7 @@ def _view(image: BucketImage, params: Params, now: int, pending: dict[str, int])
     is_rate = params.kind == Kind.RATE
     held = params.kind == Kind.CONCURRENT  # no span, no reset: a hold comes back on exit
     if is_rate:
-        span = _refill_seconds(params.capacity, params.refill, params.period_ms)
+        span = refill_seconds(params.capacity, params.refill, params.period_ms)
     else:
         span = params.reset_after_ms // 1000 if params.kind == Kind.SESSION else None
     return LimitView(

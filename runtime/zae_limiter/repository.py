@@ -33,7 +33,6 @@ from .admin.settle import Settlement
 from .admin.shards import Shards
 from .admin.sweeper import Sweeper
 from .admin.usage import Usage
-from .audit import iso
 from .caches import ConfigCache, ImageCache, stats
 from .connection import (
     check_versions,
@@ -48,6 +47,7 @@ from .connection import (
     system_clock,
 )
 from .core.regions import Regional
+from .core.times import iso_millis
 from .dynamo import keys, records
 from .dynamo.store import Store
 from .dynamo.transport import (
@@ -487,7 +487,7 @@ class Repository:
             ),
             aggregator_function=current.get("aggregator_function"),
             client_min_version=minimum,
-            updated_at=iso(self._clock()),
+            updated_at=iso_millis(self._clock()),
             updated_by=updated_by or f"api:{versioning.LIBRARY_VERSION}",
             audit_retention_days=current.get("audit_retention_days"),
             usage_retention_days=current.get("usage_retention_days"),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from zae_limiter import Limit, OnUnavailable, ScheduleEntry
-from zae_limiter.manifest import UNSET, Level, ManifestError, load_file, load_file_limits, loads
+from zae_limiter.manifest import UNSET, LevelSpec, ManifestError, load_file, load_file_limits, loads
 from zae_limiter.manifest.limit_parse import LIMIT_KEYS
 from zae_limiter.manifest.plan import limits_to_manifest
 
@@ -47,7 +47,7 @@ def test_the_reference_example() -> None:
     assert manifest.system.on_unavailable is OnUnavailable.BLOCK
     assert manifest.system.limits == (Limit.per_minute("requests", 1000),)
     search = manifest.resources["search"]
-    assert search == Level(
+    assert search == LevelSpec(
         (Limit.per_minute("requests", 60), Limit.per_minute("units", 10_000, soft=True)),
         disabled=False,
         cascade=True,
@@ -61,7 +61,7 @@ def test_the_reference_example() -> None:
     assert acme.levels["search"].limits == (Limit.per_day("units", 1_000_000),)
     user = manifest.entities["user-9"]
     assert user.parent == "org-acme"
-    assert user.levels["_default_"] == Level(disabled="bypass")
+    assert user.levels["_default_"] == LevelSpec(disabled="bypass")
     assert manifest.child_parents() == {"user-9": "org-acme"}
 
 

@@ -195,6 +195,7 @@ async def test_the_public_body_names_no_parent_capacity_or_other_balance(
         "violations": [{"resource": "search", "limit_name": "rpm", "parent": True}],
     }
     problem = problem_details(exc)
+    assert problem == exc.as_problem()  # the body is rendered once, by the refusal itself
     assert problem["type"] == "https://iana.org/assignments/http-problem-types#quota-exceeded"
     # the parent's limit is no policy the headers describe: in violations, not violated-policies
     assert (problem["status"], problem["violated-policies"]) == (429, [])
@@ -264,6 +265,7 @@ async def test_a_disabled_resource_is_a_403_problem_without_whose_flag(
             pass
     assert info.value.as_dict()["entity_id"] == "org-secret"
     problem = problem_details(info.value)
+    assert problem == info.value.as_problem()
     assert problem == {
         "type": "about:blank",
         "title": "Forbidden",

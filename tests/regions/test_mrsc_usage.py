@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from region_support import MrscTable, stop_after
 
-from integration.test_usage_aggregation import _assert_users, _ledger_batch
+from aggregator.test_usage_aggregation import _assert_users, _ledger_batch
 from zae_limiter import RateLimiter
 from zae_limiter.dynamo import transport
 from zae_limiter.local.stream_runner import StreamRunner

@@ -82,7 +82,7 @@ def local_client_kwargs(endpoint_url: str) -> dict[str, Any]:
 
 #: One DynamoDB Local per test module, not per session: the engine slows down with everything
 #: written to it (it keeps stream records for 24 hours, deleted tables' too, and its table
-#: lookup behind every write queries them). Measured: after tests/core/test_exactly_once.py on
+#: lookup behind every write queries them). Measured: after tests/behaviour/test_exactly_once.py on
 #: one engine, a 100-item transaction took 2.4-2.9 s instead of 0.12-0.37 s; by 60% of the whole
 #: suite its SQLite thread was 100% busy and such a transaction outlasted the 5 s read timeout.
 ENGINE_SCOPE: Final = "module"

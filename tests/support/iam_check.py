@@ -2,7 +2,7 @@
 
 moto and DynamoDB Local enforce no IAM, so a request the deployed role may not send passes every
 test and fails on AWS (threshold alerts once did: the aggregator could not write them). This
-module closes that gap for the suites that use it (`iam_checked`, autouse in tests/integration
+module closes that gap for the suites that use it (`iam_checked`, autouse in tests/aggregator
 and tests/upgrade, and the version-record writer's tests):
 
 * **Who sends it.** The library's entry points are wrapped so that each request carries the role

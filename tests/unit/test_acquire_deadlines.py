@@ -14,9 +14,8 @@ from support.acquire_env import AcquireEnv
 from support.memory_bucket_io import MemoryBucketIO
 from zae_limiter import Repository, ValidationError
 from zae_limiter.acquire import deadlines
-from zae_limiter.acquire.deadlines import Backoff
+from zae_limiter.acquire.deadlines import Backoff, Deadlines
 from zae_limiter.acquire.lanes import PRUNE_AGE_MS, UNKNOWN_RESENDS
-from zae_limiter.acquire.pending import Deadlines
 from zae_limiter.acquire.values import AnswerLost, Unavailable
 from zae_limiter.dynamo import transport
 

@@ -2,7 +2,7 @@
 
 No DynamoDB: `support.memory_bucket_io` applies the conditions our layer asks DynamoDB for, and
 injects faults for a chosen write. The same behaviours run end to end on DynamoDB Local in
-tests/core (test_acquire.py, test_unknown_outcomes.py, test_concurrency.py).
+tests/behaviour (test_acquire.py, test_unknown_outcomes.py, test_concurrency.py).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from core.test_item_size import item_size
+from behaviour.test_item_size import item_size
 from support.acquire_env import AcquireEnv
 from support.memory_bucket_io import Fault
 from unit.test_acquire_evidence import BIG, Interleaving, another_writer, interleaving_env

@@ -256,7 +256,7 @@ async def test_a_concurrent_ratchet_is_not_an_error(
 
     with monkeypatch.context() as patched, wire.block() as w:
         patched.setattr(stocked._store, "get", stale_version_record)
-        await gates.check_gate(stocked, "top_up")
+        await gates.check_gate(stocked.scope, "top_up")
     updates = w.operations("UpdateItem")
     assert len(updates) == update_calls
     assert [r.conditional_failure for r in updates] == [True] + [False] * (update_calls - 1)

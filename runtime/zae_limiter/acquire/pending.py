@@ -19,12 +19,11 @@ for it within close's bound, then the lanes log what is left, one line per item
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from .deadlines import Deadlines
 from .refund_log import RefundLog
 
 log = logging.getLogger("zae_limiter")
@@ -53,74 +52,6 @@ async def _handing(work: Coroutine[Any, Any, _T], out: asyncio.Future[_T]) -> _T
     if not out.done():
         out.set_result(result)
     return result
-
-
-class Deadline:
-    """One caller's deadline (see `Deadlines`)."""
-
-    __slots__ = ("cancelling", "done", "expired", "task", "when")
-
-    def __init__(self, when: float, task: asyncio.Task[Any]) -> None:
-        self.when = when
-        self.task = task
-        self.cancelling = task.cancelling()
-        self.expired = False
-        self.done = False
-
-
-class Deadlines:
-    """Deadlines of callers whose work runs in their own task, on one timer for all of them.
-
-    At its deadline a caller's task is cancelled, as `asyncio.timeout` does it; unlike it, no
-    timer is scheduled per caller (each one costs a handle in the loop's heap, which keeps
-    cancelled handles: most of what a warm acquire spent on its deadline). Callers mostly share
-    one timeout, so their deadlines arrive in order and a deque holds them.
-    """
-
-    def __init__(self) -> None:
-        self._entries: deque[Deadline] = deque()
-        self._timer: asyncio.TimerHandle | None = None
-
-    def enter(self, timeout: float) -> Deadline:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None, "a deadline needs a task"
-        entry = Deadline(loop.time() + timeout, task)
-        entries = self._entries
-        if entries and entries[-1].when > entry.when:
-            bisect.insort(entries, entry, key=_when)  # a shorter timeout than the last caller's
-        else:
-            entries.append(entry)
-        timer = self._timer
-        if timer is None or entry.when < timer.when():  # none armed, or armed for later
-            if timer is not None:
-                timer.cancel()
-            self._timer = loop.call_at(entry.when, self._fire)
-        return entry
-
-    def leave(self, entry: Deadline) -> bool:
-        """Done with `entry`; True when its deadline cancelled the task and nothing else did
-        (the caller then reports the deadline instead of the cancellation)."""
-        entry.done = True
-        entries = self._entries
-        while entries and entries[0].done:
-            entries.popleft()
-        return entry.expired and entry.task.uncancel() <= entry.cancelling
-
-    def _fire(self) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        entries = self._entries
-        while entries and (entries[0].done or entries[0].when <= now):
-            entry = entries.popleft()
-            if not entry.done:
-                entry.expired = entry.done = True
-                entry.task.cancel()
-        self._timer = loop.call_at(entries[0].when, self._fire) if entries else None
-
-
-def _when(entry: Deadline) -> float:
-    return entry.when
 
 
 def _expire(out: asyncio.Future[Any]) -> None:

@@ -11,6 +11,7 @@ from .. import config as cfg
 from ..core import bucket, hold_writes, waits
 from ..core.bucket import MILLI, Kind, LimitWrite, Params, Slot, State
 from ..core.evolve import evolve
+from ..core.expiry import expiry_span_ms
 from ..core.hold_ledger import Ledger
 from ..core.holds import Outlook
 from ..core.images import BucketImage, Stamp, new_op_id
@@ -310,19 +311,8 @@ def ttl_for(stamp: Stamp, states: dict[str, State], now: int, multiplier: int) -
     if multiplier <= 0 or not stamp.limits or stamp.shards > 1:
         return None
     horizon = 0
-    for params in stamp.limits:  # inline: this runs on every write
-        state = states.get(params.name) or State()
-        if params.kind == Kind.CONCURRENT:
-            span = params.period_ms  # a lease_ttl: renewals write at least three times as often
-        elif params.kind == bucket.Kind.RATE:
-            refill = max(1, params.shard_refill(bucket.WHOLE))
-            span = params.shard_capacity(bucket.WHOLE) * params.period_ms // refill
-            span += max(0, state.v - now * refill) // refill
-        else:
-            nxt = params.next_reset_ms(now, state.w)
-            span = (nxt - now) if nxt is not None else params.reset_after_ms
-            if params.kind == bucket.Kind.SESSION and state.w is not None:
-                span = max(span, state.w + params.reset_after_ms - now)
+    for params in stamp.limits:
+        span = expiry_span_ms(params, states.get(params.name) or State(), now)
         horizon = max(horizon, span)
     return (now + max(horizon * multiplier, MIN_EXPIRY_MS)) // 1000 + 1
 

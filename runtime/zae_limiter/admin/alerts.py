@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import validation
 from ..alerts.event import AlertEvent, event_from_item
+from ..core.times import from_iso_seconds
 from ..dynamo import keys
 from ..schema import PARTITION_KEY, SORT_KEY
 from ..scope import Scope
@@ -42,7 +43,7 @@ class Alerts:
             validation.entity_id(entity_id)
         validation.whole_number(limit, "limit", 1, MAX_LIMIT)
         since_text = windows.query_time(since, "since")
-        since_ms = windows.from_iso(since_text) if since_text is not None else 0
+        since_ms = from_iso_seconds(since_text) if since_text is not None else 0
         if entity_id is not None:
             index, pk = keys.GSI3, keys.entity_alerts_index_key(self._ns, entity_id)
         else:

@@ -1,5 +1,5 @@
-"""`Call`: one balance operation (`top_up` or `reset_bucket`) as validated: what it changes, and
-what a replay of its idempotency key must match (docs/reset-and-top-up.md)."""
+"""`BalanceCall`: one balance operation (`top_up` or `reset_bucket`) as validated: what it
+changes, and what a replay of its idempotency key must match (docs/reset-and-top-up.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..models import AuditAction, BucketOperationResult
 
 
 @dataclass(frozen=True)
-class Call:
+class BalanceCall:
     """One balance operation, as validated."""
 
     action: str  # AuditAction.BUCKET_TOPPED_UP or BUCKET_RESET
@@ -47,7 +47,7 @@ class Call:
         )
 
     @classmethod
-    def from_record(cls, record: dict[str, Any], idempotency_key: str | None) -> Call:
+    def from_record(cls, record: dict[str, Any], idempotency_key: str | None) -> BalanceCall:
         """The call an operation record was written for (to finish it: `balance_writes`)."""
         arguments = json.loads(record["arguments"])
         limits = arguments.get("limits")

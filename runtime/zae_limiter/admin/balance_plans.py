@@ -9,7 +9,7 @@ from typing import Any
 from ..core import operations
 from ..core.bucket import MILLI, Kind, LimitWrite, Slot, State, full_state
 from ..core.images import BucketImage, Stamp
-from .balance_call import Call
+from .balance_call import BalanceCall
 
 
 @dataclass
@@ -37,7 +37,7 @@ def full(stamp: Stamp, shard: int) -> dict[str, State]:
 
 
 def shares(
-    call: Call, stamp: Stamp, shards: list[Shard], names: tuple[str, ...], now: int
+    call: BalanceCall, stamp: Stamp, shards: list[Shard], names: tuple[str, ...], now: int
 ) -> list[dict[str, int]]:
     """What each shard gains of a top-up, per limit (milli): a quota's by each shard's share
     (the entity-wide total exact), a dripping limit's where there is room. A reset: {}."""
@@ -65,7 +65,7 @@ def shares(
 
 
 def plan_shard(
-    call: Call, stamp: Stamp, image: BucketImage, share: dict[str, int], now: int
+    call: BalanceCall, stamp: Stamp, image: BucketImage, share: dict[str, int], now: int
 ) -> tuple[dict[str, LimitWrite], dict[str, int]]:
     """One shard's writes and gains (milli per limit): a top-up of `share`, or a reset."""
     slot = Slot(image.shard, stamp.shards)

@@ -33,7 +33,7 @@ from ..dynamo.store import Store
 from ..dynamo.transport import ConditionFailed, UnknownOutcome
 from ..errors import RateLimiterUnavailable
 from ..models import BucketOperationResult
-from .balance_call import Call
+from .balance_call import BalanceCall
 from .balance_plans import Planned, Shard, plan_shard, shares
 
 MARK_PREFIX = "^"
@@ -44,10 +44,10 @@ RESENDS = 3
 PENDING, DONE = "pending", "done"
 JOURNAL_KIND = "balance"
 
-AuditItem = Callable[[Call, BucketOperationResult], Awaitable[dict[str, Any]]]
+AuditItem = Callable[[BalanceCall, BucketOperationResult], Awaitable[dict[str, Any]]]
 
 
-def record_key(ns: str, call: Call, token: str) -> dict[str, str]:
+def record_key(ns: str, call: BalanceCall, token: str) -> dict[str, str]:
     """The operation record: the idempotency key's, else one only this operation knows."""
     return keys.operation_record(ns, call.idempotency_key or f"~{token}")
 
@@ -68,7 +68,7 @@ class BalanceWrites:
         self._audit_item = audit_item
 
     async def run(
-        self, call: Call, planned: Planned, record: dict[str, Any]
+        self, call: BalanceCall, planned: Planned, record: dict[str, Any]
     ) -> BucketOperationResult:
         """Write a planned operation whose `record` (pending, with its token) is the decision.
         Raises `ConditionFailed` when a live record of the same key stands in the way."""
@@ -85,14 +85,18 @@ class BalanceWrites:
         return await self._finish(call, shards, [share for _, share in plans], token, record)
 
     async def resume(
-        self, call: Call, shards: list[Shard], shares: list[dict[str, int]], record: dict[str, Any]
+        self,
+        call: BalanceCall,
+        shards: list[Shard],
+        shares: list[dict[str, int]],
+        record: dict[str, Any],
     ) -> BucketOperationResult:
         """Finish a pending operation (its record as read, the shards as they are now)."""
         return await self._finish(call, shards, shares, str(record["op"]), record)
 
     async def _finish(
         self,
-        call: Call,
+        call: BalanceCall,
         shards: list[Shard],
         shares: list[dict[str, int]],
         token: str,
@@ -125,7 +129,7 @@ class BalanceWrites:
         return result
 
     async def _shard(
-        self, call: Call, shard: Shard, share: dict[str, int], token: str, rearmed: int
+        self, call: BalanceCall, shard: Shard, share: dict[str, int], token: str, rearmed: int
     ) -> dict[str, int]:
         """Write one shard once; its gains (milli per limit)."""
         mark = MARK_PREFIX + token
@@ -199,7 +203,7 @@ async def finish_pending(
     """Finish a pending operation from its record alone (the sweeper): the bucket's shards as
     stored, planned on their own stamps. None when the bucket is gone."""
     key = str(record["PK"]).split("#OP#", 1)[1]
-    call = Call.from_record(record, None if key.startswith("~") else key)
+    call = BalanceCall.from_record(record, None if key.startswith("~") else key)
     addresses = [keys.bucket(ns, call.entity_id, call.resource, 0)]
     first = await store.batch_get(addresses, consistent=True)
     if not first:

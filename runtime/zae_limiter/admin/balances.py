@@ -27,9 +27,9 @@ from typing import Any
 from .. import validation
 from ..acquire import RulesChanged
 from ..acquire.values import Unavailable, failed_below
-from ..audit import iso
 from ..core.bucket import MILLI, LimitWrite
 from ..core.images import BucketImage
+from ..core.times import iso_millis
 from ..dynamo import bucket_items as items
 from ..dynamo import codec, keys, sequenced
 from ..dynamo.transport import AccessDenied, ConditionFailed, DynamoError, TransactionCancelled
@@ -42,7 +42,7 @@ from ..errors import (
 )
 from ..models import AuditAction, BucketOperationResult
 from ..scope import Scope
-from .balance_call import Call
+from .balance_call import BalanceCall
 from .balance_plans import Bucket, Planned, Shard, full, plan_shard, shares
 from .balance_writes import PENDING, BalanceWrites, record_key, shard_request
 from .changes import Changes
@@ -88,7 +88,7 @@ class Balances:
             raise ValidationError("amounts", amounts, "name at least one limit, e.g. {'weekly': 1}")
         key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
         await self._changes.gate("top_up")
-        call = Call(
+        call = BalanceCall(
             AuditAction.BUCKET_TOPPED_UP,
             entity_id,
             resource,
@@ -126,12 +126,12 @@ class Balances:
             names = tuple(dict.fromkeys(validation.limit_name(n, "limits") for n in limits))
         key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
         await self._changes.gate("reset_bucket")
-        call = Call(AuditAction.BUCKET_RESET, entity_id, resource, names, {}, key, principal)
+        call = BalanceCall(AuditAction.BUCKET_RESET, entity_id, resource, names, {}, key, principal)
         return await self._balance_operation(call)
 
     # --- the shared machinery ------------------------------------------------------------------
 
-    async def _balance_operation(self, call: Call) -> BucketOperationResult:
+    async def _balance_operation(self, call: BalanceCall) -> BucketOperationResult:
         for _ in range(MAX_ATTEMPTS):
             try:
                 bucket = await self._read_bucket(call)
@@ -194,7 +194,7 @@ class Balances:
             resource=call.resource,
         )
 
-    async def _one_at_a_time(self, call: Call, bucket: Bucket) -> BucketOperationResult:
+    async def _one_at_a_time(self, call: BalanceCall, bucket: Bucket) -> BucketOperationResult:
         """On a table without transactions (`balance_writes`)."""
         planned = self._planned(call, bucket) or ([], [], {})
         token = sequenced.new_token(self._clock())
@@ -212,7 +212,7 @@ class Balances:
         finally:
             self._changes.forget(call.entity_id, call.resource)
 
-    async def _resume(self, call: Call, bucket: Bucket) -> BucketOperationResult:
+    async def _resume(self, call: BalanceCall, bucket: Bucket) -> BucketOperationResult:
         """Finish an operation whose record is still pending (`balance_writes.resume`)."""
         assert bucket.record is not None and bucket.stamp is not None
         names = call.limits_to_change(bucket.stamp)
@@ -224,7 +224,7 @@ class Balances:
             self._changes.forget(call.entity_id, call.resource)
         return replace(result, replayed=True)
 
-    def _pending_record(self, call: Call, token: str) -> dict[str, Any]:
+    def _pending_record(self, call: BalanceCall, token: str) -> dict[str, Any]:
         """The operation record of an operation written one item at a time, before its writes."""
         key = record_key(self._ns, call, token)
         now = self._clock()
@@ -236,11 +236,11 @@ class Balances:
             "state": PENDING,
             "op": token,
             **({"principal": call.principal} if call.principal is not None else {}),
-            "created_at": iso(now),
+            "created_at": iso_millis(now),
             "ttl": now // 1000 + OPERATION_TTL_SECONDS,
         }
 
-    async def _read_bucket(self, call: Call) -> Bucket:
+    async def _read_bucket(self, call: BalanceCall) -> Bucket:
         """Config, every live shard (restamped to the config) and the key's operation record."""
         record_key = (
             keys.operation_record(self._ns, call.idempotency_key)
@@ -291,7 +291,9 @@ class Balances:
             shards.append(Shard(image, exists=True))
         return Bucket(stamp, shards, record)
 
-    def _plan(self, call: Call, bucket: Bucket) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    def _plan(
+        self, call: BalanceCall, bucket: Bucket
+    ) -> tuple[list[dict[str, Any]], dict[str, int]]:
         """The shard writes (transaction operations) and the gain per limit (milli)."""
         planned = self._planned(call, bucket)
         if planned is None:
@@ -307,7 +309,7 @@ class Balances:
         ]
         return requests, gained
 
-    def _planned(self, call: Call, bucket: Bucket) -> Planned | None:
+    def _planned(self, call: BalanceCall, bucket: Bucket) -> Planned | None:
         """Every shard to write, its writes and gains, and the gains summed (milli per limit);
         None when nothing is to be written (unmetered, or a reset of a missing bucket)."""
         stamp = bucket.stamp
@@ -358,10 +360,10 @@ class Balances:
     ) -> dict[str, Any]:
         return shard_request(self._store.table, self._admission.maker, shard, writes, now, rearmed)
 
-    async def _audit_for(self, call: Call, result: BucketOperationResult) -> dict[str, Any]:
+    async def _audit_for(self, call: BalanceCall, result: BucketOperationResult) -> dict[str, Any]:
         return {"Put": {"Item": await self._audit_item(call, result)}}
 
-    async def _audit_item(self, call: Call, result: BucketOperationResult) -> dict[str, Any]:
+    async def _audit_item(self, call: BalanceCall, result: BucketOperationResult) -> dict[str, Any]:
         details: dict[str, Any] = {
             "limits": list(result.amounts),
             "amounts": result.amounts,
@@ -378,7 +380,7 @@ class Balances:
             details=details,
         )
 
-    def _operation_record(self, call: Call, result: BucketOperationResult) -> dict[str, Any]:
+    def _operation_record(self, call: BalanceCall, result: BucketOperationResult) -> dict[str, Any]:
         assert call.idempotency_key is not None
         key = keys.operation_record(self._ns, call.idempotency_key)
         now = self._clock()
@@ -388,7 +390,7 @@ class Balances:
             "action": call.action,
             "arguments": call.arguments(),
             "result": json.dumps({"shards": result.shards, "amounts": result.amounts}),
-            "created_at": iso(now),
+            "created_at": iso_millis(now),
             "ttl": now // 1000 + OPERATION_TTL_SECONDS,
         }
         return {
@@ -400,7 +402,9 @@ class Balances:
             }
         }
 
-    def _failure(self, call: Call, cause: BaseException, message: str) -> RateLimiterUnavailable:
+    def _failure(
+        self, call: BalanceCall, cause: BaseException, message: str
+    ) -> RateLimiterUnavailable:
         if isinstance(cause, AccessDenied):
             return PermissionDenied(
                 f"DynamoDB refused dynamodb:{cause.operation}; {call.verb} needs the "

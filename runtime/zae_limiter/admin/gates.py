@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.version import Version
 
@@ -15,9 +15,6 @@ from ..errors import RateLimiterUnavailable, VersionMismatchError
 from ..limits import Limit
 from ..schema import PARTITION_KEY, SCHEMA_VERSION
 from ..scope import Scope
-
-if TYPE_CHECKING:
-    from ..repository import Repository
 
 REQUIRED: dict[str, str] = {
     "top_up": "0.17.0",
@@ -53,9 +50,8 @@ def _passed_key(feature: str, *, ratchet: bool) -> str:
     return f"{feature}:{'ratchet' if ratchet else 'check'}"
 
 
-async def check_gate(where: Scope | Repository, feature: str, *, ratchet: bool = True) -> None:
+async def check_gate(scope: Scope, feature: str, *, ratchet: bool = True) -> None:
     """Refuse `feature` unless the stack's aggregator is recent enough; then raise the minimum."""
-    scope = where if isinstance(where, Scope) else where.scope
     shared = scope.shared
     passed = shared.gates_passed
     if {_passed_key(feature, ratchet=ratchet), _passed_key(feature, ratchet=True)} & passed:

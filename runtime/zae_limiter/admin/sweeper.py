@@ -38,7 +38,7 @@ from ..dynamo.transport import ConditionFailed, DynamoError
 from ..models import BucketOperationResult
 from ..usage.records import ARCHIVE_PREFIX
 from ..usage.snapshot_writes import ENTRY_PREFIX
-from .balance_call import Call
+from .balance_call import BalanceCall
 from .balance_writes import JOURNAL_KIND, MARK_KEPT_MS, MARK_PREFIX, finish_pending
 
 log = logging.getLogger("zae_limiter")
@@ -208,7 +208,7 @@ class Sweeper:
             await self._store.delete({"PK": sequenced.JOURNAL_PK, "SK": str(entry["SK"])})
             return False
 
-        async def audit_item(call: Call, result: BucketOperationResult) -> dict[str, Any]:
+        async def audit_item(call: BalanceCall, result: BucketOperationResult) -> dict[str, Any]:
             return audit.event_item(
                 ns,
                 action=call.action,

@@ -13,10 +13,10 @@ bucket is judged per shard against that shard's share; the first shard to cross 
 
 from __future__ import annotations
 
-from ..core.bucket import Kind, Params, State, view
+from ..core.bucket import Kind, Params, State, refill_period_start, view
 from ..core.images import BucketImage
 from ..dynamo import bucket_items
-from ..usage.records import MalformedRecord, StreamRecord, is_bucket
+from ..dynamo.stream_records import MalformedRecord, StreamRecord, is_bucket
 from .event import Crossing
 
 
@@ -94,7 +94,7 @@ def _limit_crossings(
             used_before = cap - prior.balance
     period = after.period
     if period is None:  # a rate limit: the refill period the write fell in
-        period = now - now % max(1, in_force.period_ms)
+        period = refill_period_start(in_force, now)
     return [
         Crossing(
             ns=new.ns,

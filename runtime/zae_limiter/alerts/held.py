@@ -32,7 +32,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from ..acquire.deadlines import ASSUMED_SKEW_MS, MAX_REQUEST_TIMEOUT_S
 from ..core.bucket import Kind
@@ -40,11 +40,16 @@ from ..core.images import BucketImage
 from ..dynamo import bucket_items, keys
 from ..dynamo.failures import ConditionFailed
 from ..dynamo.store import Store
-from ..usage.aggregator_settings import DEFAULT_ALERT_HOLD_SECONDS, AggregatorSettings
-from ..usage.records import MalformedRecord, StreamRecord
+from ..dynamo.stream_records import MalformedRecord, StreamRecord
 from .detect import crossings, use_of
 from .event import Crossing
-from .recorder import AlertRecorder, AlertSink, NamespaceName, Tally
+from .recorder import (
+    DEFAULT_ALERT_HOLD_SECONDS,
+    AlertRecorder,
+    AlertSink,
+    NamespaceName,
+    Tally,
+)
 
 log = logging.getLogger("zae_limiter.alerts")
 
@@ -57,6 +62,16 @@ REFUND_HORIZON_MS = HOLD_MS - int(MAX_REQUEST_TIMEOUT_S * 1000) - ASSUMED_SKEW_M
 SWEEP_MS = 10_000
 
 Bucket = tuple[str, str, str, int]
+
+
+class AlertSettings(Protocol):
+    """What the held crossings take of the aggregator's settings (`AggregatorSettings`)."""
+
+    @property
+    def alert_retention_days(self) -> int: ...
+
+    @property
+    def alert_hold_seconds(self) -> int: ...
 
 
 @dataclass
@@ -163,7 +178,7 @@ class HeldCrossings:
         store: Store,
         sink: AlertSink | None,
         clock: Callable[[], int],
-        settings: AggregatorSettings,
+        settings: AlertSettings,
         namespace_name: NamespaceName | None = None,
     ) -> HeldCrossings:
         """The held crossings of an aggregator with these settings, storing alerts to `sink`

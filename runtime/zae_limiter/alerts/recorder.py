@@ -18,7 +18,6 @@ from typing import Any, Protocol
 
 from ..dynamo.failures import ConditionFailed
 from ..dynamo.store import Store
-from ..usage.aggregator_settings import DEFAULT_ALERT_RETENTION_DAYS
 from .event import PUBLISHED, UNPUBLISHED, AlertEvent, Crossing, event_from_item
 
 #: Publishes one alert (its namespace's id and name, the event); raises if not accepted.
@@ -26,11 +25,16 @@ AlertSink = Callable[[str, str, AlertEvent], Awaitable[None]]
 #: The name of a namespace, by its id (the aggregator reads the registry; the id if unknown).
 NamespaceName = Callable[[str], Awaitable[str]]
 CLAIM_MS = 30_000
+#: Days a stored alert is kept after its crossing (the aggregator's `ALERT_RETENTION_DAYS`).
+DEFAULT_ALERT_RETENTION_DAYS = 90
+#: Seconds a crossing is held before it is stored (`alerts.held`; the aggregator's
+#: `ALERT_HOLD_SECONDS`).
+DEFAULT_ALERT_HOLD_SECONDS = 300
 _NAMES = {"#p": "pub", "#c": "claim"}
 
 
 class Tally(Protocol):
-    """What a batch's alerts are counted into (the aggregator's `Outcome`)."""
+    """What a batch's alerts are counted into (the aggregator's `BatchResult`)."""
 
     failures: dict[int, BaseException]
     alerts_stored: int

@@ -231,7 +231,7 @@ def build_archive_bucket(scope: Construct, props: ZaeLimiterProps) -> s3.Bucket:
     )
 
 
-class Aggregator(Construct):
+class AggregatorFunction(Construct):
     """The aggregator Lambda, its stream event source, DLQ, log group and role."""
 
     def __init__(

@@ -16,7 +16,7 @@ from constructs import Construct
 from zae_limiter import schema
 
 from .access import POLICY_KINDS, PRINCIPAL_NAMESPACE, AccessPolicies, AccessTargets
-from .aggregator import Aggregator, build_archive_bucket
+from .aggregator import AggregatorFunction, build_archive_bucket
 from .monitoring import build_alarms, build_dashboard
 from .multi_region import (
     ENV_REPLICA_REGIONS,
@@ -65,7 +65,7 @@ class ZaeLimiter(Construct):
         self.alerts_bus: events.IEventBus | None = props.alerts_bus
         if self.alerts_bus is None and props.enable_alerts:
             self.alerts_bus = events.EventBus(self, "AlertsBus")
-        self.aggregator = Aggregator(
+        self.aggregator = AggregatorFunction(
             self,
             "Aggregator",
             table=self.table,

@@ -32,6 +32,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..core.ulids import ulid_ms
 from . import codec, keys
 from .failures import ConditionFailed, TransactionCancelled, UnknownOutcome
 
@@ -57,13 +58,11 @@ def new_token(now_ms: int | None = None) -> str:
 
 
 def token_ms(token: str) -> int:
-    """When a token was made: `new_token`'s or a ulid (`audit.ulid`, the config changes');
+    """When a token was made: `new_token`'s or a ulid (`core.ulids`: the config changes');
     0 when it carries no time."""
     head = token[:13]
     if head.isdigit():
         return int(head)
-    from ..audit import ulid_ms
-
     return ulid_ms(token) or 0
 
 

@@ -22,12 +22,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..connection import system_clock
-from ..errors import RateLimiterUnavailable, RateLimitExceeded, ResourceDisabled, ValidationError
+from ..errors import (
+    RateLimiterUnavailable,
+    RateLimitExceeded,
+    ResourceDisabled,
+    ValidationError,
+    policy_name,
+)
 from ..lease_view import LimitView, is_lease, lease_limits
 
 PROBLEM_JSON = "application/problem+json"
-QUOTA_EXCEEDED_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-QUOTA_EXCEEDED_TITLE = "Request cannot be satisfied as assigned quota has been exceeded"
 REDUCED_CAPACITY_TYPE = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 REDUCED_CAPACITY_TITLE = "Service capacity is temporarily reduced"
 #: `Retry-After` of a 503 for an unavailable limiter: DynamoDB's blips are usually that short.
@@ -38,14 +42,8 @@ REGISTERED_UNITS = frozenset({"requests", "content-bytes", "concurrent-requests"
 CONCURRENT_UNIT = "concurrent-requests"
 #: Prefixed parameter for a unit outside the registry (the draft: vendor-prefixed parameters).
 UNIT_PARAMETER = "zael-unit"
-PARENT_PREFIX = "parent."
 _SF_INTEGER_MAX = 999_999_999_999_999  # RFC 9651: at most 15 digits
 _PK_BYTES = 16
-
-
-def policy_name(resource: str, limit_name: str, *, parent: bool = False) -> str:
-    """`<resource>.<limit>`; a cascade parent's limit is `parent.<resource>.<limit>`."""
-    return f"{PARENT_PREFIX if parent else ''}{resource}.{limit_name}"
 
 
 def partition_key(entity_id: str, secret: bytes) -> bytes:
@@ -113,8 +111,7 @@ Refusal = RateLimitExceeded | ResourceDisabled | RateLimiterUnavailable
 
 
 def problem_details(exc: Refusal) -> dict[str, Any]:
-    """An RFC 9457 body: 429 `quota-exceeded` with `violated-policies` (built on
-    `exc.as_dict(public=True)`), 403 for a disabled resource, or 503
+    """An RFC 9457 body: the refusal's own `as_problem()` (429 `quota-exceeded`, 403), or 503
     `temporary-reduced-capacity` when the limiter is unavailable (the cause is not sent: it
     names the table). Send it as `PROBLEM_JSON`."""
     if isinstance(exc, RateLimiterUnavailable):
@@ -125,32 +122,8 @@ def problem_details(exc: Refusal) -> dict[str, Any]:
             "detail": "The rate limiter cannot decide right now; retry shortly",
             "retry_after_seconds": UNAVAILABLE_RETRY_SECONDS,
         }
-    public = exc.as_dict(public=True)
-    if isinstance(exc, RateLimitExceeded):
-        # Only policies `RateLimit-Policy` describes: the caller's own. A cascade parent's
-        # limit is in `violations` (`"parent": true`), never described (its figures are not
-        # the caller's), so it is not named here.
-        violated = [
-            policy_name(v["resource"], v["limit_name"])
-            for v in public["violations"]
-            if not v["parent"]
-        ]
-        return {
-            "type": QUOTA_EXCEEDED_TYPE,
-            "title": QUOTA_EXCEEDED_TITLE,
-            "status": 429,
-            "detail": public["message"],
-            "violated-policies": violated,
-            **public,
-        }
-    if isinstance(exc, ResourceDisabled):
-        return {
-            "type": "about:blank",
-            "title": "Forbidden",
-            "status": 403,
-            "detail": public["message"],
-            **public,
-        }
+    if isinstance(exc, RateLimitExceeded | ResourceDisabled):
+        return exc.as_problem()
     raise TypeError(
         "problem_details takes RateLimitExceeded, ResourceDisabled or RateLimiterUnavailable, "
         f"not {exc!r}"

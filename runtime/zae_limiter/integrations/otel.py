@@ -42,13 +42,12 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from ..errors import RateLimitExceeded, ResourceDisabled
+from ..errors import RateLimitExceeded, ResourceDisabled, policy_name
 from ..instrumentation import RequestEvent
 from ..lease_view import held_amounts, primary_shard, unmetered_resources
 from ..limiter import RateLimiter
 from ..sync import SyncAcquisition, SyncRateLimiter
 from ..syncgen import async_of
-from .headers import policy_name
 
 try:
     from opentelemetry import metrics, trace

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 from aiobotocore.session import get_session
 
 from zae_limiter.alerts.recorder import AlertSink
-from zae_limiter.audit import iso
+from zae_limiter.core.times import iso_millis
 from zae_limiter.dynamo import transport
+from zae_limiter.dynamo.stream_records import lambda_record
 from zae_limiter.local.engine import LOCAL_REGION
 from zae_limiter.local.processes import AGGREGATOR_MARKER
 from zae_limiter.usage.aggregator import Aggregator, AggregatorSettings, ArchiveSink
-from zae_limiter.usage.records import lambda_record
 from zae_limiter.versioning import LIBRARY_VERSION
 
 if TYPE_CHECKING:
@@ -316,7 +316,7 @@ class StreamRunner:
         assert self.dead_letter_path is not None
         record = shard.pending[0]
         line = {
-            "dead_lettered_at": iso(time.time_ns() // 1_000_000),
+            "dead_lettered_at": iso_millis(time.time_ns() // 1_000_000),
             "table": self.table,
             "stream_arn": self.stream_arn,
             "shard_id": shard.shard_id,

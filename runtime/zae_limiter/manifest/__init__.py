@@ -18,7 +18,7 @@ from .apply import (
 )
 from .export import export_manifest, to_yaml
 from .limit_parse import parse_limits
-from .model import UNSET, EntitySpec, Level, Manifest, ManifestError, SystemLevel, Target
+from .model import UNSET, EntitySpec, LevelSpec, Manifest, ManifestError, Subject, SystemSpec
 from .parse import load_file, load_file_limits, loads, parse
 from .plan import Change, EntityState, Ownership, Plan, Stored, limit_to_manifest, make_plan
 from .source import load_yaml
@@ -32,14 +32,14 @@ __all__ = [
     "ConcurrentApplyError",
     "EntitySpec",
     "EntityState",
-    "Level",
+    "LevelSpec",
     "Manifest",
     "ManifestError",
     "Ownership",
     "Plan",
     "Stored",
-    "SystemLevel",
-    "Target",
+    "Subject",
+    "SystemSpec",
     "apply_change",
     "apply_manifest",
     "apply_plan",

@@ -27,7 +27,7 @@ from .fields import (
     string,
 )
 from .limit_parse import parse_limits
-from .model import UNSET, EntitySpec, Level, Manifest, ManifestError, Places, SystemLevel
+from .model import UNSET, EntitySpec, LevelSpec, Manifest, ManifestError, Places, SystemSpec
 from .source import join_path, load_with_lines, load_yaml, locate
 
 TOP_LEVEL = ("namespace", "system", "resources", "entities")
@@ -111,11 +111,11 @@ def _cascade(value: Any, path: str) -> bool | None:
     raise ManifestError(path, "must be true or false (leave it out to inherit)", value)
 
 
-def _level(raw: Any, path: str) -> Level:
+def _level(raw: Any, path: str) -> LevelSpec:
     return known(raw, path, LEVEL_KEYS, partial(_level_fields, path=path))
 
 
-def _level_fields(fields: dict[str, Any], path: str) -> Level:
+def _level_fields(fields: dict[str, Any], path: str) -> LevelSpec:
     problems = Problems()
     limits = None
     if "limits" in fields:
@@ -125,10 +125,10 @@ def _level_fields(fields: dict[str, Any], path: str) -> Level:
     )
     cascade = problems.check(partial(_cascade, fields.get("cascade"), join_path(path, "cascade")))
     problems.raise_any()
-    return Level(limits=limits, disabled=disabled, cascade=cascade)
+    return LevelSpec(limits=limits, disabled=disabled, cascade=cascade)
 
 
-def _system(raw: Any) -> SystemLevel:
+def _system(raw: Any) -> SystemSpec:
     fields = mapping(raw, "system")
     for key in fields:
         if key in ("cascade", "disabled"):
@@ -138,25 +138,25 @@ def _system(raw: Any) -> SystemLevel:
     return known(fields, "system", SYSTEM_KEYS, _system_fields)
 
 
-def _system_fields(fields: dict[str, Any]) -> SystemLevel:
+def _system_fields(fields: dict[str, Any]) -> SystemSpec:
     if "limits" not in fields:
         raise ManifestError("system", "needs limits (on_unavailable is stored with them)")
     mode = fields.get("on_unavailable")
     if mode is not None and mode not in ("allow", "block"):
         raise ManifestError("system.on_unavailable", "must be allow or block", mode)
-    return SystemLevel(
+    return SystemSpec(
         limits=parse_limits(fields["limits"], "system.limits"),
         on_unavailable=OnUnavailable(mode) if mode else None,
     )
 
 
-def _resources(raw: Any) -> dict[str, Level]:
-    out: dict[str, Level] = {}
+def _resources(raw: Any) -> dict[str, LevelSpec]:
+    out: dict[str, LevelSpec] = {}
     problems = Problems()
     for name, level in mapping(raw, "resources").items():
         path = f"resources.{name}"
 
-        def one(name: str = name, level: Any = level, path: str = path) -> Level:
+        def one(name: str = name, level: Any = level, path: str = path) -> LevelSpec:
             checked(path, partial(validation.resource_name, name))
             return _level(level, path)
 
@@ -192,17 +192,17 @@ def _entity_fields(entity_id: str, fields: dict[str, Any]) -> EntitySpec:
             checked(f"{path}.parent", partial(validation.entity_id, parent, "parent"))
             if parent == entity_id:
                 raise ManifestError(f"{path}.parent", "an entity cannot be its own parent")
-    levels: dict[str, Level] = {}
+    levels: dict[str, LevelSpec] = {}
     shards: dict[str, int] = {}
     problems = Problems()
     for resource, level in mapping(fields.get("resources") or {}, f"{path}.resources").items():
         where = f"{path}.resources.{resource}"
 
-        def one(resource: str = resource, level: Any = level, where: str = where) -> Level:
+        def one(resource: str = resource, level: Any = level, where: str = where) -> LevelSpec:
             if resource != DEFAULT_RESOURCE:
                 checked(where, partial(validation.resource_name, resource))
 
-            def build(raw: dict[str, Any]) -> Level:
+            def build(raw: dict[str, Any]) -> LevelSpec:
                 if "shards" in raw:
                     shards[resource] = _shards(raw.pop("shards"), resource, f"{where}.shards")
                 return _level(raw, where)

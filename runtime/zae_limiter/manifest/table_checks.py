@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..validation import DEFAULT_RESOURCE
-from .model import Level, Manifest, ManifestError
+from .model import LevelSpec, Manifest, ManifestError
 from .source import locate
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def _limits_after(
         if spec is not None and where in spec.levels:
             level = spec.levels[where]
         elif (entity_id, where) in owned.entity_levels:
-            level = Level()  # managed before and gone from the manifest: deleted
+            level = LevelSpec()  # managed before and gone from the manifest: deleted
         else:
             level = stored.level(entity_id, where)
         if level.limits:
@@ -104,9 +104,9 @@ def _limits_after(
     if resource in manifest.resources:
         defaults = manifest.resources[resource]
     elif resource in owned.resources:
-        defaults = Level()
+        defaults = LevelSpec()
     else:
-        defaults = stored.resources.get(resource, Level())
+        defaults = stored.resources.get(resource, LevelSpec())
     if defaults.limits:
         return defaults.limits
     system = manifest.system or (None if owned.system else stored.system)

@@ -25,8 +25,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from .. import versioning
-from ..audit import iso
 from ..connection import read_version_record, system_clock
+from ..core.times import iso_millis
 from ..dynamo import keys
 from ..dynamo.store import Store
 from ..dynamo.transport import ConditionFailed, Transport
@@ -343,7 +343,7 @@ async def _write_record(
     values: dict[str, Any] = {
         ":schema": schema_version,
         ":agg": aggregator_version,
-        ":at": iso(target.clock()),
+        ":at": iso_millis(target.clock()),
         ":by": updated_by,
     }
     checks = ["attribute_exists(#pk)"]

@@ -37,9 +37,9 @@ from .. import namespace_labels, versioning
 from ..alerts.detect import asks_for_alerts
 from ..alerts.held import HeldCrossings
 from ..alerts.recorder import AlertSink
-from ..dynamo import keys, multi_region, snapshot_items, transport
-from ..dynamo.snapshot_items import Counts, SnapshotKey
+from ..dynamo import keys, multi_region, stream_records, transport
 from ..dynamo.store import Store
+from ..dynamo.stream_records import MalformedRecord, StreamRecord
 from ..dynamo.transport import (
     AccessDenied,
     TableMissing,
@@ -50,13 +50,15 @@ from ..dynamo.transport import (
 )
 from ..errors import IncompatibleSchemaError, InfrastructureNotFoundError
 from ..schema import SCHEMA_VERSION
-from . import records as stream_records
+from . import records as usage_records
+from . import snapshot_items
+from .aggregator_outcome import BatchResult as BatchResult
 from .aggregator_outcome import MetricPoint as MetricPoint
-from .aggregator_outcome import Outcome as Outcome
 from .aggregator_outcome import metric_points
 from .aggregator_settings import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
 from .aggregator_settings import AggregatorSettings as AggregatorSettings
-from .records import BucketChange, MalformedRecord, StreamRecord
+from .records import BucketChange
+from .snapshot_items import Counts, SnapshotKey
 from .snapshot_writes import SnapshotWrites
 from .windows import bounds
 
@@ -206,11 +208,11 @@ class Aggregator:
         """A DynamoDB Streams Lambda event -> Lambda's partial batch response."""
         return (await self.process(list(event.get("Records") or []))).response()
 
-    async def process(self, records: Sequence[Any]) -> Outcome:
+    async def process(self, records: Sequence[Any]) -> BatchResult:
         """Apply a batch (the `Records` of a stream event). Raises only when the whole batch must
         be retried (version check, table unreachable before anything was read)."""
         await self.check_version()
-        outcome = Outcome(total=len(records))
+        outcome = BatchResult(total=len(records))
         pending: list[_Pending] = []
         watched: list[tuple[int, StreamRecord]] = []  # bucket records with alert thresholds
         expired_audit: list[tuple[int, StreamRecord, dict[str, Any]]] = []
@@ -224,14 +226,14 @@ class Aggregator:
                     repeats[position] = first_of[record.event_id]
                     continue
                 first_of[record.event_id] = position
-                change = stream_records.bucket_change(record)
+                change = usage_records.bucket_change(record)
                 if asks_for_alerts(record):  # threshold alerts (docs/alerts.md)
                     watched.append((position, record))
                 if change is not None:
-                    counts = stream_records.snapshot_counts(change, self.settings.windows)
+                    counts = usage_records.snapshot_counts(change, self.settings.windows)
                     pending.append(_Pending(position, record, change, counts))
-                elif self._archive is not None and stream_records.is_audit_expiry(record):
-                    expired_audit.append((position, record, stream_records.audit_line(record)))
+                elif self._archive is not None and usage_records.is_audit_expiry(record):
+                    expired_audit.append((position, record, usage_records.audit_line(record)))
                 else:
                     outcome.ignored += 1
             except MalformedRecord as exc:
@@ -272,13 +274,13 @@ class Aggregator:
 
     # --- snapshots ---------------------------------------------------------------------------
 
-    async def _apply(self, pending: list[_Pending], outcome: Outcome) -> list[_Pending]:
+    async def _apply(self, pending: list[_Pending], outcome: BatchResult) -> list[_Pending]:
         applied: list[_Pending] = []
         for chunk in _chunks(pending):
             applied += await self._apply_chunk(chunk, outcome)
         return applied
 
-    async def _apply_chunk(self, chunk: list[_Pending], outcome: Outcome) -> list[_Pending]:
+    async def _apply_chunk(self, chunk: list[_Pending], outcome: BatchResult) -> list[_Pending]:
         """Apply the chunk in one transaction; returns the records applied by this call.
 
         Records whose marker exists are dropped (already applied) without using up an attempt.
@@ -346,7 +348,7 @@ class Aggregator:
         return []
 
     async def _drop_deleted(
-        self, remaining: list[_Pending], deleted: list[tuple[str, str]], outcome: Outcome
+        self, remaining: list[_Pending], deleted: list[tuple[str, str]], outcome: BatchResult
     ) -> list[_Pending]:
         """Drop the records of writes made before their entity was deleted."""
         if not deleted:
@@ -421,11 +423,11 @@ class Aggregator:
     # --- audit archive -----------------------------------------------------------------------
 
     async def _archive_batch(
-        self, expired: list[tuple[int, StreamRecord, dict[str, Any]]], outcome: Outcome
+        self, expired: list[tuple[int, StreamRecord, dict[str, Any]]], outcome: BatchResult
     ) -> None:
         if not expired or self._archive is None:
             return
-        key, body = stream_records.archive_object(
+        key, body = usage_records.archive_object(
             [record for _, record, _ in expired], [line for _, _, line in expired], self._clock()
         )
         try:

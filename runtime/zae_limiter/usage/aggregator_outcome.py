@@ -1,4 +1,4 @@
-"""What one aggregator batch did (`Outcome`, Lambda's partial batch response) and the metric
+"""What one aggregator batch did (`BatchResult`, Lambda's partial batch response) and the metric
 points it publishes for the dashboard (`MetricPoint`)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..dynamo.snapshot_items import whole
+from .snapshot_items import whole
 
 if TYPE_CHECKING:
     from .records import BucketChange
@@ -25,7 +25,7 @@ class MetricPoint:
 
 
 @dataclass
-class Outcome:
+class BatchResult:
     """What one batch did. `failures` maps a record's position in the batch to its error."""
 
     total: int

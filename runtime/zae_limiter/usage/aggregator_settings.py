@@ -7,11 +7,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..alerts.recorder import DEFAULT_ALERT_HOLD_SECONDS, DEFAULT_ALERT_RETENTION_DAYS
 from .windows import DEFAULT_WINDOWS, WINDOW_TYPES
 
-DEFAULT_ALERT_RETENTION_DAYS = 90
-#: Seconds a threshold crossing is held before it is stored as an alert (alerts.held).
-DEFAULT_ALERT_HOLD_SECONDS = 300
 DEFAULT_MARKER_TTL_HOURS = 72  # longer than the stream's 24 h, so any redelivery finds its marker
 
 

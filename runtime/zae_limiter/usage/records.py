@@ -1,4 +1,5 @@
-"""What the aggregator counts: stream records -> per-snapshot changes and audit archive lines. Pure.
+"""What the aggregator counts: stream records (`dynamo.stream_records`) -> per-snapshot changes
+and audit archive lines. Pure.
 
 A bucket item carries running counters per generation (`g`): `L.<limit>.t` net consumption
 (milli), `L.<limit>.o` writes that left a soft limit below zero, and `n` admissions net of
@@ -13,121 +14,20 @@ can never make a record fail.
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from .. import audit
-from ..dynamo import codec, keys
-from ..dynamo.snapshot_items import Counts, SnapshotKey
-from ..schema import PARTITION_KEY, SORT_KEY
+from ..dynamo import keys
+from ..dynamo.stream_records import MalformedRecord, StreamRecord, is_bucket
 from . import windows
+from .snapshot_items import Counts, SnapshotKey
 
 ARCHIVE_PREFIX = "audit"
-TTL_PRINCIPAL = "dynamodb.amazonaws.com"
-
-
-class MalformedRecord(ValueError):
-    """A stream record the aggregator cannot read; reported as that record's failure."""
-
-
-@dataclass(frozen=True)
-class StreamRecord:
-    """The parts of one DynamoDB stream record (Lambda event shape) the aggregator reads."""
-
-    event_id: str
-    event_name: str
-    sequence_number: str
-    pk: str
-    sk: str
-    old_wire: Mapping[str, Any] | None
-    new_wire: Mapping[str, Any] | None
-    created_s: float | None
-    ttl_removal: bool
-
-    def image(self, which: str) -> dict[str, Any] | None:
-        """The old or new image in plain form; MalformedRecord if it cannot be decoded."""
-        wire = self.old_wire if which == "old" else self.new_wire
-        if wire is None:
-            return None
-        try:
-            return codec.decode_item(dict(wire))
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise MalformedRecord(
-                f"record {self.event_id}: undecodable {which} image: {exc}"
-            ) from exc
-
-
-def parse_record(raw: Any) -> StreamRecord:
-    """One `Records[i]` of a DynamoDB Streams Lambda event -> StreamRecord."""
-    if not isinstance(raw, Mapping):
-        raise MalformedRecord(f"a stream record must be an object, not {type(raw).__name__}")
-    body = raw.get("dynamodb")
-    event_id, event_name = raw.get("eventID"), raw.get("eventName")
-    if not isinstance(body, Mapping) or not isinstance(event_id, str) or not event_id:
-        raise MalformedRecord("a stream record needs eventID and dynamodb")
-    if event_name not in ("INSERT", "MODIFY", "REMOVE"):
-        raise MalformedRecord(f"record {event_id}: unknown eventName {event_name!r}")
-    sequence = body.get("SequenceNumber")
-    if not isinstance(sequence, str) or not sequence:
-        raise MalformedRecord(f"record {event_id}: no SequenceNumber")
-    try:
-        pk = codec.decode(body["Keys"][PARTITION_KEY])
-        sk = codec.decode(body["Keys"][SORT_KEY])
-    except (KeyError, TypeError, ValueError, AttributeError):
-        raise MalformedRecord(
-            f"record {event_id}: Keys must hold string {PARTITION_KEY}/{SORT_KEY}"
-        ) from None
-    if not isinstance(pk, str) or not isinstance(sk, str):
-        raise MalformedRecord(f"record {event_id}: keys must be strings")
-    old, new = body.get("OldImage"), body.get("NewImage")
-    for image in (old, new):
-        if image is not None and not isinstance(image, Mapping):
-            raise MalformedRecord(f"record {event_id}: images must be objects")
-    created = body.get("ApproximateCreationDateTime")
-    identity = raw.get("userIdentity")
-    ttl_removal = (
-        isinstance(identity, Mapping)
-        and identity.get("type") == "Service"
-        and identity.get("principalId") == TTL_PRINCIPAL
-    )
-    return StreamRecord(
-        event_id=event_id,
-        event_name=event_name,
-        sequence_number=sequence,
-        pk=pk,
-        sk=sk,
-        old_wire=old,
-        new_wire=new,
-        created_s=float(created) if isinstance(created, int | float) else None,
-        ttl_removal=ttl_removal,
-    )
-
-
-def sequence_of(raw: Any) -> str | None:
-    """A raw record's sequence number, if it has a readable one."""
-    try:
-        sequence = raw["dynamodb"]["SequenceNumber"]
-    except (KeyError, TypeError):
-        return None
-    return sequence if isinstance(sequence, str) else None
-
-
-def event_id_of(raw: Any) -> str | None:
-    """A raw record's `eventID`, if it has one."""
-    return raw.get("eventID") if isinstance(raw, Mapping) else None
-
-
-def bucket_of(raw: Any) -> tuple[str, str, str, int] | None:
-    """(namespace id, entity, resource, shard) of a raw bucket record, if its key says so."""
-    try:
-        return keys.parse_bucket_partition(raw["dynamodb"]["Keys"][PARTITION_KEY]["S"])
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 # --- bucket changes ------------------------------------------------------------------------------
@@ -177,10 +77,6 @@ def _counters(item: dict[str, Any], event_id: str) -> _Counters:
         consumed=consumed,
         overdrawn=overdrawn,
     )
-
-
-def is_bucket(record: StreamRecord) -> bool:
-    return keys.is_bucket({PARTITION_KEY: record.pk, SORT_KEY: record.sk})
 
 
 def bucket_change(record: StreamRecord) -> BucketChange | None:
@@ -277,23 +173,3 @@ def archive_object(
     key = f"{ARCHIVE_PREFIX}/year={when:%Y}/month={when:%m}/day={when:%d}/{name}"
     text = "".join(json.dumps(line, sort_keys=True, default=str) + "\n" for line in lines)
     return key, gzip.compress(text.encode(), mtime=0)
-
-
-def _jsonable(value: Any) -> Any:
-    """A botocore value as Lambda's JSON event carries it (binary as base64, times as seconds)."""
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, datetime):
-        return int(value.timestamp())
-    return value
-
-
-def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
-    """One GetRecords record -> one `Records[i]` of a DynamoDB Streams Lambda event."""
-    out = {k: _jsonable(v) for k, v in record.items()}
-    out["eventSourceARN"] = stream_arn
-    return out

@@ -22,9 +22,9 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..dynamo.stream_records import lambda_record
 from ..errors import ZAELimiterError
 from .aggregator import Aggregator, AggregatorSettings
-from .records import lambda_record
 
 if TYPE_CHECKING:
     from ..repository import Repository

@@ -25,18 +25,19 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ..dynamo import codec, keys, snapshot_items
-from ..dynamo.snapshot_items import Counts, SnapshotKey
+from ..dynamo import codec, keys
 from ..dynamo.store import Store
 from ..dynamo.transport import ConditionFailed, UnknownOutcome
+from . import snapshot_items
 from .records import BucketChange
+from .snapshot_items import Counts, SnapshotKey
 
 ENTRY_PREFIX = "@"
 PER_WRITE = 50  # records' entries on one snapshot update at most (expressions stay under 4 KB)
 RESENDS = 3
 
 
-class Pending(Protocol):
+class RecordToApply(Protocol):
     """A stream record to apply (`aggregator._Pending`)."""
 
     @property
@@ -49,7 +50,7 @@ class Pending(Protocol):
     def snapshots(self) -> dict[SnapshotKey, Counts]: ...
 
 
-P = TypeVar("P", bound=Pending)
+P = TypeVar("P", bound=RecordToApply)
 
 
 class SnapshotWrites:
@@ -69,7 +70,7 @@ class SnapshotWrites:
         fresh = [p for p in chunk if keys.aggregation_marker(p.event_id)["PK"] not in done]
         deleted = await self._tombstones(fresh)
         kept = [p for p in fresh if not _before_deletion(p, deleted)]
-        by_snapshot: dict[SnapshotKey, list[Pending]] = {}
+        by_snapshot: dict[SnapshotKey, list[RecordToApply]] = {}
         for p in kept:
             for key in p.snapshots:
                 by_snapshot.setdefault(key, []).append(p)
@@ -92,14 +93,14 @@ class SnapshotWrites:
         ignored = len(fresh) - len(kept)
         return kept, len(chunk) - len(fresh), ignored
 
-    async def _tombstones(self, chunk: Sequence[Pending]) -> dict[tuple[str, str], int]:
+    async def _tombstones(self, chunk: Sequence[RecordToApply]) -> dict[tuple[str, str], int]:
         entities = sorted({(p.change.ns, p.change.entity_id) for p in chunk})
         found = await asyncio.gather(
             *(self._store.get(keys.usage_tombstone(*e), consistent=True) for e in entities)
         )
         return {e: int(t["deleted_ms"]) for e, t in zip(entities, found, strict=True) if t}
 
-    async def _add(self, key: SnapshotKey, pending: list[Pending]) -> set[str]:
+    async def _add(self, key: SnapshotKey, pending: list[RecordToApply]) -> set[str]:
         """Add the records' counts to one snapshot, each once; the event ids now on it (added
         by this call, or by an earlier delivery that stopped before its markers)."""
         on_it: set[str] = set()
@@ -107,7 +108,7 @@ class SnapshotWrites:
             on_it |= await self._add_part(key, pending[start : start + PER_WRITE])
         return on_it
 
-    async def _add_part(self, key: SnapshotKey, pending: list[Pending]) -> set[str]:
+    async def _add_part(self, key: SnapshotKey, pending: list[RecordToApply]) -> set[str]:
         held: set[str] = set()
         while pending:
             counts = Counts()
@@ -127,7 +128,7 @@ class SnapshotWrites:
                 pending = [p for p in pending if p.event_id not in held]
         return held
 
-    async def _take_back(self, key: SnapshotKey, pending: list[Pending]) -> None:
+    async def _take_back(self, key: SnapshotKey, pending: list[RecordToApply]) -> None:
         """Undo what this call added for records of writes before a delete that raced it (only
         while their entries are there: the delete may have removed the snapshot since)."""
         counts = Counts()
@@ -175,7 +176,7 @@ class SnapshotWrites:
                 await asyncio.sleep(0.05 * (attempt + 1))  # the entries make a re-send safe
 
 
-def _before_deletion(p: Pending, deleted: dict[tuple[str, str], int]) -> bool:
+def _before_deletion(p: RecordToApply, deleted: dict[tuple[str, str], int]) -> bool:
     cut = deleted.get((p.change.ns, p.change.entity_id))
     return cut is not None and p.change.event_ms <= cut
 
@@ -194,7 +195,7 @@ def _update(
     key: SnapshotKey,
     counts: Counts,
     ttl_s: int,
-    pending: Sequence[Pending],
+    pending: Sequence[RecordToApply],
     now_ms: int,
 ) -> dict[str, Any]:
     """The snapshot's UpdateItem (wire form): the counts added, one entry per record, applied

@@ -1,6 +1,6 @@
 """What a history's tasks do, and the two log lines each operation leaves.
 
-Two kinds of call, as in the seed's tests (tests/core/test_costs.py, test_exactly_once.py):
+Two kinds of call, as in the seed's tests (tests/behaviour/test_costs.py, test_exactly_once.py):
 
 - ``single``: one bucket item, ``api`` with ``{rpm: 1, tpm: 5}`` on a hot entity;
 - ``three``: a user's ``api`` call cascading into its organisation, with ``also={"budget":

@@ -32,7 +32,7 @@ from support.history.checker import History, Op
 from zae_limiter.alerts.event import AlertEvent, Crossing
 from zae_limiter.core.shares import MILLI, Slot, refill_share, share
 from zae_limiter.dynamo import bucket_items
-from zae_limiter.usage.records import StreamRecord
+from zae_limiter.dynamo.stream_records import StreamRecord
 
 TOLERANCE_MILLI = 2  # rounding of the library's integer arithmetic
 

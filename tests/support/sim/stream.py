@@ -44,9 +44,9 @@ from zae_limiter.alerts.detect import crossings
 from zae_limiter.alerts.event import AlertEvent, Crossing
 from zae_limiter.dynamo import keys
 from zae_limiter.dynamo.store import Store
+from zae_limiter.dynamo.stream_records import StreamRecord, parse_record
 from zae_limiter.dynamo.transport import DynamoError, Transport
 from zae_limiter.usage.aggregator import Aggregator
-from zae_limiter.usage.records import StreamRecord, parse_record
 
 Expected = dict[str, list[tuple[Crossing, StreamRecord]]]
 #: Faults the aggregator's requests meet (its writes are transactions with markers).

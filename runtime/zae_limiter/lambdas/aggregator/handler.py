@@ -46,7 +46,7 @@ from zae_limiter.alerts.sinks import eventbridge_sink
 from zae_limiter.dynamo.multi_region import MultiRegion
 from zae_limiter.dynamo.store import Store
 from zae_limiter.dynamo.threaded import client_config, threaded_transport
-from zae_limiter.usage.aggregator import Aggregator, AggregatorSettings, ArchiveSink, Outcome
+from zae_limiter.usage.aggregator import Aggregator, AggregatorSettings, ArchiveSink, BatchResult
 
 SERVICE = "zae-limiter-aggregator"
 ENV_REPLICA_REGIONS = "ZAEL_REPLICA_REGIONS"
@@ -137,12 +137,12 @@ async def _sweep(event: dict[str, Any]) -> SweepReport:
     return await sweeper.sweep()
 
 
-async def _process(event: dict[str, Any]) -> Outcome:
+async def _process(event: dict[str, Any]) -> BatchResult:
     aggregator = await _get_aggregator(event)
     return await aggregator.process(list(event.get("Records") or []))
 
 
-def _publish(outcome: Outcome, deployment: str) -> None:
+def _publish(outcome: BatchResult, deployment: str) -> None:
     metrics.add_metric(name="FailedRecords", unit=MetricUnit.Count, value=len(outcome.failures))
     for point in outcome.metrics:
         if not point.dimensions:

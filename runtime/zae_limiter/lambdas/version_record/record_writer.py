@@ -28,6 +28,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from zae_limiter import schema, versioning
+from zae_limiter.core.times import iso_millis
 from zae_limiter.dynamo import codec, keys, records
 from zae_limiter.dynamo.multi_region import RECORD_CONSISTENCY, RECORD_REGIONS, STRONG
 
@@ -78,14 +79,6 @@ class Request:
             if properties.get("MultiRegionConsistency") == "STRONG"
             else (),
         )
-
-
-def now_iso() -> str:
-    """UTC now as `YYYY-MM-DDTHH:MM:SS.mmmZ` (the library's timestamp format)."""
-    now_ms = time.time_ns() // 1_000_000
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now_ms // 1000)) + (
-        f".{now_ms % 1000:03d}Z"
-    )
 
 
 def _is_condition_failure(error: ClientError) -> bool:
@@ -269,7 +262,7 @@ def apply(event: dict[str, Any], client: Any = None) -> tuple[str, dict[str, str
     request = Request.from_properties(event["ResourceProperties"])
     physical_id = f"{request.table_name}/version-record"
     client = client or boto3.client("dynamodb")
-    updated_at = now_iso()
+    updated_at = iso_millis(time.time_ns() // 1_000_000)
     item = write_version_record(client, request, updated_at)
     namespace_id = ensure_namespace(
         client,

@@ -1,6 +1,6 @@
 """A fleet of writers on DynamoDB Local (docs/on-unavailable.md "A fleet of writers", §6).
 
-Writers are simulated as in tests/core/test_item_size.py: one Repository taking a new writer
+Writers are simulated as in tests/behaviour/test_item_size.py: one Repository taking a new writer
 id (and holds ledger) between writes, so each leaves its entries exactly as another process
 would. The figures with real repositories, one per writer, are `make bench`'s fleet phase.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.test_item_size import item_size
+from behaviour.test_item_size import item_size
 from support.clock import FakeClock
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from core.test_unknown_outcomes import LoseResponses
+from behaviour.test_unknown_outcomes import LoseResponses
 from support.clock import FakeClock
 from support.faultproxy import fault_proxy
 from support.ledger import open_behind

@@ -1,7 +1,7 @@
 """Bucket rules that keep changing under an acquire (concurrent `set_limits` restamping the item)
 never let the internal `RulesChanged` signal out: finding the targets restarts like a refused
 debit does, and an exit write that cannot land is `RateLimiterUnavailable` (docs/errors.md).
-Found by `tests/integration/test_audit_completeness.py` (96 concurrent `set_limits`)."""
+Found by `tests/aggregator/test_audit_completeness.py` (96 concurrent `set_limits`)."""
 
 from __future__ import annotations
 

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.bucket import MILLI
+from ..core.times import iso_seconds
+from ..dynamo import keys
 from ..models import UsageSnapshot
-from ..usage import windows
-from . import keys
+from . import windows
 
 CONSUMED_PREFIX = "c:"
 CASCADED_PREFIX = "k:"
@@ -39,7 +40,7 @@ class SnapshotKey:
 
     @property
     def window_start(self) -> str:
-        return windows.iso(self.start_ms)
+        return iso_seconds(self.start_ms)
 
     @property
     def item_key(self) -> dict[str, str]:
@@ -95,7 +96,7 @@ def update_operation(key: SnapshotKey, counts: Counts, ttl_s: int) -> dict[str, 
         "resource": key.resource,
         "window_type": key.window_type,
         "window_start": key.window_start,
-        "window_end": windows.iso(end_ms),
+        "window_end": iso_seconds(end_ms),
         "ttl": ttl_s,
         **keys.usage_index_attributes(
             key.ns, key.entity_id, key.resource, key.window_type, key.window_start

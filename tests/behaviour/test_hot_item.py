@@ -92,7 +92,7 @@ async def plain_calls(
 
 
 async def test_at_a_limit_one_process_names_the_limit_in_every_rejection(table: TableRef) -> None:
-    """Issue 34, item 1, under load (tests/core/test_acquire.py has the deterministic case):
+    """Issue 34, item 1, under load (tests/behaviour/test_acquire.py has the deterministic case):
     50 tasks on 4 fresh users at 60/min, 1,000 calls, most refused. Before the fix 0-2 % of the
     rejections (timing-dependent) said `contended` with no violation. Every rejection names
     `rpm`, and its body's wait rounds up to its `Retry-After`."""
