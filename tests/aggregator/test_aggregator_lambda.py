@@ -295,3 +295,31 @@ async def test_a_failed_archive_fails_only_the_audit_records(
         ]
     }
     await recorded_ledger_holds(repo)
+
+
+async def test_the_held_alerts_schedule_sweeps_held_crossings(
+    handler: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The construct's one-minute schedule (`HELD_ALERTS_EVENT`) runs the aggregator's sweep of
+    held crossings instead of a batch, so a crossing whose hold passed is stored even when the
+    stream brings nothing (the sweep itself: tests/aggregator/test_alerts.py)."""
+    from zae_limiter.alerts.held import Swept
+    from zae_limiter.cdk.aggregator import HELD_ALERTS_EVENT
+
+    swept: list[str] = []
+
+    class Held:
+        async def sweep_now(self) -> Swept:
+            swept.append("swept")
+            return Swept(alerts_stored=2, alerts_published=1)
+
+    class Aggregator:
+        held = Held()
+
+    async def get_aggregator(event: dict[str, Any]) -> Aggregator:
+        return Aggregator()
+
+    monkeypatch.setattr(handler, "_get_aggregator", get_aggregator)
+    response = await invoke(handler, dict(HELD_ALERTS_EVENT))
+    assert response == {"held_alerts": {"alerts_stored": 2, "alerts_published": 1}}
+    assert swept == ["swept"]

@@ -65,6 +65,7 @@ RESERVED = {
     "namespace by id": partition(keys.namespace_by_id(NS)),
     "aggregation marker": partition(keys.aggregation_marker("event-1")),
     "migration progress": partition(keys.migration_progress("m-1")),
+    "held crossing": partition(keys.held_crossing(NS, "user-1", 0, "search#rpm#0#0080")),
 }
 ITEMS = {
     **namespaced_items(NS),
@@ -195,7 +196,7 @@ def test_aggregator_writes_snapshots_markers_and_alerts_only(
     for template in (synthesized.default, synthesized.full):
         policy = role_statements(template, "AggregatorRoleDefaultPolicy")
         expected = (
-            set()
+            {"held crossing"}
             if action.endswith("DeleteItem")
             else {
                 "usage snapshot",
@@ -204,6 +205,7 @@ def test_aggregator_writes_snapshots_markers_and_alerts_only(
                 "other: alert",
                 "aggregation marker",
             }
+            | ({"held crossing"} if action.endswith("PutItem") else set())
         )
         assert writable(policy, template, action) == expected
         assert writable(policy, template, "dynamodb:GetItem") == {
@@ -211,7 +213,7 @@ def test_aggregator_writes_snapshots_markers_and_alerts_only(
             "namespace by id",
             "usage tombstone",
             "other: usage tombstone",
-        }
+        } | {kind for kind in ALL if "bucket" in kind}  # the item of a due held crossing
         assert writable(policy, template, "dynamodb:ConditionCheckItem") == {
             "usage tombstone",
             "other: usage tombstone",

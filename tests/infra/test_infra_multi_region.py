@@ -73,9 +73,9 @@ def test_one_aggregator_in_the_deploying_region_knows_the_regions_and_sweeps(
         if ENV_REPLICA_REGIONS in f["Properties"].get("Environment", {}).get("Variables", {})
     )
     assert render(environment[ENV_REPLICA_REGIONS]) == "<token>,us-east-2,us-west-2"
-    rule = only(replicas, "AWS::Events::Rule")["Properties"]
+    rules = [r["Properties"] for r in resources(replicas, "AWS::Events::Rule").values()]
+    [rule] = [r for r in rules if json.loads(r["Targets"][0]["Input"]) == SWEEP_EVENT]
     assert rule["ScheduleExpression"] == "rate(5 minutes)"
-    assert json.loads(rule["Targets"][0]["Input"]) == SWEEP_EVENT
     policies = resources(replicas, "AWS::IAM::Policy")
     sweeper = [s for p in policies.values() for s in statements(p) if s.get("Sid") == "Sweeper"]
     assert len(sweeper) == 1

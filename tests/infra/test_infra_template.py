@@ -25,6 +25,7 @@ from cdk_stacks import SUPPLIED_LAYER_ARN, SUPPLIED_ROLE_ARN, Synthesized
 from zae_limiter import audit, schema, versioning
 from zae_limiter.cdk.access import NAMESPACE_TAG
 from zae_limiter.cdk.aggregator import (
+    HELD_ALERTS_EVENT,
     METRIC_NAMESPACE,
     POWERTOOLS_RELEASE,
     SERVICE_NAME,
@@ -238,6 +239,14 @@ def test_aggregator_role_is_least_privilege(synthesized: Synthesized) -> None:
             ["dynamodb:PutItem", "dynamodb:UpdateItem"],
             {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#AL#*"]}},
         ),
+        "HoldCrossings": (
+            ["dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:Query"],
+            {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["_#ALH"]}},
+        ),
+        "ReadBucketsOfHeldCrossings": (
+            ["dynamodb:GetItem"],
+            {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#B#*"]}},
+        ),
     }
     del found[key({"Fn::GetAtt": [table_id, "Arn"]})]
     assert found == {
@@ -254,6 +263,18 @@ def test_aggregator_role_is_least_privilege(synthesized: Synthesized) -> None:
             "sqs:SendMessage",
         ],
     }
+
+
+def test_held_alerts_are_swept_every_minute_on_every_table(synthesized: Synthesized) -> None:
+    """Crossings held until no refund can undo them are confirmed even when no stream batch
+    comes: a schedule invokes the aggregator with `HELD_ALERTS_EVENT` (single-Region tables
+    have no other rule)."""
+    template = synthesized.default
+    rule = only(template, "AWS::Events::Rule")["Properties"]
+    assert rule["ScheduleExpression"] == "rate(1 minute)"
+    assert json.loads(rule["Targets"][0]["Input"]) == HELD_ALERTS_EVENT
+    function_id = logical_id(template, FUNCTION, "AggregatorFunction")
+    assert rule["Targets"][0]["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]}
 
 
 def test_aggregator_role_options(synthesized: Synthesized) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
@@ -29,6 +30,7 @@ from .permissions import (
     ANY_NAMESPACE,
     MARKER_PARTITIONS,
     alert_partitions,
+    bucket_partitions,
     dynamodb_actions,
     kms_statement,
     leading_keys,
@@ -61,10 +63,19 @@ ENV_ALERT_RETENTION_DAYS = "ALERT_RETENTION_DAYS"
 #: Table operations of the aggregator: version record and namespace reads; deleted entities'
 #: usage tombstones read and checked (a ConditionCheck in each transaction); snapshots and
 #: idempotency markers written in transactions (TransactWriteItems needs Put/UpdateItem per
-#: item); threshold alerts stored, claimed and marked published (docs/alerts.md).
+#: item); threshold alerts stored, claimed and marked published (docs/alerts.md); crossings held
+#: in their one partition (stored, found due, removed) and the bucket item a due crossing is
+#: checked on (read only).
 AGGREGATOR_READ_ACTIONS = dynamodb_actions("GetItem")
+AGGREGATOR_HELD_ACTIONS = dynamodb_actions("DeleteItem", "PutItem", "Query")
 AGGREGATOR_TOMBSTONE_ACTIONS = dynamodb_actions("ConditionCheckItem", "GetItem")
 AGGREGATOR_WRITE_ACTIONS = dynamodb_actions("PutItem", "UpdateItem")
+
+#: The event that makes the aggregator confirm held threshold crossings (lambdas/aggregator/
+#: handler.py), and how often: a crossing whose hold passed is stored even when no stream batch
+#: comes (docs/alerts.md, "Only consumption that stays").
+HELD_ALERTS_EVENT = {"zae_limiter": "held-alerts"}
+HELD_ALERTS_EVERY = Duration.minutes(1)
 
 #: An attribute only audit event items carry (`zae_limiter.audit.event_item`).
 AUDIT_EVENT_ATTRIBUTE = "event_id"
@@ -151,6 +162,18 @@ def aggregator_statements(table_arn: str, props: ZaeLimiterProps) -> list[iam.Po
             [table_arn],
             sid="WriteAlerts",
             conditions=leading_keys("StringLike", [alert_partitions(ANY_NAMESPACE)]),
+        ),
+        statement(
+            AGGREGATOR_HELD_ACTIONS,
+            [table_arn],
+            sid="HoldCrossings",
+            conditions=leading_keys("StringEquals", [keys.HELD_CROSSINGS_PK]),
+        ),
+        statement(
+            AGGREGATOR_READ_ACTIONS,
+            [table_arn],
+            sid="ReadBucketsOfHeldCrossings",
+            conditions=leading_keys("StringLike", [bucket_partitions(ANY_NAMESPACE)]),
         ),
         *kms_statement(props.encryption_key, write=True),
     ]
@@ -325,6 +348,17 @@ class AggregatorFunction(Construct):
             filters=stream_filters(archive=archive_bucket is not None),
         )
         self.function.add_event_source(self.event_source)
+        self.held_alerts = events.Rule(
+            self,
+            "HeldAlerts",
+            description="zae-limiter: confirm threshold crossings no refund can undo any more",
+            schedule=events.Schedule.rate(HELD_ALERTS_EVERY),
+            targets=[
+                targets.LambdaFunction(
+                    self.function, event=events.RuleTargetInput.from_object(dict(HELD_ALERTS_EVENT))
+                )
+            ],
+        )
         (self.event_source_mapping,) = [
             child
             for child in self.function.node.children

@@ -12,7 +12,9 @@ Environment: `TABLE_NAME` (else taken from the event source ARN), `SNAPSHOT_WIND
 `ZAEL_ENDPOINT_URL` (tests only), `ZAEL_REPLICA_REGIONS` (a table with multi-Region strong
 consistency: its Regions; docs/multi-region.md). On such a table the construct also invokes this
 function every few minutes with `{"zae_limiter": "sweep"}`: it then runs the sweeper
-(`zae_limiter.admin.sweeper`) instead of processing a batch.
+(`zae_limiter.admin.sweeper`) instead of processing a batch. On every table it invokes it each
+minute with `{"zae_limiter": "held-alerts"}`: threshold crossings held until no refund can take
+them back (`alerts.held`) are confirmed then even when no stream batch comes (docs/alerts.md).
 
 Metrics, per batch, never with an entity dimension, and always with `deployment` (the table name,
 so two deployments in one account and region never add into one series): `Consumed` and
@@ -42,6 +44,7 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from zae_limiter.admin.sweeper import Sweeper, SweepReport
+from zae_limiter.alerts.held import Swept
 from zae_limiter.alerts.sinks import eventbridge_sink
 from zae_limiter.dynamo.multi_region import MultiRegion
 from zae_limiter.dynamo.store import Store
@@ -137,6 +140,11 @@ async def _sweep(event: dict[str, Any]) -> SweepReport:
     return await sweeper.sweep()
 
 
+async def _held_alerts(event: dict[str, Any]) -> Swept:
+    aggregator = await _get_aggregator(event)
+    return await aggregator.held.sweep_now()
+
+
 async def _process(event: dict[str, Any]) -> BatchResult:
     aggregator = await _get_aggregator(event)
     return await aggregator.process(list(event.get("Records") or []))
@@ -189,6 +197,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
     Raises (the whole batch is retried) when the table's schema is one this code cannot read.
     """
+    if event.get("zae_limiter") == "held-alerts":  # the schedule's (every table)
+        swept = _loop.run_until_complete(_held_alerts(event))
+        counts = {"alerts_stored": swept.alerts_stored, "alerts_published": swept.alerts_published}
+        logger.info("held alerts swept", extra=counts)
+        return {"held_alerts": counts}
     if event.get("zae_limiter") == "sweep":  # the schedule's (multi-Region tables only)
         report = _loop.run_until_complete(_sweep(event))
         logger.info("sweep done", extra=dataclasses.asdict(report))
