@@ -24,6 +24,7 @@ from typing import Any
 
 from benchmarks.impls import Impl
 from benchmarks.scenarios import new_table_name
+from support.item_size import item_size
 from zae_limiter import Limit, RateLimiter
 
 LEVELS = (0, 100, 1_000)
@@ -125,29 +126,6 @@ async def _run_writers(
             return await _writer(impl, table, clock, kinds)
 
     return [e for e in await asyncio.gather(*(one() for _ in range(writers))) if e]
-
-
-def _attribute_size(value: dict[str, Any]) -> int:
-    """Bytes of one attribute value by DynamoDB's item-size rules."""
-    ((kind, inner),) = value.items()
-    if kind in ("S", "B"):
-        return len(inner.encode()) if isinstance(inner, str) else len(inner)
-    if kind == "N":
-        digits = inner.lstrip("-").replace(".", "").strip("0") or "0"
-        return (len(digits) + 1) // 2 + 1
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "M":
-        return 3 + sum(len(k.encode()) + _attribute_size(v) + 1 for k, v in inner.items())
-    if kind == "L":
-        return 3 + sum(_attribute_size(v) + 1 for v in inner)
-    if kind in ("SS", "NS", "BS"):
-        return sum(_attribute_size({kind[0]: v}) for v in inner)
-    raise ValueError(f"unexpected attribute type {kind}")
-
-
-def item_size(item: dict[str, Any]) -> int:
-    return sum(len(name.encode()) + _attribute_size(value) for name, value in item.items())
 
 
 async def largest_item(impl: Impl, repo: Any, table: str) -> int:

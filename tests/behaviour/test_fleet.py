@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from behaviour.test_item_size import item_size
 from support.clock import FakeClock
+from support.item_size import item_size
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository
 from zae_limiter.acquire import holds_seen

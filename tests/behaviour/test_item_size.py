@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from support.item_size import item_size
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository
 from zae_limiter.core.images import new_writer_id
@@ -17,27 +18,6 @@ from zae_limiter.dynamo import keys
 
 KB = 1024
 WRITERS = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
-
-
-def attribute_size(value: dict[str, Any]) -> int:
-    """Bytes of one attribute value by DynamoDB's item-size rules."""
-    ((kind, inner),) = value.items()
-    if kind == "S":
-        return len(inner.encode())
-    if kind == "N":
-        digits = inner.lstrip("-").replace(".", "").strip("0") or "0"
-        return (len(digits) + 1) // 2 + 1
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "M":
-        return 3 + sum(len(k.encode()) + attribute_size(v) + 1 for k, v in inner.items())
-    if kind == "L":
-        return 3 + sum(attribute_size(v) + 1 for v in inner)
-    raise AssertionError(f"unexpected attribute type {kind}")
-
-
-def item_size(item: dict[str, Any]) -> int:
-    return sum(len(name.encode()) + attribute_size(value) for name, value in item.items())
 
 
 async def stored_size(repo: Repository, entity: str, resource: str) -> int:

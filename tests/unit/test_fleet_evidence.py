@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from behaviour.test_item_size import item_size
 from support.acquire_env import AcquireEnv
+from support.item_size import item_size
 from support.memory_bucket_io import Fault
 from unit.test_acquire_evidence import BIG, Interleaving, another_writer, interleaving_env
 from zae_limiter.acquire.values import ItemChanged, Unavailable

@@ -9,7 +9,6 @@ from typing import Any
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
@@ -39,6 +38,7 @@ from .permissions import (
     usage_tombstone_partitions,
 )
 from .props import LOG_RETENTION, ZaeLimiterProps
+from .schedules import invoke_every
 
 #: The Powertools for AWS Lambda (Python) release the aggregator is tested with (the lock pins
 #: the same release; a test checks both). Its public layer is found at deploy time through the
@@ -348,16 +348,13 @@ class AggregatorFunction(Construct):
             filters=stream_filters(archive=archive_bucket is not None),
         )
         self.function.add_event_source(self.event_source)
-        self.held_alerts = events.Rule(
+        self.held_alerts = invoke_every(
             self,
             "HeldAlerts",
+            every=HELD_ALERTS_EVERY,
+            function=self.function,
+            event=HELD_ALERTS_EVENT,
             description="zae-limiter: confirm threshold crossings no refund can undo any more",
-            schedule=events.Schedule.rate(HELD_ALERTS_EVERY),
-            targets=[
-                targets.LambdaFunction(
-                    self.function, event=events.RuleTargetInput.from_object(dict(HELD_ALERTS_EVENT))
-                )
-            ],
         )
         (self.event_source_mapping,) = [
             child

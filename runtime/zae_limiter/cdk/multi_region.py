@@ -15,7 +15,6 @@ from typing import Any
 from aws_cdk import Aws, CfnOutput, Duration, Fn, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
@@ -23,6 +22,7 @@ from zae_limiter import schema
 
 from .permissions import dynamodb_actions, statement
 from .props import ZaeLimiterProps
+from .schedules import invoke_every
 
 #: What the aggregator's role may do besides its own writes when it also sweeps (admin/sweeper.py):
 #: walk the table, delete what TTL would have, finish changes left half done.
@@ -95,16 +95,13 @@ def schedule_sweeper(scope: Construct, function: lambda_.IFunction, table_arn: s
     function.add_to_role_policy(
         statement(SWEEPER_ACTIONS, [table_arn, f"{table_arn}/index/*"], sid="Sweeper")
     )
-    return events.Rule(
+    return invoke_every(
         scope,
         "Sweeper",
+        every=SWEEP_EVERY,
+        function=function,
+        event=SWEEP_EVENT,
         description="zae-limiter sweeper: what TTL and transactions do on other tables",
-        schedule=events.Schedule.rate(SWEEP_EVERY),
-        targets=[
-            targets.LambdaFunction(
-                function, event=events.RuleTargetInput.from_object(dict(SWEEP_EVENT))
-            )
-        ],
     )
 
 
