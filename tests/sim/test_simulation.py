@@ -6,6 +6,7 @@ Sync tests: each simulation runs its own virtual-time event loop.
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from support.sim.mutants import applied
 from support.sim.network import Faults
 from support.sim.plans import ci
 from support.sim.world import Plan, simulate
+from zae_limiter.acquire.load import Load
 
 #: The CI slice: `make sim --plan ci` seeds (brown-outs off: on main they find issue 41's
 #: dropped refunds, the xfail test below). Chosen, among the first 40, to cover between them
@@ -41,12 +43,18 @@ def test_a_simulated_history_has_no_violation(seed: int) -> None:
     assert result.operations > 0 and result.requests > 0
 
 
-def test_one_seed_gives_one_history_byte_for_byte() -> None:
-    """Twice here, and once in another interpreter with another hash seed (set iteration
-    order, object addresses): the same digest of every log line and the final table."""
+def test_one_seed_gives_one_history_byte_for_byte(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Twice here, the second time with a wall clock that jumps half a second a reading (the
+    writer's `Load` defaults to `time.monotonic`; the simulation gives it the loop's time), and
+    once in another interpreter with another hash seed (set iteration order, object
+    addresses): the same digest of every log line and the final table."""
     plan = ci(13)
-    first, second = simulate(plan), simulate(plan)
+    first = simulate(plan)
+    readings = itertools.count()
+    monkeypatch.setattr(Load.__init__, "__defaults__", (None, lambda: next(readings) * 0.5))
+    second = simulate(plan)
     assert first.digest == second.digest and first.operations == second.operations
+    assert next(readings) == 0  # (nothing in the run read the wall clock it was offered)
     script = ("from support.sim.plans import ci; from support.sim.world import simulate; "
               "print(simulate(ci(13)).digest)")  # fmt: skip
     other = subprocess.run(

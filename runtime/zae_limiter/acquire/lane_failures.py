@@ -32,7 +32,6 @@ from ..core.hold_ledger import Ledger
 from ..core.images import BucketImage, Evidence
 from . import holds_seen
 from .deadlines import Backoff, outage_pause
-from .load import Load
 from .lane_calls import (
     ENTRY_REMOVED,
     UNKNOWN_RESENDS,
@@ -43,6 +42,7 @@ from .lane_calls import (
     Sender,
     Undecided,
 )
+from .load import Load
 from .values import (
     AnswerLost,
     Contended,
