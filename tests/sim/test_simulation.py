@@ -88,13 +88,25 @@ def _mutated(mutant: str, plan: Plan) -> str:
 
 
 def test_the_slice_sees_a_hold_over_the_cap_when_the_v_guard_is_gone() -> None:
-    """`make sim MUTANT=hold-v-guard` put back the missing guard of 6687217's holds; this is its
-    shrunk schedule (two hold operations, one process, one kill), which passes on main."""
-    plan = Plan(seed=3, processes=1, tasks=0, ops=2, limits=Limits(rpm=2, period_s=5),
-                faults=Faults(rate=0.3, kinds=("late",)), skew_ms=0, cancel_rate=0.0,
-                rejection_cache_ttl=0.0)  # fmt: skip
+    """`make sim MUTANT=hold-v-guard SIM_ARGS="--plan ci"` put back the missing guard of
+    6687217's holds: its first seed (1), shrunk (three processes, one hold operation each, no
+    fault, no kill), which passes on the library as it is."""
+    plan = Plan(seed=1, tasks=0, ops=1, limits=Limits(rpm=2, period_s=5),
+                faults=Faults(rate=0.0, kinds=()), kills=0, skew_ms=0, partitions=0,
+                cancel_rate=0.0, pause_s=0.01, acquire_timeout=None, stream=False)  # fmt: skip
     assert simulate(plan).problems == []
     assert "held" in _mutated("hold-v-guard", plan)
+
+
+def test_the_slice_sees_a_slot_a_closed_process_never_gave_back() -> None:
+    """`make sim MUTANT=give-back-as-renewal SIM_ARGS="--plan ci"` (an exit that lands without
+    giving its unit back, its process closing with nothing reported): its first seed (1),
+    shrunk to one hold operation, which passes on the library as it is."""
+    plan = Plan(seed=1, processes=1, tasks=0, ops=1, limits=Limits(rpm=2, period_s=5),
+                faults=Faults(rate=0.0, kinds=()), kills=0, skew_ms=0, partitions=0,
+                cancel_rate=0.0, pause_s=0.01, acquire_timeout=None, stream=False)  # fmt: skip
+    assert simulate(plan).problems == []
+    assert "which closed with every lease given back" in _mutated("give-back-as-renewal", plan)
 
 
 #: `make sim MUTANT=alerts-on-refunds SIM_ARGS="--plan ci"`'s first seed, shrunk: three calls of
