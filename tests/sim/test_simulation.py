@@ -26,8 +26,8 @@ from zae_limiter.acquire.load import Load
 #: kills, partitions, every fault kind, cancellations, holds, deadlines of 0.3 s, 1 s and none,
 #: every configuration change (limits, defaults, parent, disable, bypass), buckets split into 4
 #: and 8 shards, the aggregator on two stream shards and its containers dying, at about 7 s of
-#: CPU.
-CI_SEEDS = (3, 9, 12, 13, 19, 24, 32)
+#: CPU. (16: since the writer's Load runs on the loop's time, the only one of them to reach 8.)
+CI_SEEDS = (3, 9, 12, 13, 16, 19, 24, 32)
 TESTS = Path(__file__).resolve().parents[1]
 
 
