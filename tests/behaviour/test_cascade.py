@@ -11,6 +11,7 @@ from zae_limiter import (
     EntityNotFoundError,
     Limit,
     RateLimiter,
+    RateLimiterUnavailable,
     RateLimitExceeded,
     Repository,
     ResourceDisabled,
@@ -89,7 +90,9 @@ async def test_a_disabled_parent_refuses_the_child(limiter: RateLimiter, repo: R
     assert info.value.entity_id == "org-acme"
 
 
-async def test_moving_an_entity_reaches_another_process(open_repo: Any) -> None:
+async def two_organisations(open_repo: Any) -> tuple[RateLimiter, RateLimiter]:
+    """Two processes (an admin, a caller); org-north and org-south, 1,000 units a day each,
+    and user-4 under org-north."""
     a_repo = await open_repo()
     a = RateLimiter(a_repo)
     b = RateLimiter(await open_repo())
@@ -99,6 +102,11 @@ async def test_moving_an_entity_reaches_another_process(open_repo: Any) -> None:
         await a.create_entity(entity_id=name)
         await a.set_limits(name, [Limit.per_day("units", 1_000)], resource="search")
     await a.create_entity(entity_id="user-4", parent_id="org-north")
+    return a, b
+
+
+async def test_moving_an_entity_reaches_another_process(open_repo: Any) -> None:
+    a, b = await two_organisations(open_repo)
     async with b.acquire("user-4", "search", {"units": 10}):
         pass
     assert await a.set_parent("user-4", "org-south") == 1
@@ -137,3 +145,21 @@ async def test_an_organisation_cap_holds_under_32_users(open_repo: Any) -> None:
     for user in users:
         consumed += 1_000 - (await admin.available(user, "api"))["rpm"]
     assert consumed == admitted  # no child is left debited for a rejected call
+
+
+async def test_a_parent_change_during_a_lease_fails_its_consume_with_nothing_taken(
+    open_repo: Any,
+) -> None:
+    """`make sim` (ci seed 28): set_parent while a lease is open made its consume() raise the
+    acquire path's internal RulesChanged. It is refused as unavailable, nothing more taken; the
+    lease's exit still reconciles against the parent it debited (reference §5.5)."""
+    a, b = await two_organisations(open_repo)
+    async with b.acquire("user-4", "search", {"units": 10}) as lease:
+        assert await a.set_parent("user-4", "org-south") == 1
+        with pytest.raises(RateLimiterUnavailable, match="parent") as info:
+            await lease.consume(units=5)
+        assert info.value.reason == "unavailable"
+        assert lease.consumed == {"units": 10}
+    assert (await a.available("org-north", "search")) == {"units": 990}
+    assert (await a.available("org-south", "search")) == {"units": 1_000}
+    assert (await a.available("user-4", "search")) == {"units": 9_990}

@@ -237,6 +237,14 @@ class Acquisition:
             raise self._describe(
                 f"DynamoDB is unavailable; {_what_was_debited(exc, 'more ')}", exc
             ) from exc
+        except RulesChanged as exc:  # what landed of it was given back (Admission.debit)
+            raise self._describe(
+                "the entity's bucket rules changed while this lease was open (its parent, "
+                "cascade, limits or flags, or it was deleted); nothing more was debited (the "
+                "lease's exit still settles on the items it debited; a new acquire() takes "
+                "more under the new rules)",
+                exc,
+            ) from exc
         for new in landed:
             for entry in entries:
                 if _same(entry, new.target):

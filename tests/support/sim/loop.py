@@ -7,7 +7,8 @@ they were set). So one program on this loop runs the same way every time, whatev
 load. What is left to make a run replayable is every source of randomness the program reads
 (`determinism`): the library's writer and item ids (`secrets`), its retry jitter and shard
 choice (the `random` module), and the wall clock (the simulation passes its own clock to
-`Repository.open`; nothing on the acquire path reads another).
+`Repository.open`, and gives the writer's `Load`, on `time.monotonic` by default, the loop's
+time: `World.open`).
 
 Why not a library: async-solipsism (0.10, 2026) is the closest fit (a loop with a fake
 selector and clock, sockets in memory), but it is GPL-3.0 and what this needs of it is its

@@ -93,6 +93,20 @@ MUTANTS: dict[str, Mutant] = {
             ),
         ),
     ),
+    "give-back-as-renewal": Mutant(
+        "a lease's exit writes its hold's give-back as a renewal: the write lands, the lease "
+        "counts its unit given back, and the unit stays on the item (a slot leaked until "
+        "another writer frees the entry as lapsed; close() reports nothing)",
+        "the check of what a closed process left held (world.not_given_back)",
+        (
+            (
+                "acquire/planning.py",
+                "        amount = -min(-amount, ledger.amount(item, name, key))\n",
+                "        amount = -min(-amount, ledger.amount(item, name, key))\n"
+                "        return hold_writes.plan_renew(state, now, holder)\n",
+            ),
+        ),
+    ),
     "alerts-on-refunds": Mutant(
         "a crossing made by debits that were refunded as never kept is stored as an alert "
         "(reference §5.20: only consumption that stays alerts)",

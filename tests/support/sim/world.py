@@ -28,6 +28,7 @@ from botocore.config import Config
 from support.history import hold_worker
 from support.history.checker import History, Verdict, judge, problems_of
 from support.history.hold_checker import HoldHistory, check_hold_lines
+from support.history.hold_runs import held_after, hold_shards, take_the_cap
 from support.history.workload import ORG, Limits, one_op, set_up
 from support.sim.alert_check import unjustified
 from support.sim.changes import Ceilings, Made, floors, operate, reparented, unbypassed
@@ -145,6 +146,8 @@ class Simulated:
     stream_counts: dict[str, int] = field(default_factory=dict)
     made: list[Made] = field(default_factory=list)  # configuration changes (changes.py)
     shards: int = 1  # the most shards a bucket was split into
+    #: entries still held when the history ended that their process should have given back
+    unreturned: list[str] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -156,6 +159,7 @@ class Simulated:
             if self.holds.over:
                 out.append(f"{len(self.holds.over)} instants over {self.plan.hold_cap} held "
                            f"(first at {self.holds.over[0]:.3f} s)")  # fmt: skip
+            out += self.unreturned
             if self.left_held != (0, 0):
                 out.append(f"left held after the run: total {self.left_held[0]}, entries "
                            f"{self.left_held[1]}")  # fmt: skip
@@ -194,7 +198,7 @@ class World:
             return EPOCH_MS + round(self.loop.time() * 1000) + offset_ms
 
         transport = linked(link)
-        return await Repository.open(
+        repo = await Repository.open(
             table=TABLE,
             endpoint_url="http://simulated-dynamodb",
             clock=clock,
@@ -202,6 +206,11 @@ class World:
             _transport=transport,
             **settings,
         )
+        # The writer's load (acquire/load.py: round trips, pace, whether a call can be decided
+        # before its deadline) runs on the process's monotonic clock: here the loop's virtual
+        # time, as `pending`'s deadlines do; on the wall clock a run depends on the machine.
+        repo.scope.shared.load.clock = self.loop.time
+        return repo
 
     def windows(self, start: float) -> list[Window]:
         plan, rng = self.plan, self.rng
@@ -388,10 +397,12 @@ class World:
                          max(spread) - min(spread))  # fmt: skip
         holds = None
         left = (0, 0)
+        unreturned: list[str] = []
         if plan.hold_tasks:
             hold_lines = {name: [line for line in named if line["e"] not in _RATE_EVENTS]
                           for name, named in lines.items()}  # fmt: skip
             holds = check_hold_lines(hold_lines, plan.hold_cap, plan.hold_ttl_s)
+            unreturned = not_given_back(self.processes, await hold_shards(admin))
             left = await self.left_held(admin, limiter)
         stream_problems: list[str] = []
         stream_counts: dict[str, int] = {}
@@ -430,6 +441,7 @@ class World:
             holds=holds,
             loop_errors=[],
             left_held=left,
+            unreturned=unreturned,
             digest=digest.hexdigest(),
             seconds=self.loop.time(),
             requests=sum(p.link.requests for p in self.processes),
@@ -447,16 +459,35 @@ class World:
         )
 
     async def left_held(self, admin: Repository, limiter: RateLimiter) -> tuple[int, int]:
-        """After the holds a killed process left lapse, a new writer takes the whole cap (it
-        frees them a lease_ttl after it first sees them), gives it back; what stays held."""
-        plan = self.plan
-        for _ in range(40):
-            try:
-                async with limiter.acquire(HOLD_ENTITY, HOLD_RESOURCE, {HOLD_LIMIT: plan.hold_cap}):
-                    break
-            except Exception:
-                await asyncio.sleep(0.25)
-        return await hold_worker_held(admin)
+        """After the holds left behind lapse (a killed process's, a lease its cancelled caller
+        never exited), a new writer takes the whole cap one unit a call on every shard (it
+        frees them a lease_ttl after it first sees them), gives it back; what stays held on
+        all shards."""
+        await take_the_cap(limiter, self.plan.hold_cap)
+        return await held_after(admin)
+
+
+def not_given_back(processes: list[Process], shards: list[dict[str, Any]]) -> list[str]:
+    """The entries still held when the history ended (`shards`: the limit on each shard) of a
+    process that closed with every lease it took exited with its hold, nothing abandoned and no
+    write undecided: a give-back that never landed while `close()` reported nothing (a slot
+    leaked until another writer frees the entry). A killed process's entries, and those of a
+    process with a lease never exited (its caller was cancelled in the block) or lost, lapse."""
+    owners = {line["key"].rsplit(".", 1)[0]: process for process in processes
+              for line in process.log.lines if line["e"] == "entry"}  # fmt: skip
+    out = []
+    for shard, limit in enumerate(shards):
+        for key in sorted(limit["h"]):
+            process = owners.get(key.rsplit(".", 1)[0])
+            if process is None or process.killed or process.abandoned or process.undecided:
+                continue  # (a killed process's write may land after its log closed)
+            lines = process.log.lines
+            given = {line["op"] for line in lines if line["e"] == "leave" and not line["lost"]}
+            if all(line["op"] in given for line in lines if line["e"] == "held"):
+                out.append(f"left held after the run: entry {key} (shard {shard}) of "
+                           f"{process.name}, which closed with every lease given back and "
+                           "nothing abandoned")  # fmt: skip
+    return out
 
 
 def refunded_after_deadline(lines: list[dict[str, Any]]) -> None:
@@ -495,12 +526,6 @@ def misdescribed(process: Process, lines: list[dict[str, Any]]) -> list[str]:
             out.append(f"{line['op']}: contended after {most} condition failures on its items "
                        f"(rounds run out after {MAX_ROUNDS})")  # fmt: skip
     return out
-
-
-async def hold_worker_held(repo: Repository) -> tuple[int, int]:
-    from support.history.hold_runs import held_after
-
-    return await held_after(repo)
 
 
 def linked(link: Link) -> Transport:
