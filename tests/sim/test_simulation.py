@@ -19,7 +19,7 @@ from support.sim.mutants import applied
 from support.sim.network import Faults
 from support.sim.plans import ci
 from support.sim.world import Plan, simulate
-from zae_limiter.acquire.load import Load
+from zae_limiter.acquire import load
 
 #: The CI slice: `make sim --plan ci` seeds (brown-outs off: before issue 41 they found its
 #: dropped refunds, the brown-out test below). Chosen, among the first 40, to cover between them
@@ -44,14 +44,14 @@ def test_a_simulated_history_has_no_violation(seed: int) -> None:
 
 
 def test_one_seed_gives_one_history_byte_for_byte(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Twice here, the second time with a wall clock that jumps half a second a reading (the
-    writer's `Load` defaults to `time.monotonic`; the simulation gives it the loop's time), and
+    """Twice here, the second time with a monotonic clock that jumps half a second a reading
+    (the writer's `Load` runs on the running loop's clock, here the simulation's), and
     once in another interpreter with another hash seed (set iteration order, object
     addresses): the same digest of every log line and the final table."""
     plan = ci(13)
     first = simulate(plan)
     readings = itertools.count()
-    monkeypatch.setattr(Load.__init__, "__defaults__", (None, lambda: next(readings) * 0.5))
+    monkeypatch.setattr(load.time, "monotonic", lambda: next(readings) * 0.5)
     second = simulate(plan)
     assert first.digest == second.digest and first.operations == second.operations
     assert next(readings) == 0  # (nothing in the run read the wall clock it was offered)

@@ -1,8 +1,9 @@
 """A writer's load on its table: bucket write requests in flight, their pace, their round trips.
 
 See docs/on-unavailable.md "Overload". One `Load` per opened repository (its namespace scopes
-share it, as they share the table), on the process's monotonic clock (`clock`, seconds: the
-deadlines it serves are real time; tests give it their own). Every bucket write a lane sends
+share it, as they share the table), on the running event loop's clock (`clock`, seconds: the
+clock the callers' deadlines run on, `asyncio.timeout`, so a loop with virtual time, as the
+simulation's, moves both; tests may give it their own). Every bucket write a lane sends
 takes a request slot first and gives it back with the answer (`ended`), which also measures its
 round trip. Requests that wait, wait here, in order, where waiting costs nothing: requests
 queued at the table make every caller late, and a debit that lands after its caller's deadline
@@ -71,13 +72,22 @@ class Measured(Protocol):
     rtt_ms: float
 
 
+def loop_time() -> float:
+    """The running event loop's clock (seconds); the monotonic clock outside a loop (the one
+    asyncio's own loop uses)."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()
+
+
 class Load:
     """One writer's bucket write requests to its table (see the module docstring)."""
 
     def __init__(
-        self, slow_ms: float | None = None, clock: Callable[[], float] = time.monotonic
+        self, slow_ms: float | None = None, clock: Callable[[], float] | None = None
     ) -> None:
-        self.clock = clock  # seconds
+        self.clock = clock or loop_time  # seconds
         self.limit = START_LIMIT
         self.inflight = 0
         self.waiters: deque[asyncio.Future[None]] = deque()

@@ -206,10 +206,8 @@ class World:
             _transport=transport,
             **settings,
         )
-        # The writer's load (acquire/load.py: round trips, pace, whether a call can be decided
-        # before its deadline) runs on the process's monotonic clock: here the loop's virtual
-        # time, as `pending`'s deadlines do; on the wall clock a run depends on the machine.
-        repo.scope.shared.load.clock = self.loop.time
+        # (The writer's load, acquire/load.py, runs on the running loop's clock: here the loop's
+        # virtual time, as the deadlines do; on the wall clock a run would depend on the machine.)
         return repo
 
     def windows(self, start: float) -> list[Window]:
