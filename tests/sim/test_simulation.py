@@ -6,20 +6,22 @@ Sync tests: each simulation runs its own virtual-time event loop.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from support.history.workload import Limits
+from support.sim.loop import Runaway, SimLoop
 from support.sim.mutants import applied
 from support.sim.network import Faults
 from support.sim.plans import ci
 from support.sim.world import Plan, simulate
-from zae_limiter.acquire import load
 
 #: The CI slice: `make sim --plan ci` seeds (brown-outs off: before issue 41 they found its
 #: dropped refunds, the brown-out test below). Chosen, among the first 40, to cover between them
@@ -51,7 +53,7 @@ def test_one_seed_gives_one_history_byte_for_byte(monkeypatch: pytest.MonkeyPatc
     plan = ci(13)
     first = simulate(plan)
     readings = itertools.count()
-    monkeypatch.setattr(load.time, "monotonic", lambda: next(readings) * 0.5)
+    monkeypatch.setattr(time, "monotonic", lambda: next(readings) * 0.5)
     second = simulate(plan)
     assert first.digest == second.digest and first.operations == second.operations
     assert next(readings) == 0  # (nothing in the run read the wall clock it was offered)
@@ -164,3 +166,21 @@ def test_a_configuration_change_raises_only_documented_errors() -> None:
                 partitions=2, brownouts=1, cancel_rate=0.0, acquire_timeout=None, stream=False,
                 changes=("parent", "bypass"))  # fmt: skip
     assert simulate(plan).problems == []
+
+
+def test_a_simulation_that_keeps_growing_is_stopped_before_the_machine_runs_out() -> None:
+    """A livelock that keeps making work in virtual time once took an xdist worker to 18 GB and
+    the kernel's OOM killer (seed 9, before the Load ran on the loop's clock): the loop now
+    stops such a run with `Runaway`, a failure of that test alone."""
+    loop = SimLoop()
+    loop.runaway_bytes, loop.runaway_every = 64 << 20, 10
+
+    async def grow() -> None:
+        hoard = []
+        while True:
+            hoard.append(b"x" * (1 << 20))
+            await asyncio.sleep(0)
+
+    with pytest.raises(Runaway, match="memory grew by"):
+        loop.run_until_complete(grow())
+    loop.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gc
+import os
 import random
 import secrets
 from collections.abc import Coroutine, Iterator
@@ -36,8 +37,28 @@ RESOLUTION_S = 1e-6
 GC_THRESHOLD = (20_000, 50, 100)
 
 
+#: Memory a simulation may add to its process before it is stopped as a runaway (bytes), and
+#: how many loop turns apart it is looked at. A run takes about 100 MB; one that grows past
+#: this (a livelock that keeps making work in virtual time) would otherwise take the machine.
+RUNAWAY_BYTES = 2 << 30
+RUNAWAY_EVERY = 5_000
+
+
 class Deadlock(Exception):
     """Every task waits and no timer is set: the simulated program can never go on."""
+
+
+class Runaway(Exception):
+    """The simulated program keeps growing in memory: stopped before the machine runs out."""
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory (Linux `/proc`; 0 where it cannot be read)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 class _Selector:
@@ -66,12 +87,19 @@ class SimLoop(asyncio.BaseEventLoop):
         self._selector = _Selector(self)
         self._clock_resolution = RESOLUTION_S
         self.turns = 0
+        self.runaway_bytes = RUNAWAY_BYTES
+        self.runaway_every = RUNAWAY_EVERY
+        self._resident_at_start = _resident_bytes()
 
     def time(self) -> float:
         return self.now
 
     def _process_events(self, event_list: list[Any]) -> None:
         self.turns += 1
+        if self.turns % self.runaway_every == 0 and self._resident_at_start:
+            grown = _resident_bytes() - self._resident_at_start
+            if grown > self.runaway_bytes:
+                raise Runaway(f"memory grew by {grown >> 20} MB by {self.now:.1f} s simulated")
 
     def _write_to_self(self) -> None:
         pass  # call_soon_threadsafe: nothing waits in a selector here
@@ -107,6 +135,7 @@ def run(main: Coroutine[Any, Any, _T]) -> tuple[_T, list[str]]:
 def _wind_down(loop: SimLoop) -> None:
     """Cancel what is still pending (a killed process's tasks) and let it unwind for a while
     of virtual time, so that nothing runs once the loop is gone."""
+    loop.runaway_bytes = 1 << 62  # (unwinding a runaway is not stopped again)
     pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
     for task in pending:
         task.cancel()
