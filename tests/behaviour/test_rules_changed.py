@@ -55,10 +55,10 @@ async def test_an_exit_write_whose_rules_keep_changing_is_unavailable(
     await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 10)])
     write_all = Waves.write_all
 
-    async def racing_exit(self: Waves, jobs: Any, *, settle: bool) -> WaveResult:
+    async def racing_exit(self: Waves, jobs: Any, *, settle: bool, **more: Any) -> WaveResult:
         if settle:  # the exit's write, not sent: its item was restamped every round
             return WaveResult([], [], RulesChanged(), [target for target, _ in jobs])
-        return await write_all(self, jobs, settle=settle)
+        return await write_all(self, jobs, settle=settle, **more)
 
     monkeypatch.setattr(Waves, "write_all", racing_exit)
     with pytest.raises(RateLimiterUnavailable):

@@ -39,6 +39,7 @@ from .values import (
     Overloaded,
     Planner,
     ResourcePlan,
+    RulesChanged,
     Target,
     Unavailable,
 )
@@ -347,6 +348,8 @@ class Admission:
         fold: bool = False,
     ) -> None:
         result = await self.waves.write_all(jobs, settle=True, revokes=revokes, fold=fold)
+        if isinstance(result.error, RulesChanged):  # (internal: never let out of the path)
+            raise Unavailable(RulesChanged("the item's rules kept changing under the write"))
         if result.error is not None:  # undecided, or the repository closed
             raise result.error
 
