@@ -163,14 +163,15 @@ async def test_poisoned_records_between_good_ones_fail_alone(
     poisoned["eventID"] = "poisoned-1"
     poisoned["dynamodb"]["SequenceNumber"] = "000000000000000000098"
     event["Records"].insert(event["Records"].index(buckets[1]) + 1, poisoned)
-    from zae_limiter.alerts.detect import crossings as detect
+    usage_records = aggregator_module.usage_records
+    change_of = usage_records.bucket_change
 
     def unforeseen(record: Any) -> Any:
         if record.event_id == "poisoned-1":
             raise RuntimeError("a shape nobody foresaw")
-        return detect(record)
+        return change_of(record)
 
-    monkeypatch.setattr(aggregator_module, "alert_crossings", unforeseen)
+    monkeypatch.setattr(usage_records, "bucket_change", unforeseen)
     response = await invoke(handler, event)
     assert response == {"batchItemFailures": [{"itemIdentifier": "000000000000000000098"}]}
     await recorded_ledger_holds(repo)
