@@ -214,14 +214,18 @@ class _Lane(Failures):
             self.lanes.retire(self.key)
 
     async def _drain_rest(self) -> None:
+        closed = False
         try:
             while self.in_flight():  # never a second write while one is in flight
                 assert self.inflight is not None
                 await asyncio.shield(self.inflight)
             await self.drain(until=None)
+        except GeneratorExit:  # the coroutine is closed (its loop is gone): start nothing
+            closed = True
+            raise
         finally:
             self.busy = False
-            if self.queue:  # arrived as the drain ended
+            if self.queue and not closed:  # arrived as the drain ended
                 self.busy = True
                 self.drainer = asyncio.ensure_future(self._drain_rest())
             else:
