@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import schema, versioning
+from .core.regions import Regional
 from .core.times import iso_millis
 from .dynamo import keys, multi_region, records
 from .dynamo.multi_region import MultiRegion
@@ -222,6 +223,14 @@ async def multi_region_of(store: Store, record: dict[str, Any]) -> MultiRegion |
     except (AccessDenied, Rejected):
         return multi_region.from_record(record, local)
     return multi_region.from_description(described, local)
+
+
+def regional_of(store: Store) -> Regional | None:
+    """This process's Region among the table's, when it has several (docs/multi-region.md)."""
+    found = store.multi_region
+    if found is None or found.index < 0 or len(found.regions) < 2:
+        return None
+    return Regional(found.index, len(found.regions))
 
 
 def check_versions(record: dict[str, Any], table: str) -> None:

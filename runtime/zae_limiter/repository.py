@@ -19,6 +19,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import closing, schema, versioning
 from .acquire import Admission, deadlines
+from .acquire.acquisition import AcquisitionParts
 from .acquire.dynamo_bucket_io import DynamoBucketIO
 from .admin.alerts import Alerts
 from .admin.availability import AvailabilityCheck
@@ -27,6 +28,7 @@ from .admin.changes import Changes
 from .admin.config import Config
 from .admin.entities import Entities
 from .admin.flags import Flags
+from .admin.gates import check_limit_gates
 from .admin.namespaces import Namespaces
 from .admin.reports import Reports
 from .admin.settle import Settlement
@@ -44,9 +46,9 @@ from .connection import (
     public_error,
     public_errors,
     read_version_record,
+    regional_of,
     system_clock,
 )
-from .core.regions import Regional
 from .core.times import iso_millis
 from .dynamo import keys, records
 from .dynamo.store import Store
@@ -67,14 +69,6 @@ log = logging.getLogger("zae_limiter")
 S = TypeVar("S")
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def _regional(store: Store) -> Regional | None:
-    """This process's Region among the table's, when it has several (docs/multi-region.md)."""
-    found = store.multi_region
-    if found is None or found.index < 0 or len(found.regions) < 2:
-        return None
-    return Regional(found.index, len(found.regions))
 
 
 def _served(
@@ -124,15 +118,27 @@ class Repository:
             shared.bucket_ttl_multiplier,
             shared.split_writes_per_second,
             shared.pending,
-            regional=_regional(self._store),
+            regional=regional_of(self._store),
             load=shared.load,
         )
         self._unmetered = Unmetered(
-            shared.unmetered, namespace_name, self._configured_resources, identity=self._identity
+            shared.unmetered,
+            namespace_name,
+            lambda: self._config.configured_resources(),  # built below, called later
+            identity=self._identity,
         )
         self._admission.finder.unmetered = self._unmetered
         self._scope = scope = Scope(
             namespace_id, self._store, shared.clock, self._resolver, self._admission, shared
+        )
+        #: what `RateLimiter.acquire` hands each `Acquisition`
+        self.acquisition_parts = AcquisitionParts(
+            self._admission,
+            shared.clock,
+            shared.pending,
+            self._store.table,
+            scope.unavailable_mode,
+            functools.partial(check_limit_gates, scope),
         )
         self._scopes: dict[str, Repository] = {}
         changes = Changes(scope, self._forget)
@@ -438,13 +444,6 @@ class Repository:
             bucket_writes=load.writes,
             decided_calls=load.decided,
         )
-
-    async def _configured_resources(self) -> list[str]:
-        """Resource names some level has limits for (the unmetered policy's suggestions)."""
-        defaults, entity_levels = await asyncio.gather(
-            self.list_resources_with_defaults(), self.list_resources_with_entity_configs()
-        )
-        return sorted({*defaults, *entity_levels} - {keys.DEFAULT_RESOURCE})
 
     def _forget(self, entity_id: str | None = None, resource: str | None = None) -> None:
         """Administrative writes from this process clear the affected cached state."""

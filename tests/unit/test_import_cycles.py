@@ -209,11 +209,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
 }
 
 # Imports that run back up today, each with the step that removes it: the list only shrinks.
-UPWARD: dict[str, str] = {
-    "acquire.acquisition -> admin.gates": "phase B: Acquisition takes the gate check it needs",
-    "acquire.acquisition -> scope": "phase B: Acquisition takes what it needs, not the Scope",
-    "alerts.held -> acquire.deadlines": "phase B: the clock-skew and request bounds go to core",
-}
+UPWARD: dict[str, str] = {}
 
 # Imports under `if TYPE_CHECKING:` that run up: they never run, so they make no cycle; each
 # says why the type is named there.

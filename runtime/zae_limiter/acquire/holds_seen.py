@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Protocol
 
+from ..core.bounds import ASSUMED_SKEW_MS
 from ..core.bucket import LimitWrite
 from ..core.hold_ledger import Ledger
 from ..core.images import BucketImage
-from .deadlines import ASSUMED_SKEW_MS
 
 
 class Writer(Protocol):

@@ -3,6 +3,7 @@ defaults; set, read, delete, list and explain."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from typing import Any
@@ -199,6 +200,13 @@ class Config:
         system = await self._resolver.system_level()
         res = resolved[resource]
         return (None if res.limits is None else list(res.limits)), system.on_unavailable, res.source
+
+    async def configured_resources(self) -> list[str]:
+        """Resource names some level has limits for (the unmetered policy's suggestions)."""
+        defaults, entity_levels = await asyncio.gather(
+            self.list_resources_with_defaults(), self.list_resources_with_entity_configs()
+        )
+        return sorted({*defaults, *entity_levels} - {keys.DEFAULT_RESOURCE})
 
 
 def _mode(value: OnUnavailable | str | None) -> OnUnavailable | None:

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from ..acquire.deadlines import ASSUMED_SKEW_MS, MAX_REQUEST_TIMEOUT_S
+from ..core.bounds import ASSUMED_SKEW_MS, MAX_REQUEST_TIMEOUT_S
 from ..core.bucket import Kind
 from ..core.images import BucketImage
 from ..dynamo import bucket_items, keys
