@@ -17,10 +17,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from . import closing, schema, versioning
+from . import closing, schema
 from .acquire import Admission, deadlines
 from .acquire.acquisition import AcquisitionParts
-from .acquire.dynamo_bucket_io import DynamoBucketIO
+from .acquire.dynamo_io import DynamoBucketIO, DynamoConfigReads
 from .admin.alerts import Alerts
 from .admin.availability import AvailabilityCheck
 from .admin.balances import Balances
@@ -28,7 +28,7 @@ from .admin.changes import Changes
 from .admin.config import Config
 from .admin.entities import Entities
 from .admin.flags import Flags
-from .admin.gates import check_limit_gates
+from .admin.gates import Versions, check_limit_gates
 from .admin.namespaces import Namespaces
 from .admin.reports import Reports
 from .admin.settle import Settlement
@@ -49,8 +49,7 @@ from .connection import (
     regional_of,
     system_clock,
 )
-from .core.times import iso_millis
-from .dynamo import keys, records
+from .dynamo import keys
 from .dynamo.store import Store
 from .dynamo.transport import (
     DynamoError,
@@ -106,9 +105,14 @@ class Repository:
             shared.clock,
             int(shared.config_cache_ttl * 1000),
         )
-        self._resolver = Resolver(
-            self._store, namespace_id, self._config_cache, shared.clock, identity=self._identity
+        reads = DynamoConfigReads(  # the config-read port; its gates and listing: built below
+            self._store,
+            namespace_id,
+            identity=self._identity,
+            configured=lambda: self._config.configured_resources(),
+            gates=lambda limits: check_limit_gates(scope, limits),
         )
+        self._resolver = Resolver(reads, self._config_cache, shared.clock)
         self._admission = Admission(
             DynamoBucketIO(self._store, identity=self._identity),
             namespace_id,
@@ -124,8 +128,8 @@ class Repository:
         self._unmetered = Unmetered(
             shared.unmetered,
             namespace_name,
-            lambda: self._config.configured_resources(),  # built below, called later
-            identity=self._identity,
+            reads.configured_resources,
+            reads.confirm_table_now_and_then,
         )
         self._admission.finder.unmetered = self._unmetered
         self._scope = scope = Scope(
@@ -138,7 +142,7 @@ class Repository:
             shared.pending,
             self._store.table,
             scope.unavailable_mode,
-            functools.partial(check_limit_gates, scope),
+            reads.check_gates,
         )
         self._scopes: dict[str, Repository] = {}
         changes = Changes(scope, self._forget)
@@ -152,6 +156,7 @@ class Repository:
         self._shards = Shards(scope, changes)
         self._usage = Usage(scope)
         self._alerts = Alerts(scope)
+        self._versions = Versions(scope)
         retention = shared.version_record.get("audit_retention_days")
         self._sweeper = Sweeper(
             self._store,
@@ -222,6 +227,8 @@ class Repository:
     get_usage_snapshots = _served("_usage", Usage.get_usage_snapshots)
     get_usage_summary = _served("_usage", Usage.get_usage_summary)
     get_alerts = _served("_alerts", Alerts.get_alerts)
+    get_version_record = _served("_versions", Versions.get_version_record)
+    set_version_record = _served("_versions", Versions.set_version_record)
     sweep = _served("_sweeper", Sweeper.sweep)
 
     # --- connecting --------------------------------------------------------------------------
@@ -455,44 +462,3 @@ class Repository:
                 k[0] == "unmetered" and (entity_id in (None, k[1])) and (resource in (None, k[2]))
             )
         )
-
-    # --- versions ----------------------------------------------------------------------------
-
-    async def get_version_record(self) -> dict[str, Any] | None:
-        item = await self._store.get(keys.version_record())
-        if item is None:
-            return None
-        return {k: v for k, v in item.items() if k not in ("PK", "SK")}
-
-    async def set_version_record(
-        self,
-        *,
-        schema_version: str | None = None,
-        aggregator_version: Any = ...,
-        client_min_version: str | None = None,
-        updated_by: str | None = None,
-    ) -> None:
-        """Admin/test use. `client_min_version` is never lowered."""
-        current = await self.get_version_record() or {}
-        minimum = current.get("client_min_version") or "0.0.0"
-        if client_min_version and versioning.parse(client_min_version) > versioning.parse(minimum):
-            minimum = client_min_version
-        item = records.version_record_item(
-            schema_version=schema_version or current.get("schema_version") or schema.SCHEMA_VERSION,
-            aggregator_version=(
-                current.get("aggregator_version")
-                if aggregator_version is ...
-                else aggregator_version
-            ),
-            aggregator_function=current.get("aggregator_function"),
-            client_min_version=minimum,
-            updated_at=iso_millis(self._clock()),
-            updated_by=updated_by or f"api:{versioning.LIBRARY_VERSION}",
-            audit_retention_days=current.get("audit_retention_days"),
-            usage_retention_days=current.get("usage_retention_days"),
-            aggregator_dlq_url=current.get("aggregator_dlq_url"),
-            table_id=current.get("table_id"),
-        )
-        await self._store.put(item)
-        self._shared.version_record = {k: v for k, v in item.items() if k not in ("PK", "SK")}
-        self._shared.gates_passed.clear()

@@ -53,6 +53,7 @@ WORDS = {
             "admin/config.py",
             "caches.py",
             "resolution.py",
+            "acquire/dynamo_io.py",  # the config-read port on DynamoDB
             "repository.py",
             "unmetered.py",
             "dynamo/keys.py",
@@ -96,7 +97,7 @@ WORDS = {
             "acquire/shards.py",
             "acquire/waves.py",
             "acquire/bucket_io.py",
-            "acquire/dynamo_bucket_io.py",
+            "acquire/dynamo_io.py",
             "acquire/split_items.py",  # a split one item at a time (docs/multi-region.md)
             "admin/sweeper.py",  # finishes splits left half done
             "core/shard_split.py",

@@ -21,7 +21,6 @@ from ..errors import PermissionDenied, RateLimiterUnavailable, RateLimitExceeded
 from ..limits import Limit
 from ..models import OnUnavailable
 from .admission import Admission
-from .dynamo_bucket_io import lowered
 from .hold_watch import Watcher
 from .lease import (
     Lease,
@@ -173,8 +172,7 @@ class Acquisition:
 
     async def _admit(self, deadline: float | None) -> dict[str, ResourceHold]:
         if self.limits:
-            with lowered:
-                await self.parts.check_gates(self.limits)
+            await self.parts.check_gates(self.limits)
         for attempt in range(_RESTARTS):
             try:  # finding the targets may restamp an item, which concurrent changes can race
                 plans = await self.admission.targets(self.entity_id, self.requests, self.limits)

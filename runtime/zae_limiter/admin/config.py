@@ -10,11 +10,11 @@ from typing import Any
 
 from .. import audit, validation
 from .. import config as cfg
+from ..acquire.dynamo_io import system_level_from_item
 from ..dynamo import keys
 from ..errors import ValidationError
 from ..limits import Limit, check_limit_list
 from ..models import AuditAction, ConfigSource, OnUnavailable
-from ..resolution import system_level_from_item
 from ..scope import Scope
 from .changes import KEEP, Changes
 

@@ -1,7 +1,7 @@
 """Requests that move capacity between a bucket's shards without a transaction
 (docs/multi-region.md): a split's record of its new shard, and transfers between regional shards.
 
-Pure: builds request dicts, sends nothing (`acquire.dynamo_bucket_io` sends them).
+Pure: builds request dicts, sends nothing (`acquire.dynamo_io` sends them).
 """
 
 from __future__ import annotations
