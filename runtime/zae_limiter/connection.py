@@ -37,6 +37,7 @@ from .errors import (
     PermissionDenied,
     RateLimiterUnavailable,
     VersionMismatchError,
+    ZAELimiterError,
 )
 
 log = logging.getLogger("zae_limiter")
@@ -186,11 +187,16 @@ def _mapped(name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., A
         token = _MAPPING.set(True)
         try:
             return await method(self, *args, **kwargs)
-        except TableMissing:
-            raise InfrastructureNotFoundError(str(self.table_name)) from None
-        except DynamoError as exc:
+        except Exception as exc:
+            # a DynamoError, or one the acquire path's door lowered into its own errors (read
+            # through the ports by an administrative call), which keeps it as its cause
+            failure = exc if isinstance(exc, DynamoError) else exc.__cause__
+            if isinstance(exc, ZAELimiterError) or not isinstance(failure, DynamoError):
+                raise
             table = str(self.table_name)
-            raise public_error(f"{name} failed on table {table!r}", exc, table) from exc
+            if isinstance(failure, TableMissing):
+                raise InfrastructureNotFoundError(table) from None
+            raise public_error(f"{name} failed on table {table!r}", failure, table) from failure
         finally:
             _MAPPING.reset(token)
 
