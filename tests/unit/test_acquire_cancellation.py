@@ -28,7 +28,7 @@ from zae_limiter.core.bucket import MILLI
 from zae_limiter.core.evidence import MAX_ENTRIES
 from zae_limiter.core.images import BucketImage
 from zae_limiter.dynamo import keys
-from zae_limiter.dynamo.bucket_items import EVIDENCE_ATTR
+from zae_limiter.dynamo.bucket_attributes import EVIDENCE
 from zae_limiter.models import OnUnavailable
 
 
@@ -81,7 +81,7 @@ class Case:
                 return image
             key = keys.bucket(*image.address)
             young = {f"other{i:03d}": env.clock() for i in range(MAX_ENTRIES)}
-            self.bucket_io.items[(key["PK"], key["SK"])][EVIDENCE_ATTR] = young
+            self.bucket_io.items[(key["PK"], key["SK"])][EVIDENCE] = young
             found = self.bucket_io.image(key)
             assert found is not None
             return found

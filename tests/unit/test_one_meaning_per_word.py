@@ -101,6 +101,7 @@ WORDS = {
             "acquire/split_items.py",  # a split one item at a time (docs/multi-region.md)
             "admin/sweeper.py",  # finishes splits left half done
             "core/shard_split.py",
+            "dynamo/bucket_attributes.py",  # who writes an attribute: a split
             "core/shares.py",
             "manifest/plan.py",
         ),
