@@ -24,10 +24,10 @@ from .dynamo.store import Store
 from .dynamo.transport import (
     AccessDenied,
     DynamoError,
+    DynamoUnavailable,
     Rejected,
     TableMissing,
     Transport,
-    Unavailable,
     is_condition_failed,
 )
 from .errors import (
@@ -158,7 +158,7 @@ def public_error(what: str, exc: DynamoError, table: str) -> RateLimiterUnavaila
             exc.cause,
             table_name=table,
         )
-    if isinstance(exc, Unavailable) and exc.hint:
+    if isinstance(exc, DynamoUnavailable) and exc.hint:
         return RateLimiterUnavailable(f"{what}: {exc.hint}", exc.cause, table_name=table)
     return RateLimiterUnavailable(what, exc, table_name=table)
 

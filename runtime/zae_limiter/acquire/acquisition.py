@@ -24,7 +24,7 @@ from .admission import Admission
 from .hold_watch import Watcher
 from .lease import (
     Lease,
-    Ledger,
+    LeaseState,
     ResourceHold,
     apply_to_debited,
     degraded_lease,
@@ -85,7 +85,7 @@ class Acquisition:
         self.limits = limits
         self.on_unavailable = on_unavailable
         self.lease: Lease | None = None
-        self.ledger = Ledger({})
+        self.ledger = LeaseState({})
         self.mode = OnUnavailable.BLOCK
         self.timeout = timeout
         self.moved_hold = False  # a hold was lost and taken again: hold_lost stays True
