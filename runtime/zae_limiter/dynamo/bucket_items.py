@@ -17,7 +17,6 @@ from ..core.images import BucketImage, Evidence, Stamp
 from . import bucket_attributes as attrs
 from . import codec, keys, limit_exprs
 from .bucket_attributes import EVIDENCE, EVIDENCE_PREFIX, FLOOR, INCOMING, OUTGOING, REVOKED
-from .limit_exprs import Expr
 from .transfer_items import outgoing_item, transfers_of
 
 # --- parsing -----------------------------------------------------------------------------------
@@ -157,6 +156,40 @@ def revoked(item: dict[str, Any] | None) -> tuple[str, tuple[int, ...]] | None:
 
 def evidence_name(writer: str) -> str:
     return EVIDENCE_PREFIX + writer
+
+
+class Expr:
+    """Accumulates names and values for one request's expressions."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.values: dict[str, Any] = {}
+        self._name_ids: dict[str, str] = {}
+
+    @classmethod
+    def of(cls, request: dict[str, Any]) -> Expr:
+        """Continue the names and values of a prepared request."""
+        expr = cls()
+        expr.names = dict(request["ExpressionAttributeNames"])
+        expr.values = dict(request["ExpressionAttributeValues"])
+        expr._name_ids = {text: alias for alias, text in expr.names.items()}
+        return expr
+
+    def name(self, text: str) -> str:
+        alias = self._name_ids.get(text)
+        if alias is None:
+            alias = self._name_ids[text] = f"#n{len(self._name_ids)}"
+            self.names[alias] = text
+        return alias
+
+    def value(self, value: Any) -> str:
+        alias = f":v{len(self.values)}"
+        # integers (nearly every value here) without codec.encode's type dispatch
+        self.values[alias] = {"N": str(value)} if type(value) is int else codec.encode(value)
+        return alias
+
+    def path(self, *parts: str) -> str:
+        return ".".join([self.name(p) for p in parts])
 
 
 def update_request(

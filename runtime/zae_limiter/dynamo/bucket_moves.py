@@ -13,8 +13,7 @@ from ..core.images import BucketImage, Outgoing
 from . import bucket_attributes as attrs
 from . import codec, keys
 from .bucket_attributes import INCOMING, OUTGOING, TRANSFERS
-from .bucket_items import update_request
-from .limit_exprs import Expr
+from .bucket_items import Expr, update_request
 from .transfer_items import outgoing_item
 
 

@@ -1,49 +1,17 @@
 """The per-limit parts of a bucket item's hot-path UpdateItem: guards, balance and counter
-changes, and a concurrency limit's entries (core.holds); and `Expr`, the names and values of
-one request's expressions (every bucket request builds on it). Pure: builds expression text only."""
+changes, and a concurrency limit's entries (core.holds), written into the request's
+`bucket_items.Expr`. Pure: builds expression text only."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..core.bucket import Guard, LimitWrite
 from ..core.holds import HoldWrite
-from . import codec
 from .bucket_attributes import CONSUMED, HOLD_EXPIRIES, HOLDS, LIMITS, OVERDRAWN, TU, V, W
 
-
-class Expr:
-    """Accumulates names and values for one request's expressions."""
-
-    def __init__(self) -> None:
-        self.names: dict[str, str] = {}
-        self.values: dict[str, Any] = {}
-        self._name_ids: dict[str, str] = {}
-
-    @classmethod
-    def of(cls, request: dict[str, Any]) -> Expr:
-        """Continue the names and values of a prepared request."""
-        expr = cls()
-        expr.names = dict(request["ExpressionAttributeNames"])
-        expr.values = dict(request["ExpressionAttributeValues"])
-        expr._name_ids = {text: alias for alias, text in expr.names.items()}
-        return expr
-
-    def name(self, text: str) -> str:
-        alias = self._name_ids.get(text)
-        if alias is None:
-            alias = self._name_ids[text] = f"#n{len(self._name_ids)}"
-            self.names[alias] = text
-        return alias
-
-    def value(self, value: Any) -> str:
-        alias = f":v{len(self.values)}"
-        # integers (nearly every value here) without codec.encode's type dispatch
-        self.values[alias] = {"N": str(value)} if type(value) is int else codec.encode(value)
-        return alias
-
-    def path(self, *parts: str) -> str:
-        return ".".join([self.name(p) for p in parts])
+if TYPE_CHECKING:  # bucket_items imports this module: the class is named for types only
+    from .bucket_items import Expr
 
 
 def hold_parts(
