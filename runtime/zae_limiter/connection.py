@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import schema, versioning
+from .core.regions import Regional
 from .core.times import iso_millis
 from .dynamo import keys, multi_region, records
 from .dynamo.multi_region import MultiRegion
@@ -23,10 +24,10 @@ from .dynamo.store import Store
 from .dynamo.transport import (
     AccessDenied,
     DynamoError,
+    DynamoUnavailable,
     Rejected,
     TableMissing,
     Transport,
-    Unavailable,
     is_condition_failed,
 )
 from .errors import (
@@ -36,6 +37,7 @@ from .errors import (
     PermissionDenied,
     RateLimiterUnavailable,
     VersionMismatchError,
+    ZAELimiterError,
 )
 
 log = logging.getLogger("zae_limiter")
@@ -156,7 +158,7 @@ def public_error(what: str, exc: DynamoError, table: str) -> RateLimiterUnavaila
             exc.cause,
             table_name=table,
         )
-    if isinstance(exc, Unavailable) and exc.hint:
+    if isinstance(exc, DynamoUnavailable) and exc.hint:
         return RateLimiterUnavailable(f"{what}: {exc.hint}", exc.cause, table_name=table)
     return RateLimiterUnavailable(what, exc, table_name=table)
 
@@ -185,11 +187,16 @@ def _mapped(name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., A
         token = _MAPPING.set(True)
         try:
             return await method(self, *args, **kwargs)
-        except TableMissing:
-            raise InfrastructureNotFoundError(str(self.table_name)) from None
-        except DynamoError as exc:
+        except Exception as exc:
+            # a DynamoError, or one the acquire path's door lowered into its own errors (read
+            # through the ports by an administrative call), which keeps it as its cause
+            failure = exc if isinstance(exc, DynamoError) else exc.__cause__
+            if isinstance(exc, ZAELimiterError) or not isinstance(failure, DynamoError):
+                raise
             table = str(self.table_name)
-            raise public_error(f"{name} failed on table {table!r}", exc, table) from exc
+            if isinstance(failure, TableMissing):
+                raise InfrastructureNotFoundError(table) from None
+            raise public_error(f"{name} failed on table {table!r}", failure, table) from failure
         finally:
             _MAPPING.reset(token)
 
@@ -222,6 +229,14 @@ async def multi_region_of(store: Store, record: dict[str, Any]) -> MultiRegion |
     except (AccessDenied, Rejected):
         return multi_region.from_record(record, local)
     return multi_region.from_description(described, local)
+
+
+def regional_of(store: Store) -> Regional | None:
+    """This process's Region among the table's, when it has several (docs/multi-region.md)."""
+    found = store.multi_region
+    if found is None or found.index < 0 or len(found.regions) < 2:
+        return None
+    return Regional(found.index, len(found.regions))
 
 
 def check_versions(record: dict[str, Any], table: str) -> None:

@@ -17,9 +17,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from . import closing, schema, versioning
+from . import closing, schema
 from .acquire import Admission, deadlines
-from .acquire.dynamo_bucket_io import DynamoBucketIO
+from .acquire.acquisition import AcquisitionParts
+from .acquire.dynamo_io import DynamoBucketIO, DynamoConfigReads
 from .admin.alerts import Alerts
 from .admin.availability import AvailabilityCheck
 from .admin.balances import Balances
@@ -27,6 +28,7 @@ from .admin.changes import Changes
 from .admin.config import Config
 from .admin.entities import Entities
 from .admin.flags import Flags
+from .admin.gates import Versions, check_limit_gates
 from .admin.namespaces import Namespaces
 from .admin.reports import Reports
 from .admin.settle import Settlement
@@ -44,11 +46,10 @@ from .connection import (
     public_error,
     public_errors,
     read_version_record,
+    regional_of,
     system_clock,
 )
-from .core.regions import Regional
-from .core.times import iso_millis
-from .dynamo import keys, records
+from .dynamo import keys
 from .dynamo.store import Store
 from .dynamo.transport import (
     DynamoError,
@@ -67,14 +68,6 @@ log = logging.getLogger("zae_limiter")
 S = TypeVar("S")
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def _regional(store: Store) -> Regional | None:
-    """This process's Region among the table's, when it has several (docs/multi-region.md)."""
-    found = store.multi_region
-    if found is None or found.index < 0 or len(found.regions) < 2:
-        return None
-    return Regional(found.index, len(found.regions))
 
 
 def _served(
@@ -112,9 +105,14 @@ class Repository:
             shared.clock,
             int(shared.config_cache_ttl * 1000),
         )
-        self._resolver = Resolver(
-            self._store, namespace_id, self._config_cache, shared.clock, identity=self._identity
+        reads = DynamoConfigReads(  # the config-read port; its gates and listing: built below
+            self._store,
+            namespace_id,
+            identity=self._identity,
+            configured=lambda: self._config.configured_resources(),
+            gates=lambda limits: check_limit_gates(scope, limits),
         )
+        self._resolver = Resolver(reads, self._config_cache, shared.clock)
         self._admission = Admission(
             DynamoBucketIO(self._store, identity=self._identity),
             namespace_id,
@@ -124,15 +122,27 @@ class Repository:
             shared.bucket_ttl_multiplier,
             shared.split_writes_per_second,
             shared.pending,
-            regional=_regional(self._store),
+            regional=regional_of(self._store),
             load=shared.load,
         )
         self._unmetered = Unmetered(
-            shared.unmetered, namespace_name, self._configured_resources, identity=self._identity
+            shared.unmetered,
+            namespace_name,
+            reads.configured_resources,
+            reads.confirm_table_now_and_then,
         )
         self._admission.finder.unmetered = self._unmetered
         self._scope = scope = Scope(
             namespace_id, self._store, shared.clock, self._resolver, self._admission, shared
+        )
+        #: what `RateLimiter.acquire` hands each `Acquisition`
+        self.acquisition_parts = AcquisitionParts(
+            self._admission,
+            shared.clock,
+            shared.pending,
+            self._store.table,
+            scope.unavailable_mode,
+            reads.check_gates,
         )
         self._scopes: dict[str, Repository] = {}
         changes = Changes(scope, self._forget)
@@ -146,6 +156,7 @@ class Repository:
         self._shards = Shards(scope, changes)
         self._usage = Usage(scope)
         self._alerts = Alerts(scope)
+        self._versions = Versions(scope)
         retention = shared.version_record.get("audit_retention_days")
         self._sweeper = Sweeper(
             self._store,
@@ -216,6 +227,8 @@ class Repository:
     get_usage_snapshots = _served("_usage", Usage.get_usage_snapshots)
     get_usage_summary = _served("_usage", Usage.get_usage_summary)
     get_alerts = _served("_alerts", Alerts.get_alerts)
+    get_version_record = _served("_versions", Versions.get_version_record)
+    set_version_record = _served("_versions", Versions.set_version_record)
     sweep = _served("_sweeper", Sweeper.sweep)
 
     # --- connecting --------------------------------------------------------------------------
@@ -439,13 +452,6 @@ class Repository:
             decided_calls=load.decided,
         )
 
-    async def _configured_resources(self) -> list[str]:
-        """Resource names some level has limits for (the unmetered policy's suggestions)."""
-        defaults, entity_levels = await asyncio.gather(
-            self.list_resources_with_defaults(), self.list_resources_with_entity_configs()
-        )
-        return sorted({*defaults, *entity_levels} - {keys.DEFAULT_RESOURCE})
-
     def _forget(self, entity_id: str | None = None, resource: str | None = None) -> None:
         """Administrative writes from this process clear the affected cached state."""
         self._shared.images.forget(self._ns, entity_id, resource)
@@ -456,44 +462,3 @@ class Repository:
                 k[0] == "unmetered" and (entity_id in (None, k[1])) and (resource in (None, k[2]))
             )
         )
-
-    # --- versions ----------------------------------------------------------------------------
-
-    async def get_version_record(self) -> dict[str, Any] | None:
-        item = await self._store.get(keys.version_record())
-        if item is None:
-            return None
-        return {k: v for k, v in item.items() if k not in ("PK", "SK")}
-
-    async def set_version_record(
-        self,
-        *,
-        schema_version: str | None = None,
-        aggregator_version: Any = ...,
-        client_min_version: str | None = None,
-        updated_by: str | None = None,
-    ) -> None:
-        """Admin/test use. `client_min_version` is never lowered."""
-        current = await self.get_version_record() or {}
-        minimum = current.get("client_min_version") or "0.0.0"
-        if client_min_version and versioning.parse(client_min_version) > versioning.parse(minimum):
-            minimum = client_min_version
-        item = records.version_record_item(
-            schema_version=schema_version or current.get("schema_version") or schema.SCHEMA_VERSION,
-            aggregator_version=(
-                current.get("aggregator_version")
-                if aggregator_version is ...
-                else aggregator_version
-            ),
-            aggregator_function=current.get("aggregator_function"),
-            client_min_version=minimum,
-            updated_at=iso_millis(self._clock()),
-            updated_by=updated_by or f"api:{versioning.LIBRARY_VERSION}",
-            audit_retention_days=current.get("audit_retention_days"),
-            usage_retention_days=current.get("usage_retention_days"),
-            aggregator_dlq_url=current.get("aggregator_dlq_url"),
-            table_id=current.get("table_id"),
-        )
-        await self._store.put(item)
-        self._shared.version_record = {k: v for k, v in item.items() if k not in ("PK", "SK")}
-        self._shared.gates_passed.clear()

@@ -27,7 +27,6 @@ from support.fixtures import REGION
 from support.tables import TableRef
 from zae_limiter import IncompatibleSchemaError, RateLimiter, Repository
 from zae_limiter.dynamo import codec, keys
-from zae_limiter.usage import aggregator as aggregator_module
 
 pytestmark = pytest.mark.ddb
 
@@ -163,7 +162,8 @@ async def test_poisoned_records_between_good_ones_fail_alone(
     poisoned["eventID"] = "poisoned-1"
     poisoned["dynamodb"]["SequenceNumber"] = "000000000000000000098"
     event["Records"].insert(event["Records"].index(buckets[1]) + 1, poisoned)
-    usage_records = aggregator_module.usage_records
+    from zae_limiter.usage import records as usage_records
+
     change_of = usage_records.bucket_change
 
     def unforeseen(record: Any) -> Any:

@@ -22,7 +22,7 @@ from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
 from zae_limiter.acquire.lanes import UNKNOWN_RESENDS
 from zae_limiter.core.images import new_writer_id
 from zae_limiter.dynamo import keys
-from zae_limiter.dynamo.bucket_items import EVIDENCE_ATTR
+from zae_limiter.dynamo.bucket_attributes import EVIDENCE
 
 
 @pytest.mark.parametrize("others", [1, 4, 16, 64])
@@ -148,4 +148,4 @@ async def evidence_on(repo: Repository, entity: str, resource: str) -> dict[str,
     key = keys.bucket(repo._ns, entity, resource, 0)
     item = await repo._store.get(key)
     assert item is not None
-    return {writer: int(seq) for writer, seq in item.get(EVIDENCE_ATTR, {}).items()}
+    return {writer: int(seq) for writer, seq in item.get(EVIDENCE, {}).items()}

@@ -308,6 +308,9 @@ async def test_reads_and_writes_on_a_table_gone_raise_only_public_errors(ddb_end
             "defaults": lambda: limiter.set_resource_defaults(
                 "search", [Limit.per_minute("rpm", 10)]
             ),
+            # config read through the acquire path's config-read port (lowered there)
+            "resolve": lambda: repo.resolve_limits("gone-1", "search"),
+            "available": lambda: repo.check_availability("gone-1", "search"),
         }
         escaped: dict[str, str] = {}
         for name, call in calls.items():
@@ -320,5 +323,7 @@ async def test_reads_and_writes_on_a_table_gone_raise_only_public_errors(ddb_end
         assert escaped == {}
         with pytest.raises(InfrastructureNotFoundError, match=table):
             await repo.get_entity("gone-1")
+        with pytest.raises(InfrastructureNotFoundError, match=table):
+            await repo.resolve_limits("gone-1", "search")
     finally:
         await repo.close()

@@ -25,7 +25,7 @@ from zae_limiter import (
     SyncRepository,
     ValidationError,
 )
-from zae_limiter.acquire.lease import Ledger, degraded_lease
+from zae_limiter.acquire.lease import LeaseState, degraded_lease
 from zae_limiter.integrations.headers import partition_key, problem_details, ratelimit_headers
 
 
@@ -158,7 +158,7 @@ async def test_a_sync_lease_gets_the_same_headers(table: TableRef) -> None:
 
 
 def test_the_degraded_lease_and_other_values() -> None:
-    assert ratelimit_headers(degraded_lease(Ledger({}))) == {}
+    assert ratelimit_headers(degraded_lease(LeaseState({}))) == {}
     with pytest.raises(TypeError, match="Lease, SyncLease or RateLimitExceeded"):
         ratelimit_headers({"rpm": 1})
 

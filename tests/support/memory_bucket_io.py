@@ -41,6 +41,7 @@ from zae_limiter.acquire.bucket_io import ShardSplit
 from zae_limiter.acquire.values import AnswerLost, ItemChanged, Unavailable
 from zae_limiter.core.bucket import Guard, LimitWrite
 from zae_limiter.core.images import Address, BucketImage, Evidence
+from zae_limiter.dynamo import bucket_attributes as attrs
 from zae_limiter.dynamo import bucket_items as items
 from zae_limiter.dynamo import keys
 
@@ -140,7 +141,7 @@ class MemoryBucketIO:
                 stored, writes, now=now, ttl=ttl, admissions=admissions, evidence=evidence
             )
             if revokes and evidence is not None:
-                stored[items.REVOKED] = f"{evidence.writer}:{','.join(map(str, revokes))}"
+                stored[attrs.REVOKED] = f"{evidence.writer}:{','.join(map(str, revokes))}"
 
         self._write("update", key, apply)
         return self._parsed(key)
@@ -153,7 +154,7 @@ class MemoryBucketIO:
             stored = self.items.get(key)
             if stored is None or not _below(stored, evidence.writer, blocked, image.mapped):
                 raise _changed(stored)
-            stored.setdefault(items.EVIDENCE_ATTR, {})[evidence.writer] = evidence.seq
+            stored.setdefault(attrs.EVIDENCE, {})[evidence.writer] = evidence.seq
 
         self._write("fence", key, apply)
         return self._parsed(key)
@@ -186,7 +187,7 @@ class MemoryBucketIO:
                 raise _changed(stored)
             new = {**stored, **copy.deepcopy(item)}
             stale = [items.evidence_name(w) for w in replaces.legacy]
-            for name in (*stale, *items.LEGACY_OP_SLOTS):
+            for name in (*stale, *attrs.LEGACY_OP_SLOTS):
                 if name not in item:
                     new.pop(name, None)
             if "par" not in item:
@@ -316,13 +317,13 @@ def _is_exactly(stored: dict[str, Any], image: BucketImage) -> bool:
 def _below(stored: dict[str, Any], writer: str, seq: int, mapped: bool) -> bool:
     """The writer's entry is below `seq`, or absent with the floor below it (and the map as
     the image shows it: an item planned without one must still have none)."""
-    entries = stored.get(items.EVIDENCE_ATTR)
+    entries = stored.get(attrs.EVIDENCE)
     if not mapped and entries is not None:
         return False
     entry = None if entries is None else entries.get(writer)
     if entry is not None:
         return int(entry) < seq
-    return int(stored.get(items.FLOOR_ATTR, 0)) < seq
+    return int(stored.get(attrs.FLOOR, 0)) < seq
 
 
 def _evidence_holds(stored: dict[str, Any], image: BucketImage, evidence: Evidence) -> bool:
@@ -333,7 +334,7 @@ def _evidence_holds(stored: dict[str, Any], image: BucketImage, evidence: Eviden
     legacy = all(stored.get(items.evidence_name(w)) == value for w, value in evidence.legacy)
     if not image.mapped:
         return legacy
-    entries: dict[str, int] | None = stored.get(items.EVIDENCE_ATTR)
+    entries: dict[str, int] | None = stored.get(attrs.EVIDENCE)
     if entries is None:
         raise Unavailable(ValueError("the document path ew does not exist"))
     if evidence.writer in image.evidence:
@@ -341,7 +342,7 @@ def _evidence_holds(stored: dict[str, Any], image: BucketImage, evidence: Eviden
     else:
         present = evidence.writer in entries or not evidence.limit
         present = present or len(entries) < evidence.limit
-    floor = int(stored.get(items.FLOOR_ATTR, 0))
+    floor = int(stored.get(attrs.FLOOR, 0))
     cut = evidence.cut
     removable = not evidence.prune or (
         floor <= cut and all(int(entries.get(w, cut)) <= cut for w in evidence.prune)
@@ -414,11 +415,11 @@ def _apply_update(
 
 
 def _apply_evidence(stored: dict[str, Any], evidence: Evidence) -> None:
-    entries = stored.setdefault(items.EVIDENCE_ATTR, {})
+    entries = stored.setdefault(attrs.EVIDENCE, {})
     entries[evidence.writer] = evidence.seq
     for writer in evidence.prune:
         entries.pop(writer, None)
     if evidence.prune:
-        stored[items.FLOOR_ATTR] = evidence.cut
+        stored[attrs.FLOOR] = evidence.cut
     for writer, _ in evidence.legacy:
         stored.pop(items.evidence_name(writer), None)

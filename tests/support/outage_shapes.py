@@ -1,5 +1,6 @@
 """Outages of seconds to minutes on DynamoDB Local, as the tests and `make bench` run them
-(docs/on-unavailable.md, "Outages of minutes"; "Alerts only on consumption that stays" in docs/alerts.md).
+(docs/on-unavailable.md, "Outages of minutes"; docs/alerts.md, "Alerts only on consumption that
+stays").
 
 `lost_then_outage`: per combination of answers (*held* past the deadline, or *dropped* after
 the write applied), mode (BLOCK, ALLOW) and call (*single*: one resource with a concurrency

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from support.acquire_env import NS, AcquireEnv
 from support.memory_bucket_io import MemoryBucketIO
-from zae_limiter.acquire.acquisition import Acquisition
+from zae_limiter.acquire.acquisition import Acquisition, AcquisitionParts
 from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.pending import Pending
 from zae_limiter.acquire.values import PARENT, ResourcePlan
@@ -29,7 +28,7 @@ from zae_limiter.core.bucket import MILLI
 from zae_limiter.core.evidence import MAX_ENTRIES
 from zae_limiter.core.images import BucketImage
 from zae_limiter.dynamo import keys
-from zae_limiter.dynamo.bucket_items import EVIDENCE_ATTR
+from zae_limiter.dynamo.bucket_attributes import EVIDENCE
 from zae_limiter.models import OnUnavailable
 
 
@@ -82,7 +81,7 @@ class Case:
                 return image
             key = keys.bucket(*image.address)
             young = {f"other{i:03d}": env.clock() for i in range(MAX_ENTRIES)}
-            self.bucket_io.items[(key["PK"], key["SK"])][EVIDENCE_ATTR] = young
+            self.bucket_io.items[(key["PK"], key["SK"])][EVIDENCE] = young
             found = self.bucket_io.image(key)
             assert found is not None
             return found
@@ -106,20 +105,22 @@ class Case:
             return plans
 
         env.admission.targets = targets  # type: ignore[method-assign,assignment]
-        shared = SimpleNamespace(pending=self.pending, acquire_timeout=None)
-        scope = SimpleNamespace(
-            admission=env.admission,
-            clock=env.clock,
-            shared=shared,
-            unavailable_mode=lambda mode: mode or OnUnavailable.BLOCK,
-        )
-        self.limiter = SimpleNamespace(
-            repository=SimpleNamespace(scope=scope, table_name="t", shared=shared)
+
+        async def no_gates(_: Any) -> None:
+            return None
+
+        self.parts = AcquisitionParts(
+            env.admission,
+            env.clock,
+            self.pending,
+            "t",
+            lambda mode: mode or OnUnavailable.BLOCK,
+            no_gates,
         )
 
     def acquisition(self) -> Acquisition:
         requests = {"search": {"rpm": 2}}
-        return Acquisition(cast(Any, self.limiter), "user-3", requests, None, None, None)
+        return Acquisition(self.parts, "user-3", requests, None, None, None)
 
     def consumed(self, entity: str, resource: str) -> int:
         image = self.bucket_io.image(keys.bucket(NS, entity, resource, 0))

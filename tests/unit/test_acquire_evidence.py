@@ -58,7 +58,7 @@ def yielding_env(limits: tuple[Params, ...]) -> AcquireEnv:
 
 
 def _resolver(env: AcquireEnv) -> Resolver:
-    return Resolver(cast(Any, None), "ns1", ConfigCache(60), env.clock)
+    return Resolver(cast(Any, None), ConfigCache(60), env.clock)
 
 
 class Interleaving(MemoryBucketIO):

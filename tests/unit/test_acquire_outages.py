@@ -22,7 +22,7 @@ from zae_limiter.acquire.deadlines import MAX_OUTAGE_PAUSE_S, Backoff, outage_pa
 from zae_limiter.acquire.lanes import PRUNE_AGE_MS, UNKNOWN_RESENDS
 from zae_limiter.acquire.values import AnswerLost
 from zae_limiter.core.bucket import MILLI, Kind, Params
-from zae_limiter.dynamo import bucket_items as items
+from zae_limiter.dynamo import bucket_attributes as attrs
 
 BIG = Params("rpm", Kind.RATE, 1_000 * MILLI, 1_000 * MILLI, 60_000)
 
@@ -132,9 +132,9 @@ async def test_an_entry_other_writers_removed_during_the_outage_stays_undecided(
 
     async def read_after_removal(addresses: Any) -> Any:
         for item in io.items.values():  # what another writer's write does to an old entry
-            removed = item.get(items.EVIDENCE_ATTR, {}).pop(writer, None)
+            removed = item.get(attrs.EVIDENCE, {}).pop(writer, None)
             if removed is not None:
-                item[items.FLOOR_ATTR] = max(item.get(items.FLOOR_ATTR, 0), removed)
+                item[attrs.FLOOR] = max(item.get(attrs.FLOOR, 0), removed)
         return await read(addresses)
 
     io.read = read_after_removal  # type: ignore[method-assign]

@@ -53,6 +53,7 @@ WORDS = {
             "admin/config.py",
             "caches.py",
             "resolution.py",
+            "acquire/dynamo_io.py",  # the config-read port on DynamoDB
             "repository.py",
             "unmetered.py",
             "dynamo/keys.py",
@@ -96,10 +97,11 @@ WORDS = {
             "acquire/shards.py",
             "acquire/waves.py",
             "acquire/bucket_io.py",
-            "acquire/dynamo_bucket_io.py",
+            "acquire/dynamo_io.py",
             "acquire/split_items.py",  # a split one item at a time (docs/multi-region.md)
             "admin/sweeper.py",  # finishes splits left half done
             "core/shard_split.py",
+            "dynamo/bucket_attributes.py",  # who writes an attribute: a split
             "core/shares.py",
             "manifest/plan.py",
         ),
@@ -121,12 +123,7 @@ WORDS = {
 
 # A class name names one thing: two modules defining a class of the same name are two meanings.
 # Today's, each with the step that gives one of them another name (the list only shrinks).
-SHARED_CLASS_NAMES: dict[str, str] = {
-    "Ledger": "phase B: acquire/lease.py's becomes LeaseState (acquisition.py uses it)",
-    "Unavailable": "phase B: acquire/values.py's and dynamo/failures.py's are both busy",
-    "Expr": "phase B: dynamo/bucket_items.py's and limit_exprs.py's (the bucket attribute table)",
-    "Writer": "phase B: acquire/holds_seen.py's and lane_failures.py's (one protocol of Lanes)",
-}
+SHARED_CLASS_NAMES: dict[str, str] = {}
 
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z]|[^A-Za-z]|$)|[A-Z]?[a-z]+|[A-Z]+|\d+")
 

@@ -10,24 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
-from ..admin.gates import check_limit_gates
 from ..caches import ImageCache
 from ..core.images import BucketImage
 from ..errors import PermissionDenied, RateLimiterUnavailable, RateLimitExceeded
 from ..limits import Limit
 from ..models import OnUnavailable
-from ..scope import Scope
 from .admission import Admission
-from .dynamo_bucket_io import lowered
 from .hold_watch import Watcher
 from .lease import (
     Lease,
-    Ledger,
+    LeaseState,
     ResourceHold,
     apply_to_debited,
     degraded_lease,
@@ -36,7 +33,7 @@ from .lease import (
     pending_changes,
     target_for_more,
 )
-from .pending import DeadlinePassed
+from .pending import DeadlinePassed, Pending
 from .planning import item_key
 from .values import (
     Landed,
@@ -53,17 +50,19 @@ log = logging.getLogger("zae_limiter")
 _RESTARTS = 3
 
 
-class _Repository(Protocol):
-    @property
-    def scope(self) -> Scope: ...
+@dataclass(frozen=True)
+class AcquisitionParts:
+    """What every acquisition of one namespace scope works with, composed by `Repository`
+    (which owns the scope and the feature gates: this module imports neither)."""
 
-    @property
-    def table_name(self) -> str: ...
-
-
-class _Limiter(Protocol):
-    @property
-    def repository(self) -> _Repository: ...
+    admission: Admission
+    clock: Callable[[], int]
+    pending: Pending
+    table_name: str
+    #: the call's `on_unavailable`, else the stored one, else BLOCK (no I/O)
+    unavailable_mode: Callable[[OnUnavailable | None], OnUnavailable]
+    #: refuse `acquire(limits=[...])` that needs a feature the stack's aggregator lacks
+    check_gates: Callable[[Sequence[Limit]], Awaitable[None]]
 
 
 class Acquisition:
@@ -71,28 +70,26 @@ class Acquisition:
 
     def __init__(
         self,
-        limiter: _Limiter,
+        parts: AcquisitionParts,
         entity_id: str,
         requests: dict[str, dict[str, int]],
         limits: list[Limit] | None,
         on_unavailable: OnUnavailable | None,
         timeout: float | None,
     ) -> None:
-        self.limiter = limiter
-        self.repository = limiter.repository
-        self.scope: Scope = limiter.repository.scope
-        self.admission: Admission = self.scope.admission
-        self.clock: Callable[[], int] = self.scope.clock
+        self.parts = parts
+        self.admission = parts.admission
+        self.clock = parts.clock
         self.entity_id = entity_id
         self.requests = requests
         self.limits = limits
         self.on_unavailable = on_unavailable
         self.lease: Lease | None = None
-        self.ledger = Ledger({})
+        self.ledger = LeaseState({})
         self.mode = OnUnavailable.BLOCK
         self.timeout = timeout
         self.moved_hold = False  # a hold was lost and taken again: hold_lost stays True
-        self.pending = self.scope.shared.pending
+        self.pending = parts.pending
         self.watchers: list[tuple[Watcher, Callable[[], None]]] = []  # (watcher, ended)
         self.admitted_at = 0
 
@@ -106,13 +103,13 @@ class Acquisition:
                 f"DynamoDB refused dynamodb:{cause.denied}; attach the zae-limiter 'app' "
                 "managed policy (or 'admin' for administrative calls) to this role",
                 root,
-                table_name=self.repository.table_name,
+                table_name=self.parts.table_name,
                 entity_id=self.entity_id,
             )
         return RateLimiterUnavailable(
             message,
             root,
-            table_name=self.repository.table_name,
+            table_name=self.parts.table_name,
             entity_id=self.entity_id,
             resource=next(iter(self.requests)),
             reason=reason,
@@ -123,7 +120,7 @@ class Acquisition:
     ) -> Lease:
         """`on_unavailable` for an admission that was not decided: raise, or the degraded lease."""
         error = self._describe(message, cause, reason)
-        self.mode = self.scope.unavailable_mode(self.on_unavailable)
+        self.mode = self.parts.unavailable_mode(self.on_unavailable)
         if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
             raise error from cause
         log.warning("acquire admitted without metering under on_unavailable=ALLOW: %s", error)
@@ -175,8 +172,7 @@ class Acquisition:
 
     async def _admit(self, deadline: float | None) -> dict[str, ResourceHold]:
         if self.limits:
-            with lowered:
-                await check_limit_gates(self.scope, self.limits)
+            await self.parts.check_gates(self.limits)
         for attempt in range(_RESTARTS):
             try:  # finding the targets may restamp an item, which concurrent changes can race
                 plans = await self.admission.targets(self.entity_id, self.requests, self.limits)
@@ -362,7 +358,7 @@ class Acquisition:
                 log.error("refund could not land for %s: %s", self.entity_id, failure)
                 return  # the original exception propagates
             error = self._describe("the exit write could not land", failure)
-            self.mode = self.scope.unavailable_mode(self.on_unavailable)
+            self.mode = self.parts.unavailable_mode(self.on_unavailable)
             if isinstance(error, PermissionDenied) or self.mode is OnUnavailable.BLOCK:
                 raise error from failure
             log.error(

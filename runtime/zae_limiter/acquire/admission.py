@@ -25,7 +25,6 @@ from ..resolution import Resolver
 from . import lane_load, planning
 from .bucket_io import BucketIO
 from .deadlines import Backoff
-from .dynamo_bucket_io import DynamoError, lowered, lowering
 from .hold_watch import HoldWatch
 from .load import Load
 from .pending import Pending
@@ -111,17 +110,13 @@ class Admission:
         override: Sequence[Limit] | None,
     ) -> list[ResourcePlan]:
         """The items an acquire writes, resource by resource (child, then cascade parent)."""
-        try:  # config reads go to DynamoDB beside the bucket writes (not `with lowered:`: 2 calls)
-            return await self.finder.targets(entity_id, requests, override)
-        except DynamoError as error:
-            raise lowering(error) from error
+        return await self.finder.targets(entity_id, requests, override)
 
     async def load(
         self, entity_id: str, resources: Sequence[str], role: str, override: Sequence[Limit] | None
     ) -> Loaded:
         """Read one entity's config and items (restamped where needed)."""
-        with lowered:
-            return await self.finder.load(entity_id, resources, role, override)
+        return await self.finder.load(entity_id, resources, role, override)
 
     async def restamp(self, image: BucketImage, stamp: Stamp) -> BucketImage:
         """Rewrite an item under new rules, keeping balances (cut to lower ceilings)."""

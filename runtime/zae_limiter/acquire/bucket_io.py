@@ -1,6 +1,6 @@
 """`BucketIO`: the bucket operations the acquire path sends, as a protocol in domain terms.
 
-`dynamo_bucket_io.DynamoBucketIO` implements it on DynamoDB (the one module of `acquire/` that
+`dynamo_io.DynamoBucketIO` implements it on DynamoDB (the one module of `acquire/` that
 talks to `zae_limiter.dynamo`); the unit tests use an in-memory double of it
 (`tests/support/memory_bucket_io.py`). It speaks images, never stored items, and every method
 raises only the acquire path's errors (`values`): `ItemChanged` with the stored item as an image

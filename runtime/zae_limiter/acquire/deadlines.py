@@ -6,12 +6,8 @@ Two different bounds:
   an admission or a lease's exit may hold the caller; past it the work goes on off the caller's
   path (`acquire.pending`);
 - a write's *resolution bound*: how long after its first send a copy of a write can still
-  land. No copy lands twice whatever it is (the item's evidence floor, core/evidence.py); that
-  a lost answer is *decided* on an item with few writers rests on it being shorter than
-  `core.evidence.PRUNE_AGE_MS` minus the clock skew between processes, so it is bounded in
-  time: a lane sends no re-send later than `RESEND_BOUND_MS` after the first send, and
-  `open()` refuses request timeouts above `MAX_REQUEST_TIMEOUT_S` (one request can land at
-  most that long after it was sent).
+  land. Its constants live in `core.bounds` (pure, for every layer that waits them out);
+  `check_request_timeouts` here refuses request timeouts that would break it.
 """
 
 from __future__ import annotations
@@ -24,15 +20,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..core.bounds import MAX_REQUEST_TIMEOUT_S
 from ..errors import ValidationError
 
-#: No re-send of a write whose answer was lost starts later than this after its first send.
-RESEND_BOUND_MS = 60_000
-#: connect_timeout + read_timeout of a client_config, at most (seconds).
-MAX_REQUEST_TIMEOUT_S = 20.0
-#: The clock skew between writers the exactly-once rules tolerate: the longest resolution bound
-#: (about 140 s with the largest timeouts open() accepts) plus this stays below PRUNE_AGE_MS.
-ASSUMED_SKEW_MS = 120_000
 #: The default deadline of an admission and of a lease's exit (seconds).
 DEFAULT_ACQUIRE_TIMEOUT = 1.0
 ENV_ACQUIRE_TIMEOUT = "ZAEL_ACQUIRE_TIMEOUT"
@@ -127,12 +117,6 @@ def check_request_timeouts(connect: float, read: float) -> None:
             "write re-sent after a lost answer must not land after the exactly-once rules stop "
             "watching for it; bound the caller with acquire_timeout instead",
         )
-
-
-def resolution_bound_s(connect: float, read: float, attempts: int) -> float:
-    """The longest time after its first send that a write can still land (seconds), with
-    these request timeouts and at most `attempts` sends per request."""
-    return RESEND_BOUND_MS / 1000 + attempts * (connect + read)
 
 
 class Deadline:

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..core.bounds import RESEND_BOUND_MS
 from ..core.bucket import LimitWrite
 from ..core.images import BucketImage, Evidence
-from .deadlines import RESEND_BOUND_MS
 from .values import Planner, Target
 
 #: Re-sends of a write whose answer was lost before its calls are told "unavailable".

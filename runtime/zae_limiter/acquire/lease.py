@@ -1,6 +1,6 @@
 """`Lease` and `LeaseResource`: what an acquire holds until its block exits.
 
-See docs/getting-started.md. A lease reads and changes its `Ledger` (the holds, open or not);
+See docs/getting-started.md. A lease reads and changes its `LeaseState` (the holds, open or not);
 writes go through the `LeaseWriter` that made it (the acquisition), which also writes the
 ledger's pending changes on exit.
 """
@@ -57,7 +57,7 @@ class ResourceHold:
 
 
 @dataclass
-class Ledger:
+class LeaseState:
     """What a lease holds, shared by the lease and the acquisition that made it."""
 
     holds: dict[str, ResourceHold]
@@ -98,7 +98,7 @@ class LeaseWriter(Protocol):
 class LeaseResource:
     """One resource of a lease: adjust, consume, release, and what it has taken."""
 
-    def __init__(self, writer: LeaseWriter, ledger: Ledger, resource: str) -> None:
+    def __init__(self, writer: LeaseWriter, ledger: LeaseState, resource: str) -> None:
         self._writer = writer
         self._ledger = ledger
         self.name = resource
@@ -176,7 +176,7 @@ class Lease:
     """What `acquire()` yields. Lease-level members act on the primary resource."""
 
     def __init__(
-        self, writer: LeaseWriter | None, ledger: Ledger, *, degraded: bool = True
+        self, writer: LeaseWriter | None, ledger: LeaseState, *, degraded: bool = True
     ) -> None:
         self._writer = writer  # None only for a no-op lease (degraded, or not limited)
         self._ledger = ledger
@@ -296,7 +296,7 @@ def holds_of(lease: Lease) -> dict[str, ResourceHold]:
     return lease._ledger.holds
 
 
-def degraded_lease(ledger: Ledger) -> Lease:
+def degraded_lease(ledger: LeaseState) -> Lease:
     """The no-op lease yielded under on_unavailable=ALLOW during an outage."""
     return Lease(None, ledger)
 
@@ -304,7 +304,7 @@ def degraded_lease(ledger: Ledger) -> Lease:
 def unlimited_lease() -> Lease:
     """The no-op lease of a request the integrations let through unlimited (covers nothing,
     not degraded)."""
-    return Lease(None, Ledger({}), degraded=False)
+    return Lease(None, LeaseState({}), degraded=False)
 
 
 def overdrawn_names(image: BucketImage, pending: dict[str, int], now: int) -> list[str]:

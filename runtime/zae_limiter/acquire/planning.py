@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .. import config as cfg
 from ..core import bucket, hold_writes, waits
+from ..core.bounds import ASSUMED_SKEW_MS
 from ..core.bucket import MILLI, Kind, LimitWrite, Params, Slot, State
 from ..core.evolve import evolve
 from ..core.expiry import expiry_span_ms
@@ -16,7 +17,6 @@ from ..core.hold_ledger import Ledger
 from ..core.holds import Outlook
 from ..core.images import BucketImage, Stamp, new_op_id
 from ..models import LimitStatus
-from .deadlines import ASSUMED_SKEW_MS
 from .values import Landed, Planner, PlanResult, Target
 
 # --- planners ------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Clock skew between writers, checked where a writer can see it (docs/on-unavailable.md).
 
-The exactly-once rules assume writers' clocks disagree by at most `deadlines.ASSUMED_SKEW_MS`:
+The exactly-once rules assume writers' clocks disagree by at most `core.bounds.ASSUMED_SKEW_MS`:
 another writer's entry is removed by age (core/evidence.py), and that age must outlast the time
 its writer takes to decide a lost answer (no copy can land twice whatever the clocks do: the
 floor; a removal made too early leaves the write undecided), and an item's expiry must outlast
@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 
 from .. import namespace_labels
+from ..core.bounds import ASSUMED_SKEW_MS
 from ..core.images import BucketImage
-from .deadlines import ASSUMED_SKEW_MS
 
 log = logging.getLogger("zae_limiter")
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..acquire.planning import ItemMaker
 from ..core.bucket import MILLI, LimitWrite
+from ..dynamo import bucket_attributes as attrs
 from ..dynamo import bucket_items as items
 from ..dynamo import codec, keys, sequenced
 from ..dynamo.store import Store
@@ -175,7 +176,7 @@ def shard_request(
     rearmed: int,
 ) -> dict[str, Any]:
     """One shard's UpdateItem: a guarded update, or the creation of the item; either re-arms the
-    alert thresholds of the item (`ag`, docs/alerts.md)."""
+    alert thresholds of the item (`attrs.REARMS`, docs/alerts.md)."""
     image = shard.image
     states = {**image.states, **{name: w.result for name, w in writes.items()}}
     ttl = maker.ttl(image.stamp, states, now)
@@ -183,12 +184,12 @@ def shard_request(
         request = items.update_request(table, image, writes, now=now, ttl=ttl, admissions=0)
         # ADD, not SET: concurrent top-ups each count, whatever they read
         request["UpdateExpression"] += " ADD #rearm :one"
-        request["ExpressionAttributeNames"]["#rearm"] = "ag"
+        request["ExpressionAttributeNames"]["#rearm"] = attrs.REARMS
         request["ExpressionAttributeValues"][":one"] = {"N": "1"}
         return request
     new = maker.image_for(image, image.stamp, image.stamp_seq, states, now)
     item = items.item_of(new)
-    item["ag"] = rearmed
+    item[attrs.REARMS] = rearmed
     return items.put_request(table, item, replaces=None, expired_before_s=now // 1000)
 
 

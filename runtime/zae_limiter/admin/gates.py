@@ -7,8 +7,9 @@ from typing import Any
 
 from packaging.version import Version
 
-from .. import versioning
-from ..dynamo import keys
+from .. import schema, versioning
+from ..core.times import iso_millis
+from ..dynamo import keys, records
 from ..dynamo.store import Store
 from ..dynamo.transport import ConditionFailed
 from ..errors import RateLimiterUnavailable, VersionMismatchError
@@ -118,3 +119,49 @@ async def _ratchet(store: Store, seen: Any, target: Version) -> None:
         "the version record's client_min_version kept changing while raising it; retry the call",
         table_name=store.table,
     )
+
+
+class Versions:
+    """The table's version record (docs/versions.md): read it, and write it (admin and tests)."""
+
+    def __init__(self, scope: Scope) -> None:
+        self._scope = scope
+
+    async def get_version_record(self) -> dict[str, Any] | None:
+        item = await self._scope.store.get(keys.version_record())
+        if item is None:
+            return None
+        return {k: v for k, v in item.items() if k not in ("PK", "SK")}
+
+    async def set_version_record(
+        self,
+        *,
+        schema_version: str | None = None,
+        aggregator_version: Any = ...,
+        client_min_version: str | None = None,
+        updated_by: str | None = None,
+    ) -> None:
+        """Admin/test use. `client_min_version` is never lowered."""
+        current = await self.get_version_record() or {}
+        minimum = current.get("client_min_version") or "0.0.0"
+        if client_min_version and versioning.parse(client_min_version) > versioning.parse(minimum):
+            minimum = client_min_version
+        item = records.version_record_item(
+            schema_version=schema_version or current.get("schema_version") or schema.SCHEMA_VERSION,
+            aggregator_version=(
+                current.get("aggregator_version")
+                if aggregator_version is ...
+                else aggregator_version
+            ),
+            aggregator_function=current.get("aggregator_function"),
+            client_min_version=minimum,
+            updated_at=iso_millis(self._scope.clock()),
+            updated_by=updated_by or f"api:{versioning.LIBRARY_VERSION}",
+            audit_retention_days=current.get("audit_retention_days"),
+            usage_retention_days=current.get("usage_retention_days"),
+            aggregator_dlq_url=current.get("aggregator_dlq_url"),
+            table_id=current.get("table_id"),
+        )
+        await self._scope.store.put(item)
+        self._scope.shared.version_record = {k: v for k, v in item.items() if k not in ("PK", "SK")}
+        self._scope.shared.gates_passed.clear()

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .. import audit
-from ..acquire.dynamo_bucket_io import DynamoBucketIO
+from ..acquire.dynamo_io import DynamoBucketIO
 from ..acquire.planning import ItemMaker
 from ..acquire.split_items import SETTLE_AFTER_MS
 from ..acquire.values import ItemChanged, Unavailable

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..core.bucket import Kind, Params, State, refill_period_start, view
 from ..core.images import BucketImage
+from ..dynamo import bucket_attributes as attrs
 from ..dynamo import bucket_items
 from ..dynamo.stream_records import MalformedRecord, StreamRecord, is_bucket
 from .event import Crossing
@@ -57,10 +58,10 @@ def _asks_for_alerts(record: StreamRecord) -> bool:
     decoding the item (most bucket records have none). A shape it cannot read says yes, so
     that decoding reports the problem."""
     try:
-        limits = (record.new_wire or {})["L"]["M"]
-        return any("al" in entry["M"] for entry in limits.values())
+        limits = (record.new_wire or {})[attrs.LIMITS]["M"]
+        return any(attrs.ALERTS in entry["M"] for entry in limits.values())
     except (KeyError, TypeError, AttributeError):
-        return "L" in (record.new_wire or {})
+        return attrs.LIMITS in (record.new_wire or {})
 
 
 def use_of(params: Params, state: State, image: BucketImage) -> tuple[int, int, int | None]:

@@ -3,7 +3,7 @@
 A debit whose caller was refused (all or none), timed out or cancelled is refunded by its own
 writer, later, possibly minutes later after an outage, and a debit never kept must never cause
 an alert (docs/alerts.md, "Only consumption that stays"). Such a refund says so on the item:
-its write sets `bucket_items.REVOKED` (``rf``, "writer:sequences"), which the stream carries.
+its write sets `bucket_attributes.REVOKED` (``rf``, "writer:sequences"), which the stream carries.
 So a crossing (`detect.crossings`) is not stored at once: it is *held* (an item in the table's
 one held-crossings partition, `keys.held_crossing`) and, per record of its bucket item, in the
 order the stream gives them:
@@ -34,9 +34,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from ..acquire.deadlines import ASSUMED_SKEW_MS, MAX_REQUEST_TIMEOUT_S
+from ..core.bounds import ASSUMED_SKEW_MS, MAX_REQUEST_TIMEOUT_S
 from ..core.bucket import Kind
 from ..core.images import BucketImage
+from ..dynamo import bucket_attributes as attrs
 from ..dynamo import bucket_items, keys
 from ..dynamo.failures import ConditionFailed
 from ..dynamo.store import Store
@@ -275,7 +276,7 @@ class HeldCrossings:
             if h.until > now:
                 continue
             current = await self._store.get(keys.bucket(*h.bucket), consistent=True)
-            if current is not None and int(current.get("k", 0)) != h.seen:
+            if current is not None and int(current.get(attrs.WRITES, 0)) != h.seen:
                 continue  # writes the stream has not brought yet: a later record decides
             try:
                 await self._confirm(h, tally)

@@ -40,7 +40,7 @@ ROOM_LEFT = 8
 EVICT_AGE_MS = 10_000
 #: Any entry older than this is removed by the next write. Not needed for exactness (the floor
 #: is): it bounds how long an idle writer's entry costs bytes on an item with few writers, and
-#: outlasts the longest resolution of a lost answer (`deadlines.resolution_bound_s`) plus the
+#: outlasts the longest resolution of a lost answer (`core.bounds.resolution_bound_s`) plus the
 #: clock skew assumed, so on such an item every lost answer is decided.
 PRUNE_AGE_MS = 5 * 60_000
 

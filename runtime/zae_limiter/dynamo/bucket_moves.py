@@ -1,7 +1,7 @@
 """Requests that move capacity between a bucket's shards without a transaction
 (docs/multi-region.md): a split's record of its new shard, and transfers between regional shards.
 
-Pure: builds request dicts, sends nothing (`acquire.dynamo_bucket_io` sends them).
+Pure: builds request dicts, sends nothing (`acquire.dynamo_io` sends them).
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from typing import Any
 
 from ..core.bucket import LimitWrite
 from ..core.images import BucketImage, Outgoing
+from . import bucket_attributes as attrs
 from . import codec, keys
+from .bucket_attributes import INCOMING, OUTGOING, TRANSFERS
 from .bucket_items import Expr, update_request
-from .transfer_items import INCOMING, OUTGOING, TRANSFERS, outgoing_item
+from .transfer_items import outgoing_item
 
 
 def give_request(
@@ -97,12 +99,12 @@ def sibling_created_request(table: str, image: BucketImage, generation: str) -> 
     """UpdateItem that removes the record of a split's new shard (`sp`) once it is created
     (only that record: `generation` is the new shard's)."""
     expr = Expr()
-    sp = expr.name("sp")
+    sp = expr.name(attrs.SIBLING)
     return {
         "TableName": table,
         "Key": codec.encode_item(keys.bucket(*image.address)),
         "UpdateExpression": f"REMOVE {sp}",
-        "ConditionExpression": f"{sp}.{expr.name('g')} = {expr.value(generation)}",
+        "ConditionExpression": f"{sp}.{expr.name(attrs.GENERATION)} = {expr.value(generation)}",
         "ExpressionAttributeNames": expr.names,
         "ExpressionAttributeValues": expr.values,
         "ReturnValues": "ALL_NEW",

@@ -14,7 +14,7 @@ from typing import Any
 from ..schema import PARTITION_KEY, SORT_KEY
 from . import codec, sequenced
 from .multi_region import MultiRegion
-from .transport import Transport, Unavailable
+from .transport import DynamoUnavailable, Transport
 
 BATCH_GET_MAX = 100
 TRANSACT_MAX = 100
@@ -226,7 +226,7 @@ class Store:
         await self._batch_write([{"DeleteRequest": {"Key": codec.encode_item(k)}} for k in keys])
 
     async def _batch_write(self, requests: list[dict[str, Any]]) -> None:
-        """BatchWriteItem, resending what DynamoDB left unprocessed; `Unavailable` if it keeps
+        """BatchWriteItem, resending what DynamoDB left unprocessed; `DynamoUnavailable` if it keeps
         leaving items unwritten."""
         for i in range(0, len(requests), BATCH_WRITE_MAX):
             pending: dict[str, Any] = {self.table: requests[i : i + BATCH_WRITE_MAX]}
@@ -236,7 +236,7 @@ class Store:
                 if not pending:
                     break
             else:
-                raise Unavailable(
+                raise DynamoUnavailable(
                     RuntimeError("BatchWriteItem left items unprocessed 10 times"),
                     "DynamoDB is throttling this table's writes; retry later or raise its capacity",
                 )

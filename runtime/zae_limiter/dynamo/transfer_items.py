@@ -9,14 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.images import Outgoing
-
-#: Transfers between regional shards: ``xs`` the shard's transfer count (every shard a transfer
-#: touches has it), ``xo<n>`` a transfer given to shard n not yet known taken, ``xi<n>`` the last
-#: transfer number taken from shard n (docs/multi-region.md).
-TRANSFERS = "xs"
-MAX_SHARD_NAMES = 32
-OUTGOING = tuple(f"xo{n}" for n in range(MAX_SHARD_NAMES))
-INCOMING = tuple(f"xi{n}" for n in range(MAX_SHARD_NAMES))
+from .bucket_attributes import INCOMING, OUTGOING, TRANSFERS
 
 
 def transfers_of(item: dict[str, Any]) -> dict[str, Any]:

@@ -38,10 +38,10 @@ from .failures import (
     AccessDenied,
     ConditionFailed,
     DynamoError,
+    DynamoUnavailable,
     Rejected,
     TableMissing,
     TransactionCancelled,
-    Unavailable,
     UnknownOutcome,
     classify,
     is_condition_failed,
@@ -62,11 +62,11 @@ __all__ = [
     "AccessDenied",
     "ConditionFailed",
     "DynamoError",
+    "DynamoUnavailable",
     "Rejected",
     "TableMissing",
     "TransactionCancelled",
     "Transport",
-    "Unavailable",
     "UnknownOutcome",
     "is_condition_failed",
 ]
@@ -188,7 +188,7 @@ class Transport:
                         )
                     continue
                 if failure.retry_cost and not last_try:
-                    raise Unavailable(exc, "the client's retry budget is spent") from exc
+                    raise DynamoUnavailable(exc, "the client's retry budget is spent") from exc
                 error = failure.error
                 cause = None if isinstance(error, (ConditionFailed, TransactionCancelled)) else exc
                 raise error from cause
@@ -200,7 +200,7 @@ class Transport:
 
     async def _send(self, operation: str, request: dict[str, Any]) -> dict[str, Any]:
         if self.closed:
-            raise Unavailable(RuntimeError("the client is closed"))
+            raise DynamoUnavailable(RuntimeError("the client is closed"))
         if self.http is not None:
             return await self.http.send(operation, request)
         method: Callable[..., Awaitable[dict[str, Any]]] = getattr(self.client, _snake(operation))

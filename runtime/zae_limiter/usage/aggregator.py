@@ -42,10 +42,10 @@ from ..dynamo.store import Store
 from ..dynamo.stream_records import MalformedRecord, StreamRecord
 from ..dynamo.transport import (
     AccessDenied,
+    DynamoUnavailable,
     TableMissing,
     TransactionCancelled,
     Transport,
-    Unavailable,
     UnknownOutcome,
 )
 from ..errors import IncompatibleSchemaError, InfrastructureNotFoundError
@@ -322,7 +322,7 @@ class Aggregator:
                     continue
                 error: BaseException = cancelled
                 retry = any(code in _TRANSIENT_REASONS for code in codes)
-            except (UnknownOutcome, Unavailable) as unsure:
+            except (UnknownOutcome, DynamoUnavailable) as unsure:
                 error, retry = unsure, True
             except (AccessDenied, TableMissing) as fatal:
                 error = fatal

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .. import audit
+from ..dynamo import bucket_attributes as attrs
 from ..dynamo import keys
 from ..dynamo.stream_records import MalformedRecord, StreamRecord, is_bucket
 from . import windows
@@ -61,19 +62,20 @@ def _integer(value: Any, what: str, event_id: str) -> int:
 
 
 def _counters(item: dict[str, Any], event_id: str) -> _Counters:
-    limits = item.get("L", {})
+    limits = item.get(attrs.LIMITS, {})
     if not isinstance(limits, dict):
-        raise MalformedRecord(f"record {event_id}: bucket attribute L must be a map")
+        raise MalformedRecord(f"record {event_id}: bucket attribute {attrs.LIMITS} must be a map")
     consumed: dict[str, int] = {}
     overdrawn: dict[str, int] = {}
     for name, raw in limits.items():
         if not isinstance(raw, dict):
             raise MalformedRecord(f"record {event_id}: limit {name!r} must be a map")
-        consumed[name] = _integer(raw.get("t", 0), f"L.{name}.t", event_id)
-        overdrawn[name] = _integer(raw.get("o", 0), f"L.{name}.o", event_id)
+        where = f"{attrs.LIMITS}.{name}"
+        consumed[name] = _integer(raw.get(attrs.CONSUMED, 0), f"{where}.t", event_id)
+        overdrawn[name] = _integer(raw.get(attrs.OVERDRAWN, 0), f"{where}.o", event_id)
     return _Counters(
-        generation=str(item.get("g", "")),
-        admissions=_integer(item.get("n", 0), "n", event_id),
+        generation=str(item.get(attrs.GENERATION, "")),
+        admissions=_integer(item.get(attrs.ADMISSIONS, 0), attrs.ADMISSIONS, event_id),
         consumed=consumed,
         overdrawn=overdrawn,
     )
@@ -90,7 +92,7 @@ def bucket_change(record: StreamRecord) -> BucketChange | None:
         ns, entity_id, resource, _ = keys.parse_bucket_partition(record.pk)
     except ValueError as exc:
         raise MalformedRecord(f"record {record.event_id}: {exc}") from None
-    event_ms = _integer(new.get("ts"), "ts", record.event_id)
+    event_ms = _integer(new.get(attrs.WRITTEN_AT), attrs.WRITTEN_AT, record.event_id)
     after = _counters(new, record.event_id)
     old = record.image("old")
     if old is None and record.event_name == "MODIFY":
@@ -110,7 +112,7 @@ def bucket_change(record: StreamRecord) -> BucketChange | None:
             counts.overdrawn[name] = delta
     if counts.empty:
         return None
-    parent = new.get("par") if new.get("cas") else None
+    parent = new.get(attrs.PARENT) if new.get(attrs.CASCADE) else None
     return BucketChange(ns, entity_id, resource, event_ms, counts, str(parent) if parent else None)
 
 

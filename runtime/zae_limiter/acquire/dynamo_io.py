@@ -1,24 +1,29 @@
-"""The acquire path's one door to DynamoDB: `BucketIO` on a table, and failures mapped once.
+"""The acquire path's one door to DynamoDB: its two ports on a table, and failures mapped once.
 
-`DynamoBucketIO` implements `bucket_io.BucketIO`: each method is one request (a split is one
-transaction; on a table without transactions, `split_items`), built and parsed by
-`zae_limiter.dynamo.bucket_items`. Conditions follow it: a
-debit is guarded by the item's stamp sequence and its limits' guards, a create by the item's
-absence, a replace by the item being exactly the image it replaces.
+`DynamoConfigReads` implements the config-read port, `resolution.ConfigReads`: config levels,
+the table's identity check, the resource listing the unmetered policy suggests from, and the
+feature gates (`admin.gates`, given as a function: that floor is above this one).
+
+`DynamoBucketIO` implements the bucket port, `bucket_io.BucketIO`: each method is one request
+(a split is one transaction; on a table without transactions, `split_items`), built and parsed
+by `zae_limiter.dynamo.bucket_items`. Conditions follow it: a debit is guarded by the item's
+stamp sequence and its limits' guards, a create by the item's absence, a replace by the item
+being exactly the image it replaces.
 
 `lowered` maps what DynamoDB and the transport raise into the acquire path's errors, here and
 only here: a failed condition becomes `ItemChanged` carrying the stored item as an image, a lost
 answer `AnswerLost`, any other failure `Unavailable` (naming the operation AWS refused, if so).
-No other module of `acquire/` imports `zae_limiter.dynamo`.
+No other module of `acquire/` imports `zae_limiter.dynamo` (nor `resolution`, `unmetered`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from .. import config as cfg
 from ..core.bucket import LimitWrite
 from ..core.images import Address, BucketImage, Evidence, Outgoing
 from ..dynamo import bucket_items as items
@@ -29,12 +34,12 @@ from ..dynamo.store import Store
 from ..dynamo.transport import (
     AccessDenied,
     ConditionFailed,
+    DynamoError,
     TransactionCancelled,
     UnknownOutcome,
 )
-from ..dynamo.transport import (
-    DynamoError as DynamoError,  # re-exported: acquire modules catch it only through here
-)
+from ..limits import Limit
+from ..models import OnUnavailable
 from .bucket_io import ShardSplit
 from .split_items import SplitItems
 from .values import AnswerLost, ItemChanged, Unavailable
@@ -71,6 +76,101 @@ class _Lowered:
 
 
 lowered = _Lowered()
+
+
+def entity_config_from_items(entity_id: str, items: list[dict[str, Any]]) -> cfg.EntityConfig:
+    record: cfg.EntityRecord | None = None
+    levels: dict[str, cfg.Level] = {}
+    version = 0
+    for item in items:
+        sk = item["SK"]
+        if sk == keys.META:
+            record = cfg.EntityRecord(
+                entity_id=entity_id,
+                name=item.get("name"),
+                parent_id=item.get("parent_id"),
+                cascade=bool(item.get("cascade", False)),
+                metadata=dict(item.get("metadata") or {}),
+                created_at=item.get("created_at"),
+            )
+        elif sk == keys.VERSION:
+            version = int(item.get("ver", 0))
+        elif sk.startswith(keys.ENTITY_CONFIG_PREFIX):
+            levels[sk[len(keys.ENTITY_CONFIG_PREFIX) :]] = cfg.level_from_item(item)
+    return cfg.EntityConfig(record, levels, version)
+
+
+def system_level_from_item(item: dict[str, Any] | None) -> cfg.SystemLevel:
+    if item is None:
+        return cfg.SystemLevel()
+    mode = item.get("on_unavailable")
+    return cfg.SystemLevel(
+        limits=cfg.limits_from_json(item.get("limits")),
+        on_unavailable=OnUnavailable(mode) if mode else None,
+        version=int(item.get("ver", 0)),
+        changed_at=int(item.get("at", 0)),
+    )
+
+
+class DynamoConfigReads:
+    """The config-read port (`resolution.ConfigReads`) on one table, for one namespace."""
+
+    def __init__(
+        self,
+        store: Store,
+        ns: str,
+        *,
+        identity: TableIdentity | None = None,
+        configured: Callable[[], Awaitable[list[str]]] | None = None,
+        gates: Callable[[Sequence[Limit]], Awaitable[None]] | None = None,
+    ) -> None:
+        self.store = store
+        self.ns = ns
+        self.identity = identity
+        self._configured = configured
+        self._gates = gates
+
+    async def entity_config(self, entity_id: str) -> cfg.EntityConfig:
+        with lowered:
+            items = await self.store.query_all(
+                keys.entity_partition(self.ns, entity_id), consistent=True
+            )
+        return entity_config_from_items(entity_id, items)
+
+    async def resource_level(self, resource: str) -> cfg.Level | None:
+        with lowered:
+            item = await self.store.get(keys.resource_config(self.ns, resource))
+        return None if item is None else cfg.level_from_item(item)
+
+    async def system_level(self) -> cfg.SystemLevel | None:
+        with lowered:
+            item = await self.store.get(keys.system_config(self.ns))
+        return None if item is None else system_level_from_item(item)
+
+    async def confirm_table(self) -> None:
+        if self.identity is not None:
+            with lowered:
+                await self.identity.confirm()
+
+    async def confirm_table_now_and_then(self) -> None:
+        if self.identity is not None:
+            with lowered:
+                await self.identity.confirm_now_and_then()
+
+    async def configured_resources(self) -> list[str] | None:
+        if self._configured is None:
+            return []
+        try:
+            return await self._configured()
+        except AccessDenied:  # the `app` policy reads what acquire needs, not every index
+            return None
+        except DynamoError as error:
+            raise lowering(error) from error
+
+    async def check_gates(self, limits: Sequence[Limit]) -> None:
+        if self._gates is not None:
+            with lowered:
+                await self._gates(limits)
 
 
 class DynamoBucketIO:
