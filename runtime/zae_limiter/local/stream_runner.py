@@ -36,7 +36,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,13 +114,16 @@ def start_aggregator_process(
     checkpoint_path: str | os.PathLike[str] | None = None,
     alerts_log: str | os.PathLike[str] | None = None,
     dead_letter_path: str | os.PathLike[str] | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> AggregatorProcess:
     """Start the local aggregator in the background (it outlives the caller); returns its pid.
 
     With `checkpoint_path` it resumes where the last process with that file stopped; with
     `alerts_log` it also appends each threshold alert to that file as a JSON line; with
     `dead_letter_path` a record that keeps failing is appended there with its reason and passed
-    over (without one, it is retried until it applies and holds up its shard).
+    over (without one, it is retried until it applies and holds up its shard). `settings`: the
+    aggregator's environment settings (`AggregatorSettings.from_env`, e.g. `ALERT_HOLD_SECONDS`)
+    for this process only.
     """
     log_file = Path(log_path) if log_path is not None else None
     status_file = Path(status_path) if status_path is not None else None
@@ -131,6 +134,7 @@ def start_aggregator_process(
             "AWS_ACCESS_KEY_ID": LOCAL_ACCESS_KEY_ID,
             "AWS_SECRET_ACCESS_KEY": LOCAL_SECRET_ACCESS_KEY,
         }
+    env |= dict(settings or {})
     command = aggregator_command(
         table=table,
         endpoint_url=endpoint_url,
