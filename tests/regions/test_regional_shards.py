@@ -18,7 +18,7 @@ from zae_limiter import (
     Repository,
 )
 from zae_limiter.core import regions
-from zae_limiter.dynamo import keys
+from zae_limiter.dynamo import bucket_items, keys
 
 REGIONS = ("us-east-1", "us-east-2", "us-west-2")
 
@@ -37,7 +37,7 @@ async def _evidence(repo: Repository, entity: str, shards: int) -> dict[int, dic
     for shard in range(shards):
         item = await repo.scope.store.get(keys.bucket(repo.namespace_id, entity, "api", shard))
         assert item is not None
-        out[shard] = {name[1:]: int(v) for name, v in item.items() if name.startswith("~")}
+        out[shard] = dict(bucket_items.parse(item).evidence)
     return out
 
 
