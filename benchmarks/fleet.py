@@ -24,7 +24,6 @@ from typing import Any
 
 from benchmarks.impls import Impl
 from benchmarks.scenarios import new_table_name
-from support.item_size import item_size
 from zae_limiter import Limit, RateLimiter
 
 LEVELS = (0, 100, 1_000)
@@ -130,6 +129,8 @@ async def _run_writers(
 
 async def largest_item(impl: Impl, repo: Any, table: str) -> int:
     """The largest item of the table (a scan: the table holds one scenario's items)."""
+    from support.item_size import item_size  # (run by the worker, which has tests/ on its path)
+
     client = await impl.client(repo)
     largest, start = 0, None
     while True:

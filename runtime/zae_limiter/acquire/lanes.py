@@ -391,7 +391,9 @@ class _Lane(Failures):
                 failure = None
         except asyncio.CancelledError:
             if self.lanes.closed:  # close() logged it: tell its calls, then stop
-                cut = AnswerLost(Closed()) if batch.lost else Unavailable(Closed())
+                # once sent, it may have applied (its answer is what close() cut)
+                sent = batch.lost or batch.first_sent is not None
+                cut = AnswerLost(Closed()) if sent else Unavailable(Closed())
                 self.fail(batch.calls, cut)
             raise
         finally:

@@ -74,6 +74,13 @@ class History:
     def total(self, field_name: str) -> int:
         return sum(int(line.get(field_name, 0)) for line in self.stats.values())
 
+    def undecided(self, op: Op) -> bool:
+        """Whether the operation's process left a write undecided (its stats say so): a refund
+        of the operation's may then be that write, landed or not (docs/on-unavailable.md, "When
+        a write stays undecided": a refund sent without evidence whose answer was lost)."""
+        worker = str(op.invoke["op"]).rsplit("-", 2)[0]
+        return int(self.stats.get(worker, {}).get("undecided", 0)) > 0
+
     def add(self, line: dict[str, Any]) -> None:
         """One log line (an operation's invoke or outcome, or a worker's stats)."""
         if line["e"] == "invoke":
@@ -234,6 +241,7 @@ def judge(
         unknown = [op for op in touching if op.outcome == "unknown"]
         lower = sum(_amount(op.done, "kept", bucket) for op in ok)
         upper = lower + sum(int(op.invoke["max"][bucket]) for op in unknown)
+        upper += sum(_amount(op.done, "credit", bucket) for op in ok if history.undecided(op))
         consumed = stored[bucket]
         admitted = sum(
             _amount(op.done, "entry", bucket) + _amount(op.done, "extra", bucket) for op in ok
