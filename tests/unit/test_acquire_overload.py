@@ -413,14 +413,17 @@ def paced(env: AcquireEnv) -> Load:
     return load
 
 
-async def test_callers_of_an_org_with_one_unit_behind_a_paced_table_get_429s_not_503s() -> None:
+@pytest.mark.parametrize("pace", [True, False], ids=["paced", "not-paced"])
+async def test_an_org_with_one_unit_back_refuses_all_but_one_caller_locally(pace: bool) -> None:
     """Found by the overload bench (org128-capped): with the organisation's last unit dripped
-    back, 128 of its users' calls passed the rejection cache, all took turns of the paced table,
-    and those whose turn came too late were shed (503) while the one unit could only admit one
-    of them. The call whose turn is reserved counts against the item's fresh image as a debit
-    in flight does: the others are refused (429), nothing of them is sent."""
+    back, 128 of its users' calls passed the rejection cache. Behind the paced table they all
+    took turns, and those whose turn came too late were shed (503) while the one unit could
+    admit one of them; unpaced, each wrote its user's item and refunded it. A call past the
+    rejection cache counts against the item's fresh image as a debit in flight does, from then
+    until it is in the item's lane (and while paced, queued there after its turn): the others
+    are refused (429), nothing of them is sent."""
     env = AcquireEnv((TEN,))
-    load = paced(env)
+    load = paced(env) if pace else env.admission.traffic
     env.clock.advance(6_000)
     users = Stamp(limits=(WIDE,), parent="org", cascade=True, shards=1)
     org = env.stored("org", states=env.drained())
@@ -444,7 +447,7 @@ async def test_callers_of_an_org_with_one_unit_behind_a_paced_table_get_429s_not
     assert env.images.local_rejections == 127
 
 
-async def test_a_turn_counts_until_its_debit_is_decided_or_its_caller_leaves() -> None:
+async def test_a_call_past_the_cache_counts_until_it_is_in_its_lane_or_its_caller_leaves() -> None:
     env = AcquireEnv((TEN,))
     load = paced(env)
     image = env.stored()  # 10 units
@@ -452,7 +455,7 @@ async def test_a_turn_counts_until_its_debit_is_decided_or_its_caller_leaves() -
     first = await env.admission.debit(
         [env.target(image, {"rpm": 1})], local_ok=True, deadline=load.now_ms() + 5_000
     )
-    assert len(first) == 1 and not lanes.turned  # its turn was now; decided, it counts no more
+    assert len(first) == 1 and not lanes.sending  # its turn was now; decided, it counts no more
     waiting = asyncio.ensure_future(
         env.admission.debit(
             [env.target(image, {"rpm": 9})], local_ok=True, deadline=load.now_ms() + 5_000
@@ -466,7 +469,7 @@ async def test_a_turn_counts_until_its_debit_is_decided_or_its_caller_leaves() -
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    assert not lanes.turned  # its caller left: nothing of it counts
+    assert not lanes.sending  # its caller left: nothing of it counts
     env.clock.advance(2_000)  # past the turns taken
     again = env.admission.debit([env.target(seen, {"rpm": 1})], local_ok=True)
     assert len(await asyncio.wait_for(again, 60)) == 1

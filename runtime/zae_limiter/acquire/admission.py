@@ -150,7 +150,7 @@ class Admission:
             targets = [target for _, target in checked]
             short = [target for is_short, target in checked if is_short]
             lanes = self.waves.lanes  # no lane, no turn: nothing of this writer's in flight
-            busy = lanes.by_item or lanes.turned
+            busy = lanes.by_item or lanes.sending
             judged = targets if short or not busy else self._with_reserved(targets, now)
             if judged is not targets:
                 short = [j for t, j in zip(targets, judged, strict=True) if j is not t]
@@ -160,14 +160,18 @@ class Admission:
                     self.images.local_rejections += 1
                 raise self.rejection(judged, now)
         traffic = self.traffic
-        turned = False
-        if (deadline is not None and traffic.inflight) or traffic.rate is not None:
-            turned = await self._take_turn(targets, deadline)
-        planner = planning.admit_planner(admissions, self.ledger)
+        # From here its debits count against the items' images until each is in its lane
+        # (`lane_load.reserved`); one target unpaced goes into its lane before anything yields.
+        coming = len(targets) > 1 or traffic.rate is not None
+        if coming:
+            lane_load.sending(self.waves.lanes, targets)
         try:
+            if (deadline is not None and traffic.inflight) or traffic.rate is not None:
+                await self._take_turn(targets, deadline)
+            planner = planning.admit_planner(admissions, self.ledger)
             result = await self._write(targets, planner, deadline, now)
         finally:
-            if turned:
+            if coming:
                 lane_load.not_sent(self.waves.lanes, targets)
         landed = [_landed(w, admissions) for w in result.written]
         if any(entry.held for entry in landed):
@@ -246,14 +250,12 @@ class Admission:
                 judged[index] = planning.with_reserved(target, reserved, now)
         return judged
 
-    async def _take_turn(self, targets: list[Target], deadline: float | None) -> bool:
+    async def _take_turn(self, targets: list[Target], deadline: float | None) -> None:
         """Raise `Overloaded` when the call's writes would be answered after `deadline` (the
         wait for request slots, the slowest of its items' lanes, and while the table is paced
         its turn, taken for the writes it adds: an item with a lane goes out folded into its
         next write); else wait for its turn. A call of an idle writer is not refused on its
-        measured round trips: its answer measures the table again. Returns whether it took a
-        turn of the paced table: from then on its debits count against the items' images
-        (`lane_load.took_turn`; the caller calls `lane_load.not_sent` once they are decided)."""
+        measured round trips: its answer measures the table again."""
         traffic = self.traffic
         lanes = self.waves.lanes
         now = traffic.now_ms()
@@ -269,16 +271,8 @@ class Admission:
         except Overloaded:
             traffic.shed += 1
             raise
-        if traffic.rate is None:
-            return False
-        lane_load.took_turn(lanes, targets)
         if delay > 0:
-            try:
-                await self.backoff.pause(delay / 1000)
-            except BaseException:
-                lane_load.not_sent(lanes, targets)
-                raise
-        return True
+            await self.backoff.pause(delay / 1000)
 
     def rejection(self, targets: list[Target], now: int) -> RateLimitExceeded:
         received = self.clock()  # every image here arrived by now (`now` may be earlier: the

@@ -1,12 +1,12 @@
 """A writer's lanes under load (docs/on-unavailable.md "Overload").
 
 `wait_ms`: how long a new call on an item would take to be decided; `reserved`: what this
-writer's debits in flight on it take (and, while the table is paced, those that took their turn:
-`took_turn`). The admission sheds a call that cannot be
-decided before its deadline, and refuses (429) one the item's fresh image less `reserved`
-cannot admit, before anything of it is sent. `fold`: a refund for a caller that left is queued
-on its item's lane without being sent (`Lanes.write(fold=True)`); the next call on the item
-sends it in its own write, or `flush` sends it alone after `FOLD_WAIT_S`.
+writer's debits in flight on it take, and those on their way to its lane (`sending`). The
+admission sheds a call that cannot be decided before its deadline, and refuses (429) one the
+item's fresh image less `reserved` cannot admit, before anything of it is sent. `fold`: a refund
+for a caller that left is queued on its item's lane without being sent
+(`Lanes.write(fold=True)`); the next call on the item sends it in its own write, or `flush`
+sends it alone after `FOLD_WAIT_S`.
 """
 
 from __future__ import annotations
@@ -56,32 +56,33 @@ def wait_ms(lanes: Lanes, key: Key, now: float) -> float:
 
 def reserved(lanes: Lanes, key: Key) -> dict[str, int] | None:
     """Milli per limit that this writer's debits on the item take: those of its write in
-    flight, and while the table is paced those that took their turn (waiting for it, or queued
-    on the lane after it: they will be sent); None when there are none. Other calls queued
-    behind the write in flight do not count: until they are sent they may be shed, or their
-    callers leave, and a debit that never lands must not refuse anyone."""
+    flight, those on their way to the item's lane (`sending`), and while the table is paced
+    those queued on the lane after their turn (they will be sent); None when there are none.
+    Other calls queued behind the write in flight do not count: until they are sent their
+    callers may leave, and a debit that never lands must not refuse anyone."""
     lane = lanes.by_item.get(key)
-    turned = lanes.turned.get(key)
-    if lane is None and turned is None:
+    coming = lanes.sending.get(key)
+    if lane is None and coming is None:
         return None
     out: dict[str, int] = {}
     calls = [] if lane is None else [*lane.flying, *(c for c in lane.queue if c.turned)]
     targets = [c.target for c in calls if not (c.settle or c.future.done())]
-    for target in [*targets, *(turned or ())]:
+    for target in [*targets, *(coming or ())]:
         for name, amount in target.amounts.items():
             out[name] = out.get(name, 0) + amount
     return out or None
 
 
-def took_turn(lanes: Lanes, targets: list[Target]) -> None:
-    """These debits took their turn of the paced table: they count on their items (`reserved`)
-    until each is in its lane (`Lanes.write`) or `not_sent`."""
+def sending(lanes: Lanes, targets: list[Target]) -> None:
+    """A call's debits are on their way to their lanes (past the rejection cache, maybe waiting
+    for their turn): they count on their items (`reserved`) until each is in its lane
+    (`Lanes.write`) or `not_sent`."""
     for target in targets:
-        lanes.turned.setdefault(ImageCache.key_of(target.image), []).append(target)
+        lanes.sending.setdefault(ImageCache.key_of(target.image), []).append(target)
 
 
 def not_sent(lanes: Lanes, targets: list[Target]) -> None:
-    """Drop what of `took_turn(targets)` never reached a lane (the caller left, or the call was
-    decided without it)."""
+    """Drop what of `sending(targets)` never reached a lane (shed, the caller left, or the call
+    was decided without it)."""
     for target in targets:
-        lanes.forget_turn(ImageCache.key_of(target.image), target)
+        lanes.arrived(ImageCache.key_of(target.image), target)
