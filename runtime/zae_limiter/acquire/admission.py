@@ -160,8 +160,6 @@ class Admission:
                     self.images.local_rejections += 1
                 raise self.rejection(judged, now)
         traffic = self.traffic
-        cache_on = self.images.rejection_ttl_ms > 0  # off: nothing seen decides a refusal
-        suspects = self._stale_short(targets, now) if cache_on and len(targets) > 1 else []
         # From here its debits count against the items' images until each is in its lane
         # (`lane_load.reserved`); one target unpaced goes into its lane before anything yields.
         coming = len(targets) > 1 or traffic.rate is not None
@@ -171,7 +169,7 @@ class Admission:
             if (deadline is not None and traffic.inflight) or traffic.rate is not None:
                 await self._take_turn(targets, deadline)
             planner = planning.admit_planner(admissions, self.ledger)
-            result = await self._write(targets, planner, deadline, suspects)
+            result = await self._write(targets, planner, deadline, now)
         finally:
             if coming:
                 lane_load.not_sent(self.waves.lanes, targets)
@@ -195,13 +193,17 @@ class Admission:
         raise result.error
 
     async def _write(
-        self, targets: list[Target], planner: Planner, deadline: float | None, suspects: list[int]
+        self, targets: list[Target], planner: Planner, deadline: float | None, now: int
     ) -> WaveResult:
-        """The call's writes, all in one round trip; but the `suspects` (`_stale_short`) go
-        first and the others only once they landed. A call they refuse then costs one write,
-        not one per item and their refunds: an exhausted hot organisation is found so again each
-        lifetime, by every call of its users waiting on it then."""
+        """The call's writes, all in one round trip; but when this process's image of an item,
+        too old to refuse on (the rejection cache's lifetime), still shows it short, that item's
+        write goes first and the others only once it landed. A call it refuses then costs one
+        write, not one per item and their refunds: an exhausted hot organisation is found so
+        again each lifetime, by every call of its users waiting on it then. (Not with the
+        rejection cache off: what this process has seen then decides no refusal.)"""
         jobs = [(target, planner) for target in targets]
+        cache_on = self.images.rejection_ttl_ms > 0  # off: nothing seen decides a refusal
+        suspects = self._stale_short(targets, now) if cache_on and len(targets) > 1 else []
         if not suspects or len(suspects) == len(targets):
             return await self.waves.write_all(jobs, settle=False, deadline=deadline)
         latest = list(targets)
@@ -223,20 +225,15 @@ class Admission:
 
     def _stale_short(self, targets: list[Target], now: int) -> list[int]:
         """Positions of the unsharded targets whose image is too old to refuse on but shows
-        them short, less this writer's debits on their way to them (`lane_load.reserved`): the
-        first of many callers may take the last unit, the others write that item first. (Not
-        with the rejection cache off: what this process has seen then decides no refusal.)"""
+        them short."""
         images = self.images
-        lanes = self.waves.lanes
-        out = []
-        for index, t in enumerate(targets):
-            if t.read_now or t.stamp.shards != 1 or images.fresh_for_rejection(t.seen_at, now):
-                continue
-            reserved = lane_load.reserved(lanes, ImageCache.key_of(t.image))
-            judged = t if reserved is None else planning.with_reserved(t, reserved, now)
-            if planning.refused_on_image(judged, now):
-                out.append(index)
-        return out
+        return [
+            index
+            for index, t in enumerate(targets)
+            if not (t.read_now or images.fresh_for_rejection(t.seen_at, now))
+            and t.stamp.shards == 1
+            and planning.refused_on_image(t, now)
+        ]
 
     def _with_reserved(self, targets: list[Target], now: int) -> list[Target]:
         """`targets`, each unsharded one this process has a fresh image of and debits in flight
