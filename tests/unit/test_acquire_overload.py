@@ -19,6 +19,7 @@ from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.load import Load
 from zae_limiter.acquire.values import Landed, Overloaded, Target, Unavailable
 from zae_limiter.core.bucket import MILLI, Kind, Params
+from zae_limiter.core.images import Stamp
 from zae_limiter.errors import RateLimitExceeded
 
 _T = TypeVar("_T")
@@ -395,3 +396,80 @@ def test_slow_answers_cut_the_requests_in_flight_and_answers_in_time_grow_them_b
         load.inflight += 1
         answer(load, ms - 10, ms)
     assert load.limit > cut
+
+
+# --- a hot organisation behind a paced table ---------------------------------------------------
+
+
+def paced(env: AcquireEnv) -> Load:
+    """The env's writer paced at the slowest rate (1 write a second), as after seconds of a table
+    throttling everything; its clock is the test's."""
+    load = env.admission.traffic
+    start = env.clock() / 1000
+    for tenth in range(25):
+        load.throttled(start - 2.5 + tenth / 10)
+    assert load.rate == 1.0
+    load.clock = lambda: env.clock() / 1000
+    return load
+
+
+@pytest.mark.parametrize("pace", [True, False], ids=["paced", "not-paced"])
+async def test_an_org_with_one_unit_back_refuses_all_but_one_caller_locally(pace: bool) -> None:
+    """Found by the overload bench (org128-capped): with the organisation's last unit dripped
+    back, 128 of its users' calls passed the rejection cache. Behind the paced table they all
+    took turns, and those whose turn came too late were shed (503) while the one unit could
+    admit one of them; unpaced, each wrote its user's item and refunded it. A call past the
+    rejection cache counts against the item's fresh image as a debit in flight does, from then
+    until it is in the item's lane (and while paced, queued there after its turn): the others
+    are refused (429), nothing of them is sent."""
+    env = AcquireEnv((TEN,))
+    load = paced(env) if pace else env.admission.traffic
+    env.clock.advance(6_000)
+    users = Stamp(limits=(WIDE,), parent="org", cascade=True, shards=1)
+    org = env.stored("org", states=env.drained())
+    env.clock.advance(6_000)  # one unit dripped back
+    parent = env.target(org, {"rpm": 1}, read_now=False)
+    calls = [
+        env.admission.debit(
+            [env.target(env.stored(f"u{i % 32}", stamp=users), {"rpm": 1}), parent],
+            local_ok=True,
+            deadline=load.now_ms() + 5_000,
+        )
+        for i in range(128)
+    ]
+    writes = len(env.bucket_io.writes())
+    outcomes = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 60)
+    admitted = [o for o in outcomes if isinstance(o, list)]
+    refused = [o for o in outcomes if isinstance(o, RateLimitExceeded)]
+    assert (len(admitted), len(refused), load.shed) == (1, 127, 0)
+    assert len(env.bucket_io.writes()) == writes + 2  # the admitted call's two items
+    assert all({v.entity_id for v in r.violations} == {"org"} for r in refused)
+    assert env.images.local_rejections == 127
+
+
+async def test_a_call_past_the_cache_counts_until_it_is_in_its_lane_or_its_caller_leaves() -> None:
+    env = AcquireEnv((TEN,))
+    load = paced(env)
+    image = env.stored()  # 10 units
+    lanes = env.admission.waves.lanes
+    first = await env.admission.debit(
+        [env.target(image, {"rpm": 1})], local_ok=True, deadline=load.now_ms() + 5_000
+    )
+    assert len(first) == 1 and not lanes.sending  # its turn was now; decided, it counts no more
+    waiting = asyncio.ensure_future(
+        env.admission.debit(
+            [env.target(image, {"rpm": 9})], local_ok=True, deadline=load.now_ms() + 5_000
+        )
+    )
+    await settle()  # its turn comes in a second: it waits for it, and takes the 9 left
+    assert not waiting.done()
+    seen = first[0].target.image  # 9 left
+    with pytest.raises(RateLimitExceeded):
+        await answered_or_held(env.admission.debit([env.target(seen, {"rpm": 1})], local_ok=True))
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert not lanes.sending  # its caller left: nothing of it counts
+    env.clock.advance(2_000)  # past the turns taken
+    again = env.admission.debit([env.target(seen, {"rpm": 1})], local_ok=True)
+    assert len(await asyncio.wait_for(again, 60)) == 1

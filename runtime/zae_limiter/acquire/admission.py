@@ -145,7 +145,8 @@ class Admission:
             checked = [self.shards.short_everywhere(t, now) for t in targets]
             targets = [target for _, target in checked]
             short = [target for is_short, target in checked if is_short]
-            busy = self.waves.lanes.by_item  # no lane: nothing of this writer's in flight
+            lanes = self.waves.lanes  # no lane, no turn: nothing of this writer's in flight
+            busy = lanes.by_item or lanes.sending
             judged = targets if short or not busy else self._with_reserved(targets, now)
             if judged is not targets:
                 short = [j for t, j in zip(targets, judged, strict=True) if j is not t]
@@ -155,10 +156,19 @@ class Admission:
                     self.images.local_rejections += 1
                 raise self.rejection(judged, now)
         traffic = self.traffic
-        if (deadline is not None and traffic.inflight) or traffic.rate is not None:
-            await self._take_turn(targets, deadline)
-        planner = planning.admit_planner(admissions, self.ledger)
-        result = await self._write(targets, planner, deadline, now)
+        # From here its debits count against the items' images until each is in its lane
+        # (`lane_load.reserved`); one target unpaced goes into its lane before anything yields.
+        coming = len(targets) > 1 or traffic.rate is not None
+        if coming:
+            lane_load.sending(self.waves.lanes, targets)
+        try:
+            if (deadline is not None and traffic.inflight) or traffic.rate is not None:
+                await self._take_turn(targets, deadline)
+            planner = planning.admit_planner(admissions, self.ledger)
+            result = await self._write(targets, planner, deadline, now)
+        finally:
+            if coming:
+                lane_load.not_sent(self.waves.lanes, targets)
         landed = [_landed(w, admissions) for w in result.written]
         if any(entry.held for entry in landed):
             self.renewals.start()

@@ -59,6 +59,7 @@ class Call:
     tries: int = 0
     admissions: int = 0  # the admissions delta of its planned write
     deadline: float | None = None  # Load ms: a throttled debit is tried again only before it
+    turned: bool = False  # a debit sent after its turn of the paced table (lane_load.reserved)
 
     def in_time(self, decided_at: float) -> bool:
         """Whether a decision at `decided_at` (clock ms) is before the call's deadline."""

@@ -95,6 +95,8 @@ class Lanes:
         self._seq = 0
         #: the lanes of items with calls, by item (acquire/lane_load.py reads them)
         self.by_item: dict[tuple[str, str, str, int], _Lane] = {}
+        #: targets of debits on their way to their lanes (acquire/lane_load.py `sending`)
+        self.sending: dict[tuple[str, str, str, int], list[Target]] = {}
 
     @property
     def skewed(self) -> int:
@@ -143,6 +145,8 @@ class Lanes:
             target, planner, settle, rounds, asyncio.get_running_loop().create_future(), revokes
         )
         call.deadline = deadline  # Load ms: a throttled debit is tried again only before it
+        if self.sending:
+            call.turned = self.arrived(key, target) and self.load.rate is not None
         lane.queue.append(call)
         try:
             if not lane.busy and not fold:  # a folded call waits (lane_load.fold)
@@ -155,6 +159,16 @@ class Lanes:
         except asyncio.CancelledError:
             self._left(call, lane)
             raise
+
+    def arrived(self, key: tuple[str, str, str, int], target: Target) -> bool:
+        """Drop `target` from `sending`; whether it was there."""
+        coming = self.sending.get(key)
+        if coming is None or not any(t is target for t in coming):
+            return False
+        coming[:] = [t for t in coming if t is not target]
+        if not coming:
+            del self.sending[key]
+        return True
 
     def _left(self, call: Call, lane: _Lane) -> None:
         """Its caller was cancelled: what lands for the call from now on goes to `on_orphan`
