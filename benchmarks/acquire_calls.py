@@ -15,7 +15,10 @@ when the code does (a call more per acquire is a call more, whatever the machine
 `--by-function` prints the calls per acquire of each function (folder/file:name), to diff two
 trees. `--kind rate` / `--kind held` count the two calls the `concurrency` phase times
 (`benchmarks.concurrency_cpu.one_call`: a rate limit with `adjust`, a concurrency limit given
-back; two writes each).
+back; two writes each). `--walk` prints the call's walk through the package: the modules it runs
+code of (in the order first entered), the calls from one module into another, and the *climbs*:
+calls from a package into one on a higher floor (the floors of `tests/unit/test_import_cycles.py`),
+each with its count per call.
 """
 
 from __future__ import annotations
@@ -51,8 +54,32 @@ def caller(limiter: Any, kind: str) -> Callable[[], Awaitable[None]]:
     return plain
 
 
+def _floors() -> dict[str, int]:
+    """Package -> floor, from the floors test (`tests/unit/test_import_cycles.py`)."""
+    import ast
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parent.parent / "tests" / "unit" / "test_import_cycles.py"
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "FLOORS":
+            floors: dict[int, tuple[str, ...]] = ast.literal_eval(node.value)
+            return {package: floor for floor, packages in floors.items() for package in packages}
+    raise LookupError("no FLOORS in tests/unit/test_import_cycles.py")
+
+
+def _module(filename: str) -> str | None:
+    """`.../zae_limiter/acquire/lanes.py` -> `acquire/lanes`; None outside the package."""
+    _, found, rest = filename.rpartition("/zae_limiter/")
+    return rest.removesuffix(".py") if found else None
+
+
+def _package(module: str) -> str:
+    head = module.split("/")[0]
+    return "zae_limiter" if head == "__init__" else head
+
+
 async def count(
-    endpoint: str, calls: int, by_function: bool = False, kind: str = "plain"
+    endpoint: str, calls: int, by_function: bool = False, kind: str = "plain", walk: bool = False
 ) -> dict[str, Any]:
     from zae_limiter import Limit, RateLimiter, Repository
 
@@ -72,6 +99,8 @@ async def count(
     loop: Any = asyncio.get_running_loop()
     seen = {"calls": 0, "turns": 0, "tasks": 0}
     where: Counter[str] = Counter()
+    crossings: Counter[tuple[str, str]] = Counter()
+    entered: dict[str, None] = {}  # modules in the order first entered
     run_once = loop._run_once
 
     def turn() -> None:
@@ -84,6 +113,13 @@ async def count(
             if by_function:
                 code = frame.f_code
                 where["/".join(code.co_filename.split("/")[-2:]) + ":" + code.co_name] += 1
+            if walk and (callee := _module(frame.f_code.co_filename)) is not None:
+                entered.setdefault(callee)
+                caller = frame.f_back
+                while caller is not None and _module(caller.f_code.co_filename) is None:
+                    caller = caller.f_back  # through the standard library's frames
+                if caller is not None and (source := _module(caller.f_code.co_filename)) != callee:
+                    crossings[(str(source), callee)] += 1
 
     def task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
         seen["tasks"] += 1
@@ -103,6 +139,20 @@ async def count(
     counts: dict[str, Any] = {k: round(v / calls, 1) for k, v in seen.items()}
     if by_function:
         counts["by_function"] = {k: round(v / calls, 2) for k, v in sorted(where.items())}
+    if walk:
+        floor = _floors()
+        climbs = {
+            f"{a} -> {b}": round(n / calls, 2)
+            for (a, b), n in sorted(crossings.items())
+            if _package(a) != _package(b) and floor[_package(b)] > floor[_package(a)]
+        }
+        counts["walk"] = {
+            "modules": len(entered),
+            "calls between modules": round(sum(crossings.values()) / calls, 1),
+            "climbs": round(sum(climbs.values()), 2),
+            "modules entered": list(entered),
+            "climbs by edge": climbs,
+        }
     return counts
 
 
@@ -112,6 +162,9 @@ def main() -> None:
     parser.add_argument("--endpoint", help="an engine already running (default: start one)")
     parser.add_argument(
         "--by-function", action="store_true", help="also the calls per acquire of each function"
+    )
+    parser.add_argument(
+        "--walk", action="store_true", help="also the modules, module calls and climbs per call"
     )
     parser.add_argument(
         "--kind",
@@ -124,7 +177,8 @@ def main() -> None:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
 
     def counted(endpoint: str) -> str:
-        return json.dumps(asyncio.run(count(endpoint, args.calls, args.by_function, args.kind)))
+        work = count(endpoint, args.calls, args.by_function, args.kind, args.walk)
+        return json.dumps(asyncio.run(work))
 
     if args.endpoint:
         print(counted(args.endpoint))

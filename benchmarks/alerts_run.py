@@ -106,9 +106,12 @@ async def run_alerts(
     seed: int = 7,
     concurrency: int = 16,
     settle_s: float = 300.0,
+    hold_s: int = 2,
 ) -> AlertsRun:
     """Run the debits, killing and restarting the aggregator `restarts` times; wait until every
-    expected alert is stored and published (or `settle_s` passes) and count."""
+    expected alert is stored and published (or `settle_s` passes) and count. Crossings are held
+    `hold_s` (the aggregator's ALERT_HOLD_SECONDS; docs/alerts.md): short, so that the run
+    waits seconds, not the default five minutes, and kills still fall inside holds."""
     await Repository.create_table(table=table, endpoint_url=endpoint_url, region=LOCAL_REGION)
     repo = await Repository.open(table=table, endpoint_url=endpoint_url, region=LOCAL_REGION)
     log = workdir / "alerts.jsonl"
@@ -124,6 +127,7 @@ async def run_alerts(
             checkpoint_path=workdir / "checkpoint.json",
             alerts_log=log,
             poll_interval=0.05,
+            settings={"ALERT_HOLD_SECONDS": str(hold_s)},
         ).pid
 
     try:

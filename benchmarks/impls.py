@@ -22,7 +22,7 @@ class Impl(Protocol):
 
     async def create_table(self, table: str) -> None: ...
 
-    async def open(self, table: str, *, rejection_cache_ttl: float = 1.0) -> Any: ...
+    async def open(self, table: str, *, rejection_cache_ttl: float = 1.0, **more: Any) -> Any: ...
 
     async def client(self, repo: Any) -> Any: ...
 
@@ -40,7 +40,8 @@ class Ours:
 
         await Repository.create_table(table=table, endpoint_url=self.endpoint_url, region=REGION)
 
-    async def open(self, table: str, *, rejection_cache_ttl: float = 1.0) -> Any:
+    async def open(self, table: str, *, rejection_cache_ttl: float = 1.0, **more: Any) -> Any:
+        """`more`: other `Repository.open` arguments (the fleet phase passes its clock)."""
         from zae_limiter import Repository
 
         return await Repository.open(
@@ -48,6 +49,7 @@ class Ours:
             endpoint_url=self.endpoint_url,
             region=REGION,
             rejection_cache_ttl=rejection_cache_ttl,
+            **more,
         )
 
     async def client(self, repo: Any) -> Any:
@@ -91,7 +93,8 @@ class Theirs:
         finally:
             await repo.close()
 
-    async def open(self, table: str, *, rejection_cache_ttl: float = 1.0) -> Any:
+    async def open(self, table: str, *, rejection_cache_ttl: float = 1.0, **more: Any) -> Any:
+        """`more` is for ours only (0.17.0 takes no clock)."""
         return await _earlier_repository_class().open(
             stack=table,
             region=REGION,

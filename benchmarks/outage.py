@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from botocore.config import Config
 
+from benchmarks import outage_long
 from benchmarks.outage_calls import run_calls, summary
 from benchmarks.outage_proxy import ProxyProcess
 from support.outage import resume_engine, stop_engine
@@ -224,6 +225,7 @@ def bench_phase(calls: int = 40, theirs: Any = None) -> dict[str, Any]:
         "missed": missed(rows),
         "theirs": theirs_result,
         "theirs_cap_s": THEIRS_CAP_S,
+        "long": outage_long.rows(),  # outages of 20 s to minutes, the engine killed
     }
 
 
@@ -244,6 +246,12 @@ def section(result: dict[str, Any]) -> str:
         "process of its own.",
         table_of(result["rows"]),
     ]
+    if result.get("long"):
+        parts += [
+            "Outages of 20 and 60 s after lost answers, the engine SIGKILLed for 10 and 60 s "
+            "under load, and close() during an outage (benchmarks/outage_long.py):",
+            outage_long.section(result["long"]),
+        ]
     if result.get("theirs"):
         parts += [
             f"0.17.0 behind the same proxy (no deadline: {TASKS} acquires per row, one per task, "

@@ -16,6 +16,15 @@ from typing import Any
 TICK_S = 0.005
 
 
+async def lag_ticker(lags: list[float]) -> None:
+    """Append, until cancelled, how late each 5 ms sleep of this loop woke (seconds)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        before = loop.time()
+        await asyncio.sleep(TICK_S)
+        lags.append(loop.time() - before - TICK_S)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
@@ -69,14 +78,7 @@ async def run_calls(
         for _ in range(n):
             await one()
 
-    async def ticker() -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            before = loop.time()
-            await asyncio.sleep(TICK_S)
-            lags.append(loop.time() - before - TICK_S)
-
-    ticking = asyncio.ensure_future(ticker())
+    ticking = asyncio.ensure_future(lag_ticker(lags))
     try:
         await asyncio.gather(*(worker(calls // tasks) for _ in range(tasks)))
     finally:

@@ -34,9 +34,10 @@ async def serve(upstream: str) -> None:
 class ProxyProcess:
     """The client side: start the proxy process, switch its mode, stop it."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, module: str = "benchmarks.outage_proxy", *more: str) -> None:
+        """Start `python -m module --upstream upstream *more`, which prints its URL first."""
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.outage_proxy", "--upstream", upstream],
+            [sys.executable, "-m", module, "--upstream", upstream, *more],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -45,7 +46,7 @@ class ProxyProcess:
         assert self.process.stdout is not None
         self.url = self.process.stdout.readline().strip()
         if not self.url:
-            raise RuntimeError("the outage proxy did not start")
+            raise RuntimeError(f"the proxy {module} did not start")
 
     def set_mode(self, mode: str) -> None:
         assert self.process.stdin is not None and self.process.stdout is not None

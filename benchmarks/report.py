@@ -463,6 +463,13 @@ def markdown(
             "## Outages (deadlines 0.2 s and 1 s; 0.17.0 beside)",
             outage.section(results["outage"]),
         ]
+    if "overload" in results:
+        from benchmarks import overload
+
+        parts += [
+            "## Overload: a table slower than demand",
+            overload.section(results["overload"]),
+        ]
     if "concurrency" in results:
         from benchmarks import concurrency_cpu
 
@@ -470,6 +477,17 @@ def markdown(
             "## A concurrency limit against a rate limit (ours, client CPU)",
             concurrency_cpu.section(results["concurrency"]),
         ]
+    if "regions" in results:
+        from benchmarks import regions
+
+        parts += [
+            "## Three Regions, multi-Region strong consistency (ours, simulated)",
+            regions.section(results["regions"]),
+        ]
+    if "fleet" in results:
+        from benchmarks import fleet
+
+        parts += ["## A fleet of writers (issue 43)", fleet.section(results["fleet"])]
     parts += report_scale.sections(results, scale_plots or {})
     return "\n\n".join(parts) + "\n"
 

@@ -20,7 +20,16 @@ happens, and drives the workers in turn:
 6. concurrency: benchmarks/concurrency_cpu.py on an engine of its own (ours only), client CPU of
    a warm call with a concurrency limit against one with a rate limit, alternated, 2 RT and
    2 WCU per call asserted (acceptance: within 5 %);
-7. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
+6b. regions: benchmarks/regions.py on an engine of its own (ours only), three simulated Regions
+   of an MRSC global table: per Region warm acquire p50/p99 and WCU per call, conflicts per
+   1,000 calls with and without regional shards, transfers per 1,000 calls at a hot organisation;
+7. fleet: benchmarks/fleet.py, what 0, 100 and 1,000 writers (each a repository) leave on
+   items, spread over five minutes or at once, and 200 writers in a loop on one item;
+7b. overload: benchmarks/overload.py, each row on an engine of its own, ours and 0.17.0
+   alternated: the hot organisation and one hot item at 32 and 128 tasks, on the engine and
+   behind a proxy capping the table at 30 writes a second; 32 tasks on distinct users and on one
+   user (single and three-bucket);
+8. the scale phases of benchmarks/run_scale.py (how cost grows): breakdown, resources,
    entities, hot_procs, hot_org, aggregator, manifest.
 
 Writes benchmarks/results/<date>[-quick].json, .md and -latency.png (benchmarks/report.py).
@@ -45,7 +54,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from benchmarks import concurrency_cpu, outage, report, run_scale, stats
+from benchmarks import concurrency_cpu, fleet, outage, overload, regions, report, run_scale, stats
 from benchmarks.scenarios import CONTENTION_KINDS, HOT_TASKS, TIMING_CASES
 from benchmarks.targets import COST_ROWS, check
 from zae_limiter.local.engine import AMBIENT_AWS_VARIABLES, ISOLATED_AWS_ENV
@@ -55,7 +64,18 @@ RESULTS = ROOT / "benchmarks" / "results"
 THEIRS_VERSION = "0.17.0"
 THEIRS_VENV = ROOT / "benchmarks" / f".venv-{THEIRS_VERSION}"
 IMPLS = ("ours", "theirs")
-ALL_PHASES = ("costs", "timing", "contention", "hot", "outage", "concurrency", *run_scale.PHASES)
+ALL_PHASES = (
+    "costs",
+    "timing",
+    "contention",
+    "hot",
+    "outage",
+    "concurrency",
+    "regions",
+    "fleet",
+    "overload",
+    *run_scale.PHASES,
+)
 
 #: The same local credentials for both workers (DynamoDB Local wants an alphanumeric key id).
 LOCAL_ENV = {**ISOLATED_AWS_ENV, "PYTHONUNBUFFERED": "1"}
@@ -500,6 +520,11 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "concurrency": lambda workers, _: (
             concurrency_cpu.bench_phase(3, 200) if args.quick else concurrency_cpu.bench_phase()
+        ),
+        "regions": lambda workers, _: regions.bench_phase(args.quick),
+        "fleet": lambda workers, _: fleet.bench_phase(workers, quick=args.quick),
+        "overload": lambda workers, _: overload.bench_phase(
+            workers, overload.quick_rows() if args.quick else overload.rows()
         ),
         **run_scale.phases(scale_plan, log),
     }

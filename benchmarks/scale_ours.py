@@ -65,11 +65,12 @@ async def _deliver(aggregator: Any, batch: list[dict[str, Any]]) -> list[Any]:
 
 def _consumed(batch: list[dict[str, Any]]) -> dict[str, int]:
     """What the batch's records debited (milli-units, by limit): each counted once."""
-    from zae_limiter.usage import records as stream_records
+    from zae_limiter.dynamo import stream_records
+    from zae_limiter.usage import records as usage_records
 
     total: Counter[str] = Counter()
     for raw in batch:
-        change = stream_records.bucket_change(stream_records.parse_record(raw))
+        change = usage_records.bucket_change(stream_records.parse_record(raw))
         if change is not None:
             total.update(change.counts.consumed)
     return dict(total)
@@ -90,8 +91,9 @@ async def aggregator_batches(
 ) -> list[dict[str, Any]]:
     """Acquires on AGGREGATOR_ENTITIES users make stream records; batches of each size are
     processed by one `Aggregator.process` call each (one invocation), then delivered again."""
+    from zae_limiter.dynamo import stream_records
     from zae_limiter.local.stream_runner import StreamRunner
-    from zae_limiter.usage import records as stream_records
+    from zae_limiter.usage import records as usage_records
 
     tables = Tables(Ours(endpoint_url))
     try:
@@ -111,7 +113,7 @@ async def aggregator_batches(
         records = [
             r
             for r in await _stream_records(endpoint_url, table, sum(sizes))
-            if stream_records.bucket_change(stream_records.parse_record(r)) is not None
+            if usage_records.bucket_change(stream_records.parse_record(r)) is not None
         ]
         rows = []
         async with StreamRunner(table, endpoint_url) as runner:

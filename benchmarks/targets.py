@@ -1,7 +1,7 @@
 """The cost rows the benchmark measures and the spec's figure for each (reference.md §6).
 
 A target is a bound per metric: ("==", x) or ("<=", x) ("≈" in the spec is read as "at most",
-as tests/core/test_costs.py does). `wcu` is table plus indexes, with failed conditional writes
+as tests/behaviour/test_costs.py does). `wcu` is table plus indexes, with failed conditional writes
 at 1 WCU and transactions at 2 WCU per item (tests/support/wire.py counts it that way).
 """
 

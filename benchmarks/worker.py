@@ -6,7 +6,8 @@ run from the repository root by the interpreter of the implementation's venv. Ea
 line `{"op": NAME, ...arguments}`; each answer one line `{"ok": true, "result": ...}` or
 `{"ok": false, "error": "..."}`. Anything the libraries print goes to stderr. Ops: info, costs,
 timing_setup, timing_block, floor_setup, floor_block, contention, hot_item, outage_setup,
-outage_calls (benchmarks/outage_calls.py), the scale phases'
+outage_calls (benchmarks/outage_calls.py), fleet (benchmarks/fleet.py), overload_setup, overload_run
+(benchmarks/overload_calls.py), the scale phases'
 (benchmarks/scale.py: spans, resources, entities, shared_setup, shared_run, shards; ours only,
 benchmarks/scale_ours.py: aggregator, manifest), quit.
 """
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The wire recorder lives with the tests (tests/support/wire.py); it needs only botocore.
 sys.path.insert(0, str(ROOT / "tests"))
 
-from benchmarks import outage_calls, scale, scenarios  # noqa: E402
+from benchmarks import outage_calls, overload_calls, scale, scenarios  # noqa: E402
 from benchmarks.impls import library_info, make_impl  # noqa: E402
 from support.wire import WireRecorder  # noqa: E402
 
@@ -38,6 +39,7 @@ class Worker:
         self.recorder.install()
         self.timing: scenarios.TimingBench | None = None
         self.outage = outage_calls.Side()
+        self.overload = overload_calls.Side()
 
     async def handle(self, op: str, args: dict[str, Any]) -> Any:
         if op == "info":
@@ -71,6 +73,20 @@ class Worker:
             return await self.outage.setup(self.impl.name, **args)
         if op == "outage_calls":
             return await self.outage.calls(**args)
+        if op == "fleet":
+            from benchmarks import fleet
+
+            return await fleet.fleet(
+                self.impl,
+                self.recorder,
+                levels=tuple(int(n) for n in args["levels"]),
+                loop_writers=int(args["loop_writers"]),
+                loop_rounds=int(args["loop_rounds"]),
+            )
+        if op == "overload_setup":
+            return await self.overload.setup(self.impl.name, **args)
+        if op == "overload_run":
+            return await self.overload.run(float(args["seconds"]), self.recorder)
         if op in SCALE_OPS:
             return await SCALE_OPS[op](self, args)
         raise ValueError(f"unknown op {op!r}")
@@ -82,6 +98,7 @@ class Worker:
 
     async def close(self) -> None:
         await self.outage.close()
+        await self.overload.close()
         if self.timing is not None:
             await self.timing.close()
 

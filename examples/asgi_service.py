@@ -2,8 +2,9 @@
 
 The limiter is opened in the app's lifespan (`limiter_lifespan`), not at import time, and closed
 when the server stops; the middleware finds it there. Each caller is named by its `X-Api-Key`
-header; requests without one are not limited (a health check, say). Every request costs one
-`rpm`; the handler then adjusts `results` by what it really returned. Run it on DynamoDB Local:
+header; requests without one are not limited, nor is `/health`. One middleware maps each route
+to what it costs (`routes=`): a search costs one `rpm`, and the handler then adjusts `results`
+by what it really returned. Run it on DynamoDB Local:
 
     eval "$(zae-limiter local env)"
     uvicorn --app-dir examples asgi_service:app --port 8080   # or:
@@ -20,14 +21,14 @@ import argparse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from starlette import routing
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.responses import JSONResponse, PlainTextResponse
 
 from zae_limiter import Limit, RateLimiter, Repository
-from zae_limiter.integrations.asgi import RateLimitMiddleware, limiter_lifespan
+from zae_limiter.integrations.asgi import RateLimitMiddleware, Route, limiter_lifespan
 
 LIMITS = [Limit.per_minute("rpm", 10), Limit.per_minute("results", 1_000)]
 
@@ -49,6 +50,10 @@ async def search(request: Request) -> JSONResponse:
     return JSONResponse({"results": results})
 
 
+async def health(request: Request) -> PlainTextResponse:
+    return PlainTextResponse("ok")
+
+
 async def open_limiter(**repository: Any) -> RateLimiter:
     """Open the limiter (at startup), giving `search` its limits unless it has some."""
     limiter = RateLimiter(await Repository.open(**repository))
@@ -60,9 +65,14 @@ async def open_limiter(**repository: Any) -> RateLimiter:
 def build_app(opener: Callable[[], Awaitable[RateLimiter]] = open_limiter) -> Starlette:
     """The service; `opener` opens its limiter when the server starts."""
     return Starlette(
-        routes=[Route("/search", search)],
+        routes=[routing.Route("/search", search), routing.Route("/health", health)],
         middleware=[
-            Middleware(RateLimitMiddleware, resource="search", entity=api_key, consume={"rpm": 1})
+            Middleware(
+                RateLimitMiddleware,
+                entity=api_key,
+                routes={"/search": Route("search", {"rpm": 1}), "/health": None},
+                timeout=1.0,  # the service's own deadline per admission
+            )
         ],
         lifespan=limiter_lifespan(opener),
     )

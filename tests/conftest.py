@@ -11,6 +11,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 # `support` (tests/support) is importable however pytest was started.
 if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
@@ -30,12 +32,33 @@ os.environ.setdefault("ZAEL_ACQUIRE_TIMEOUT", "30")
 
 pytest_plugins = ["support.fixtures"]
 
+# Hypothesis's per-example deadline (200 ms by default) is a wall-time assertion: a loaded machine
+# failed test_quota_math with "took 410 ms". Tests assert counts, never time.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
+
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
     """Spec conformance tests run only where the spec is (see support/spec.py)."""
     from support.spec import select_spec_tests
 
     select_spec_tests(config, items)
+
+
+def pytest_sessionstart(session):  # type: ignore[no-untyped-def]
+    from support.spec import require_before_workers
+
+    require_before_workers(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):  # type: ignore[no-untyped-def]
+    """pytest-xdist: a worker's spec tests left out reach the controller's summary line."""
+    from support.spec import worker_done
+
+    worker_done(node.config, getattr(node, "workeroutput", {}))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
@@ -47,8 +70,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: igno
 
 
 # --- library fixtures -------------------------------------------------------------------------
-
-import pytest  # noqa: E402
 
 from support.clock import FakeClock  # noqa: E402
 from support.tables import TableRef  # noqa: E402

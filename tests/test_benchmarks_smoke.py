@@ -130,3 +130,121 @@ def test_the_concurrency_phase_alternates_and_asserts_one_write_each_way() -> No
     assert [len(result["cpu_us"][k]) for k in ("rate", "held")] == [2, 2]
     text = concurrency_cpu.section({**result, "median_ratio": 1.2})
     assert "1.200 x the client CPU" in text and "NOT within 5 %" in text
+
+
+def test_the_regions_phase_is_run_and_reported() -> None:
+    """The phase itself runs in `make bench` (three simulated Regions, minutes); here only that
+    it is one of the phases and that its section reads its results."""
+    from benchmarks import regions, run
+
+    assert "regions" in run.ALL_PHASES
+    row = {
+        "p50_ms": 17.5,
+        "p99_ms": 30.1,
+        "requests_per_call": 1.0,
+        "wcu_per_call": 1.0,
+        "replicated_write_units_per_call": 2.0,
+        "simulated_second_region_ms": 15.0,
+    }
+    text = regions.section(
+        {
+            "latency": {"us-east-1": row},
+            "conflicts": {
+                "without": {"per_1000_calls": 900.0, "conflicts": 90, "calls": 100, "shards": 1},
+                "with": {"per_1000_calls": 0.0, "conflicts": 0, "calls": 100, "shards": 4},
+            },
+            "transfers": {
+                "quota": 100,
+                "calls": 150,
+                "transfers": 3,
+                "per_1000_calls": 20.0,
+                "admitted": 100,
+            },
+            "transactions": 0,
+            "rtt_ms": {"us-east-1 - us-east-2": 15.0},
+        }
+    )
+    assert "| us-east-1 | 17.5 | 30.1 | 15.0 | 1.00 | 1.00 | 2.00 |" in text
+    assert "0.0 per 1,000 with them" in text and "Transactions sent: 0" in text
+
+
+async def test_the_fleet_phase_measures_every_kind_and_renders(
+    ddb_endpoint: str, wire: Any
+) -> None:
+    from benchmarks import fleet, run
+
+    assert "fleet" in run.ALL_PHASES
+    result = await fleet.fleet(
+        Ours(ddb_endpoint), wire, levels=(2,), modes=("at_once",), loop_writers=2, loop_rounds=1
+    )
+    [level] = result["levels"]
+    assert (level["writers"], level["mode"]) == (2, "at_once")
+    assert {call["warm"]["outcome"] for call in level["calls"].values()} == {"admitted"}
+    assert level["calls"]["rate/cascade"]["warm"]["wcu"] == 2
+    assert result["loop"]["errors"] == 0 and result["loop"]["calls"] == 2
+    text = fleet.section({"ours": result, "theirs": {"error": "not run"}})
+    assert "| 2 | at once | ours |" in text and "error: not run" in text
+
+
+def _overload_side(admitted_per_s: float, **more: Any) -> dict[str, Any]:
+    side = {
+        "admitted_per_s": admitted_per_s,
+        "admitted": int(admitted_per_s * 15),
+        "rejected": 900,
+        "unavailable": 10,
+        "calls": 1_000,
+        "wall_s": 15.0,
+        "writes_per_decided": 0.5,
+        "p50_ms": 2.0,
+        "p99_ms": 900.0,
+        "max_ms": 1_020.0,
+        "past_deadline": 2,
+        "late_p99_ms": 0.0,
+        "late_max_ms": 20.0,
+        "lag_p99_ms": 30.0,
+        "lag_max_ms": 80.0,
+        "load": 1.0,
+    }
+    return side | more
+
+
+def test_the_overload_phase_judges_every_row() -> None:
+    from benchmarks import overload, run
+
+    assert "overload" in run.ALL_PHASES
+    names = [row.name for row in overload.rows()]
+    assert {"org32", "org128-capped", "hot32", "distinct-single", "one_user-three"} <= set(names)
+    row = next(r for r in overload.rows() if r.name == "org32-capped").__dict__
+    good = {"row": row, "ours": _overload_side(8.0), "theirs": _overload_side(6.5)}
+    assert overload.verdicts(good) == []
+    bad = {
+        "row": row,
+        "ours": _overload_side(5.0, rejected=0, unavailable=100, writes_per_decided=9.0),
+        "theirs": _overload_side(6.5),
+    }
+    assert overload.verdicts(bad) == [
+        "admitted/s below 0.17.0's",
+        "admitted/s below 90 % of the binding limit",
+        "writes per decided call above 1.5 x the warm figure",
+        "no 429 where the organisation's limit refuses",
+        "503s above 5 % of calls",
+    ]
+    quiet = next(r for r in overload.rows() if r.name == "distinct-single").__dict__
+    late = {"row": quiet, "ours": _overload_side(90.0), "theirs": _overload_side(60.0)}
+    assert overload.verdicts(late) == ["calls past the deadline"]
+    text = overload.section({"rows": [good, late], "cap_per_second": 30})
+    assert "- org32-capped: passes" in text and "- distinct-single: calls past the deadline" in text
+
+
+async def test_the_overload_callers_run_on_ours(ddb_endpoint: str, wire: Any) -> None:
+    from benchmarks.overload_calls import Side
+
+    side = Side()
+    try:
+        await side.setup("ours", ddb_endpoint, ddb_endpoint, "org", "", 4)
+        row = await side.run(0.5, wire)
+    finally:
+        await side.close()
+    assert row["errors"] == {} and row["admitted"] > 0
+    assert row["stats"]["decided_calls"] == row["admitted"] + row["rejected"]
+    assert row["write_requests"] >= row["admitted"] * 2  # a user's two items, the parent's folded

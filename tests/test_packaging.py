@@ -19,13 +19,19 @@ import sys
 import tarfile
 import tomllib
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import aggregator.test_alerts_publish as alert_tests
+from support.clock import FakeClock
 from support.docs import markdown_python_blocks, repo_root
-from zae_limiter import __version__, versioning
+from support.iam_check import RoleCheck, policies_from_template
+from support.iam_eval import Deployment, resolve_statements
+from support.tables import TableRef
+from zae_limiter import Repository, __version__, versioning
 
 ROOT = repo_root()
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -189,9 +195,66 @@ def test_make_install_checks_the_node_version(tmp_path: Path, version: str, warn
         assert f"Install Node.js {lts[1]}, the current LTS" in result.stderr
     else:
         assert result.stderr == ""
-    assert f"Node.js {lts[1]} (the current LTS" in (ROOT / "README.md").read_text()
-    assert "Node 20" not in (ROOT / "README.md").read_text()
     assert "check-node.sh" in (ROOT / "Makefile").read_text()
+
+
+def _check_node_setting(name: str) -> str:
+    found = re.search(rf"^{name}=(\d+)", (ROOT / "scripts" / "check-node.sh").read_text(), re.M)
+    assert found is not None, name
+    return found[1]
+
+
+def test_every_page_asks_for_the_node_the_check_recommends() -> None:
+    """README, deploying and contributing name the same Node.js lines as scripts/check-node.sh:
+    the current LTS, and the oldest line that works; no page names another."""
+    lts, minimum = _check_node_setting("NODE_LTS"), _check_node_setting("NODE_MINIMUM")
+    for page in ("README.md", "docs/deploying.md", "docs/contributing.md"):
+        text = " ".join((ROOT / page).read_text().split())
+        assert f"Node.js {lts} (the current LTS; {minimum} or newer works" in text, page
+        assert set(re.findall(r"Node(?:\.js)? (\d+)", text)) == {lts}, page
+
+
+def test_a_fresh_install_warns_about_an_old_node_once(tmp_path: Path) -> None:
+    """`make node` on a fresh checkout (npm tools to install) with Node 20: one warning."""
+    for name in ("Makefile", "package.json", "package-lock.json"):
+        shutil.copy2(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "scripts", tmp_path / "scripts")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name, body in (("node", "echo v20.20.2"), ("npm", "mkdir -p node_modules")):
+        (tools / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tools / name).chmod(0o755)
+    result = subprocess.run(
+        ["make", "-s", "node"],
+        cwd=tmp_path,
+        env={**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert (tmp_path / "node_modules" / ".zae-stamp").exists()  # npm ran
+    assert result.stderr.count("is end-of-life") == 1, result.stderr
+
+
+def _make(*args: str) -> str:
+    return subprocess.run(
+        ["make", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_make_help_lists_every_target() -> None:
+    rules = re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M)
+    listed = set(re.findall(r"^make ([a-z-]+)", _make("help"), re.M))
+    assert rules and set(rules) == listed, set(rules) ^ listed
+
+
+def test_make_demo_takes_a_port() -> None:
+    from zae_limiter import demo
+
+    assert "-m zae_limiter.demo --port 8123" in _make("-n", "demo", "PORT=8123")
+    assert "--port" not in _make("-n", "demo").splitlines()[-1]  # a free port by default
+    assert demo.parse_args(["--port", "8123"]).port == 8123
+    assert demo.parse_args([]).port is None
 
 
 def test_the_wheel_holds_the_construct_and_both_lambdas(unpacked_wheel: tuple[Path, Path]) -> None:
@@ -216,13 +279,22 @@ def test_the_wheel_holds_the_construct_and_both_lambdas(unpacked_wheel: tuple[Pa
     assert f"{info}/licenses/LICENSE" in names
 
 
-@pytest.mark.slow
-def test_the_wheel_synthesizes_the_documented_app(
-    unpacked_wheel: tuple[Path, Path], tmp_path: Path
-) -> None:
+@dataclass(frozen=True)
+class WheelApp:
+    """The documented app, synthesized with `zae_limiter` imported from the unpacked wheel."""
+
+    site: Path
+    stdout: str
+    out: Path
+    template: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def wheel_app(
+    unpacked_wheel: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> WheelApp:
     _, site = unpacked_wheel
-    app_dir = tmp_path / "my-cdk-app"
-    app_dir.mkdir()
+    app_dir = tmp_path_factory.mktemp("my-cdk-app")
     (app_dir / "app.py").write_text(_documented_app())
     env = {
         **os.environ,
@@ -240,18 +312,25 @@ def test_the_wheel_synthesizes_the_documented_app(
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    assert f"zae_limiter from {site / 'zae_limiter' / '__init__.py'}" in result.stdout
     out = app_dir / "cdk.out"
     template: dict[str, Any] = json.loads((out / "Platform.template.json").read_text())
+    return WheelApp(site, result.stdout, out, template)
+
+
+@pytest.mark.slow
+def test_the_wheel_synthesizes_the_documented_app(wheel_app: WheelApp) -> None:
+    site, out, template = wheel_app.site, wheel_app.out, wheel_app.template
+    assert f"zae_limiter from {site / 'zae_limiter' / '__init__.py'}" in wheel_app.stdout
     types = [r["Type"] for r in template["Resources"].values()]
     for kind, count in (
         ("AWS::DynamoDB::Table", 1),
         ("AWS::Lambda::Function", 2),  # the aggregator and the version record step
         ("AWS::Lambda::EventSourceMapping", 1),
         ("AWS::SQS::Queue", 1),
+        ("AWS::Events::EventBus", 1),  # enable_alerts
         ("AWS::CloudWatch::Alarm", 7),
         ("AWS::CloudWatch::Dashboard", 1),
-        ("AWS::IAM::ManagedPolicy", 5),  # app, admin, readonly, usage, audit
+        ("AWS::IAM::ManagedPolicy", 6),  # app, admin, readonly, usage, audit, alerts
     ):
         assert types.count(kind) == count, kind
     api_policy = next(
@@ -268,3 +347,44 @@ def test_the_wheel_synthesizes_the_documented_app(
         assert (asset / "handler.py").is_file()
         assert (asset / "zae_limiter" / "schema.py").is_file()
         assert not (asset / "zae_limiter" / "cdk").exists()
+
+
+@pytest.mark.slow
+async def test_the_wheel_apps_policies_allow_what_the_alert_tests_send(
+    wheel_app: WheelApp, repo: Repository, clock: FakeClock, moto_endpoint: str, table: TableRef
+) -> None:
+    """The same app's synthesized policies (alerts on): the EventBridge alert test, run as it is,
+    sends nothing its roles refuse: the aggregator stores, claims, releases and marks alerts,
+    puts them on the bus, writes snapshots and markers and checks tombstones; the app acquires;
+    the on-call role (`grant_read_alerts`, the same statements as the `alerts` policy) lists
+    them (support/iam_check.py)."""
+    deployment = Deployment()
+    policies = policies_from_template(wheel_app.template, deployment)
+    on_call = next(
+        r["Properties"]["PolicyDocument"]["Statement"]
+        for lid, r in wheel_app.template["Resources"].items()
+        if r["Type"] == "AWS::IAM::Policy" and lid.startswith("OnCallDefaultPolicy")
+    )
+    granted = resolve_statements(on_call, deployment.arns(wheel_app.template))
+    unnamed = [{k: v for k, v in s.items() if k != "Sid"} for s in policies["alerts"]]
+    assert granted == unnamed
+    check = RoleCheck(policies, deployment)
+    check.install()
+    check.attach(repo.transport.client, library=True)  # opened before the check was installed
+    try:
+        with check.test() as checked:
+            await alert_tests.test_eventbridge_gets_each_alert_once_after_a_refused_put(
+                repo, clock, moto_endpoint, table
+            )
+    finally:
+        check.uninstall()
+    assert {"aggregator", "app", "admin", "alerts"} <= set(checked.by_role), checked.by_role
+    for role, service, operation in [
+        ("aggregator", "events", "PutEvents"),
+        ("aggregator", "dynamodb", "PutItem"),  # storing alerts
+        ("aggregator", "dynamodb", "TransactWriteItems"),  # snapshots, markers, tombstone checks
+        ("aggregator", "dynamodbstreams", "GetRecords"),  # the event source mapping's reads
+        ("alerts", "dynamodb", "Query"),
+    ]:
+        assert checked.calls[(role, service, operation)], (role, service, operation)
+    assert checked.denials == []

@@ -1,33 +1,17 @@
-"""Audit events: ULID ids and the stored item (docs/audit.md). Pure."""
+"""Audit events: the stored item and its parsing (docs/audit.md). Pure."""
 
 from __future__ import annotations
 
 import json
-import secrets
-from datetime import UTC, datetime
 from typing import Any
 
 from . import validation
+from .core.times import iso_millis
+from .core.ulids import ulid
 from .dynamo import keys
 from .models import AuditEvent
 
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 DEFAULT_RETENTION_DAYS = 90
-
-
-def ulid(now_ms: int) -> str:
-    """A time-sortable id: 48-bit milliseconds then 80 random bits, Crockford base32."""
-    value = (now_ms << 80) | secrets.randbits(80)
-    chars = []
-    for _ in range(26):
-        chars.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
-
-
-def iso(now_ms: int) -> str:
-    moment = datetime.fromtimestamp(now_ms / 1000, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 def event_item(
@@ -50,7 +34,7 @@ def event_item(
         f"{keys.GSI1}PK": keys.audit_log_index_key(ns),
         f"{keys.GSI1}SK": event_id,
         "event_id": event_id,
-        "timestamp": iso(now_ms),
+        "timestamp": iso_millis(now_ms),
         "action": action,
         "entity_id": entity_id,
         "details": json.dumps(details, sort_keys=True, default=str),
@@ -82,11 +66,6 @@ def resource_subject(resource: str) -> str:
 def namespace_subject(name: str) -> str:
     """Where namespace register/delete/recover/purge events are kept (docs/audit.md)."""
     return f"$NAMESPACE:{name}"
-
-
-def is_event_id(value: str) -> bool:
-    """A ULID as `ulid` makes them: 26 Crockford base32 characters, time first."""
-    return len(value) == 26 and all(c in _CROCKFORD for c in value) and value[0] <= "7"
 
 
 SYSTEM_SUBJECT = "$SYSTEM"

@@ -9,22 +9,25 @@ import contextvars
 import functools
 import inspect
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import schema, versioning
-from .audit import iso
-from .dynamo import keys, records
+from .core.regions import Regional
+from .core.times import iso_millis
+from .dynamo import keys, multi_region, records
+from .dynamo.multi_region import MultiRegion
 from .dynamo.namespaces import active_namespace_id, register_namespace
 from .dynamo.store import Store
 from .dynamo.transport import (
     AccessDenied,
     DynamoError,
+    DynamoUnavailable,
     Rejected,
     TableMissing,
     Transport,
-    Unavailable,
     is_condition_failed,
 )
 from .errors import (
@@ -34,6 +37,7 @@ from .errors import (
     PermissionDenied,
     RateLimiterUnavailable,
     VersionMismatchError,
+    ZAELimiterError,
 )
 
 log = logging.getLogger("zae_limiter")
@@ -67,11 +71,13 @@ async def set_up_table(
             if table_info.get("TableStatus") == "ACTIVE":
                 break
             await asyncio.sleep(0.1)
-    if created:
+    described = await store.describe_table()
+    store.multi_region = multi_region.from_description(described, transport.region)
+    if created and store.multi_region is None:  # an MRSC table has no TTL: the sweeper's job
         await transport.call("UpdateTimeToLive", schema.time_to_live_request(table_name))
-    else:
-        verify_keys(await store.describe_table(), table_name)
-    now = iso(system_clock())
+    elif not created:
+        verify_keys(described, table_name)
+    now = iso_millis(system_clock())
     record = records.version_record_item(
         schema_version=schema.SCHEMA_VERSION,
         aggregator_version=aggregator_version,
@@ -79,6 +85,7 @@ async def set_up_table(
         client_min_version="0.0.0",
         updated_at=now,
         updated_by=f"create_table:{versioning.LIBRARY_VERSION}",
+        table_id=records.new_table_id(),  # kept by the condition below if it existed
     )
     try:
         await store.put(record, condition="attribute_not_exists(PK)")
@@ -86,8 +93,44 @@ async def set_up_table(
         if not is_condition_failed(exc):
             raise
     for name in namespaces:
-        await register_namespace(store, name, now_iso=iso(system_clock()))
+        await register_namespace(store, name, created_at=iso_millis(system_clock()))
     return created
+
+
+async def create_table(
+    table: str | None,
+    region: str | None,
+    endpoint_url: str | None,
+    namespaces: tuple[str, ...] | list[str],
+    wait: bool,
+    aggregator_version: str | None,
+) -> bool:
+    """`Repository.create_table`: connect, set the table up, close."""
+    table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
+    endpoint = endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
+    transport = await connect(table_name, region, endpoint, None)
+    store = Store(transport, table_name)
+    try:
+        return await set_up_table(
+            transport, store, table_name, namespaces, wait, aggregator_version
+        )
+    except DynamoError as exc:
+        raise public_error(f"Cannot create table {table_name!r}", exc, table_name) from exc
+    finally:
+        await transport.close()
+
+
+async def delete_table(table: str, region: str | None, endpoint_url: str | None) -> None:
+    """`Repository.delete_table`: a table that is already gone is not an error."""
+    transport = await connect(table, region, endpoint_url, None)
+    try:
+        await transport.call("DeleteTable", {"TableName": table})
+    except TableMissing:
+        return
+    except DynamoError as exc:
+        raise public_error(f"Cannot delete table {table!r}", exc, table) from exc
+    finally:
+        await transport.close()
 
 
 async def connect(
@@ -115,7 +158,7 @@ def public_error(what: str, exc: DynamoError, table: str) -> RateLimiterUnavaila
             exc.cause,
             table_name=table,
         )
-    if isinstance(exc, Unavailable) and exc.hint:
+    if isinstance(exc, DynamoUnavailable) and exc.hint:
         return RateLimiterUnavailable(f"{what}: {exc.hint}", exc.cause, table_name=table)
     return RateLimiterUnavailable(what, exc, table_name=table)
 
@@ -144,11 +187,16 @@ def _mapped(name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., A
         token = _MAPPING.set(True)
         try:
             return await method(self, *args, **kwargs)
-        except TableMissing:
-            raise InfrastructureNotFoundError(str(self.table_name)) from None
-        except DynamoError as exc:
+        except Exception as exc:
+            # a DynamoError, or one the acquire path's door lowered into its own errors (read
+            # through the ports by an administrative call), which keeps it as its cause
+            failure = exc if isinstance(exc, DynamoError) else exc.__cause__
+            if isinstance(exc, ZAELimiterError) or not isinstance(failure, DynamoError):
+                raise
             table = str(self.table_name)
-            raise public_error(f"{name} failed on table {table!r}", exc, table) from exc
+            if isinstance(failure, TableMissing):
+                raise InfrastructureNotFoundError(table) from None
+            raise public_error(f"{name} failed on table {table!r}", failure, table) from failure
         finally:
             _MAPPING.reset(token)
 
@@ -170,6 +218,25 @@ async def read_version_record(store: Store) -> dict[str, Any]:
     if item is None:
         raise InfrastructureNotFoundError(store.table)
     return {k: v for k, v in item.items() if k not in ("PK", "SK")}
+
+
+async def multi_region_of(store: Store, record: dict[str, Any]) -> MultiRegion | None:
+    """The table's MRSC settings (docs/multi-region.md) from `DescribeTable`, else (a role that
+    may not describe the table) from what the deployment recorded in the version record."""
+    local = store.transport.region
+    try:
+        described = await store.describe_table()
+    except (AccessDenied, Rejected):
+        return multi_region.from_record(record, local)
+    return multi_region.from_description(described, local)
+
+
+def regional_of(store: Store) -> Regional | None:
+    """This process's Region among the table's, when it has several (docs/multi-region.md)."""
+    found = store.multi_region
+    if found is None or found.index < 0 or len(found.regions) < 2:
+        return None
+    return Regional(found.index, len(found.regions))
 
 
 def check_versions(record: dict[str, Any], table: str) -> None:

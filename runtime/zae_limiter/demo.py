@@ -1,16 +1,19 @@
 """`python -m zae_limiter.demo`: the library on the embedded local engine, no AWS account.
 
-Starts DynamoDB Local on a free loopback port, creates a table, walks through the main job
-(limits, a rejection with its retry-after, one acquire debiting a resource and a money budget,
-an organisation cap, a plan upgrade, a purchase and a downgrade, usage snapshots from the local
-aggregator), prints what DynamoDB billed for the calls, and stops the engine.
+Starts DynamoDB Local on a free loopback port (or `--port`: `make demo PORT=8123`), creates a
+table, walks through the main job (limits, a rejection with its retry-after, one acquire debiting
+a resource and a money budget, an organisation cap, a plan upgrade, a purchase and a downgrade,
+usage snapshots from the local aggregator), prints what DynamoDB billed for the calls, and stops
+the engine.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Sequence
 from datetime import timedelta
 
 from . import Limit, RateLimiter, RateLimitExceeded, Repository, RequestEvent, __version__
@@ -145,14 +148,22 @@ async def run(endpoint_url: str) -> None:
     print("Done: the local engine is stopped next.")
 
 
-def main() -> int:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """`--port PORT` (`make demo PORT=8123`): DynamoDB Local's port; default a free one."""
+    parser = argparse.ArgumentParser(prog="python -m zae_limiter.demo", description=__doc__)
+    parser.add_argument("--port", type=int, help="DynamoDB Local's port (default: a free one)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     for name, value in (
         ("AWS_ACCESS_KEY_ID", LOCAL_ACCESS_KEY_ID),
         ("AWS_SECRET_ACCESS_KEY", LOCAL_SECRET_ACCESS_KEY),
         ("AWS_DEFAULT_REGION", LOCAL_REGION),
     ):
         os.environ.setdefault(name, value)
-    engine = start_engine()
+    engine = start_engine(port=args.port)
     print(f"DynamoDB Local is up at {engine.endpoint_url}")
     try:
         asyncio.run(run(engine.endpoint_url))

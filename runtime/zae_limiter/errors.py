@@ -25,6 +25,18 @@ class RateLimitError(ZAELimiterError):
 CONTENDED_RETRY_SECONDS = 0.1
 MIN_RETRY_SECONDS = 0.001
 
+# The caller's answer to a refusal is rendered here, once: `as_dict(public=True)` and its RFC 9457
+# form `as_problem()` (`integrations.headers` sends it as `application/problem+json`).
+QUOTA_EXCEEDED_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+QUOTA_EXCEEDED_TITLE = "Request cannot be satisfied as assigned quota has been exceeded"
+PARENT_PREFIX = "parent."
+
+
+def policy_name(resource: str, limit_name: str, *, parent: bool = False) -> str:
+    """A limit as the RateLimit headers and problem bodies name it: `<resource>.<limit>`; a
+    cascade parent's limit is `parent.<resource>.<limit>`."""
+    return f"{PARENT_PREFIX if parent else ''}{resource}.{limit_name}"
+
 
 class RateLimitExceeded(RateLimitError):
     """The request was rejected: at least one hard limit lacked balance (HTTP 429)."""
@@ -107,6 +119,25 @@ class RateLimitExceeded(RateLimitError):
             return {**head, "violations": self._public_violations()}
         return {**head, "limits": [status.as_dict() for status in self.statuses]}
 
+    def as_problem(self) -> dict[str, Any]:
+        """`as_dict(public=True)` as an RFC 9457 429 body: the draft's `quota-exceeded` type, with
+        `violated-policies`, the caller's own refusing limits as the RateLimit headers name them
+        (a cascade parent's limit is in `violations` only: no header describes it)."""
+        public = self.as_dict(public=True)
+        violated = [
+            policy_name(v["resource"], v["limit_name"])
+            for v in public["violations"]
+            if not v["parent"]
+        ]
+        return {
+            "type": QUOTA_EXCEEDED_TYPE,
+            "title": QUOTA_EXCEEDED_TITLE,
+            "status": 429,
+            "detail": public["message"],
+            "violated-policies": violated,
+            **public,
+        }
+
     def _public_message(self) -> str:
         violations = self._public_violations()
         if not violations:
@@ -135,7 +166,10 @@ class InfrastructureError(ZAELimiterError):
 
 
 class RateLimiterUnavailable(InfrastructureError):
-    """DynamoDB failed and the mode is BLOCK, or a balance operation's outcome is unknown."""
+    """DynamoDB failed and the mode is BLOCK, or a balance operation's outcome is unknown.
+
+    `reason`: `"unavailable"`, or `"overloaded"` when the call was answered at once because the
+    table could not decide it before its deadline (docs/on-unavailable.md "Overload")."""
 
     def __init__(
         self,
@@ -145,11 +179,13 @@ class RateLimiterUnavailable(InfrastructureError):
         table_name: str | None = None,
         entity_id: str | None = None,
         resource: str | None = None,
+        reason: str = "unavailable",
     ) -> None:
         self.cause = cause
         self.table_name = table_name
         self.entity_id = entity_id
         self.resource = resource
+        self.reason = reason
         context = [
             f"{label}={value}"
             for label, value in (
@@ -188,6 +224,39 @@ class NamespaceNotFoundError(InfrastructureError):
         super().__init__(
             f"Namespace {namespace_name!r} is not registered; "
             f"run `zae-limiter namespace register {namespace_name}`"
+        )
+
+
+class TableRecreatedError(InfrastructureError):
+    """The table was deleted and created again while this process had it open (docs/errors.md).
+
+    Its version record is not the one `Repository.open` read: a new table under the same name
+    (`zae-limiter local up` after an in-memory engine stopped, a table deleted and deployed
+    again). The namespaces this process writes to are not registered in it and its limits are
+    gone, so nothing is admitted against them.
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        namespace_name: str,
+        namespace_id: str,
+        *,
+        opened: str | None,
+        found: str | None,
+    ) -> None:
+        self.table_name = table_name
+        self.namespace_name = namespace_name
+        self.namespace_id = namespace_id
+        self.opened = opened
+        self.found = found
+        now = "has no version record" if found is None else f"is table {found}"
+        super().__init__(
+            f"Table {table_name!r} was deleted and created again since this process opened it "
+            f"(it opened table {opened or 'of an earlier release'}; {table_name!r} now {now}): "
+            f"namespace {namespace_name!r} ({namespace_id}) and its limits are not in the new "
+            "table, so nothing was admitted. Open the repository again (restart the process) "
+            "to use the new table, after configuring its limits."
         )
 
 
@@ -349,4 +418,15 @@ class ResourceDisabled(ZAELimiterError):
             "entity_id": self.entity_id,
             "resource": self.resource,
             "level": self.level,
+        }
+
+    def as_problem(self) -> dict[str, Any]:
+        """`as_dict(public=True)` as an RFC 9457 403 body."""
+        public = self.as_dict(public=True)
+        return {
+            "type": "about:blank",
+            "title": "Forbidden",
+            "status": 403,
+            "detail": public["message"],
+            **public,
         }

@@ -47,6 +47,9 @@ THROTTLED = "throttled"
 NOT_SENT = "not_sent"
 UNKNOWN = "unknown"
 ERROR = "error"
+#: ReplicatedWriteConflictException (a multi-Region strongly consistent table): another Region
+#: was writing the item; nothing was applied (docs/multi-region.md).
+CONFLICT = "conflict"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,7 @@ class RequestEvent:
     operation: str  # "UpdateItem", "GetItem", "TransactWriteItems", ...
     table: str
     duration_ms: float  # send to answer (or to failure)
-    outcome: str  # "ok" | "condition_failed" | "throttled" | "not_sent" | "unknown" | "error"
+    outcome: str  # "ok" | "condition_failed" | "throttled" | "conflict" | "not_sent" | ...
     read_units: float | None  # consumed capacity (table + indexes); None when not reported
     write_units: float | None
     attempt: int  # 1 for the first send, 2.. for retries
@@ -65,10 +68,14 @@ class RequestEvent:
     resolved_after_deadline: int = 0
     refunded_after_deadline: int = 0
     abandoned_at_close: int = 0
+    # The repository's overload counters (as in `get_cache_stats()`).
+    shed_overloaded: int = 0
+    writes_per_decided_call: float = 0.0
 
 
-#: (pending, resolved after a deadline, refunded after a deadline, abandoned at close).
-DeadlineCounts = tuple[int, int, int, int]
+#: (pending, resolved after a deadline, refunded after a deadline, abandoned at close, shed for
+#: overload, writes per decided call).
+DeadlineCounts = tuple[int, int, int, int, int, float]
 RequestListener = Callable[[RequestEvent], None]
 
 
@@ -78,7 +85,7 @@ class RequestListeners:
     def __init__(self) -> None:
         self._listeners: list[RequestListener] = []
         #: The deadline counters each event carries (set by the repository that owns them).
-        self.counters: Callable[[], DeadlineCounts] = lambda: (0, 0, 0, 0)
+        self.counters: Callable[[], DeadlineCounts] = lambda: (0, 0, 0, 0, 0, 0.0)
 
     def add(self, listener: RequestListener) -> Callable[[], None]:
         """Register `listener`; returns a function that removes it (idempotent)."""

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .acquire.lease import Lease, holds_of, writer_of
-from .core import bucket
-from .core.bucket import MILLI, Kind
+from .core import bucket, waits
+from .core.bucket import MILLI, Kind, Params, refill_seconds
+from .core.images import BucketImage
 from .models import LimitStatus
 from .syncgen import async_of
 
@@ -31,6 +32,7 @@ class LimitView:
     ceiling: int  # the most `available` can be (one shard's when sharded)
     resets_at_ms: int | None  # a quota's next reset
     concurrent: bool = False  # a concurrency limit: `available` is max_in_flight - held
+    next_unit_ms: int | None = None  # a dripping limit: until one more whole unit drips in
 
     @classmethod
     def of_status(cls, status: LimitStatus) -> LimitView:
@@ -40,7 +42,7 @@ class LimitView:
         elif limit.is_quota:
             span = limit.reset_after_seconds
         else:
-            span = _refill_seconds(
+            span = refill_seconds(
                 limit.capacity, limit.refill_amount, limit.refill_period_seconds * 1000
             )
         return cls(
@@ -53,14 +55,8 @@ class LimitView:
             status.max_request or limit.capacity,
             status.resets_at_ms,
             limit.concurrent,
+            None if status.next_unit_seconds is None else round(status.next_unit_seconds * 1000),
         )
-
-
-def _refill_seconds(capacity: int, refill: int, period_ms: int) -> int | None:
-    """Whole seconds (at least 1) a rate limit takes to refill from empty."""
-    if refill <= 0:
-        return None
-    return max(1, -(-capacity * period_ms // (refill * 1000)))
 
 
 def _async_lease(lease: Any) -> Lease | None:
@@ -75,11 +71,13 @@ def is_lease(source: object) -> bool:
     return _async_lease(source) is not None
 
 
-def primary_limits(lease: Any) -> tuple[str, list[LimitView], int]:
-    """(entity id, its limits on the primary resource, now in epoch ms) of an admitted lease.
+def lease_limits(lease: Any) -> tuple[str, list[LimitView], int]:
+    """(entity id, its limits on every resource the lease covers, now in epoch ms) of an
+    admitted lease: the primary resource's, then each `also=` resource's, in order (an
+    unmetered resource has none).
 
     `available` is the balance after the entry debit, `consume()` and the deferred `adjust()`
-    amounts so far. Empty for the degraded lease and for an unmetered primary resource.
+    amounts so far. Empty for a no-op lease (degraded, or a request not limited).
     """
     inner = _async_lease(lease)
     if inner is None:
@@ -87,36 +85,39 @@ def primary_limits(lease: Any) -> tuple[str, list[LimitView], int]:
     writer = writer_of(inner)
     if writer is None or not holds_of(inner):
         return "", [], 0
-    hold = next(iter(holds_of(inner).values()))
     now = writer.now()
-    if hold.child is None:
-        return "", [], now
-    image = writer.newest_image(hold.child.target.image)
+    entity_id, out = "", []
+    for hold in holds_of(inner).values():
+        if hold.child is None:
+            continue
+        image = writer.newest_image(hold.child.target.image)
+        entity_id = image.entity_id
+        out += [_view(image, params, now, hold.pending) for params in image.stamp.limits]
+    return entity_id, out, now
+
+
+def _view(image: BucketImage, params: Params, now: int, pending: dict[str, int]) -> LimitView:
     slot = image.slot
-    out = []
-    for params in image.stamp.limits:
-        state = image.states.get(params.name) or bucket.full_state(params, slot)
-        view = bucket.view(params, state, now, slot)
-        is_rate = params.kind == Kind.RATE
-        held = params.kind == Kind.CONCURRENT  # no span, no reset: a hold comes back on exit
-        if is_rate:
-            span = _refill_seconds(params.capacity, params.refill, params.period_ms)
-        else:
-            span = params.reset_after_ms // 1000 if params.kind == Kind.SESSION else None
-        out.append(
-            LimitView(
-                image.resource,
-                params.name,
-                params.capacity // MILLI,
-                span,
-                not (is_rate or held),
-                view.balance // MILLI - hold.pending.get(params.name, 0),
-                view.ceiling // MILLI,
-                None if is_rate or held else params.next_reset_ms(now, state.w),
-                held,
-            )
-        )
-    return image.entity_id, out, now
+    state = image.states.get(params.name) or bucket.full_state(params, slot)
+    view = bucket.view(params, state, now, slot)
+    is_rate = params.kind == Kind.RATE
+    held = params.kind == Kind.CONCURRENT  # no span, no reset: a hold comes back on exit
+    if is_rate:
+        span = refill_seconds(params.capacity, params.refill, params.period_ms)
+    else:
+        span = params.reset_after_ms // 1000 if params.kind == Kind.SESSION else None
+    return LimitView(
+        image.resource,
+        params.name,
+        params.capacity // MILLI,
+        span,
+        not (is_rate or held),
+        view.balance // MILLI - pending.get(params.name, 0),
+        view.ceiling // MILLI,
+        None if is_rate or held else params.next_reset_ms(now, state.w),
+        held,
+        waits.next_unit_ms(params, state, now, slot, pending.get(params.name, 0), view.balance),
+    )
 
 
 def primary_shard(lease: Any) -> int | None:

@@ -135,7 +135,9 @@ class RateLimiter:
             bound = self.repository.scope.shared.acquire_timeout
         else:
             bound = deadlines.timeout_value(timeout, "timeout")
-        return Acquisition(self, entity_id, requests, limits, on_unavailable, bound)
+        return Acquisition(
+            self.repository.acquisition_parts, entity_id, requests, limits, on_unavailable, bound
+        )
 
     async def available(
         self, entity_id: str, resource: str, limits: list[Limit] | None = None

@@ -102,7 +102,7 @@ class Limit:
 
     def __post_init__(self) -> None:
         validation.limit_name(self.name)
-        object.__setattr__(self, "alert_at", _alert_thresholds(self.alert_at))
+        object.__setattr__(self, "alert_at", _alert_thresholds(self.alert_at, self))
         object.__setattr__(self, "schedule", tuple(self.schedule))
         object.__setattr__(self, "reset_schedule", tuple(self.reset_schedule))
         if concurrent_limits.check(self):
@@ -390,8 +390,9 @@ class Limit:
 setattr(Limit, "concurrent", concurrent_limits.Member(Limit._concurrency_limit))  # noqa: B010
 
 
-def _alert_thresholds(value: Any) -> tuple[int, ...]:
-    """`alert_at` as stored: whole percents 1-1000, ascending (any order is accepted), each once."""
+def _alert_thresholds(value: Any, limit: Limit) -> tuple[int, ...]:
+    """`alert_at` as stored: whole percents 1-1000, ascending (any order is accepted), each once;
+    above 100 only on a soft `limit` (a hard one never gets there)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
         raise ValidationError(
             "alert_at", value, "must be a tuple of whole percents, e.g. alert_at=(80, 100)"
@@ -411,6 +412,14 @@ def _alert_thresholds(value: Any) -> tuple[int, ...]:
     repeated = sorted({p for p in value if list(value).count(p) > 1})
     if repeated:
         raise ValidationError("alert_at", repeated, "list each threshold once")
+    if limit.soft is not True and any(percent > 100 for percent in value):
+        raise ValidationError(
+            "alert_at",
+            tuple(sorted(value)),
+            f"limit {limit.name!r} is hard: it refuses what would take it past 100 %, so a "
+            "threshold above 100 can never be crossed; use thresholds up to 100, or soft=True "
+            "to let use run into debt and alert there",
+        )
     return tuple(sorted(value))
 
 

@@ -50,6 +50,9 @@ class LimitStatus:
     retry_after_seconds: float
     resets_at_ms: int | None = None
     max_request: int | None = None
+    #: A dripping limit: seconds (when judged) until one more whole unit than `available` has
+    #: dripped in; the RateLimit header's `t` (docs/integrations.md). None for other kinds.
+    next_unit_seconds: float | None = None
 
     @property
     def deficit(self) -> int:
@@ -293,7 +296,20 @@ class CacheStats:
     pending_resolutions: int = 0  # still being resolved
     resolved_after_deadline: int = 0  # ended after its caller stopped waiting
     refunded_after_deadline: int = 0  # item refunds landed for callers that had left
-    abandoned_at_close: int = 0  # still unresolved when close() gave up
+    abandoned_at_close: int = 0  # items left unresolved when close() gave up (one line each)
+    # How lost answers were decided (docs/on-unavailable.md): by the same write sent again, or
+    # (when re-sending kept failing) by a strongly consistent read of the writer's entry
+    resolved_by_resend: int = 0
+    resolved_by_read: int = 0
+    # Overload (on-unavailable.md "Overload"):
+    shed_overloaded: int = 0  # calls answered at once: not decidable before their deadline
+    bucket_writes: int = 0  # bucket write requests the acquire path sent
+    decided_calls: int = 0  # calls admitted or refused (429)
+
+    @property
+    def writes_per_decided_call(self) -> float:
+        """`bucket_writes / decided_calls` (0.0 before any call was decided)."""
+        return self.bucket_writes / self.decided_calls if self.decided_calls else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -309,4 +325,10 @@ class CacheStats:
             "resolved_after_deadline": self.resolved_after_deadline,
             "refunded_after_deadline": self.refunded_after_deadline,
             "abandoned_at_close": self.abandoned_at_close,
+            "resolved_by_resend": self.resolved_by_resend,
+            "resolved_by_read": self.resolved_by_read,
+            "shed_overloaded": self.shed_overloaded,
+            "bucket_writes": self.bucket_writes,
+            "decided_calls": self.decided_calls,
+            "writes_per_decided_call": self.writes_per_decided_call,
         }

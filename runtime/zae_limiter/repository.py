@@ -17,9 +17,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from . import schema, versioning
+from . import closing, schema
 from .acquire import Admission, deadlines
-from .acquire.dynamo_bucket_io import DynamoBucketIO
+from .acquire.acquisition import AcquisitionParts
+from .acquire.dynamo_io import DynamoBucketIO, DynamoConfigReads
 from .admin.alerts import Alerts
 from .admin.availability import AvailabilityCheck
 from .admin.balances import Balances
@@ -27,28 +28,31 @@ from .admin.changes import Changes
 from .admin.config import Config
 from .admin.entities import Entities
 from .admin.flags import Flags
+from .admin.gates import Versions, check_limit_gates
 from .admin.namespaces import Namespaces
 from .admin.reports import Reports
+from .admin.settle import Settlement
 from .admin.shards import Shards
+from .admin.sweeper import Sweeper
 from .admin.usage import Usage
-from .audit import iso
 from .caches import ConfigCache, ImageCache, stats
 from .connection import (
     check_versions,
     connect,
+    create_table,
+    delete_table,
+    multi_region_of,
     namespace_id_of,
     public_error,
     public_errors,
     read_version_record,
-    set_up_table,
+    regional_of,
     system_clock,
 )
-from .dynamo import keys, records
+from .dynamo import keys
 from .dynamo.store import Store
 from .dynamo.transport import (
-    MAX_ATTEMPTS,
     DynamoError,
-    TableMissing,
     Transport,
     request_timeouts,
 )
@@ -56,6 +60,7 @@ from .instrumentation import RequestListener
 from .models import CacheStats
 from .resolution import Resolver
 from .scope import Scope, Shared
+from .table_identity import TableIdentity
 from .unmetered import Unmetered
 
 log = logging.getLogger("zae_limiter")
@@ -92,9 +97,24 @@ class Repository:
         self._ns = namespace_id
         self._owner = owner
         self._config_cache = ConfigCache(shared.config_cache_ttl)
-        self._resolver = Resolver(self._store, namespace_id, self._config_cache, shared.clock)
+        self._identity = TableIdentity(
+            self._store,
+            shared.table_id,
+            namespace_id,
+            namespace_name,
+            shared.clock,
+            int(shared.config_cache_ttl * 1000),
+        )
+        reads = DynamoConfigReads(  # the config-read port; its gates and listing: built below
+            self._store,
+            namespace_id,
+            identity=self._identity,
+            configured=lambda: self._config.configured_resources(),
+            gates=lambda limits: check_limit_gates(scope, limits),
+        )
+        self._resolver = Resolver(reads, self._config_cache, shared.clock)
         self._admission = Admission(
-            DynamoBucketIO(self._store),
+            DynamoBucketIO(self._store, identity=self._identity),
             namespace_id,
             self._resolver,
             shared.images,
@@ -102,11 +122,27 @@ class Repository:
             shared.bucket_ttl_multiplier,
             shared.split_writes_per_second,
             shared.pending,
+            regional=regional_of(self._store),
+            load=shared.load,
         )
-        self._unmetered = Unmetered(shared.unmetered, namespace_name, self._configured_resources)
+        self._unmetered = Unmetered(
+            shared.unmetered,
+            namespace_name,
+            reads.configured_resources,
+            reads.confirm_table_now_and_then,
+        )
         self._admission.finder.unmetered = self._unmetered
         self._scope = scope = Scope(
             namespace_id, self._store, shared.clock, self._resolver, self._admission, shared
+        )
+        #: what `RateLimiter.acquire` hands each `Acquisition`
+        self.acquisition_parts = AcquisitionParts(
+            self._admission,
+            shared.clock,
+            shared.pending,
+            self._store.table,
+            scope.unavailable_mode,
+            reads.check_gates,
         )
         self._scopes: dict[str, Repository] = {}
         changes = Changes(scope, self._forget)
@@ -120,6 +156,15 @@ class Repository:
         self._shards = Shards(scope, changes)
         self._usage = Usage(scope)
         self._alerts = Alerts(scope)
+        self._versions = Versions(scope)
+        retention = shared.version_record.get("audit_retention_days")
+        self._sweeper = Sweeper(
+            self._store,
+            shared.clock,
+            ttl_multiplier=shared.bucket_ttl_multiplier,
+            audit_retention_days=int(retention) if retention else 90,
+        )
+        self._settlement = Settlement(scope)
 
     # --- the services' operations (docs/: one implementation each, in zae_limiter.admin) --------
 
@@ -177,10 +222,14 @@ class Repository:
     check_availability = _served("_availability", AvailabilityCheck.check_availability)
     top_up = _served("_balances", Balances.top_up)
     reset_bucket = _served("_balances", Balances.reset_bucket)
+    settle_left = _served("_settlement", Settlement.settle_left)
     set_shards = _served("_shards", Shards.set_shards)
     get_usage_snapshots = _served("_usage", Usage.get_usage_snapshots)
     get_usage_summary = _served("_usage", Usage.get_usage_summary)
     get_alerts = _served("_alerts", Alerts.get_alerts)
+    get_version_record = _served("_versions", Versions.get_version_record)
+    set_version_record = _served("_versions", Versions.set_version_record)
+    sweep = _served("_sweeper", Sweeper.sweep)
 
     # --- connecting --------------------------------------------------------------------------
 
@@ -203,8 +252,12 @@ class Repository:
         on_request: RequestListener | None = None,
         acquire_timeout: float | deadlines.Default | None = deadlines.DEFAULT,
         _check_version: bool = True,
+        _transport: Transport | None = None,
     ) -> Repository:
         """Connect to an existing table and namespace, and check versions. Creates nothing.
+
+        `region`: the client's AWS Region; on a global table with multi-Region strong
+        consistency, also the Region whose shards this process writes (docs/multi-region.md).
 
         `split_writes_per_second`: a bucket item this process sees written faster than this is
         split into twice the shards (docs/sharding.md); lower it to exercise sharding in tests.
@@ -219,6 +272,9 @@ class Repository:
         resolving takes) bounds each admission and each lease's exit (docs/on-unavailable.md).
         A `client_config` whose timeouts could let a re-sent write land after the exactly-once
         rules stop watching for it is refused with ValidationError.
+
+        `_transport` (tests): a `Transport` already made, used instead of connecting (the
+        deterministic simulation's, whose requests an in-process model answers).
         """
         from . import validation
         from .unmetered import policy_from
@@ -234,7 +290,7 @@ class Repository:
         ns_name = namespace or os.environ.get("ZAEL_NAMESPACE") or "default"
         validation.namespace_name(ns_name)
         endpoint = endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
-        transport = await connect(table_name, region, endpoint, client_config)
+        transport = _transport or await connect(table_name, region, endpoint, client_config)
         if on_request is not None:
             transport.listeners.add(on_request)
         shared = Shared(
@@ -248,13 +304,14 @@ class Repository:
             endpoint_url=endpoint,
             unmetered=unmetered_policy,
             acquire_timeout=timeout,
-            resolution_bound_s=deadlines.resolution_bound_s(*timeouts, MAX_ATTEMPTS),
         )
         try:
             record = await read_version_record(shared.store)
             if _check_version:
                 check_versions(record, table_name)
             shared.version_record = record
+            shared.table_id = record.get("table_id")
+            shared.store.multi_region = await multi_region_of(shared.store, record)
             ns_id = await namespace_id_of(shared.store, ns_name)
         except DynamoError as exc:
             await transport.close()
@@ -276,18 +333,7 @@ class Repository:
         aggregator_version: str | None = None,
     ) -> bool:
         """Create the table from the schema module (local and test use). False if it existed."""
-        table_name = table or os.environ.get("ZAEL_TABLE") or schema.DEFAULT_TABLE_NAME
-        endpoint = endpoint_url or os.environ.get("ZAEL_ENDPOINT_URL") or None
-        transport = await connect(table_name, region, endpoint, None)
-        store = Store(transport, table_name)
-        try:
-            return await set_up_table(
-                transport, store, table_name, namespaces, wait, aggregator_version
-            )
-        except DynamoError as exc:
-            raise public_error(f"Cannot create table {table_name!r}", exc, table_name) from exc
-        finally:
-            await transport.close()
+        return await create_table(table, region, endpoint_url, namespaces, wait, aggregator_version)
 
     @classmethod
     async def delete_table(
@@ -295,15 +341,7 @@ class Repository:
     ) -> None:
         """Delete the table (tests). A table that is already gone is not an error: a retried
         DeleteTable whose first answer was lost finds it gone."""
-        transport = await connect(table, region, endpoint_url, None)
-        try:
-            await transport.call("DeleteTable", {"TableName": table})
-        except TableMissing:
-            return
-        except DynamoError as exc:
-            raise public_error(f"Cannot delete table {table!r}", exc, table) from exc
-        finally:
-            await transport.close()
+        await delete_table(table, region, endpoint_url)
 
     async def namespace(self, name: str) -> Repository:
         """Another namespace on the same table, sharing the client and caches."""
@@ -331,18 +369,19 @@ class Repository:
             return False
 
     async def close(self, timeout: float | None = None) -> None:
-        """Wait at most `timeout` seconds (default: twice the longest write's resolution bound)
-        for outcomes still being resolved off callers' paths, log and count what could not be,
-        then release the client. A no-op on a namespace scope. Idempotent."""
+        """Wait at most `timeout` seconds (default `$ZAEL_CLOSE_TIMEOUT`, else 8) for work still
+        being resolved off callers' paths, then release the client. What is left then is logged
+        at ERROR, one structured line per bucket item (docs/on-unavailable.md), and counted in
+        `abandoned_at_close`. A no-op on a namespace scope. Idempotent."""
         if not self._owner or self._shared.closed:
             return
-        limit = deadlines.timeout_value(timeout, "timeout")
-        if timeout is None:
-            limit = 2 * self._shared.resolution_bound_s
-        for scope in (self, *self._scopes.values()):  # holds still open lapse after lease_ttl
-            scope.scope.admission.renewals.stop()
+        scopes = (self, *self._scopes.values())
         try:
-            await self._shared.pending.drain(limit)
+            await closing.close_writers(
+                self._shared.pending,
+                [scope.scope.admission for scope in scopes],
+                deadlines.close_timeout(timeout),
+            )
         finally:
             self._shared.closed = True
             await self._shared.transport.close()
@@ -398,6 +437,7 @@ class Repository:
     def get_cache_stats(self) -> CacheStats:
         lanes = self._admission.waves.lanes
         pending = self._shared.pending
+        load = self._shared.load
         return replace(
             stats(self._config_cache, self._shared.images, lanes.undecided, lanes.skewed),
             unmetered_admissions=dict(self._unmetered.admissions),
@@ -405,14 +445,12 @@ class Repository:
             resolved_after_deadline=pending.resolved_after_deadline,
             refunded_after_deadline=pending.refunded_after_deadline,
             abandoned_at_close=pending.abandoned_at_close,
+            resolved_by_resend=lanes.resolved_by_resend,
+            resolved_by_read=lanes.resolved_by_read,
+            shed_overloaded=load.shed,
+            bucket_writes=load.writes,
+            decided_calls=load.decided,
         )
-
-    async def _configured_resources(self) -> list[str]:
-        """Resource names some level has limits for (the unmetered policy's suggestions)."""
-        defaults, entity_levels = await asyncio.gather(
-            self.list_resources_with_defaults(), self.list_resources_with_entity_configs()
-        )
-        return sorted({*defaults, *entity_levels} - {keys.DEFAULT_RESOURCE})
 
     def _forget(self, entity_id: str | None = None, resource: str | None = None) -> None:
         """Administrative writes from this process clear the affected cached state."""
@@ -424,43 +462,3 @@ class Repository:
                 k[0] == "unmetered" and (entity_id in (None, k[1])) and (resource in (None, k[2]))
             )
         )
-
-    # --- versions ----------------------------------------------------------------------------
-
-    async def get_version_record(self) -> dict[str, Any] | None:
-        item = await self._store.get(keys.version_record())
-        if item is None:
-            return None
-        return {k: v for k, v in item.items() if k not in ("PK", "SK")}
-
-    async def set_version_record(
-        self,
-        *,
-        schema_version: str | None = None,
-        aggregator_version: Any = ...,
-        client_min_version: str | None = None,
-        updated_by: str | None = None,
-    ) -> None:
-        """Admin/test use. `client_min_version` is never lowered."""
-        current = await self.get_version_record() or {}
-        minimum = current.get("client_min_version") or "0.0.0"
-        if client_min_version and versioning.parse(client_min_version) > versioning.parse(minimum):
-            minimum = client_min_version
-        item = records.version_record_item(
-            schema_version=schema_version or current.get("schema_version") or schema.SCHEMA_VERSION,
-            aggregator_version=(
-                current.get("aggregator_version")
-                if aggregator_version is ...
-                else aggregator_version
-            ),
-            aggregator_function=current.get("aggregator_function"),
-            client_min_version=minimum,
-            updated_at=iso(self._clock()),
-            updated_by=updated_by or f"api:{versioning.LIBRARY_VERSION}",
-            audit_retention_days=current.get("audit_retention_days"),
-            usage_retention_days=current.get("usage_retention_days"),
-            aggregator_dlq_url=current.get("aggregator_dlq_url"),
-        )
-        await self._store.put(item)
-        self._shared.version_record = {k: v for k, v in item.items() if k not in ("PK", "SK")}
-        self._shared.gates_passed.clear()

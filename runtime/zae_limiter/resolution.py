@@ -1,52 +1,45 @@
-"""Reading config levels (through the config cache) and turning them into bucket stamps."""
+"""Reading config levels (through the config cache and the config-read port, `ConfigReads`) and
+turning them into bucket stamps. No I/O of its own: the port's implementation reads the table."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Protocol
 
 from . import config as cfg
 from .caches import ConfigCache
 from .core.images import Stamp
-from .dynamo import keys
-from .dynamo.store import Store
 from .limits import Limit
 from .models import OnUnavailable
 
 
-def entity_config_from_items(entity_id: str, items: list[dict[str, Any]]) -> cfg.EntityConfig:
-    record: cfg.EntityRecord | None = None
-    levels: dict[str, cfg.Level] = {}
-    version = 0
-    for item in items:
-        sk = item["SK"]
-        if sk == keys.META:
-            record = cfg.EntityRecord(
-                entity_id=entity_id,
-                name=item.get("name"),
-                parent_id=item.get("parent_id"),
-                cascade=bool(item.get("cascade", False)),
-                metadata=dict(item.get("metadata") or {}),
-                created_at=item.get("created_at"),
-            )
-        elif sk == keys.VERSION:
-            version = int(item.get("ver", 0))
-        elif sk.startswith(keys.ENTITY_CONFIG_PREFIX):
-            levels[sk[len(keys.ENTITY_CONFIG_PREFIX) :]] = cfg.level_from_item(item)
-    return cfg.EntityConfig(record, levels, version)
+class ConfigReads(Protocol):
+    """The config-read port (beside the bucket port, `acquire.bucket_io`): what the acquire path
+    reads besides bucket items, for one namespace, failures already in the acquire path's errors
+    (`acquire.values`). `acquire.dynamo_io.DynamoConfigReads` implements it on DynamoDB."""
 
+    async def entity_config(self, entity_id: str) -> cfg.EntityConfig:
+        """The entity's partition (its record and levels), read strongly."""
 
-def system_level_from_item(item: dict[str, Any] | None) -> cfg.SystemLevel:
-    if item is None:
-        return cfg.SystemLevel()
-    mode = item.get("on_unavailable")
-    return cfg.SystemLevel(
-        limits=cfg.limits_from_json(item.get("limits")),
-        on_unavailable=OnUnavailable(mode) if mode else None,
-        version=int(item.get("ver", 0)),
-        changed_at=int(item.get("at", 0)),
-    )
+    async def resource_level(self, resource: str) -> cfg.Level | None:
+        """The resource's level; None when none is stored."""
+
+    async def system_level(self) -> cfg.SystemLevel | None:
+        """The system level; None when none is stored."""
+
+    async def confirm_table(self) -> None:
+        """Raise if the table is not the one opened, or the namespace is gone
+        (`table_identity`); nothing without an identity to confirm."""
+
+    async def confirm_table_now_and_then(self) -> None:
+        """`confirm_table`, at most once per config cache lifetime."""
+
+    async def configured_resources(self) -> list[str] | None:
+        """Resource names some level has limits for; None when this role may not list them."""
+
+    async def check_gates(self, limits: Sequence[Limit]) -> None:
+        """Refuse `limits` that need a feature the stack's aggregator lacks (`admin.gates`)."""
 
 
 def stamp_for(
@@ -73,21 +66,28 @@ def stamp_for(
 
 
 class Resolver:
-    """Config reads for one namespace scope."""
+    """Config reads for one namespace scope.
 
-    def __init__(self, store: Store, ns: str, cache: ConfigCache, clock: Callable[[], int]) -> None:
-        self.store = store
-        self.ns = ns
+    A fresh read that finds a level gone which this process saw stored (levels are never
+    deleted, only emptied with a higher version) is evidence that the table was created again
+    or the namespace purged: `reads.confirm_table()` then says which (`table_identity`).
+    """
+
+    def __init__(self, reads: ConfigReads, cache: ConfigCache, clock: Callable[[], int]) -> None:
+        self.reads = reads
         self.cache = cache
         self.clock = clock
         self.last_on_unavailable: OnUnavailable | None = None
 
+    async def _gone(self, key: tuple[str, ...], found: object) -> None:
+        """Confirm the table when a level seen stored reads as absent."""
+        seen = self.cache.peek(key)
+        if found is None and getattr(seen, "version", 0) > 0:
+            await self.reads.confirm_table()
+
     async def entity_config(self, entity_id: str) -> cfg.EntityConfig:
         """Always read (strongly): entity-level changes must never lag."""
-        items = await self.store.query_all(
-            keys.entity_partition(self.ns, entity_id), consistent=True
-        )
-        return entity_config_from_items(entity_id, items)
+        return await self.reads.entity_config(entity_id)
 
     async def resource_level(self, resource: str, *, fresh: bool = False) -> cfg.Level:
         key = ("resource", resource)
@@ -95,7 +95,9 @@ class Resolver:
             found, value = self.cache.get(key, self.clock())
             if found:
                 return value  # type: ignore[no-any-return]
-        level = cfg.level_from_item(await self.store.get(keys.resource_config(self.ns, resource)))
+        stored = await self.reads.resource_level(resource)
+        await self._gone(key, stored)
+        level = cfg.Level() if stored is None else stored
         self.cache.put(key, level, self.clock())
         return level
 
@@ -105,7 +107,9 @@ class Resolver:
             found, value = self.cache.get(key, self.clock())
             if found:
                 return value  # type: ignore[no-any-return]
-        level = system_level_from_item(await self.store.get(keys.system_config(self.ns)))
+        stored_system = await self.reads.system_level()
+        await self._gone(key, stored_system)
+        level = cfg.SystemLevel() if stored_system is None else stored_system
         self.cache.put(key, level, self.clock())
         if level.on_unavailable is not None:
             self.last_on_unavailable = level.on_unavailable

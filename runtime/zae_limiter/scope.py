@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .acquire import Admission
+from .acquire.load import Load
 from .acquire.pending import Pending
 from .caches import ImageCache, Turns
 from .dynamo.store import Store
@@ -34,17 +35,21 @@ class Shared:
     endpoint_url: str | None
     unmetered: str = "allow"  # the unmetered policy (unmetered.py)
     version_record: dict[str, Any] = field(default_factory=dict)
+    table_id: str | None = None  # the version record's, when this repository was opened
     gates_passed: set[str] = field(default_factory=set)
     principal: str | None = None
     principal_resolved: bool = False
     partition_turns: Turns = field(default_factory=Turns)  # admin writes, one at a time
     acquire_timeout: float | None = 1.0  # the default deadline (acquire/deadlines.py)
-    resolution_bound_s: float = 88.0  # the longest a write can still land (acquire/deadlines.py)
     pending: Pending = field(default_factory=Pending)  # work resolved off callers' paths
     closed: bool = False
+    load: Load = field(init=False)  # the writers' requests in flight (acquire/load.py)
 
     def __post_init__(self) -> None:
-        self.transport.listeners.counters = self.pending.counters  # the request hook carries them
+        self.load = Load.for_deadline(self.acquire_timeout)  # on the monotonic clock
+        self.transport.on_throttle = self.load.throttled  # bucket writes are paced
+        pending, load = self.pending.counters, self.load.counters
+        self.transport.listeners.counters = lambda: (*pending(), *load())  # the request hook
 
 
 @dataclass(frozen=True)

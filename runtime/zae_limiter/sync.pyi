@@ -24,6 +24,8 @@ from zae_limiter import (
 )
 from zae_limiter.acquire import deadlines
 from zae_limiter.acquire.acquisition import Acquisition
+from zae_limiter.admin.settle import Settled
+from zae_limiter.admin.sweeper import SweepReport
 from zae_limiter.dynamo.transport import Transport
 from zae_limiter.scope import Scope
 from zae_limiter.sync_lease import SyncLease as SyncLease
@@ -177,6 +179,7 @@ class SyncRepository:
         on_request: RequestListener | None = ...,
         acquire_timeout: float | deadlines.Default | None = ...,
         _check_version: bool = ...,
+        _transport: Transport | None = ...,
     ) -> SyncRepository: ...
     def ping(self) -> bool: ...
     def purge_namespace(self, namespace_id: str, principal: str | None = ...) -> None: ...
@@ -245,6 +248,8 @@ class SyncRepository:
         client_min_version: str | None = ...,
         updated_by: str | None = ...,
     ) -> None: ...
+    def settle_left(self, line: Mapping[str, Any]) -> Settled: ...
+    def sweep(self, *, pages: int | None = ...) -> SweepReport: ...
     @property
     def table_name(self) -> str: ...
     def top_up(

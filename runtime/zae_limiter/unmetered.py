@@ -24,7 +24,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from .caches import BoundedSet
-from .dynamo.failures import AccessDenied
 from .errors import ValidationError
 
 log = logging.getLogger("zae_limiter")
@@ -51,21 +50,28 @@ class Unmetered:
         self,
         policy: str,
         namespace_name: str,
-        configured: Callable[[], Awaitable[list[str]]],
+        configured: Callable[[], Awaitable[list[str] | None]],
+        confirm: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """`configured`: the resource names with limits (None: this role may not list them);
+        `confirm`: the table identity check, at most once per config cache lifetime. Both are
+        the config-read port's (`resolution.ConfigReads`): no I/O here."""
         self.policy = policy
         self.namespace_name = namespace_name
         self._configured = configured
+        self._confirm = confirm
         self.admissions: Counter[str] = Counter()
         self._warned: BoundedSet[str] = BoundedSet()
 
-    async def admit(self, resource: str) -> None:
-        """Apply the policy to one call on an unmetered resource: count it, warn, or refuse."""
+    async def admit(self, resource: str, *, read_now: bool = False) -> None:
+        """Apply the policy to one call on an unmetered resource: count it, warn, or refuse.
+
+        `read_now`: its config was just read and held no limits, which is also what a table
+        created again looks like; the table is confirmed (at most once per config lifetime)."""
+        if read_now and self._confirm is not None:
+            await self._confirm()
         if self.policy == "reject":
-            try:
-                names = await self._configured()
-            except AccessDenied:  # the `app` policy reads what acquire needs, not every index
-                names = None
+            names = await self._configured()
             close = difflib.get_close_matches(resource, names or [], n=3, cutoff=0.5)
             hint = (
                 f"did you mean {' or '.join(repr(n) for n in close)}?"

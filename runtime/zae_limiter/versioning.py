@@ -14,7 +14,7 @@ from packaging.version import InvalidVersion, Version
 
 from .schema import SCHEMA_VERSION
 
-LIBRARY_VERSION = "0.17.0"
+LIBRARY_VERSION = "0.18.0"
 
 UPGRADE_HINT = "run `zae-limiter upgrade`"
 NEWER_LIBRARY = "upgrade never downgrades; install a newer zae-limiter (pip install -U zae-limiter)"

@@ -183,7 +183,7 @@ async def test_global_options_go_before_or_after_and_come_from_the_environment(
     assert '"search"' in result.stdout
     # a value after the command wins over one before it
     zl("--table", "elsewhere", "resource", "list", "--table", table.name, connect=False)
-    assert zl("--version", connect=False).stdout.strip() == "zae-limiter 0.17.0"
+    assert zl("--version", connect=False).stdout.strip() == "zae-limiter 0.18.0"
     assert zl("resource", "list", "--version", connect=False).stdout.startswith("zae-limiter")
 
 

@@ -64,7 +64,7 @@ async def test_create_and_show_bad_input(zl: ZL) -> None:
 
 
 async def test_limits_at_levels_and_listing(zl: ZL, live: Repository) -> None:
-    zl("entity", "set-limits", "user-2", *limit_args("rpm:600", "units:100000"))
+    zl("entity", "set-limits", "user-2", "--all-resources", *limit_args("rpm:600", "units:100000"))
     zl(
         "entity",
         "set-limits",
@@ -98,8 +98,26 @@ async def test_limits_at_levels_and_listing(zl: ZL, live: Repository) -> None:
     assert zl.json("entity", "delete-limits", "user-2", "-y")["deleted"] is True
     assert (
         "no limit named 'tpm'"
-        in zl("entity", "set-limits", "u", "-l", "rpm:1", "--soft", "tpm", code=2).stderr
+        in zl("entity", "set-limits", "u", "-r", "x", "-l", "rpm:1", "--soft", "tpm", code=2).stderr
     )
+
+
+async def test_set_limits_names_its_level(zl: ZL, live: Repository) -> None:
+    """Issue 42 item 7: without -r, set-limits used to set the entity's _default_ limits,
+    which apply to every resource, budgets included. It now needs -r RESOURCE or an explicit
+    --all-resources, and writes nothing otherwise."""
+    zl("entity", "create", "user-5")
+    missing = zl("entity", "set-limits", "user-5", "-l", "rpm:10", code=2).stderr
+    assert "--all-resources" in missing and "budgets included" in missing
+    both = zl(
+        "entity", "set-limits", "user-5", "-r", "search", "--all-resources", "-l", "rpm:10", code=2
+    )
+    assert "not both" in both.stderr
+    assert await live.get_limits("user-5") == []
+    zl("entity", "set-limits", "user-5", "--all-resources", "-l", "rpm:10")
+    assert await live.get_limits("user-5") == [Limit.per_minute("rpm", 10)]
+    zl("entity", "set-limits", "user-5", "-r", "search", "-l", "rpm:20")
+    assert await live.get_limits("user-5", "search") == [Limit.per_minute("rpm", 20)]
 
 
 async def test_flags_and_cascade(zl: ZL, live: Repository) -> None:

@@ -213,9 +213,46 @@ entities: {user-1: {parent: org-ghost}}
     )
     zl("limits", "validate", "-f", path, connect=False)  # offline: the table is not consulted
     stderr = zl.error("limits", "apply", "-f", path, "-y")
-    assert stderr.startswith("Error: entities.user-1.parent: the parent 'org-ghost' does not")
+    assert stderr.startswith(
+        f"Error: {path}:4:21: entities.user-1.parent: the parent 'org-ghost' does not"
+    )
     assert await live.get_resource_defaults("search") == []
     assert await live.get_entity("user-1") is None
+
+
+async def test_every_check_against_the_table_is_reported_with_its_line(
+    zl: ZL, live: Repository, tmp_path: Path
+) -> None:
+    """Issue 42 item 6: the checks that need the table report every problem, each at its
+    `file:line:column` (they used to stop at the first, with no place); a pre-split that would
+    give a stored concurrency limit less than one unit a shard is one of them, refused before
+    any write."""
+    await live.set_resource_defaults("llm", [Limit.concurrent("parallel", 2)])
+    path = write(
+        tmp_path,
+        """namespace: default
+entities:
+  user-1: {parent: org-ghost}
+  user-2: {parent: org-phantom}
+  org-a:
+    resources:
+      llm: {shards: 4}
+""",
+    )
+    stderr = zl.error("limits", "plan", "-f", path)
+    assert stderr.splitlines() == [
+        "Error: 3 problems in the manifest:",
+        f"  {path}:3:12: entities.user-1.parent: the parent 'org-ghost' does not exist; declare "
+        "it under entities or create it first",
+        f"  {path}:4:12: entities.user-2.parent: the parent 'org-phantom' does not exist; "
+        "declare it under entities or create it first",
+        f"  {path}:7:13: entities.org-a.resources.llm.shards: splits concurrency limit "
+        "'parallel' (max_in_flight=2) below one unit per shard: ask for at most 2 shards, or "
+        "raise its max_in_flight to at least 4",
+    ]
+    assert "-N/--namespace" in zl.error("-N", "other", "limits", "plan", "-f", path)
+    assert f"{path}:1:1: namespace:" in zl.error("-N", "other", "limits", "plan", "-f", path)
+    assert await live.get_entity("org-a") is None
 
 
 async def test_version_gates_are_checked_before_any_write(
@@ -512,8 +549,8 @@ async def test_no_mistake_hides_another_and_they_come_in_file_order(
         f"  {path}:3:12: entities.user-1.parent: an entity cannot be its own parent",
         f"  {path}:6:5: resources.search.cascde: unknown key; expected one of: limits, cascade, "
         "disabled",
-        f"  {path}:8:7: resources.search.limits.rpm: Invalid capacity -1: must be between 1 "
-        "and 1000000000000000",
+        f"  {path}:8:13: resources.search.limits.rpm.capacity: Invalid capacity -1: must be "
+        "between 1 and 1000000000000000",
         f"  {path}:10:5: resources.budget.disabled: must be true, false or bypass (leave it out "
         "to inherit)",
         f"  {path}:12:5: resources.budget.limits: duplicate key 'limits' (first at line 11)",
@@ -536,7 +573,7 @@ async def test_every_manifest_mistake_is_reported_with_its_file_and_line(
     path = write(tmp_path, TWO_MISTAKES_AND_AN_ANCHOR)
     stderr = zl.error("limits", "validate", "-f", path, connect=False)
     assert stderr.splitlines()[0] == "Error: 3 problems in the manifest:"
-    assert f"  {path}:4:3: resources.search.limits.units: Invalid capacity -5" in stderr
+    assert f"  {path}:4:11: resources.search.limits.units.capacity: Invalid capacity -5" in stderr
     assert f"  {path}:9:39: resources.translate.limits.requests.burst: unknown key" in stderr
     assert f"  {path}:11:5: resources.budget.disabled: must be true, false or bypass" in stderr
     with pytest.raises(ManifestError) as info:

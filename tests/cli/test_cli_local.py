@@ -13,6 +13,7 @@ from zae_limiter import SyncRateLimiter, SyncRepository
 from zae_limiter.cli import cli
 from zae_limiter.local import free_port
 from zae_limiter.local.engine import LOCAL_ACCESS_KEY_ID, LOCAL_SECRET_ACCESS_KEY
+from zae_limiter.local.processes import process_cmdline
 
 
 def run(args: list[str], state: Path, code: int = 0) -> Result:
@@ -32,16 +33,21 @@ def test_up_status_env_down(tmp_path: Path) -> None:
         assert "export ZAEL_TABLE='local-cli'" in up.stdout
         assert "# table local-cli: created" in up.stdout
         assert "aggregator started" in up.stderr
-        again = json.loads(
-            run(
-                ["local", "up", "--port", str(port), "--table", "local-cli", "-o", "json"], state
-            ).stdout
+        assert f"starting dynamodb-local on 127.0.0.1:{port}" in up.stderr
+        second = run(
+            ["local", "up", "--port", str(port), "--table", "local-cli", "-o", "json"], state
         )
+        again = json.loads(second.stdout)
         assert again["running"] is True and again["created_table"] is False
+        assert "starting" not in second.stderr  # nothing was started
+        assert f"dynamodb-local already running on http://127.0.0.1:{port}" in second.stderr
         status = json.loads(run(["local", "status", "-o", "json"], state).stdout)
         assert status["port"] == port and "local-cli" in status["tables"]
         assert status["aggregator"]["running"] is True
         assert len(status["pids"]) == 2  # the engine and the aggregator
+        # records that keep failing go to a dead-letter file beside the checkpoint
+        command = process_cmdline(status["aggregator"]["pid"]) or ""
+        assert f"--dead-letter-file {status['state_dir']}/aggregator-dead-letters.jsonl" in command
         text = run(["local", "status"], state).stdout
         assert "local engine: dynamodb-local running" in text and "aggregator:" in text
         # restart: the aggregator alone, a new process; status reports that one only
@@ -100,6 +106,7 @@ def test_up_with_an_alerts_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     endpoint = f"http://127.0.0.1:{port}"
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", LOCAL_ACCESS_KEY_ID)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", LOCAL_SECRET_ACCESS_KEY)
+    monkeypatch.setenv("ALERT_HOLD_SECONDS", "0")  # (alerts.held: 300 s by default)
     table = ["--table", "local-alerts", "--endpoint-url", endpoint]
 
     def spend(entity: str) -> None:

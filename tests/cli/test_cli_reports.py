@@ -120,7 +120,7 @@ async def test_namespaces(zl: ZL, live: Repository) -> None:
 
 async def test_version_check_status(zl: ZL, live: Repository) -> None:
     version = zl.json("version")
-    assert (version["library"], version["schema"]) == ("0.17.0", "1.0.0")
+    assert (version["library"], version["schema"]) == ("0.18.0", "1.0.0")
     assert version["verdict"]["compatible"] is True
     assert "verdict:" in zl("version").stdout
     check = zl("check").stdout

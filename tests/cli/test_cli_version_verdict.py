@@ -82,8 +82,8 @@ async def test_a_function_without_a_version_plans_the_same_steps(zl: ZL, live: R
     [
         ({"schema_version": "1.0.7"}, "table schema 1.0.7 is newer than this library's 1.0.0"),
         (
-            {"aggregator_version": "0.18.0", "aggregator_function": FUNCTION},
-            "the stack's aggregator 0.18.0 is newer than zae-limiter 0.17.0",
+            {"aggregator_version": "0.19.0", "aggregator_function": FUNCTION},
+            "the stack's aggregator 0.19.0 is newer than zae-limiter 0.18.0",
         ),
     ],
     ids=["schema-patch-newer", "aggregator-newer"],
@@ -101,10 +101,10 @@ async def test_a_stack_ahead_of_the_library_gets_one_verdict(
 
 
 async def test_a_pre_release_sorts_before_its_release(zl: ZL, live: Repository) -> None:
-    assert versioning.parse("0.17.0rc1") < versioning.parse("0.17.0") < versioning.parse("0.17.1")
-    await record(live, aggregator_version="0.17.0rc1", aggregator_function=FUNCTION)
+    assert versioning.parse("0.18.0rc1") < versioning.parse("0.18.0") < versioning.parse("0.18.1")
+    await record(live, aggregator_version="0.18.0rc1", aggregator_function=FUNCTION)
     verdict = check(zl)
     assert verdict["aggregator_older"] and verdict["can_auto_update"]
     steps, _ = dry_run(zl, code=0)
     assert verdict["upgrade_would"] == steps
-    assert "(0.17.0rc1 -> 0.17.0)" in steps[0]
+    assert "(0.18.0rc1 -> 0.18.0)" in steps[0]

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from zae_limiter import Limit, OnUnavailable, ScheduleEntry
-from zae_limiter.manifest import UNSET, Level, ManifestError, load_file, load_file_limits, loads
+from zae_limiter.manifest import UNSET, LevelSpec, ManifestError, load_file, load_file_limits, loads
+from zae_limiter.manifest.limit_parse import LIMIT_KEYS
 from zae_limiter.manifest.plan import limits_to_manifest
 
 SPEC_EXAMPLE = """
@@ -46,7 +47,7 @@ def test_the_reference_example() -> None:
     assert manifest.system.on_unavailable is OnUnavailable.BLOCK
     assert manifest.system.limits == (Limit.per_minute("requests", 1000),)
     search = manifest.resources["search"]
-    assert search == Level(
+    assert search == LevelSpec(
         (Limit.per_minute("requests", 60), Limit.per_minute("units", 10_000, soft=True)),
         disabled=False,
         cascade=True,
@@ -60,7 +61,7 @@ def test_the_reference_example() -> None:
     assert acme.levels["search"].limits == (Limit.per_day("units", 1_000_000),)
     user = manifest.entities["user-9"]
     assert user.parent == "org-acme"
-    assert user.levels["_default_"] == Level(disabled="bypass")
+    assert user.levels["_default_"] == LevelSpec(disabled="bypass")
     assert manifest.child_parents() == {"user-9": "org-acme"}
 
 
@@ -142,7 +143,7 @@ resources:
         ),
         (
             "namespace: default\nresources: {r: {limits: {x: {capacity: 0}}}}",
-            "resources.r.limits.x",
+            "resources.r.limits.x.capacity",
             "between 1",
         ),
         (
@@ -158,19 +159,19 @@ resources:
         (
             "namespace: default\nresources: {r: {limits: {x: {capacity: 5, "
             "reset_schedule: [{cron: '0 0 * *'}]}}}}",
-            "resources.r.limits.x",
+            "resources.r.limits.x.reset_schedule[0]",
             "cron",
         ),
         (
             "namespace: default\nresources: {r: {limits: {x: {capacity: 5, "
             "reset_schedule: [{cron: '0 0 * * 1', tz: Nowhere/Land}]}}}}",
-            "resources.r.limits.x",
+            "resources.r.limits.x.reset_schedule[0]",
             "Nowhere/Land",
         ),
         (
             "namespace: default\nresources: {r: {limits: {x: {capacity: 5, refill_amount: 5, "
             "reset_after_seconds: 60}}}}",
-            "resources.r.limits.x",
+            "resources.r.limits.x.refill_amount",
             "never drips",
         ),
         (
@@ -309,3 +310,35 @@ NOT_HELD = (
     "a concurrency limit never drips or resets (a hold comes back when its lease ends): leave "
     "{} out"
 )
+
+
+def test_every_problem_is_reported_at_once_with_its_line(tmp_path: Path) -> None:
+    """Issue 42 item 6: a key written twice no longer hides a mistake in its first copy, and a
+    limit reports each of its problems (the type errors and what the library refuses in the
+    sound fields), each at `file:line:column`."""
+    path = tmp_path / "limits.yaml"
+    path.write_text(
+        "namespace: default\n"
+        "resources:\n"
+        "  search:\n"
+        "    limits:\n"
+        "      rpm: {capacity: 10, refil_amount: 5}\n"
+        "  search:\n"
+        "    limits:\n"
+        "      rpm: {capacity: 0, refill_amount: -1, soft: 'yes', alert_at: [50, '80']}\n"
+        "      units: {capacity: 0, refill_amount: -1}\n"
+    )
+    with pytest.raises(ManifestError) as info:
+        load_file(path)
+    limit = "resources.search.limits"
+    assert [e.located().split(": Invalid")[0] for e in info.value.errors] == [
+        f"{path}:5:27: {limit}.rpm.refil_amount: unknown key; expected one of: "
+        + ", ".join(LIMIT_KEYS),
+        f"{path}:6:3: resources.search: duplicate key 'search' (first at line 3)",
+        f"{path}:8:13: {limit}.rpm.capacity",
+        f"{path}:8:26: {limit}.rpm.refill_amount",
+        f"{path}:8:45: {limit}.rpm.soft: must be true or false, not a string",
+        f"{path}:8:73: {limit}.rpm.alert_at[1]: must be a YAML integer, not a string",
+        f"{path}:9:15: {limit}.units.capacity",
+        f"{path}:9:28: {limit}.units.refill_amount",
+    ]

@@ -8,12 +8,12 @@ from zae_limiter import Limit, OnUnavailable
 from zae_limiter.manifest import (
     Change,
     EntityState,
-    Level,
+    LevelSpec,
     ManifestError,
     Ownership,
     Stored,
-    SystemLevel,
-    Target,
+    Subject,
+    SystemSpec,
     loads,
     make_plan,
 )
@@ -46,7 +46,7 @@ entities:
         "create entity org-1 / search",
     ]
     assert plan.changes[1].after == "org-1"  # created with its parent
-    assert plan.changes[2].after == SystemLevel((RPM,), OnUnavailable.ALLOW)
+    assert plan.changes[2].after == SystemSpec((RPM,), OnUnavailable.ALLOW)
     assert plan.unchanged == 0 and plan.warnings == ()
     assert plan.owned == Ownership(
         system=True,
@@ -66,9 +66,9 @@ resources:
 """)
     stored = Stored(
         resources={
-            "same": Level((UNITS, RPM)),
-            "changed": Level((Limit.per_minute("rpm", 30),)),
-            "flags": Level((RPM,), cascade=False),
+            "same": LevelSpec((UNITS, RPM)),
+            "changed": LevelSpec((Limit.per_minute("rpm", 30),)),
+            "flags": LevelSpec((RPM,), cascade=False),
         }
     )
     plan = make_plan(manifest, stored, Ownership())
@@ -85,9 +85,16 @@ resources:
 def test_ownership_deletes_only_what_the_manifest_managed() -> None:
     manifest = loads("namespace: default\nresources: {kept: {limits: {rpm: {capacity: 60}}}}")
     stored = Stored(
-        system=SystemLevel((RPM,)),
-        resources={"kept": Level((RPM,)), "dropped": Level((RPM,), disabled=True), "gone": Level()},
-        entity_levels={("org", "search"): Level((UNITS,)), ("api", "search"): Level((UNITS,))},
+        system=SystemSpec((RPM,)),
+        resources={
+            "kept": LevelSpec((RPM,)),
+            "dropped": LevelSpec((RPM,), disabled=True),
+            "gone": LevelSpec(),
+        },
+        entity_levels={
+            ("org", "search"): LevelSpec((UNITS,)),
+            ("api", "search"): LevelSpec((UNITS,)),
+        },
         entities={"user": EntityState(True, "org"), "org": EntityState(True)},
     )
     owned = Ownership(
@@ -203,16 +210,16 @@ entities:
 def test_owed_work_is_reported_and_changes_round_trip() -> None:
     change = Change(
         "update",
-        Target(ENTITY, "org", "search"),
-        Level((RPM,)),
-        Level((UNITS,), disabled="bypass", cascade=True),
+        Subject(ENTITY, "org", "search"),
+        LevelSpec((RPM,)),
+        LevelSpec((UNITS,), disabled="bypass", cascade=True),
     )
     for c in (
         change,
-        Change("create", Target(SYSTEM), SystemLevel(), SystemLevel((RPM,), OnUnavailable.BLOCK)),
-        Change("delete", Target(RESOURCE, resource="r"), Level((RPM,)), Level()),
-        Change("update", Target(PARENT, "u"), "a", "b"),
-        Change("create", Target(RECORD, "u"), None, None),
+        Change("create", Subject(SYSTEM), SystemSpec(), SystemSpec((RPM,), OnUnavailable.BLOCK)),
+        Change("delete", Subject(RESOURCE, resource="r"), LevelSpec((RPM,)), LevelSpec()),
+        Change("update", Subject(PARENT, "u"), "a", "b"),
+        Change("create", Subject(RECORD, "u"), None, None),
     ):
         assert Change.from_dict(c.as_dict()) == c
     owned = Ownership(rev=1, pending=(change, change), done=1)

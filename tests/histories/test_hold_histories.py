@@ -27,10 +27,11 @@ async def test_holds_never_exceed_max_in_flight_through_kills_and_faults(
     assert checked.outcomes["open at kill"] > 0  # killed processes left holds behind
     assert all(checked.faults[kind] > 0 for kind in KINDS), checked.faults
     # Every entry a killed process left is gone from each write past its bound (an entry
-    # with no write late enough to time it is freed by the whole-cap acquire after the run).
+    # with no write late enough to time it is freed when a new writer takes the cap after it).
     assert checked.recoveries and [r for r in checked.recoveries if r.late] == []
     assert (checked.partitions > 0) == (run.partitions > 0)
-    # A new writer took the whole cap once the holds left behind lapsed, and nothing stays held
+    # A new writer took the whole cap (a unit a call) once the holds left behind lapsed, and
+    # nothing stays held on any shard
     assert result.attempts < 40
     assert (result.left_total, result.left_entries) == (0, 0)
     assert result.problems == []

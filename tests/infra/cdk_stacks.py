@@ -38,7 +38,7 @@ class FullStack(cdk.Stack):
             billing_mode=dynamodb.BillingMode.PROVISIONED,
             read_capacity=7,
             write_capacity=9,
-            deletion_protection=True,
+            deletion_protection=False,
             removal_policy=cdk.RemovalPolicy.DESTROY,
             encryption_key=self.key,
             snapshot_windows=("hourly", "daily", "monthly"),

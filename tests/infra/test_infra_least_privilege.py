@@ -9,17 +9,20 @@ shows up here.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_iam as iam
+from aws_cdk.assertions import Template
 from cdk_helpers import logical_id, resources, statements
 from cdk_stacks import Synthesized
-from iam_eval import Request, allowed_kinds, allows, denied_requests
 
+from support.iam_check import policies_from_template
+from support.iam_eval import Deployment, Request, allowed_kinds, allows, denied_requests
 from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository, schema
-from zae_limiter.cdk import ZaeLimiter
+from zae_limiter.cdk import ZaeLimiter, ZaeLimiterProps, ZaeLimiterStack
 from zae_limiter.cdk.access import NAMESPACE_TAG
 from zae_limiter.dynamo import keys, records
 from zae_limiter.dynamo.transport import Transport
@@ -49,6 +52,8 @@ def namespaced_items(ns: str) -> dict[str, str]:
             keys.usage_snapshot(ns, "user-1", "search", "hourly", "2026-01-01T00:00:00Z")
         ),
         "audit event": partition(keys.audit_event(ns, "user-1", "01JAUDIT")),
+        "alert": partition(keys.alert_item(ns, "user-1", "search", "rpm", 0, 80, 0)),
+        "usage tombstone": partition(keys.usage_tombstone(ns, "user-1")),
         "operation record": partition(keys.operation_record(ns, "idem-1")),
         "manifest state": partition(keys.manifest_state(ns)),
     }
@@ -60,6 +65,7 @@ RESERVED = {
     "namespace by id": partition(keys.namespace_by_id(NS)),
     "aggregation marker": partition(keys.aggregation_marker("event-1")),
     "migration progress": partition(keys.migration_progress("m-1")),
+    "held crossing": partition(keys.held_crossing(NS, "user-1", 0, "search#rpm#0#0080")),
 }
 ITEMS = {
     **namespaced_items(NS),
@@ -181,21 +187,69 @@ def test_read_only_writes_nothing(synthesized: Synthesized, action: str) -> None
 
 
 @pytest.mark.parametrize("action", WRITES)
-def test_aggregator_writes_snapshots_and_markers_only(
+def test_aggregator_writes_snapshots_markers_and_alerts_only(
     synthesized: Synthesized, action: str
 ) -> None:
-    template = synthesized.default
-    policy = role_statements(template, "AggregatorRoleDefaultPolicy")
-    expected = (
-        set()
-        if action.endswith("DeleteItem")
-        else {"usage snapshot", "other: usage snapshot", "aggregation marker"}
-    )
-    assert writable(policy, template, action) == expected
-    assert writable(policy, template, "dynamodb:GetItem") == {
-        "version record",
-        "namespace by id",
-    }
+    """Usage snapshots, aggregation markers and threshold alerts (stored whether or not a bus
+    publishes them), in any namespace; it reads the version record, namespace names and deleted
+    entities' usage tombstones, which each transaction also checks."""
+    for template in (synthesized.default, synthesized.full):
+        policy = role_statements(template, "AggregatorRoleDefaultPolicy")
+        expected = (
+            {"held crossing"}
+            if action.endswith("DeleteItem")
+            else {
+                "usage snapshot",
+                "other: usage snapshot",
+                "alert",
+                "other: alert",
+                "aggregation marker",
+            }
+            | ({"held crossing"} if action.endswith("PutItem") else set())
+        )
+        assert writable(policy, template, action) == expected
+        assert writable(policy, template, "dynamodb:GetItem") == {
+            "version record",
+            "namespace by id",
+            "usage tombstone",
+            "other: usage tombstone",
+        } | {kind for kind in ALL if "bucket" in kind}  # the item of a due held crossing
+        assert writable(policy, template, "dynamodb:ConditionCheckItem") == {
+            "usage tombstone",
+            "other: usage tombstone",
+        }
+
+
+def test_the_lambda_service_may_do_what_it_does_with_the_aggregators_role() -> None:
+    """The event source mapping reads the stream and sends what keeps failing to the DLQ with
+    the function's role; the function writes its logs, archives to S3 and publishes alerts."""
+    deployment = Deployment()
+    template = Template.from_stack(
+        ZaeLimiterStack(
+            cdk.App(),
+            "LambdaService",
+            props=ZaeLimiterProps(enable_alerts=True, enable_audit_archive=True),
+        )
+    ).to_json()
+    policy = policies_from_template(template, deployment)["aggregator"]
+    for action, resource in [
+        ("dynamodb:ListStreams", "*"),
+        ("dynamodb:DescribeStream", deployment.stream_arn),
+        ("dynamodb:GetShardIterator", deployment.stream_arn),
+        ("dynamodb:GetRecords", deployment.stream_arn),
+        ("sqs:SendMessage", deployment.queue_arn),
+        ("sqs:GetQueueAttributes", deployment.queue_arn),
+        ("s3:PutObject", f"{deployment.bucket_arn}/audit/year=2026/month=01/day=05/1-2.jsonl.gz"),
+        ("events:PutEvents", deployment.bus_arn),
+    ]:
+        assert allows(policy, Request(action, resource, None)), (action, resource)
+    for action, resource in [
+        ("s3:PutObject", f"{deployment.bucket_arn}/elsewhere/object"),
+        ("sqs:ReceiveMessage", deployment.queue_arn),
+        ("lambda:UpdateFunctionCode", deployment.function_arn),
+        ("dynamodb:GetRecords", deployment.table_arn),
+    ]:
+        assert not allows(policy, Request(action, resource, None)), (action, resource)
 
 
 def test_version_record_step_writes_reserved_items_only(synthesized: Synthesized) -> None:
@@ -270,6 +324,8 @@ def index_partitions(ns: str) -> dict[str, tuple[str, str]]:
         "entity buckets": (keys.GSI3, keys.entity_buckets_index_key(ns, "user-1")),
         "entities with config": (keys.GSI3, keys.entity_config_index_key(ns, "search")),
         "namespace items": (keys.GSI4, ns),
+        "entity alerts": (keys.GSI3, keys.entity_alerts_index_key(ns, "user-1")),
+        "namespace alerts": (keys.GSI1, keys.namespace_alerts_index_key(ns)),
     }
 
 
@@ -303,13 +359,17 @@ def test_app_reads_no_usage_audit_or_index(synthesized: Synthesized) -> None:
     assert writable(scoped, synthesized.full, "dynamodb:UpdateItem", tags=TAGS) == BUCKETS
 
 
-def test_usage_and_audit_policies_read_their_items_only(synthesized: Synthesized) -> None:
+def test_usage_audit_and_alerts_policies_read_their_items_only(synthesized: Synthesized) -> None:
+    """Each reads its kind of item and its index partitions, and nothing else: the alerts
+    policy's namespace listing reads the namespace's own alert partition of GSI1, never the
+    namespace's keys (GSI4)."""
     for template, suffix, tags, others in (
         (synthesized.default, "", {}, True),
         (synthesized.full, "Namespace", TAGS, False),
     ):
         usage = managed(template, f"Usage{suffix}Policy")
         audit = managed(template, f"Audit{suffix}Policy")
+        alerts = managed(template, f"Alerts{suffix}Policy")
         mine = {"usage snapshot"} | ({"other: usage snapshot"} if others else set())
         assert writable(usage, template, "dynamodb:GetItem", tags=tags) == mine | REGISTRY
         assert queryable(usage, template, tags) == {"resource usage"} | (
@@ -320,18 +380,25 @@ def test_usage_and_audit_policies_read_their_items_only(synthesized: Synthesized
         assert queryable(audit, template, tags) == {"audit log"} | (
             {"other: audit log"} if others else set()
         )
-        for policy in (usage, audit):
+        mine = {"alert"} | ({"other: alert"} if others else set())
+        assert writable(alerts, template, "dynamodb:BatchGetItem", tags=tags) == mine | REGISTRY
+        found = {"entity alerts", "namespace alerts"}
+        assert queryable(alerts, template, tags) == found | (
+            {f"other: {kind}" for kind in found} if others else set()
+        )
+        for policy in (usage, audit, alerts):
             for action in (*WRITES, "dynamodb:BatchWriteItem"):
                 assert writable(policy, template, action, tags=tags) == set()
 
 
-def test_grants_for_usage_and_audit_match_their_policies() -> None:
+def test_grants_for_usage_audit_and_alerts_match_their_policies() -> None:
     app = cdk.App()
     stack = cdk.Stack(app, "ReportsStack")
     limiter = ZaeLimiter(stack, "Limiter", table_name="zl-reports", create_policies=False)
     for name, grant in (
         ("Billing", limiter.grant_read_usage),
         ("Auditor", limiter.grant_read_audit),
+        ("OnCall", limiter.grant_read_alerts),
     ):
         role = iam.Role(stack, name, assumed_by=iam.AccountRootPrincipal())
         assert grant(role, namespace_scoped=True).success
@@ -343,6 +410,11 @@ def test_grants_for_usage_and_audit_match_their_policies() -> None:
     assert writable(auditor, template, get, tags=TAGS) == {"audit event"} | REGISTRY
     assert queryable(billing, template, TAGS) == {"resource usage"}
     assert queryable(auditor, template, TAGS) == {"audit log"}
+    on_call = role_statements(template, "OnCallDefaultPolicy")
+    assert writable(on_call, template, get, tags=TAGS) == {"alert"} | REGISTRY
+    assert queryable(on_call, template, TAGS) == {"entity alerts", "namespace alerts"}
+    for action in (*WRITES, "dynamodb:BatchWriteItem", "dynamodb:Scan"):
+        assert writable(on_call, template, action, tags=TAGS) == set()
 
 
 async def test_the_acquire_path_needs_nothing_the_app_policy_refuses(
@@ -396,7 +468,7 @@ async def test_the_acquire_path_needs_nothing_the_app_policy_refuses(
             managed(template, part),
             calls,
             table_arn(template),
-            lambda name, t=template: index_arn(t, name),
+            functools.partial(index_arn, template),
             tags,
         )
         assert not denied, f"{part} refuses {denied}"

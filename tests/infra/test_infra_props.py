@@ -26,7 +26,7 @@ def test_defaults_are_the_reference_defaults() -> None:
         "read_capacity": 5,
         "write_capacity": 5,
         "point_in_time_recovery": True,
-        "deletion_protection": False,
+        "deletion_protection": True,  # on unless opted out: the table holds money
         "removal_policy": cdk.RemovalPolicy.RETAIN,
         "encryption_key": None,
         "snapshot_windows": ("hourly", "daily"),
@@ -61,6 +61,8 @@ def test_defaults_are_the_reference_defaults() -> None:
         "architecture": "arm64",
         "powertools_layer_arn": None,
         "tags": {},
+        "replica_regions": (),
+        "witness_region": None,
     }
 
 
@@ -105,6 +107,7 @@ def test_properties_from_context() -> None:
             "snapshot_windows": "hourly, daily, monthly",
             "billing_mode": "provisioned",
             "removal_policy": "destroy",
+            "deletion_protection": "false",  # the documented opt-out
             "tags": '{"team": "payments", "tier": 1}',
             "alarm_topic_arn": "arn:aws:sns:us-east-1:123456789012:ops",
             "aggregator_role_arn": "arn:aws:iam::123456789012:role/agg",
@@ -120,6 +123,7 @@ def test_properties_from_context() -> None:
     assert props.snapshot_windows == ("hourly", "daily", "monthly")
     assert props.billing_mode == dynamodb.BillingMode.PROVISIONED
     assert props.removal_policy == cdk.RemovalPolicy.DESTROY
+    assert props.deletion_protection is False
     assert props.tags == {"team": "payments", "tier": "1"}
     assert props.alarm_topic is not None
     assert props.alarm_topic.topic_arn == "arn:aws:sns:us-east-1:123456789012:ops"

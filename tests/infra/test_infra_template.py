@@ -25,6 +25,7 @@ from cdk_stacks import SUPPLIED_LAYER_ARN, SUPPLIED_ROLE_ARN, Synthesized
 from zae_limiter import audit, schema, versioning
 from zae_limiter.cdk.access import NAMESPACE_TAG
 from zae_limiter.cdk.aggregator import (
+    HELD_ALERTS_EVENT,
     METRIC_NAMESPACE,
     POWERTOOLS_RELEASE,
     SERVICE_NAME,
@@ -110,7 +111,7 @@ def test_table_stream_ttl_pitr_encryption_billing_and_retention(synthesized: Syn
     assert "ProvisionedThroughput" not in props
     # SSEEnabled false = encrypted with the AWS-owned key (DynamoDB's default).
     assert props["SSESpecification"] == {"SSEEnabled": False}
-    assert props["DeletionProtectionEnabled"] is False
+    assert props["DeletionProtectionEnabled"] is True  # by default: the table holds money
     assert table["DeletionPolicy"] == "Retain"
     assert table["UpdateReplacePolicy"] == "Retain"
 
@@ -132,7 +133,7 @@ def test_table_options(synthesized: Synthesized) -> None:
         "SSEEnabled": True,
         "SSEType": "KMS",
     }
-    assert props["DeletionProtectionEnabled"] is True
+    assert props["DeletionProtectionEnabled"] is False  # opted out, as a stack to destroy does
     assert table["DeletionPolicy"] == "Delete"
     assert {"Key": "team", "Value": "payments"} in props["Tags"]
 
@@ -226,9 +227,25 @@ def test_aggregator_role_is_least_privilege(synthesized: Synthesized) -> None:
             ["dynamodb:GetItem"],
             {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["_#VERSION", "_#NSID"]}},
         ),
+        "CheckDeletedEntities": (
+            ["dynamodb:ConditionCheckItem", "dynamodb:GetItem"],
+            {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#UDEL#*"]}},
+        ),
         "WriteSnapshotsAndMarkers": (
             ["dynamodb:PutItem", "dynamodb:UpdateItem"],
             {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#U#*", "_#AGG#*"]}},
+        ),
+        "WriteAlerts": (
+            ["dynamodb:PutItem", "dynamodb:UpdateItem"],
+            {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#AL#*"]}},
+        ),
+        "HoldCrossings": (
+            ["dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:Query"],
+            {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["_#ALH"]}},
+        ),
+        "ReadBucketsOfHeldCrossings": (
+            ["dynamodb:GetItem"],
+            {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#B#*"]}},
         ),
     }
     del found[key({"Fn::GetAtt": [table_id, "Arn"]})]
@@ -246,6 +263,18 @@ def test_aggregator_role_is_least_privilege(synthesized: Synthesized) -> None:
             "sqs:SendMessage",
         ],
     }
+
+
+def test_held_alerts_are_swept_every_minute_on_every_table(synthesized: Synthesized) -> None:
+    """Crossings held until no refund can undo them are confirmed even when no stream batch
+    comes: a schedule invokes the aggregator with `HELD_ALERTS_EVENT` (single-Region tables
+    have no other rule)."""
+    template = synthesized.default
+    rule = only(template, "AWS::Events::Rule")["Properties"]
+    assert rule["ScheduleExpression"] == "rate(1 minute)"
+    assert json.loads(rule["Targets"][0]["Input"]) == HELD_ALERTS_EVENT
+    function_id = logical_id(template, FUNCTION, "AggregatorFunction")
+    assert rule["Targets"][0]["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]}
 
 
 def test_aggregator_role_options(synthesized: Synthesized) -> None:
@@ -691,6 +720,7 @@ def test_namespace_scoped_policies(synthesized: Synthesized) -> None:
     assert app["Registry"]["Condition"] == registry
     assert actions(app["Registry"]) == [
         "dynamodb:BatchGetItem",
+        "dynamodb:DescribeTable",  # is the table multi-Region? (docs/multi-region.md)
         "dynamodb:GetItem",
         "dynamodb:Query",
     ]
@@ -731,11 +761,13 @@ def test_policy_and_role_names_and_boundary(synthesized: Synthesized) -> None:
             "readonly",
             "usage",
             "audit",
+            "alerts",
             "app-namespace",
             "admin-namespace",
             "readonly-namespace",
             "usage-namespace",
             "audit-namespace",
+            "alerts-namespace",
         )
     )
     roles = resources(template, "AWS::IAM::Role")
@@ -849,6 +881,7 @@ def test_outputs(synthesized: Synthesized) -> None:
         "ReadonlyPolicyArn",
         "UsagePolicyArn",
         "AuditPolicyArn",
+        "AlertsPolicyArn",
     ):
         assert has(synthesized.default, name), name
         assert has(synthesized.full, name), name

@@ -1,4 +1,5 @@
-"""The version-record custom resource (writer and CloudFormation answer), on moto in process."""
+"""The version-record custom resource (writer and CloudFormation answer), on moto in process; each
+request it sends is checked against the version-record role's synthesized policy."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from zae_limiter.cdk.paths import VERSION_RECORD_DIR
 from zae_limiter.dynamo import codec, keys, records
 
 TABLE = "zl-version-record"
+#: Every request the writer sends is one the version-record role's synthesized policy allows.
+pytestmark = pytest.mark.usefixtures("iam_checked")
 
 
 def _load(module_name: str, file_name: str) -> ModuleType:
@@ -108,6 +111,10 @@ def test_create_writes_the_record_and_registers_default(client: Any) -> None:
     assert record["client_min_version"] == "0.0.0"
     assert record["updated_by"] == f"cdk:{versioning.LIBRARY_VERSION}"
     assert (record["audit_retention_days"], record["usage_retention_days"]) == (90, 30)
+    table_id = record["table_id"]  # the table's identity, drawn once (docs/errors.md)
+    assert len(table_id) == 16
+    writer.apply(event("Update", AuditRetentionDays="400"), client)
+    assert (read(client, keys.version_record()) or {})["table_id"] == table_id  # never replaced
     by_name = read(client, keys.namespace_by_name("default"))
     assert by_name is not None and by_name["status"] == records.NAMESPACE_ACTIVE
     by_id = read(client, keys.namespace_by_id(by_name["id"]))
@@ -139,17 +146,17 @@ def test_update_is_idempotent_and_keeps_the_namespace_and_unknown_fields(client:
 
 
 def test_refuses_an_aggregator_older_than_the_minimum_client(client: Any) -> None:
-    set_record(client, client_min_version="0.18.0", aggregator_version="0.18.0")
-    with pytest.raises(writer.DeploymentRefused, match=r"0\.17\.0 aggregator.*requires 0\.18\.0"):
+    set_record(client, client_min_version="0.19.0", aggregator_version="0.19.0")
+    with pytest.raises(writer.DeploymentRefused, match=r"0\.18\.0 aggregator.*requires 0\.19\.0"):
         writer.apply(event("Update"), client)
     record = read(client, keys.version_record())
-    assert record is not None and record["aggregator_version"] == "0.18.0"  # untouched
+    assert record is not None and record["aggregator_version"] == "0.19.0"  # untouched
 
     writer.apply(event("Update", AllowAggregatorDowngrade="true"), client)
     record = read(client, keys.version_record())
     assert record is not None
     assert record["aggregator_version"] == versioning.LIBRARY_VERSION
-    assert record["client_min_version"] == "0.18.0"  # an override never lowers the minimum
+    assert record["client_min_version"] == "0.19.0"  # an override never lowers the minimum
 
 
 def test_rollback_after_a_refused_update_restores_the_previous_versions(client: Any) -> None:
@@ -298,3 +305,35 @@ def test_handler_answers_failed_when_the_runtime_cannot_be_imported(
     assert body["Status"] == "FAILED"
     assert body["Reason"].startswith("cannot import the bundled zae_limiter package")
     assert body["PhysicalResourceId"] == "VersionRecord-failed"
+
+
+class _NoTransactions:
+    """A boto3 client that refuses what an MRSC table refuses (everything else goes through)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def transact_write_items(self, **_: Any) -> Any:
+        raise AssertionError("a transaction was sent to a multi-Region strongly consistent table")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_a_multi_region_table_is_written_without_a_transaction_and_says_so(client: Any) -> None:
+    """docs/multi-region.md: the record names the Regions (for roles that may not describe the
+    table), and `default` is registered one item at a time."""
+    regions = "us-east-1,us-east-2,us-west-2"
+    writer.apply(
+        event(MultiRegionConsistency="STRONG", ReplicaRegions=regions), _NoTransactions(client)
+    )
+    record = read(client, keys.version_record())
+    assert record is not None
+    assert record["multi_region_consistency"] == "STRONG"
+    assert record["replica_regions"] == regions.split(",")
+    by_name = read(client, keys.namespace_by_name("default"))
+    assert by_name is not None
+    assert read(client, keys.namespace_by_id(by_name["id"])) is not None
+    writer.apply(event("Update", MultiRegionConsistency="STRONG", ReplicaRegions=regions),
+                 _NoTransactions(client))  # fmt: skip
+    assert read(client, keys.namespace_by_name("default")) == by_name  # registered once

@@ -3,18 +3,24 @@ limiter on DynamoDB Local (examples/asgi_service.py and small apps of the tests'
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import aiohttp
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route as StarletteRoute
 
 from support.asgi_server import load_example, serving
 from support.clock import FakeClock
+from support.faultproxy import limiter_behind_proxy
 from support.ratelimit_fields import checked
 from support.tables import TableRef
-from zae_limiter import Limit, OnUnavailable, RateLimiter, Repository
-from zae_limiter.integrations.asgi import LEASE_KEY, RateLimitMiddleware
+from zae_limiter import Limit, OnUnavailable, RateLimiter, Repository, ValidationError
+from zae_limiter.integrations.asgi import LEASE_KEY, RateLimitMiddleware, Route
 
 service = load_example("asgi_service")
 KEY = {"X-Api-Key": "key-1"}
@@ -94,9 +100,9 @@ async def test_the_headers_count_down_and_also_is_debited_per_request(
         for path in ("/", "/big", "/"):
             _, headers, _ = await fetch(http, url + path, headers=KEY)
             policy, limits = checked(headers)
-            assert list(policy) == ["search.rpm"]  # the primary resource only
-            remaining.append(limits["search.rpm"]["r"])
-    assert remaining == [9, 8, 7]
+            assert list(policy) == ["search.rpm", "budget.units"]  # every resource of the call
+            remaining.append((limits["search.rpm"]["r"], limits["budget.units"]["r"]))
+    assert remaining == [(9, 999), (8, 994), (7, 993)]
     assert await limiter.available("key-1", "budget") == {"units": 1_000 - 7}
 
 
@@ -230,3 +236,209 @@ async def test_an_outage_under_allow_passes_with_a_degraded_lease(
     assert (status, headers["Retry-After"]) == (503, "1")
     assert json.loads(body)["type"].endswith("#temporary-reduced-capacity")
     assert len(leases) == 1
+
+
+async def call(app: Any, method: str, path: str, headers: Any = ()) -> tuple[int, dict[Any, Any]]:
+    """Drive an ASGI app as a server would, without a socket; (status, headers)."""
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": b""}
+
+    scope = {"type": "http", "method": method, "path": path, "headers": list(headers)}
+    await app(scope, receive, send)
+    return sent[0]["status"], dict(sent[0]["headers"])
+
+
+async def test_one_middleware_maps_routes_to_resources_and_costs(limiter: RateLimiter) -> None:
+    """Issue 42 item 9: routes (a path and what is below it, or a method and a path) each name
+    a resource and what a request costs; the longest match wins, a method's first; a route
+    mapped to None and an unmatched path (no resource=) are not limited; mistakes are
+    ValidationErrors before any request."""
+    await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 2)])
+    await limiter.set_resource_defaults("chat", [Limit.per_minute("tokens", 2_000)])
+    await limiter.set_resource_defaults("budget", [Limit.per_day("usd", 1_000)])
+    seen: list[tuple[str, ...]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        lease = scope.get("state", {}).get(LEASE_KEY)
+        seen.append(() if lease is None else lease.resources)
+        await answer(send)
+
+    def tokens(scope: Any) -> dict[str, int]:
+        return {"tokens": int(dict(scope["headers"]).get(b"x-max-tokens", b"500"))}
+
+    service_app = RateLimitMiddleware(
+        app,
+        limiter=limiter,
+        entity=lambda scope: "key-1",
+        routes={
+            "/search": Route("search", {"rpm": 1}),
+            "/search/admin": None,
+            "POST /v1/chat": Route("chat", tokens, also={"budget": {"usd": 10}}),
+        },
+    )
+    big = [(b"x-max-tokens", b"1500")]
+    statuses = [
+        (await call(service_app, "GET", "/search/items/7"))[0],
+        (await call(service_app, "GET", "/search"))[0],
+        (await call(service_app, "GET", "/search"))[0],  # rpm 2: refused
+        (await call(service_app, "GET", "/search/admin/x"))[0],  # None: not limited
+        (await call(service_app, "POST", "/v1/chat/", big))[0],
+        (await call(service_app, "POST", "/v1/chat", big))[0],  # 3,000 tokens > 2,000
+        (await call(service_app, "GET", "/v1/chat"))[0],  # no route: not limited
+    ]
+    assert statuses == [200, 200, 429, 200, 200, 429, 200]
+    assert seen == [("search",), ("search",), (), ("chat", "budget"), ()]
+    assert await limiter.available("key-1", "budget") == {"usd": 990}
+    with_default = RateLimitMiddleware(
+        app,
+        limiter=limiter,
+        entity=lambda scope: "key-2",
+        resource="search",
+        consume={"rpm": 2},
+        routes={"/health": None},
+    )
+    assert [(await call(with_default, "GET", p))[0] for p in ("/x", "/health", "/y")] == [
+        200,
+        200,
+        429,
+    ]
+    for bad, match in (
+        ({"routes": {"search": Route("search", {"rpm": 1})}}, "a path"),
+        ({"routes": {"/s": Route("bad name!", {"rpm": 1})}}, "resource"),
+        ({"routes": {"/s": Route("s", {"rpm": -1})}}, "consume"),
+        ({"routes": {"/s": ("s", {"rpm": 1})}}, "Route"),
+        ({"resource": "search"}, "consume"),
+        ({}, "routes="),
+        ({"resource": "search", "consume": {"rpm": 1}, "timeout": 0}, "timeout"),
+    ):
+        with pytest.raises(ValidationError, match=match):
+            RateLimitMiddleware(app, limiter=limiter, entity=lambda scope: "k", **bad)
+
+
+async def test_the_middleware_takes_its_own_deadline(table: TableRef) -> None:
+    """Issue 42 item 9: `timeout=` bounds each admission whatever the repository's
+    `acquire_timeout` (here None: as long as resolving takes). DynamoDB partitioned for longer
+    than the test: with the middleware's deadline the request is answered 503 (BLOCK), never
+    left waiting on the partition."""
+    async with limiter_behind_proxy(table, 3, acquire_timeout=None) as (proxy, limiter):
+        await limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 10)])
+        app = RateLimitMiddleware(
+            plain_app,
+            limiter=limiter,
+            entity=lambda scope: "key-1",
+            routes={"/search": Route("search", {"rpm": 1})},
+            timeout=0.2,
+        )
+        async with limiter.acquire("key-1", "search", {"rpm": 1}, timeout=None):
+            pass  # warm, with no deadline: the config and the bucket are seen
+        proxy.partition(600)
+        status, headers = await call(app, "GET", "/search")
+    assert (status, headers[b"retry-after"]) == (503, b"1")
+
+
+async def test_cancel_on_hold_lost_cancels_the_app_and_answers_503(table: TableRef) -> None:
+    """Issue 42 item 14: with `cancel_on_hold_lost`, a request whose concurrency hold lapses
+    (renewals dropped by a partition, the real clock) has its app cancelled at once and is
+    answered 503 with the problem body; without it the app would run on, holding nothing."""
+    async with limiter_behind_proxy(table, 7) as (proxy, limiter):
+        await limiter.set_resource_defaults("llm", [Limit.concurrent("parallel", 2, lease_ttl=1)])
+        ran: list[str] = []
+
+        async def generate(scope: Any, receive: Any, send: Any) -> None:
+            proxy.partition(600)  # from here on every renewal hangs and is dropped
+            try:
+                await asyncio.sleep(600)  # a long generation
+                ran.append("finished")
+            except asyncio.CancelledError:
+                ran.append("cancelled")
+                raise
+
+        app = RateLimitMiddleware(
+            generate,
+            limiter=limiter,
+            entity=lambda scope: "key-1",
+            routes={"/generate": Route("llm", {"parallel": 1})},
+            timeout=1.0,
+            cancel_on_hold_lost=True,
+        )
+        async with limiter.acquire("key-1", "llm", {"parallel": 1}, timeout=None):
+            pass  # warm, with no deadline: the config and the bucket are seen
+        status, headers = await call(app, "POST", "/generate")
+    assert (status, ran) == (503, ["cancelled"])
+    assert headers[b"content-type"] == b"application/problem+json"
+
+
+# --- client disconnects (docs/on-unavailable.md, "Client disconnects") -------------------------
+# uvicorn does not cancel the app when its client disconnects: a plain handler runs to its end
+# and its lease exits normally, so the call is billed. A handler that stops billing checks
+# `request.is_disconnected()` and raises: the middleware's lease is refunded on the exception.
+# Each client sends its request and closes its connection 100 ms later, while its handler works.
+
+CLIENTS = 8
+
+
+class ClientGone(Exception):
+    """The client disconnected: the handler stops, and the lease is refunded."""
+
+
+async def unaware_handler(request: Request) -> PlainTextResponse:
+    await asyncio.sleep(0.5)  # the work, unaware of the client
+    return PlainTextResponse("done")
+
+
+async def asking_handler(request: Request) -> PlainTextResponse:
+    for _ in range(10):  # the work, in steps, asking between them
+        if await request.is_disconnected():
+            raise ClientGone()
+        await asyncio.sleep(0.05)
+    return PlainTextResponse("done")
+
+
+async def abandon(url: str, path: str, entity: str) -> None:
+    """Send one request, then close the connection before the answer."""
+    host, port = url.removeprefix("http://").split(":")
+    _, writer = await asyncio.open_connection(host, int(port))
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nX-Entity: {entity}\r\n\r\n".encode())
+    await writer.drain()
+    await asyncio.sleep(0.1)
+    writer.close()
+    await writer.wait_closed()
+
+
+def entity_header(scope: Any) -> str:
+    return str(dict(scope["headers"])[b"x-entity"].decode())
+
+
+async def test_a_client_disconnect_bills_a_plain_handler_and_not_one_that_checks(
+    repo: Repository,
+) -> None:
+    limiter = RateLimiter(repo)
+    await limiter.set_resource_defaults("api", [Limit.per_day("calls", 1_000)])
+    app = RateLimitMiddleware(
+        Starlette(
+            routes=[
+                StarletteRoute("/plain", unaware_handler),
+                StarletteRoute("/checked", asking_handler),
+            ]
+        ),
+        limiter=limiter,
+        resource="api",
+        entity=entity_header,
+        consume={"calls": 1},
+    )
+    async with serving(app) as url:
+        await asyncio.gather(
+            *(abandon(url, "/plain", "plain-user") for _ in range(CLIENTS)),
+            *(abandon(url, "/checked", "checked-user") for _ in range(CLIENTS)),
+        )
+        await asyncio.sleep(1.0)  # every handler has ended (plain ones after 0.5 s)
+    billed = {
+        entity: sum(s.total_consumed for s in await repo.get_buckets(entity))
+        for entity in ("plain-user", "checked-user")
+    }
+    assert billed == {"plain-user": CLIENTS, "checked-user": 0}

@@ -4,6 +4,7 @@ Local."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from zae_limiter import (
     SyncLease,
     SyncRateLimiter,
     SyncRepository,
+    ValidationError,
 )
 from zae_limiter.integrations.aws_lambda import current_lease, rate_limited
 from zae_limiter.integrations.headers import REDUCED_CAPACITY_TYPE
@@ -140,11 +142,41 @@ def test_an_exception_in_the_handler_refunds(sync_limiter: SyncRateLimiter) -> N
 
 
 def test_no_entity_passes_unlimited(sync_limiter: SyncRateLimiter) -> None:
+    """The example's route calls `current_lease(SyncLease).adjust(...)` on every request: on
+    one that is not limited, that lease covers nothing and the call does nothing."""
     sync_limiter.set_resource_defaults("search", [Limit.per_minute("rpm", 1)])
     handler = example.build_handler(sync_limiter, "rest")
     responses = [handler(event("rest", api_key=None), None) for _ in range(5)]
     assert [r["statusCode"] for r in responses] == [200] * 5
     assert all(rate_headers(r) == {} for r in responses)
+
+
+async def test_current_lease_of_a_request_not_limited(
+    sync_limiter: SyncRateLimiter, limiter: RateLimiter
+) -> None:
+    """Issue 42 item 5: the typed form is never None. Not limited: a lease covering nothing
+    (not degraded); outside a handler: ValidationError; `current_lease()` keeps None."""
+    seen: list[Any] = []
+
+    @rate_limited(sync_limiter, resource="search", entity=lambda e: None, consume={"rpm": 1})
+    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        lease = current_lease(SyncLease)
+        lease.adjust(results=10)
+        seen.append((type(lease), lease.resources, lease.degraded, lease.consumed, current_lease()))
+        return {"statusCode": 200}
+
+    @rate_limited(limiter, resource="search", entity=lambda e: None, consume={"rpm": 1})
+    async def async_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        lease = current_lease(Lease)
+        await lease.adjust(results=10)
+        seen.append((type(lease), lease.resources, lease.degraded, lease.consumed, current_lease()))
+        return {"statusCode": 200}
+
+    handler(event("rest"), None)
+    await async_handler(event("rest"), None)
+    assert seen == [(SyncLease, (), False, {}, None), (Lease, (), False, {}, None)]
+    with pytest.raises(ValidationError, match="outside a handler decorated with rate_limited"):
+        current_lease(SyncLease)
 
 
 @pytest.mark.parametrize("returned", ["headers", "multiValueHeaders", "both"])
@@ -246,6 +278,46 @@ async def test_an_unreachable_dynamodb_is_a_503_with_retry_after(table: TableRef
         assert problem["type"] == REDUCED_CAPACITY_TYPE and problem["status"] == 503
         assert table.name not in response["body"]
     assert responses[1]["statusDescription"] == "503 Service Unavailable"
+
+
+async def test_cancel_on_hold_lost_cancels_an_async_handler(table: TableRef) -> None:
+    """Issue 42 item 14: an async handler whose concurrency hold lapses (renewals dropped by a
+    partition) is cancelled at once and answered 503; a plain handler cannot be interrupted,
+    so asking for it there is a TypeError."""
+    async with fault_proxy(table.endpoint_url, seed=9, rate=0.0) as proxy:
+        repo = await Repository.open(table=table.name, endpoint_url=proxy.url, acquire_timeout=0.5)
+        limiter = RateLimiter(repo)
+        await limiter.set_resource_defaults("llm", [Limit.concurrent("parallel", 2, lease_ttl=1)])
+        ran: list[str] = []
+
+        @rate_limited(
+            limiter,
+            resource="llm",
+            entity=example.api_key,
+            consume={"parallel": 1},
+            cancel_on_hold_lost=True,
+        )
+        async def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            proxy.partition(600)  # from here on every renewal hangs and is dropped
+            try:
+                await asyncio.sleep(600)
+            except asyncio.CancelledError:
+                ran.append("cancelled")
+                raise
+            return {"statusCode": 200, "body": "done"}
+
+        async with limiter.acquire("key-1", "llm", {"parallel": 1}, timeout=None):
+            pass  # warm, with no deadline: the config and the bucket are seen
+        response = await handler(event("rest"), None)
+    assert (response["statusCode"], ran) == (503, ["cancelled"])
+    with pytest.raises(TypeError, match="async def handler"):
+        rate_limited(
+            limiter,
+            resource="llm",
+            entity=example.api_key,
+            consume={"parallel": 1},
+            cancel_on_hold_lost=True,
+        )(lambda event, context: None)
 
 
 def test_the_limiter_must_match_the_handler(

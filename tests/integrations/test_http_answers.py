@@ -25,7 +25,7 @@ from zae_limiter import (
     SyncRepository,
     ValidationError,
 )
-from zae_limiter.acquire.lease import Ledger, degraded_lease
+from zae_limiter.acquire.lease import LeaseState, degraded_lease
 from zae_limiter.integrations.headers import partition_key, problem_details, ratelimit_headers
 
 
@@ -36,9 +36,12 @@ async def rejection(limiter: RateLimiter, *args: object, **kwargs: object) -> Ra
     return info.value
 
 
-async def test_a_lease_gets_one_policy_per_limit_of_the_primary_resource(
+async def test_a_lease_gets_one_policy_per_limit_of_every_resource_of_the_call(
     limiter: RateLimiter,
 ) -> None:
+    """Draft -11: `t` is the effective window, the seconds within which no more than `r` can be
+    used: for a dripping limit, until its next whole unit drips in (rpm 10: 6 s; tokens at
+    1000 a minute: under a second). The `also=` resource's limits are described too."""
     await limiter.set_resource_defaults(
         "search", [Limit.per_minute("rpm", 10), Limit.per_minute("tokens", 1_000, burst=2_000)]
     )
@@ -50,9 +53,14 @@ async def test_a_lease_gets_one_policy_per_limit_of_the_primary_resource(
     policy, limits = checked(headers)
     assert policy == {
         "search.rpm": {"q": 10, "w": 60},
-        "search.tokens": {"q": 2_000, "zael-unit": "tokens", "w": 120},
+        "search.tokens": {"q": 2_000, "w": 120},
+        "budget.units": {"q": 100, "w": 86_400},
     }
-    assert limits == {"search.rpm": {"r": 9, "t": 6}, "search.tokens": {"r": 1_500, "t": 30}}
+    assert limits == {
+        "search.rpm": {"r": 9, "t": 6},
+        "search.tokens": {"r": 1_500, "t": 1},  # 60 ms, rounded up
+        "budget.units": {"r": 95, "t": 864},
+    }
     assert "Retry-After" not in headers
 
 
@@ -72,9 +80,9 @@ async def test_a_rejection_adds_retry_after_and_never_a_w_past_it(
     assert 30 <= retry_after <= 31  # one rpm drips back in 30 s
     policy, limits = checked(headers)
     assert policy["search.rpm"] == {"q": 2, "w": 60}
-    assert limits["search.rpm"] == {"r": 0, "t": retry_after}  # 60 s to whole, capped
-    # tokens would be whole again in 2 s, under Retry-After; rpm's 60 s would be capped at it.
-    assert limits["search.tokens"]["r"] == 3_598
+    assert limits["search.rpm"] == {"r": 0, "t": 30}  # no more than 0 until one drips in
+    assert limits["search.tokens"] == {"r": 3_598, "t": 1}  # one token a second
+
     assert all(item["t"] <= int(headers["Retry-After"]) for item in limits.values())
 
 
@@ -83,7 +91,8 @@ async def test_a_balance_in_debt_is_reported_as_zero_remaining(limiter: RateLimi
     async with limiter.acquire("user-1", "search", {"tokens": 10}) as lease:
         await lease.adjust(tokens=400)  # adjust never rejects: the balance goes to -310
         in_block = ratelimit_headers(lease)
-    assert checked(in_block)[1] == {"search.tokens": {"r": 0, "t": 246}}
+    # no more than 0 until the balance is back to 1: 311 tokens at 100 a minute (186.6 s)
+    assert checked(in_block)[1] == {"search.tokens": {"r": 0, "t": 187}}
     exc = await rejection(limiter, "user-1", "search", {"tokens": 1})
     assert checked(ratelimit_headers(exc))[1]["search.tokens"]["r"] == 0
 
@@ -101,13 +110,13 @@ async def test_quota_policies_carry_their_reset(limiter: RateLimiter, clock: Fak
         availability = await limiter.check_availability("user-1", "budget")
     policy, limits = checked(headers)
     assert policy == {
-        "budget.weekly": {"q": 5_000, "zael-unit": "weekly"},  # a calendar period has no fixed w
-        "budget.session": {"q": 1_000, "zael-unit": "session", "w": 18_000},
+        "budget.weekly": {"q": 5_000},  # a calendar period has no fixed w
+        "budget.session": {"q": 1_000, "w": 18_000},
     }
     weekly_reset = availability.status("weekly").resets_at_ms
     assert weekly_reset is not None
     assert limits["budget.weekly"] == {"r": 4_900, "t": -(-(weekly_reset - clock()) // 1000)}
-    assert limits["budget.session"]["r"] == 900
+    assert limits["budget.session"] == {"r": 900, "t": 18_000}
 
 
 async def test_units_map_to_qu_or_the_prefixed_parameter(limiter: RateLimiter) -> None:
@@ -145,11 +154,11 @@ async def test_a_sync_lease_gets_the_same_headers(table: TableRef) -> None:
             headers = ratelimit_headers(lease)
     finally:
         limiter.close()
-    assert checked(headers)[1] == {"search.rpm": {"r": 7, "t": 18}}
+    assert checked(headers)[1]["search.rpm"]["r"] == 7
 
 
 def test_the_degraded_lease_and_other_values() -> None:
-    assert ratelimit_headers(degraded_lease(Ledger({}))) == {}
+    assert ratelimit_headers(degraded_lease(LeaseState({}))) == {}
     with pytest.raises(TypeError, match="Lease, SyncLease or RateLimitExceeded"):
         ratelimit_headers({"rpm": 1})
 
@@ -186,14 +195,19 @@ async def test_the_public_body_names_no_parent_capacity_or_other_balance(
         "violations": [{"resource": "search", "limit_name": "rpm", "parent": True}],
     }
     problem = problem_details(exc)
+    assert problem == exc.as_problem()  # the body is rendered once, by the refusal itself
     assert problem["type"] == "https://iana.org/assignments/http-problem-types#quota-exceeded"
-    assert (problem["status"], problem["violated-policies"]) == (429, ["parent.search.rpm"])
+    # the parent's limit is no policy the headers describe: in violations, not violated-policies
+    assert (problem["status"], problem["violated-policies"]) == (429, [])
     headers = ratelimit_headers(exc)
     policy, limits = checked(headers)
-    assert policy == {"search.rpm": {"q": 100, "w": 60}}  # the caller's own limit only
+    assert policy == {  # the caller's own limits only, on both resources of the call
+        "search.rpm": {"q": 100, "w": 60},
+        "budget.units": {"q": 1_000, "w": 86_400},
+    }
     assert limits["search.rpm"]["r"] == 98
     exposed = json.dumps([public, problem, headers])
-    for secret in ("org-secret", "user-3", "q=2", "budget", "capacity", "available"):
+    for secret in ("org-secret", "user-3", "q=2", "capacity", "available"):
         assert secret not in exposed
 
 
@@ -209,9 +223,36 @@ async def test_the_callers_own_violation_on_another_resource(limiter: RateLimite
     policy, limits = checked(ratelimit_headers(exc))
     assert policy == {
         "search.rpm": {"q": 100, "w": 60},
-        "budget.units": {"q": 100, "zael-unit": "units", "w": 86400},
+        "budget.units": {"q": 100, "w": 86400},
     }
     assert limits["search.rpm"]["r"] == 100 and limits["budget.units"]["r"] == 100
+
+
+async def test_the_same_policies_on_an_admission_and_its_rejection(limiter: RateLimiter) -> None:
+    """Issue 42 item 8: a 200 and the 429 of the same call describe the same policies (the
+    budget's too), `violated-policies` names only described policies, and a unit follows the
+    limit's kind, never its name ("tokens" is not a unit the draft knows: requests, unless
+    `units=` says otherwise)."""
+    await limiter.set_resource_defaults(
+        "search",
+        [
+            Limit.per_minute("rpm", 100),
+            Limit.per_minute("tokens", 10_000),
+            Limit.concurrent("parallel", 5),
+        ],
+    )
+    await limiter.set_resource_defaults("budget", [Limit.quota("weekly", 1_000, cron="0 0 * * 1")])
+    call = {"rpm": 1, "tokens": 100, "parallel": 1}
+    async with limiter.acquire("user-1", "search", call, also={"budget": {"weekly": 600}}) as lease:
+        admitted, _ = checked(ratelimit_headers(lease))
+    exc = await rejection(limiter, "user-1", "search", call, also={"budget": {"weekly": 600}})
+    refused, _ = checked(ratelimit_headers(exc))
+    assert admitted == refused
+    assert list(admitted) == ["search.rpm", "search.tokens", "search.parallel", "budget.weekly"]
+    assert admitted["search.tokens"] == {"q": 10_000, "w": 60}
+    assert admitted["search.parallel"] == {"q": 5, "qu": "concurrent-requests"}
+    violated = problem_details(exc)["violated-policies"]
+    assert violated == ["budget.weekly"] and set(violated) <= set(refused)
 
 
 async def test_a_disabled_resource_is_a_403_problem_without_whose_flag(
@@ -224,6 +265,7 @@ async def test_a_disabled_resource_is_a_403_problem_without_whose_flag(
             pass
     assert info.value.as_dict()["entity_id"] == "org-secret"
     problem = problem_details(info.value)
+    assert problem == info.value.as_problem()
     assert problem == {
         "type": "about:blank",
         "title": "Forbidden",

@@ -34,7 +34,7 @@ class AcquireEnv:
         self.bucket_io = MemoryBucketIO()
         self.images = ImageCache(rejection_ttl_seconds=1.0, size=1_000)
         # The resolver reads config; these tests hand the targets in, so it is never called.
-        resolver = Resolver(cast(Any, None), NS, ConfigCache(60), self.clock)
+        resolver = Resolver(cast(Any, None), ConfigCache(60), self.clock)
         self.admission = Admission(
             self.bucket_io, NS, resolver, self.images, self.clock, 7, backoff=backoff
         )

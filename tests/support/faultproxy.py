@@ -2,11 +2,14 @@
 
 Point a `Repository` at `proxy.url` and every request goes through it. For each request whose
 operation is in `operations` (writes, by default) the proxy decides from the request's identity,
-not from the order requests arrive in: a hash of the seed, the operation, the body and how many
-times this same body was seen before (its attempt). With probability `rate` it injects one of
-`kinds`, and never more than `max_per_request` times in a row on one identity, so a request
-re-sent or retried by the client always gets through in the end (a run cannot fail on a streak
-of draws the client's retry bounds were never meant for):
+not from the order requests arrive in nor from the writer that sent it: a hash of the seed, the
+operation, the item(s) it names (its `Key`, or the key attributes of its `Item`; every item of a
+transaction) and how many requests for those items this proxy saw before. So a seed replays: the
+same process sending the same sequence of writes to an item meets the same faults, whatever its
+random writer id, the times in its bodies or its other items' traffic. With probability `rate`
+it injects one of `kinds`, and never more than `max_per_request` times in a row on one identity,
+so a request re-sent or retried by the client always gets through in the end (a run cannot fail
+on a streak of draws the client's retry bounds were never meant for):
 
 - ``lost``:     forward, let DynamoDB apply it, then close the connection without an answer
 - ``latency``:  forward, then hold the answer for `delay_s` (longer than the client's read timeout)
@@ -39,12 +42,41 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
 KINDS = ("lost", "latency", "throttle", "5xx")
 EXTRA_KINDS = ("late",)
 WRITES = ("UpdateItem", "PutItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
+
+
+def items_of(body: bytes) -> bytes:
+    """What names a request's item(s): its `Key`, the key attributes of its `Item`, every item
+    of a transaction or batch (sorted), else the whole body."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return body
+    found: list[str] = []
+
+    def visit(node: object) -> None:
+        if isinstance(node, dict):
+            if "Key" in node:
+                found.append(json.dumps(node["Key"], sort_keys=True))
+            elif "Item" in node and isinstance(node["Item"], dict):
+                item = node["Item"]
+                keys = {k: v for k, v in item.items() if k in ("PK", "SK")} or item
+                found.append(json.dumps(keys, sort_keys=True))
+            else:
+                for value in node.values():
+                    visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(request)
+    return "|".join(sorted(found)).encode() if found else body
 
 
 def _error(status: int, code: str) -> tuple[int, dict[str, str], bytes]:
@@ -92,7 +124,11 @@ class FaultProxy:
         self.max_per_request = max_per_request
         self.at_least = at_least
         self._forced = 0  # requests faulted because of `at_least`
-        self._seen: Counter[bytes] = Counter()  # attempts per request identity
+        self._seen: Counter[bytes] = Counter()  # requests per identity (the items named)
+        self._streak: Counter[bytes] = Counter()  # faults in a row per identity
+        self._last = b""  # the identity of the request drawn last
+        self._copies: Counter[bytes] = Counter()  # faults per exact request body
+        self._last_copy = b""  # the body of the request drawn last
         self._partition_until = 0.0
         self.rate = rate
         self.kinds = kinds
@@ -138,14 +174,22 @@ class FaultProxy:
         self._partition_until = max(self._partition_until, time.monotonic() + seconds)
 
     def _identity(self, operation: str, body: bytes) -> tuple[float, float, float]:
-        """Three uniform draws in [0, 1) from the seed, the request and its attempt number."""
-        digest = hashlib.blake2b(f"{self.seed}/{operation}/".encode() + body, digest_size=16)
-        key = digest.digest()
-        attempt = self._seen[key]
+        """Three uniform draws in [0, 1) from the seed, the items the request names and how
+        many requests for them came before (1.0 first after `max_per_request` faults in a row
+        on those items, or on this very body: a client's retries of one request get through even
+        while other writers' requests to the same items take the item's passes)."""
+        digest = hashlib.blake2b(f"{self.seed}/{operation}/".encode() + items_of(body),
+                                 digest_size=16)  # fmt: skip
+        key = self._last = digest.digest()
+        copy = self._last_copy = hashlib.blake2b(body, digest_size=16).digest()
+        ordinal = self._seen[key]
         self._seen[key] += 1
-        if attempt >= self.max_per_request:
-            return 1.0, 0.0, 0.0  # never faulted again: the client's retries get through
-        digest.update(attempt.to_bytes(4, "big"))
+        if self._copies[copy] >= self.max_per_request:
+            return 1.0, 0.0, 0.0
+        if self._streak[key] >= self.max_per_request:
+            self._streak[key] = 0
+            return 1.0, 0.0, 0.0
+        digest.update(ordinal.to_bytes(4, "big"))
         word = int.from_bytes(digest.digest(), "big")
         mask = 2**40 - 1
         return (word & mask) / 2**40, (word >> 40 & mask) / 2**40, (word >> 80 & mask) / 2**40
@@ -159,10 +203,14 @@ class FaultProxy:
         if time.monotonic() - self._started > self.seconds:
             return None, 0.0
         chance, pick, coin = self._identity(operation, body)
+        key = self._last
         if chance >= self.rate:
-            if chance >= 1.0 or self._forced >= self.at_least:  # 1.0: its attempts are spent
+            if chance >= 1.0 or self._forced >= self.at_least:  # 1.0: its streak is spent
+                self._streak[key] = 0
                 return None, 0.0
             self._forced += 1
+        self._streak[key] += 1
+        self._copies[self._last_copy] += 1
         return self.kinds[int(pick * len(self.kinds))], coin
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -268,3 +316,21 @@ async def fault_proxy(upstream: str, **settings: object) -> AsyncIterator[FaultP
         yield proxy
     finally:
         await proxy.close()
+
+
+@asynccontextmanager
+async def limiter_behind_proxy(
+    table: Any, seed: int, **repository: Any
+) -> AsyncIterator[tuple[FaultProxy, Any]]:
+    """(proxy, RateLimiter) on `table` (a TableRef) reached through a fault proxy that injects
+    nothing until told (`proxy.partition(...)`). On the way out the proxy closes first and the
+    repository does not wait for what a partition left unresolved."""
+    from zae_limiter import RateLimiter, Repository
+
+    async with fault_proxy(table.endpoint_url, seed=seed, rate=0.0) as proxy:
+        repo = await Repository.open(table=table.name, endpoint_url=proxy.url, **repository)
+        try:
+            yield proxy, RateLimiter(repo)
+        finally:
+            await proxy.close()
+            await repo.close(timeout=0.1)

@@ -6,6 +6,8 @@ Engines
                  ZAEL_TEST_ENDPOINT_URL to reuse an engine that is already running (e.g.
                  `zae-limiter local up`).
   ddb_local      module: the RunningEngine behind ddb_endpoint (None when reusing one).
+  engine_pool    session: starts each module's engine while the module before it runs
+                 (support/engine_pool.py).
   moto_endpoint  session: moto's ThreadedMotoServer in this process, for request-shape tests
                  only (it is not atomic under concurrency; see docs/contributing.md).
 Clients (session loop, retries off so counts are exact; ddb_client per module, as its engine)
@@ -19,6 +21,9 @@ Helpers
   clock          FakeClock: clock() -> epoch ms; clock.advance(ms) / clock.set(ms)
   wire           the session's WireRecorder (attached to every DynamoDB client): `with wire.block()`
   no_backoff     standard-mode retries without sleeping (for fault-injection tests)
+  iam_checked    every AWS request of the test is checked against the synthesized policy of the
+                 role that sends it (support/iam_check.py); a denial fails the test.
+                 ZAEL_TEST_IAM=1 applies it to every test
 Guards (autouse)
   no_leftover_aggregators  a test that leaves a background aggregator running fails (and the
                  process is stopped, so it does not load the engine for the tests after it)
@@ -27,6 +32,7 @@ Guards (autouse)
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
 
@@ -35,6 +41,7 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
 from support.clock import FakeClock
+from support.engine_pool import EnginePool
 from support.faults import zero_backoff
 from support.leaks import leftover_aggregators
 from support.tables import TableRef, create_raw_table, delete_table_quietly, unique_table_name
@@ -44,7 +51,6 @@ from zae_limiter.local import (
     LOCAL_REGION,
     LOCAL_SECRET_ACCESS_KEY,
     RunningEngine,
-    start_engine,
 )
 from zae_limiter.local.processes import stop_pid
 
@@ -76,22 +82,31 @@ def local_client_kwargs(endpoint_url: str) -> dict[str, Any]:
 
 #: One DynamoDB Local per test module, not per session: the engine slows down with everything
 #: written to it (it keeps stream records for 24 hours, deleted tables' too, and its table
-#: lookup behind every write queries them). Measured: after tests/core/test_exactly_once.py on
+#: lookup behind every write queries them). Measured: after tests/behaviour/test_exactly_once.py on
 #: one engine, a 100-item transaction took 2.4-2.9 s instead of 0.12-0.37 s; by 60% of the whole
 #: suite its SQLite thread was 100% busy and such a transaction outlasted the 5 s read timeout.
 ENGINE_SCOPE: Final = "module"
 
 
+@pytest.fixture(scope="session")
+def engine_pool() -> Iterator[EnginePool]:
+    pool = EnginePool()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
 @pytest.fixture(scope=ENGINE_SCOPE)
-def ddb_local() -> Iterator[RunningEngine | None]:
+def ddb_local(engine_pool: EnginePool) -> Iterator[RunningEngine | None]:
     if os.environ.get(EXTERNAL_ENDPOINT_ENV):
         yield None
         return
-    engine = start_engine(engine="dynamodb-local")
+    engine = engine_pool.take()
     try:
         yield engine
     finally:
-        engine.stop()
+        engine_pool.give_back(engine)
 
 
 @pytest.fixture(scope=ENGINE_SCOPE)
@@ -201,6 +216,48 @@ def wire() -> Iterator[WireRecorder]:
         yield recorder
     finally:
         recorder.uninstall()
+
+
+@pytest.fixture(scope="session")
+def iam_policies() -> dict[str, list[dict[str, Any]]]:
+    """Each role's statements as the construct synthesizes them (one synth per session)."""
+    from support.iam_check import synthesize_policies
+    from support.iam_eval import Deployment
+
+    return synthesize_policies(Deployment())
+
+
+@pytest.fixture(scope="module")
+def iam_role_check(iam_policies: dict[str, list[dict[str, Any]]]) -> Iterator[Any]:
+    """The role check installed for one module (entry points wrapped, clients hooked)."""
+    from support.iam_check import RoleCheck
+    from support.iam_eval import Deployment
+
+    check = RoleCheck(iam_policies, Deployment())
+    check.install()
+    try:
+        yield check
+    finally:
+        check.uninstall()
+
+
+@pytest.fixture
+def iam_checked(iam_role_check: Any) -> Iterator[Any]:
+    """Fails the test if a role's policy refuses any request it made (support/iam_check.py)."""
+    with iam_role_check.test() as checked:
+        yield checked
+    denials = sorted(Counter(checked.denials).items())
+    assert not denials, "requests the deployed roles may not send:\n" + "\n".join(
+        f"  {count} x {denial}" for denial, count in denials
+    )
+
+
+@pytest.fixture(autouse=True)
+def _iam_everywhere(request: pytest.FixtureRequest) -> None:
+    """`ZAEL_TEST_IAM=1`: the role check of `iam_checked` on every test, not only the suites that
+    use it (a longer run, to look for requests a role may not send anywhere)."""
+    if os.environ.get("ZAEL_TEST_IAM") == "1" and "iam_checked" not in request.fixturenames:
+        request.getfixturevalue("iam_checked")
 
 
 @pytest.fixture(autouse=True)

@@ -4,12 +4,17 @@ It is not a fake DynamoDB: it implements our five bucket operations directly, ap
 conditions and changes our layer asks DynamoDB for (see `zae_limiter.dynamo.bucket_items`):
 
 - update: applies only if the stored item's stamp sequence (`cv`) equals the image's and every
-  limit guard holds (a guard on an absent attribute holds only if `or_absent`); with evidence,
-  only if the writer's entry is absent or below its sequence, and every entry it prunes still
-  holds the value given. Adds/sets v, w, tu, counts t, o, n, k, sets the writer's entry (removes
-  the pruned ones), `ts`, `ttl` (and a split's shard count and next stamp sequence).
-- fence: applies only if the item exists and the writer's entry is absent or below `blocked`;
-  sets the entry.
+  limit guard holds (a guard on an absent attribute holds only if `or_absent`); with evidence
+  (core/evidence.py), only if the writer's entry in the map `ew` is below its sequence, or (when
+  the image shows none) absent with the floor `ef` below it and fewer than `limit` entries;
+  every entry it removes is absent or at most the new floor, which is at least the stored one;
+  pre-map entries it removes still hold the value given; an item whose image has no map must
+  still have none. Adds/sets v, w, tu, counts t, o, n, k, sets the writer's entry (removes the
+  others', raises the floor), `ts`, `ttl` (and a split's shard count and next stamp sequence).
+  A write without evidence (`kept` False) has no evidence condition and sets no entry. A
+  refund sets its `rf` marker.
+- fence: applies only if the item exists and the writer's entry is below `blocked`, or absent
+  with the floor below it; sets the entry.
 - create: applies only if nothing is stored or the stored item expired before the given second;
   the new attributes are set over whatever is stored (UpdateItem SET semantics).
 - replace: applies only if the stored item is still exactly the image (cv, ts, write count k);
@@ -36,6 +41,7 @@ from zae_limiter.acquire.bucket_io import ShardSplit
 from zae_limiter.acquire.values import AnswerLost, ItemChanged, Unavailable
 from zae_limiter.core.bucket import Guard, LimitWrite
 from zae_limiter.core.images import Address, BucketImage, Evidence
+from zae_limiter.dynamo import bucket_attributes as attrs
 from zae_limiter.dynamo import bucket_items as items
 from zae_limiter.dynamo import keys
 
@@ -87,7 +93,8 @@ class MemoryBucketIO:
     # --- test controls -----------------------------------------------------------------------
 
     def inject(self, fault: Fault, *, nth: int = 1, operation: str | None = None) -> None:
-        """Make the `nth` next write (of `operation`, if given) meet `fault`."""
+        """Make the `nth` next write (of `operation`, if given) meet `fault`; a read meets
+        one only when `operation` is "read" (any fault: `Unavailable`)."""
         self._faults.append(_Injected(fault, nth - 1, operation))
 
     def put(self, item: dict[str, Any]) -> BucketImage:
@@ -107,8 +114,10 @@ class MemoryBucketIO:
     async def read(self, addresses: Sequence[Address]) -> list[BucketImage]:
         wanted = [_key(keys.bucket(*address)) for address in addresses]
         self.calls += [Call("read", key) for key in wanted]
+        if self._take_fault("read") is not None:
+            raise Unavailable(ConnectionError("unreachable"))  # (reads only meet outages)
         found = (self.items.get(key) for key in wanted)
-        return [items.parse(copy.deepcopy(item)) for item in found if item is not None]
+        return [items.parse(item) for item in found if item is not None]
 
     async def update(
         self,
@@ -119,6 +128,7 @@ class MemoryBucketIO:
         ttl: int | None,
         admissions: int,
         evidence: Evidence | None,
+        revokes: tuple[int, ...] = (),
     ) -> BucketImage:
         key = _key(keys.bucket(*image.address))
         self.calls.append(Call("update", key, evidence))
@@ -130,6 +140,8 @@ class MemoryBucketIO:
             _apply_update(
                 stored, writes, now=now, ttl=ttl, admissions=admissions, evidence=evidence
             )
+            if revokes and evidence is not None:
+                stored[attrs.REVOKED] = f"{evidence.writer}:{','.join(map(str, revokes))}"
 
         self._write("update", key, apply)
         return self._parsed(key)
@@ -140,9 +152,9 @@ class MemoryBucketIO:
 
         def apply() -> None:
             stored = self.items.get(key)
-            if stored is None or not _below(stored, evidence.writer, blocked):
+            if stored is None or not _below(stored, evidence.writer, blocked, image.mapped):
                 raise _changed(stored)
-            stored[items.evidence_name(evidence.writer)] = evidence.seq
+            stored.setdefault(attrs.EVIDENCE, {})[evidence.writer] = evidence.seq
 
         self._write("fence", key, apply)
         return self._parsed(key)
@@ -174,8 +186,8 @@ class MemoryBucketIO:
             if stored is None or not _is_exactly(stored, replaces):
                 raise _changed(stored)
             new = {**stored, **copy.deepcopy(item)}
-            stale = [items.evidence_name(w) for w in replaces.evidence]
-            for name in (*stale, *items.LEGACY_OP_SLOTS):
+            stale = [items.evidence_name(w) for w in replaces.legacy]
+            for name in (*stale, *attrs.LEGACY_OP_SLOTS):
                 if name not in item:
                     new.pop(name, None)
             if "par" not in item:
@@ -201,10 +213,33 @@ class MemoryBucketIO:
 
         self._write("split", None, apply)
 
+    async def give(self, image: BucketImage, writes: Any, record: Any, *, now: int) -> BucketImage:
+        raise NotImplementedError("transfers run on DynamoDB Local (tests/regions/)")
+
+    async def take(
+        self, image: BucketImage, writes: Any, donor: int, seq: int, *, now: int
+    ) -> BucketImage:
+        raise NotImplementedError("transfers run on DynamoDB Local (tests/regions/)")
+
+    async def taken(self, image: BucketImage, recipient: int, seq: int) -> None:
+        raise NotImplementedError("transfers run on DynamoDB Local (tests/regions/)")
+
+    async def settle_sibling(self, old: BucketImage) -> BucketImage | None:
+        """Create the new shard `old` records (a split one item at a time) and drop the record."""
+        if old.sibling is None:
+            return None
+        item = items.item_of(old.sibling)
+        key = (item["PK"], item["SK"])
+        self.items.setdefault(key, copy.deepcopy(item))
+        stored = self.items.get((items.item_of(old)["PK"], items.item_of(old)["SK"]))
+        if stored is not None:
+            stored.pop("sp", None)
+        return self._parsed(key)
+
     # --- internals ---------------------------------------------------------------------------
 
     def _parsed(self, key: Key) -> BucketImage:
-        return items.parse(copy.deepcopy(self.items[key]))
+        return items.parse(self.items[key])  # an image shares nothing with the stored item
 
     def _write(self, operation: str, key: Key | None, apply: Callable[[], None]) -> None:
         fault = self._take_fault(operation)
@@ -220,8 +255,8 @@ class MemoryBucketIO:
 
     def _take_fault(self, operation: str) -> Fault | None:
         for injected in self._faults:
-            if injected.operation not in (None, operation):
-                continue
+            if injected.operation != operation and (injected.operation or operation == "read"):
+                continue  # (a fault for any operation is one for any write)
             if injected.countdown > 0:
                 injected.countdown -= 1
                 continue
@@ -266,7 +301,7 @@ def _key(key: dict[str, str]) -> Key:
 
 def _changed(stored: dict[str, Any] | None) -> ItemChanged:
     """What DynamoDB's failed condition becomes in the double: the stored item, as an image."""
-    return ItemChanged(None if stored is None else items.parse(copy.deepcopy(stored)))
+    return ItemChanged(None if stored is None else items.parse(stored))
 
 
 def _expired_before(stored: dict[str, Any], second: int) -> bool:
@@ -279,9 +314,40 @@ def _is_exactly(stored: dict[str, Any], image: BucketImage) -> bool:
     return int(stored.get("k", 0)) == image.writes
 
 
-def _below(stored: dict[str, Any], writer: str, seq: int) -> bool:
-    entry = stored.get(items.evidence_name(writer))
-    return entry is None or int(entry) < seq
+def _below(stored: dict[str, Any], writer: str, seq: int, mapped: bool) -> bool:
+    """The writer's entry is below `seq`, or absent with the floor below it (and the map as
+    the image shows it: an item planned without one must still have none)."""
+    entries = stored.get(attrs.EVIDENCE)
+    if not mapped and entries is not None:
+        return False
+    entry = None if entries is None else entries.get(writer)
+    if entry is not None:
+        return int(entry) < seq
+    return int(stored.get(attrs.FLOOR, 0)) < seq
+
+
+def _evidence_holds(stored: dict[str, Any], image: BucketImage, evidence: Evidence) -> bool:
+    if not evidence.kept:
+        return True
+    if not _below(stored, evidence.writer, evidence.seq, image.mapped):
+        return False
+    legacy = all(stored.get(items.evidence_name(w)) == value for w, value in evidence.legacy)
+    if not image.mapped:
+        return legacy
+    entries: dict[str, int] | None = stored.get(attrs.EVIDENCE)
+    if entries is None:
+        raise Unavailable(ValueError("the document path ew does not exist"))
+    if evidence.writer in image.evidence:
+        present = evidence.writer in entries  # the warm form: its entry must be there
+    else:
+        present = evidence.writer in entries or not evidence.limit
+        present = present or len(entries) < evidence.limit
+    floor = int(stored.get(attrs.FLOOR, 0))
+    cut = evidence.cut
+    removable = not evidence.prune or (
+        floor <= cut and all(int(entries.get(w, cut)) <= cut for w in evidence.prune)
+    )
+    return legacy and present and removable
 
 
 def _guard_holds(limit: dict[str, Any] | None, guard: Guard) -> bool:
@@ -303,10 +369,7 @@ def _update_holds(
     for name, write in writes.items():
         if not all(_guard_holds(limits.get(name), g) for g in write.guards):
             return False
-    if evidence is None:
-        return True
-    pruned_still = all(stored.get(items.evidence_name(w)) == value for w, value in evidence.prune)
-    return pruned_still and _below(stored, evidence.writer, evidence.seq)
+    return evidence is None or _evidence_holds(stored, image, evidence)
 
 
 def _apply_update(
@@ -341,13 +404,22 @@ def _apply_update(
     if admissions:
         stored["n"] = stored["n"] + admissions
     stored["k"] = stored.get("k", 0) + 1
-    if evidence is not None:
-        stored[items.evidence_name(evidence.writer)] = evidence.seq
-        for writer, _ in evidence.prune:
-            stored.pop(items.evidence_name(writer), None)
+    if evidence is not None and evidence.kept:
+        _apply_evidence(stored, evidence)
     stored["ts"] = now
     if ttl is not None:
         stored["ttl"] = ttl
     if new_shards is not None:
         stored["sc"] = new_shards
         stored["cv"] = seq
+
+
+def _apply_evidence(stored: dict[str, Any], evidence: Evidence) -> None:
+    entries = stored.setdefault(attrs.EVIDENCE, {})
+    entries[evidence.writer] = evidence.seq
+    for writer in evidence.prune:
+        entries.pop(writer, None)
+    if evidence.prune:
+        stored[attrs.FLOOR] = evidence.cut
+    for writer, _ in evidence.legacy:
+        stored.pop(items.evidence_name(writer), None)

@@ -8,7 +8,10 @@
 - ``"slow_half"``: every other write (a deterministic alternation) is answered `SLOW_S` late;
 - ``"throttle"``:  answer every request with ThrottlingException, without forwarding;
 - ``"refuse"``:    stop listening and drop open connections: new connections are refused
-  (`proxy.mode = "pass"` listens again on the same port).
+  (`proxy.mode = "pass"` listens again on the same port);
+- ``"drop"``:      forward (the write lands), then drop the connection without an answer;
+- ``"error500"``:  answer every request 500 InternalServerError without forwarding (DynamoDB
+  failing as a whole: the client cannot tell whether anything applied).
 
 The engine itself is stopped with `stop_engine`/`resume_engine` (SIGSTOP/SIGCONT of its pid).
 Deterministic: no randomness; what happens to a request depends only on the mode and on how many
@@ -28,7 +31,7 @@ from support.faultproxy import WRITES, FaultProxy, Request, _error, _write
 
 HOLD_S = 30.0
 SLOW_S = 2.0
-MODES = ("pass", "hold", "slow_half", "throttle", "refuse")
+MODES = ("pass", "hold", "slow_half", "throttle", "refuse", "drop", "error500")
 
 
 class OutageProxy(FaultProxy):
@@ -78,17 +81,24 @@ class OutageProxy(FaultProxy):
             self._conns.discard(writer)
 
     async def _answer(self, writer: asyncio.StreamWriter, request: Request) -> bool:
+        self.requests += 1
         mode = self._mode
         if mode == "refuse":
             return False
         if mode == "throttle":
             self.counts["throttled"] += 1
             return await _write(writer, *_error(400, "ThrottlingException"))
+        if mode == "error500":
+            self.counts["error500"] += 1
+            return await _write(writer, *_error(500, "InternalServerError"))
         slow = False
         if mode == "slow_half" and request.operation in WRITES:
             self._writes += 1
             slow = self._writes % 2 == 1
         answer = await self._forward(request)
+        if mode == "drop":
+            self.counts["dropped"] += 1
+            return False
         if mode == "hold":
             self.counts["held"] += 1
             until = time.monotonic() + HOLD_S

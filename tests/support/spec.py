@@ -44,9 +44,32 @@ def select_spec_tests(config: pytest.Config, items: list[pytest.Item]) -> None:
     config.hook.pytest_deselected(items=marked)
     items[:] = [item for item in items if not item.get_closest_marker(MARKER)]
     config.stash[NOT_RUN] = len(marked)
+    workeroutput = getattr(config, "workeroutput", None)  # an xdist worker: tell the controller
+    if workeroutput is not None:
+        workeroutput[WORKER_KEY] = len(marked)
 
 
 NOT_RUN = pytest.StashKey[int]()
+WORKER_KEY = "spec_not_run"
+
+
+def require_before_workers(config: pytest.Config) -> None:
+    """On the xdist controller, which collects nothing: a required spec that is missing is an
+    error before any worker starts (there, for whatever tests were selected)."""
+    if config.pluginmanager.getplugin("dsession") is None or spec_available():
+        return
+    if os.environ.get(REQUIRE_ENV) == "1":
+        raise pytest.UsageError(
+            f"{REQUIRE_ENV}=1 but no spec at {spec_dir()}: the spec conformance tests cannot "
+            f"run (set {SPEC_DIR_ENV})"
+        )
+
+
+def worker_done(config: pytest.Config, workeroutput: dict[str, object]) -> None:
+    """On the xdist controller: note what a worker left out (every worker collects them all)."""
+    count = workeroutput.get(WORKER_KEY, 0)
+    if isinstance(count, int):
+        config.stash[NOT_RUN] = max(config.stash.get(NOT_RUN, 0), count)
 
 
 def report(config: pytest.Config) -> str | None:

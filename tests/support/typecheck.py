@@ -7,10 +7,14 @@ import sys
 from pathlib import Path
 
 
-def mypy_strict(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
-    """Check `source` (written to `tmp_path/app.py`) with a cache of its own."""
-    user = tmp_path / "app.py"
-    user.write_text(source, encoding="utf-8")
+def mypy_strict(
+    tmp_path: Path, source: str, others: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Check `source` (written to `tmp_path/app.py`), and each of `others` (module name ->
+    source) beside it, in one run with a cache of its own."""
+    files = {"app": source, **(others or {})}
+    for module, text in files.items():
+        (tmp_path / f"{module}.py").write_text(text, encoding="utf-8")
     return subprocess.run(
         [
             sys.executable,
@@ -19,7 +23,7 @@ def mypy_strict(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]
             "--strict",
             "--cache-dir",
             str(tmp_path / "cache"),
-            "app.py",
+            *(f"{module}.py" for module in files),
         ],
         cwd=tmp_path,
         capture_output=True,

@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from support.acquire_env import NS, AcquireEnv
 from support.memory_bucket_io import MemoryBucketIO
-from zae_limiter.acquire.acquisition import Acquisition
+from zae_limiter.acquire.acquisition import Acquisition, AcquisitionParts
 from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.pending import Pending
 from zae_limiter.acquire.values import PARENT, ResourcePlan
 from zae_limiter.core.bucket import MILLI
+from zae_limiter.core.evidence import MAX_ENTRIES
+from zae_limiter.core.images import BucketImage
 from zae_limiter.dynamo import keys
+from zae_limiter.dynamo.bucket_attributes import EVIDENCE
 from zae_limiter.models import OnUnavailable
 
 
@@ -61,20 +63,34 @@ class SuspendingBucketIO(MemoryBucketIO):
 
 
 class Case:
-    """One acquire on a fresh double: single resource, or the seed's three-bucket call."""
+    """One acquire on a fresh double: single resource, or the seed's three-bucket call; `full`:
+    every item holds the most evidence entries, all young (core/evidence.py), so the call's
+    writes go without evidence and are never sent twice."""
 
-    def __init__(self, shape: str) -> None:
+    def __init__(self, shape: str, full: bool = False) -> None:
         self.env = env = AcquireEnv(backoff=Backoff(scale=0.0))
         self.bucket_io = env.bucket_io = SuspendingBucketIO()
         env.admission.waves.bucket_io = self.bucket_io
         env.admission.finder.bucket_io = self.bucket_io
         self.pending = Pending()
         env.admission.pending = self.pending
-        child = env.stored("user-3", "search")
+
+        def stored(entity: str, resource: str) -> BucketImage:
+            image = env.stored(entity, resource)
+            if not full:
+                return image
+            key = keys.bucket(*image.address)
+            young = {f"other{i:03d}": env.clock() for i in range(MAX_ENTRIES)}
+            self.bucket_io.items[(key["PK"], key["SK"])][EVIDENCE] = young
+            found = self.bucket_io.image(key)
+            assert found is not None
+            return found
+
+        child = stored("user-3", "search")
         plans = [ResourcePlan("search", {"rpm": 2}, env.target(child, {"rpm": 2}), None)]
         if shape == "cascade":
-            org = env.stored("org-acme", "search")
-            budget = env.stored("user-3", "budget")
+            org = stored("org-acme", "search")
+            budget = stored("user-3", "budget")
             parent = replace(env.target(org, {"rpm": 2}), role=PARENT)
             plans = [
                 ResourcePlan("search", {"rpm": 2}, plans[0].child, parent),
@@ -89,20 +105,22 @@ class Case:
             return plans
 
         env.admission.targets = targets  # type: ignore[method-assign,assignment]
-        shared = SimpleNamespace(pending=self.pending, acquire_timeout=None)
-        scope = SimpleNamespace(
-            admission=env.admission,
-            clock=env.clock,
-            shared=shared,
-            unavailable_mode=lambda mode: mode or OnUnavailable.BLOCK,
-        )
-        self.limiter = SimpleNamespace(
-            repository=SimpleNamespace(scope=scope, table_name="t", shared=shared)
+
+        async def no_gates(_: Any) -> None:
+            return None
+
+        self.parts = AcquisitionParts(
+            env.admission,
+            env.clock,
+            self.pending,
+            "t",
+            lambda mode: mode or OnUnavailable.BLOCK,
+            no_gates,
         )
 
     def acquisition(self) -> Acquisition:
         requests = {"search": {"rpm": 2}}
-        return Acquisition(cast(Any, self.limiter), "user-3", requests, None, None, None)
+        return Acquisition(self.parts, "user-3", requests, None, None, None)
 
     def consumed(self, entity: str, resource: str) -> int:
         image = self.bucket_io.image(keys.bucket(NS, entity, resource, 0))
@@ -138,10 +156,13 @@ async def run_cancelled_at(case: Case, k: int, adjust: bool) -> tuple[bool, bool
 
 @pytest.mark.parametrize("shape", ["single", "cascade"])
 @pytest.mark.parametrize("adjust", [False, True])
-async def test_cancelling_at_every_await_point_leaves_no_mismatch(shape: str, adjust: bool) -> None:
+@pytest.mark.parametrize("full", [False, True], ids=["evidence", "full-item"])
+async def test_cancelling_at_every_await_point_leaves_no_mismatch(
+    shape: str, adjust: bool, full: bool
+) -> None:
     points = 0
     for k in range(10_000):
-        case = Case(shape)
+        case = Case(shape, full)
         completed, body_done = await run_cancelled_at(case, k, adjust)
         for entity, resource, amount in case.items:
             owed = amount + (1 if adjust and resource == "search" else 0) if body_done else 0
@@ -153,6 +174,8 @@ async def test_cancelling_at_every_await_point_leaves_no_mismatch(shape: str, ad
     else:
         pytest.fail("the acquire never completed")
     assert points >= 4  # reads, the debit, the exit: the enumeration reached past the body
+    unkept = case.env.admission.waves.lanes.unkept
+    assert (unkept > 0) == full  # on full items every write went without evidence
 
 
 async def enter_and_leave(acquisition: Acquisition) -> None:

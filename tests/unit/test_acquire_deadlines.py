@@ -14,10 +14,10 @@ from support.acquire_env import AcquireEnv
 from support.memory_bucket_io import MemoryBucketIO
 from zae_limiter import Repository, ValidationError
 from zae_limiter.acquire import deadlines
-from zae_limiter.acquire.deadlines import Backoff
+from zae_limiter.acquire.deadlines import Backoff, Deadlines
 from zae_limiter.acquire.lanes import PRUNE_AGE_MS, UNKNOWN_RESENDS
-from zae_limiter.acquire.pending import Deadlines
 from zae_limiter.acquire.values import AnswerLost, Unavailable
+from zae_limiter.core import bounds
 from zae_limiter.dynamo import transport
 
 
@@ -44,20 +44,21 @@ async def test_re_sends_stop_by_time_whatever_the_read_timeout() -> None:
     bucket_io.items = env.bucket_io.items
     env.admission.waves.bucket_io = bucket_io
     image = env.stored()
-    with pytest.raises(Unavailable):
+    with pytest.raises(Unavailable):  # (every send loses its answer and none lands)
         await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
     first, last = bucket_io.sent_at[0], bucket_io.sent_at[-1]
-    assert last - first <= deadlines.RESEND_BOUND_MS  # no send began after the bound
+    assert last - first <= bounds.RESEND_BOUND_MS  # no send began after the bound
     assert len(bucket_io.sent_at) < UNKNOWN_RESENDS + 1  # the count alone would have sent 9
-    assert env.admission.waves.lanes.undecided == 1
+    lanes = env.admission.waves.lanes  # then the writer's entry decided it: not landed
+    assert (lanes.undecided, lanes.resolved_by_read) == (0, 1)
 
 
 def test_the_longest_resolution_bound_fits_what_the_rules_assume() -> None:
-    worst = Config(connect_timeout=5, read_timeout=deadlines.MAX_REQUEST_TIMEOUT_S - 5)
+    worst = Config(connect_timeout=5, read_timeout=bounds.MAX_REQUEST_TIMEOUT_S - 5)
     timeouts = transport.request_timeouts(worst)
     deadlines.check_request_timeouts(*timeouts)  # accepted
-    bound_ms = deadlines.resolution_bound_s(*timeouts, transport.MAX_ATTEMPTS) * 1000
-    assert bound_ms + deadlines.ASSUMED_SKEW_MS < PRUNE_AGE_MS
+    bound_ms = bounds.resolution_bound_s(*timeouts, transport.MAX_ATTEMPTS) * 1000
+    assert bound_ms + bounds.ASSUMED_SKEW_MS < PRUNE_AGE_MS
 
 
 @pytest.mark.parametrize(

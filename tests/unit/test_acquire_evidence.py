@@ -17,7 +17,7 @@ from support.acquire_env import RPM, AcquireEnv
 from support.memory_bucket_io import Fault, MemoryBucketIO
 from zae_limiter.acquire import Admission
 from zae_limiter.acquire.lanes import UNKNOWN_RESENDS
-from zae_limiter.acquire.values import AnswerLost, ItemChanged, Unavailable
+from zae_limiter.acquire.values import AnswerLost, ItemChanged
 from zae_limiter.caches import ConfigCache, ImageCache
 from zae_limiter.core.bucket import MILLI, Kind, Params
 from zae_limiter.dynamo import keys
@@ -58,7 +58,7 @@ def yielding_env(limits: tuple[Params, ...]) -> AcquireEnv:
 
 
 def _resolver(env: AcquireEnv) -> Resolver:
-    return Resolver(cast(Any, None), "ns1", ConfigCache(60), env.clock)
+    return Resolver(cast(Any, None), ConfigCache(60), env.clock)
 
 
 class Interleaving(MemoryBucketIO):
@@ -207,16 +207,19 @@ async def test_a_call_that_does_not_fit_beside_the_others_waits_and_is_refused_a
     assert sorted(admitted) == [1, 4, 4]
 
 
-async def test_every_resend_lost_is_undecided_counted_and_debits_at_most_once() -> None:
+async def test_every_resend_lost_is_decided_by_the_writer_s_entry_and_debits_once() -> None:
     env = AcquireEnv(limits=(BIG,))
     image = env.stored()
     env.bucket_io.inject(Fault.LOST_RESPONSE)  # landed, answer lost
     for _ in range(UNKNOWN_RESENDS):
         env.bucket_io.inject(Fault.TIMEOUT)  # every re-send's answer lost too
-    with pytest.raises(Unavailable):
+    with pytest.raises(AnswerLost):  # the caller is told; the outcome is decided off its path
         await env.admission.debit([env.target(image, {"rpm": 2})], local_ok=False)
-    assert env.admission.waves.lanes.undecided == 1
-    assert env.state().consumed == 2 * MILLI  # the first copy landed; no re-send could
+    await env.admission.pending.drain(None)
+    lanes = env.admission.waves.lanes
+    assert (lanes.undecided, lanes.resolved_by_read) == (0, 1)  # read: it had landed
+    assert env.state().consumed == 0  # landed once (no re-send could), then refunded once
+    assert env.admission.pending.refunded_after_deadline == 1
 
 
 async def test_a_cancelled_caller_never_lets_a_second_write_go_out_beside_its_batch() -> None:

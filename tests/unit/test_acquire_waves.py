@@ -2,7 +2,7 @@
 
 No DynamoDB: `support.memory_bucket_io` applies the conditions our layer asks DynamoDB for, and
 injects faults for a chosen write. The same behaviours run end to end on DynamoDB Local in
-tests/core (test_acquire.py, test_unknown_outcomes.py, test_concurrency.py).
+tests/behaviour (test_acquire.py, test_unknown_outcomes.py, test_concurrency.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import pytest
 
 from support.acquire_env import AcquireEnv
 from support.memory_bucket_io import Fault
-from zae_limiter.acquire import RulesChanged, Unavailable
+from zae_limiter.acquire import Admission, RulesChanged, Unavailable
 from zae_limiter.acquire.waves import MAX_ROUNDS
+from zae_limiter.caches import ImageCache
 from zae_limiter.core.bucket import MILLI
 from zae_limiter.core.images import BucketImage
 from zae_limiter.errors import RateLimitExceeded
@@ -212,3 +213,20 @@ async def test_changed_rules_stop_the_call_and_refund_what_landed() -> None:
     assert env.state("a").consumed == 0
     assert env.balance("a") == 10
     assert env.state("b").consumed == 0
+
+
+async def test_a_refund_on_an_item_whose_rules_changed_is_planned_again_and_lands() -> None:
+    """Another process attached an organisation to the user's item after its debit landed
+    (`set_parent` while the call ran): the refund's write meets the new stamp, and it is planned
+    again on the item as found, not dropped (before issue 41 it failed with RulesChanged and the
+    debit stayed: `make sim` found it, ci seed 36, on the library of that day)."""
+    env = AcquireEnv()
+    [landed] = await env.admission.debit([env.target(env.stored(), {"rpm": 3})], local_ok=False)
+    other = Admission(env.bucket_io, "ns1", env.admission.finder.resolver, ImageCache(1.0, 1_000),
+                      env.clock, 7)  # fmt: skip
+    await other.restamp(env.stored(), env.stamp(parent="org"))
+    before = env.state().consumed
+    env.bucket_io.calls.clear()
+    await env.admission.refund([landed])
+    assert env.state().consumed == before - 3 * MILLI
+    assert [call.operation for call in env.bucket_io.writes()] == ["update", "update"]

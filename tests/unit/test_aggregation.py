@@ -19,19 +19,20 @@ from zae_limiter.audit import event_item
 from zae_limiter.config import to_params
 from zae_limiter.core.bucket import State
 from zae_limiter.core.images import Stamp
-from zae_limiter.dynamo import bucket_items, codec, keys, snapshot_items
-from zae_limiter.dynamo.snapshot_items import Counts, SnapshotKey
-from zae_limiter.usage.aggregator import AggregatorSettings, Outcome, _chunks, _Pending
+from zae_limiter.core.times import from_iso_seconds, iso_seconds
+from zae_limiter.dynamo import bucket_items, codec, keys
+from zae_limiter.dynamo.stream_records import MalformedRecord, parse_record
+from zae_limiter.usage import snapshot_items
+from zae_limiter.usage.aggregator import AggregatorSettings, BatchResult, _chunks, _Pending
 from zae_limiter.usage.records import (
-    MalformedRecord,
     archive_object,
     audit_line,
     bucket_change,
     is_audit_expiry,
-    parse_record,
     snapshot_counts,
 )
-from zae_limiter.usage.windows import bounds, from_iso, iso, query_time, window_type
+from zae_limiter.usage.snapshot_items import Counts, SnapshotKey
+from zae_limiter.usage.windows import bounds, query_time, window_type
 
 NS = "a1b2c3d4e5"
 T0 = 1_767_608_100_000  # 2026-01-05T10:15:00Z
@@ -220,7 +221,7 @@ def test_malformed_envelopes(raw: Any) -> None:
 
 
 def ms(text: str) -> int:
-    return from_iso(text)
+    return from_iso_seconds(text)
 
 
 @pytest.mark.parametrize(
@@ -234,7 +235,7 @@ def ms(text: str) -> int:
     ],
 )
 def test_window_bounds(at: str, kind: str, start: str, end: str) -> None:
-    assert tuple(iso(x) for x in bounds(ms(at), kind)) == (start, end)
+    assert tuple(iso_seconds(x) for x in bounds(ms(at), kind)) == (start, end)
 
 
 def test_query_times() -> None:
@@ -328,7 +329,7 @@ def test_chunks_never_exceed_a_transaction() -> None:
 
 
 def test_outcome_reports_failures_in_batch_order() -> None:
-    outcome = Outcome(total=3, sequence_numbers={0: "5", 1: "6", 2: None})
+    outcome = BatchResult(total=3, sequence_numbers={0: "5", 1: "6", 2: None})
     outcome.failures = {2: ValueError("x"), 1: ValueError("y")}
     assert outcome.response() == {
         "batchItemFailures": [{"itemIdentifier": "6"}, {"itemIdentifier": ""}]

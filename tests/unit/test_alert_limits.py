@@ -4,6 +4,7 @@ to_dict/from_dict (config levels), the bucket stamp, the manifest and the CLI sp
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ ALERTING = [
     Limit.custom("tok", 2000, 500, 10, alert_at=(50,)),
     Limit.quota("weekly", 5_000_000, cron="0 0 * * 1", alert_at=(50, 80, 100)),
     Limit.quota("session", 1000, reset_after=timedelta(hours=5), soft=True, alert_at=(100, 150)),
-    Limit.per_day("rpd", 10, alert_at=(1000,)),
+    Limit.per_day("rpd", 10, soft=True, alert_at=(1000,)),
 ]
 
 
@@ -38,6 +39,25 @@ ALERTING = [
 def test_bad_thresholds_say_what_to_fix(value: object, fix: str) -> None:
     with pytest.raises(ValidationError, match=fix):
         Limit.per_minute("rpm", 10, alert_at=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **kw: Limit.per_minute("rpm", 10, **kw),
+        lambda **kw: Limit.quota("weekly", 100, cron="0 0 * * 1", **kw),
+        lambda **kw: Limit.concurrent("parallel", 2, **kw),
+    ],
+    ids=["rate", "quota", "concurrent"],
+)
+def test_a_threshold_above_100_on_a_hard_limit_is_refused(make: Any) -> None:
+    """A hard limit refuses what would take it past 100 %: such a threshold could never fire."""
+    with pytest.raises(ValidationError, match="can never be crossed") as refused:
+        make(alert_at=(80, 120))
+    assert refused.value.field == "alert_at" and "soft=True" in str(refused.value)
+    assert make(alert_at=(80, 100)).alert_at == (80, 100)
+    if make(alert_at=()).kind != "concurrent":
+        assert make(alert_at=(100, 120), soft=True).alert_at == (100, 120)
 
 
 def test_thresholds_are_stored_ascending() -> None:

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from zae_limiter.core import bucket, schedule, waits
 from zae_limiter.core.bucket import MILLI, WHOLE, Kind, Params, State
+from zae_limiter.core.expiry import expiry_span_ms
 
 T0 = 1_767_571_200_000
 
@@ -100,6 +101,33 @@ def test_retry_after_is_the_smallest_wait_that_admits(
         return
     assert bucket.view(p, s, T0 + wait, WHOLE).balance >= amount
     assert bucket.view(p, s, T0 + wait - 2, WHOLE).balance < amount
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    capacity=st.integers(1, 1_000),
+    refill=st.integers(1, 1_000),
+    period=st.integers(1, 3_600),
+    spent=st.integers(0, 3_000),
+)
+def test_next_unit_is_when_one_more_whole_unit_can_be_used(
+    capacity: int, refill: int, period: int, spent: int
+) -> None:
+    """The RateLimit `t` (draft -11): until then no more than the whole units there now can be
+    used (from debt: no more than 0 until the balance is 1); from then on, one more. A full
+    bucket: used up now, one unit drips in after that long."""
+    p = rate(capacity, refill, period)
+    s = debit(p, State(), T0, spent * MILLI, enforce=False)
+    assert s is not None
+    whole = max(0, bucket.view(p, s, T0, WHOLE).balance // MILLI)
+    wait = waits.next_unit_ms(p, s, T0, WHOLE)
+    assert wait is not None and wait > 0
+    if whole == capacity:  # full: the wait of one unit after using them all
+        s = debit(p, s, T0, capacity * MILLI)
+        assert s is not None and waits.next_unit_ms(p, s, T0, WHOLE) == wait
+        whole = 0
+    assert bucket.view(p, s, T0 + wait, WHOLE).balance >= (whole + 1) * MILLI
+    assert bucket.view(p, s, T0 + wait - 2, WHOLE).balance < (whole + 1) * MILLI
 
 
 def test_a_request_above_the_ceiling_still_gets_a_finite_wait() -> None:
@@ -246,3 +274,44 @@ def test_the_wait_across_entries_admits_then_and_not_before(
     edges = (wait // 60_000 + 2) * 2
     assert restamped_every_minute(p, state, now, now + wait) >= amount - edges
     assert restamped_every_minute(p, state, now, now + wait - 2) < amount
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    capacity=st.integers(1, 10_000),
+    refill=st.integers(1, 10_000),
+    period=st.integers(1, 86_400),
+    spent=st.integers(0, 10_000),
+)
+def test_a_rate_limits_expiry_span_is_its_debt_then_a_refill_from_empty(
+    capacity: int, refill: int, period: int, spent: int
+) -> None:
+    """The item's expiry (acquire/planning.ttl_for) rests on `expiry_span_ms`: full again just
+    after the debt is repaid, then one refill from empty (`refill_ms`) more."""
+    p = rate(capacity, refill, period)
+    s = debit(p, State(), T0, min(spent, capacity) * MILLI)
+    assert s is not None
+    from_empty = bucket.refill_ms(p.capacity, p.refill, p.period_ms)
+    debt_ms = expiry_span_ms(p, s, T0) - from_empty
+    assert bucket.view(p, s, T0 + debt_ms + 1, WHOLE).balance == p.capacity
+    if debt_ms > 0:
+        assert bucket.view(p, s, T0 + debt_ms - 1, WHOLE).balance < p.capacity
+    drained = debit(p, State(), T0, p.capacity)
+    assert drained is not None
+    assert bucket.view(p, drained, T0 + from_empty + 1, WHOLE).balance == p.capacity
+    assert bucket.view(p, drained, T0 + from_empty - 1, WHOLE).balance < p.capacity
+
+
+def test_the_refill_span_in_seconds_rounds_up_to_at_least_one() -> None:
+    """A RateLimit policy's window (lease_view): 10 per 3 s refills in 4 s, not 3.33."""
+    assert bucket.refill_seconds(10, 3, 1_000) == 4
+    assert bucket.refill_seconds(60, 60, 60_000) == 60
+    assert bucket.refill_seconds(1, 1_000, 1_000) == 1
+    assert bucket.refill_seconds(10, 0, 1_000) is None
+
+
+@given(now=st.integers(0, 10**13), period=st.integers(1, 86_400_000))
+def test_the_refill_period_a_moment_falls_in_is_epoch_aligned(now: int, period: int) -> None:
+    p = Params("r", Kind.RATE, MILLI, MILLI, period)
+    start = bucket.refill_period_start(p, now)
+    assert start % period == 0 and start <= now < start + period

@@ -13,9 +13,9 @@ from botocore import exceptions as bce
 from zae_limiter.dynamo.failures import (
     AccessDenied,
     ConditionFailed,
+    DynamoUnavailable,
     Rejected,
     TransactionCancelled,
-    Unavailable,
     UnknownOutcome,
     classify,
 )
@@ -44,28 +44,34 @@ CASES: list[tuple[str, BaseException, str, type[Exception], bool]] = [
         "refused",
         bce.EndpointConnectionError(endpoint_url=URL, error="refused"),
         "not_sent",
-        Unavailable,
+        DynamoUnavailable,
         True,
     ),
     (
         "connect timeout",
         bce.ConnectTimeoutError(endpoint_url=URL, error="t"),
         "not_sent",
-        Unavailable,
+        DynamoUnavailable,
         True,
     ),
-    ("proxy", bce.ProxyConnectionError(proxy_url=URL, error="x"), "not_sent", Unavailable, True),
-    ("tls", bce.SSLError(endpoint_url=URL, error="x"), "not_sent", Unavailable, False),
-    ("raw tls", ssl.SSLError("x"), "not_sent", Unavailable, False),
-    ("dns", socket.gaierror(-2, "Name or service not known"), "not_sent", Unavailable, True),
-    ("credentials", bce.NoCredentialsError(), "not_sent", Unavailable, False),
+    (
+        "proxy",
+        bce.ProxyConnectionError(proxy_url=URL, error="x"),
+        "not_sent",
+        DynamoUnavailable,
+        True,
+    ),
+    ("tls", bce.SSLError(endpoint_url=URL, error="x"), "not_sent", DynamoUnavailable, False),
+    ("raw tls", ssl.SSLError("x"), "not_sent", DynamoUnavailable, False),
+    ("dns", socket.gaierror(-2, "Name or service not known"), "not_sent", DynamoUnavailable, True),
+    ("credentials", bce.NoCredentialsError(), "not_sent", DynamoUnavailable, False),
     (
         "closed before writing (aiobotocore)",
         bce.EndpointConnectionError(
             endpoint_url=URL, error=aiohttp_lost("Cannot write to closing transport")
         ),
         "not_sent",
-        Unavailable,
+        DynamoUnavailable,
         True,
     ),
     (
@@ -92,8 +98,15 @@ CASES: list[tuple[str, BaseException, str, type[Exception], bool]] = [
     ("dropped", bce.ConnectionClosedError(endpoint_url=URL), "unknown", UnknownOutcome, False),
     ("5xx", client_error("InternalServerError", 500), "unknown", UnknownOutcome, False),
     ("anything else", RuntimeError("boom"), "unknown", UnknownOutcome, False),
-    ("throttled", client_error("ThrottlingException"), "throttled", Unavailable, True),
-    ("conflict", client_error("TransactionConflictException"), "error", Unavailable, True),
+    ("throttled", client_error("ThrottlingException"), "throttled", DynamoUnavailable, True),
+    ("conflict", client_error("TransactionConflictException"), "error", DynamoUnavailable, True),
+    (
+        "replicated conflict",
+        client_error("ReplicatedWriteConflictException"),
+        "conflict",
+        DynamoUnavailable,
+        True,
+    ),
     (
         "condition",
         client_error("ConditionalCheckFailedException"),
@@ -112,7 +125,7 @@ CASES: list[tuple[str, BaseException, str, type[Exception], bool]] = [
     ),
     ("access", client_error("AccessDeniedException"), "error", AccessDenied, False),
     ("invalid", client_error("ValidationException"), "error", Rejected, False),
-    ("parameters", bce.ParamValidationError(report="bad"), "not_sent", Unavailable, False),
+    ("parameters", bce.ParamValidationError(report="bad"), "not_sent", DynamoUnavailable, False),
 ]
 
 
@@ -132,11 +145,18 @@ def test_every_failure_has_one_meaning(
     )
 
 
+def test_a_replicated_write_conflict_is_not_applied_and_retried_at_once() -> None:
+    failure = classify(client_error("ReplicatedWriteConflictException"), "UpdateItem", write=True)
+    assert failure.at_once and failure.retry_cost > 0
+    assert not isinstance(failure.error, UnknownOutcome)
+    assert "another Region" in str(failure.error)
+
+
 def test_a_read_whose_answer_was_lost_is_retried() -> None:
     failure = classify(bce.ReadTimeoutError(endpoint_url=URL, error="t"), "GetItem", write=False)
     assert (failure.outcome, type(failure.error), failure.retry_cost > 0) == (
         "unknown",
-        Unavailable,
+        DynamoUnavailable,
         True,
     )
 

@@ -2,7 +2,8 @@
 
 `Stored` applies a planned `LimitWrite` to one concurrency limit's stored attributes exactly as
 DynamoDB applies the UpdateItem built from it (dynamo/limit_exprs.py): guards on ``v``, an
-existing entry required for an add or a renewal, a removed entry required unchanged. Processes
+existing entry required for an add or a renewal, a removed entry required unchanged, an entry
+given back whole removed only while it holds exactly that. Processes
 plan from stale images, on clocks that disagree within the skew bound, and are killed at random;
 after every step nothing counted as held exceeds the capacity.
 """
@@ -57,8 +58,12 @@ class Stored:
             self.h.get(r.key) != r.amount or self.he.get(r.key) != r.expiry for r in change.reap
         ):
             return False
+        if change.drop and self.h.get(change.key) != -change.add:
+            return False  # a give-back of everything the entry holds removes it: exactly that
         self.v += write.add_v
-        if change.key:
+        if change.drop:
+            del self.h[change.key], self.he[change.key]
+        elif change.key:
             self.h[change.key] = change.add + (0 if change.create else self.h[change.key])
             self.he[change.key] = change.expiry
         for key in change.renew:
@@ -191,28 +196,92 @@ def _give_back(
     proc.image = stored.state()
 
 
-@settings(max_examples=200, deadline=None)
+NOW = 50_000
+#: others' entries: (amount, expiry - NOW, how long ago first seen as they are, or None: in this
+#: image for the first time)
+entries_seen = st.lists(
+    st.tuples(
+        st.integers(1, 3),
+        st.integers(-2 * SKEW - 2 * TTL, 2 * TTL),
+        st.one_of(st.none(), st.integers(0, 2 * TTL)),
+    ),
+    max_size=5,
+)
+
+
+def outlook_of(
+    entries: list[tuple[int, int, int | None]], skew: int, lasting: int | None = None
+) -> tuple[tuple[Hold, ...], holds.Outlook]:
+    stored = tuple(Hold(f"w{i}.1", a * MILLI, NOW + e) for i, (a, e, _) in enumerate(entries))
+    seen = {h: NOW - ago for h, (_, _, ago) in zip(stored, entries, strict=True) if ago is not None}
+    return stored, holds.Outlook(skew, TTL, lasting, seen, "me.")
+
+
+@settings(max_examples=300, deadline=None)
 @given(
     cap=st.integers(1, 5),
-    entries=st.lists(st.tuples(st.integers(1, 3), st.integers(0, 10_000)), max_size=5),
+    entries=entries_seen,
     requested=st.integers(1, 6),
     skew=st.sampled_from([0, SKEW]),
 )
-def test_retry_after_is_when_enough_holds_have_expired(
-    cap: int, entries: list[tuple[int, int]], requested: int, skew: int
+def test_a_refusal_waits_exactly_until_this_writers_next_write_fits(
+    cap: int, entries: list[tuple[int, int, int | None]], requested: int, skew: int
 ) -> None:
-    now = 5_000
-    stored = tuple(Hold(f"w{i}.1", a * MILLI, e) for i, (a, e) in enumerate(entries))
+    """Spec §5.19 (issue 42 item 3): with dead holders, the wait is until this writer may free
+    enough (an entry's expiry plus the skew, or a lease_ttl after it first saw it as it is,
+    `reapable`'s rules): at that instant a write fits, one ms before it does not; never 0 while
+    the request does not fit (it used to say 0 for entries past their expiry that the writer
+    could not free for a whole lease_ttl)."""
+    stored, outlook = outlook_of(entries, skew)
     total = sum(h.amount for h in stored)
-    wait = holds.retry_after_ms(cap * MILLI, total, stored, now, requested * MILLI, skew)
+    wait = holds.retry_after_ms(cap * MILLI, total, stored, NOW, requested * MILLI, outlook=outlook)
+
+    def fits(at: int) -> bool:
+        quiet = frozenset(h for h in stored if at - outlook.seen.get(h, NOW) > TTL)
+        freed = sum(h.amount for h in holds.reapable(stored, at, skew, quiet=quiet))
+        return total - freed + requested * MILLI <= cap * MILLI
+
     if requested > cap:
         assert wait == holds.NEVER_MS
-        return
-    fits = holds.available(cap * MILLI, total, stored, now + wait, skew) >= requested * MILLI
-    assert fits
-    if wait > 0:
-        before = holds.available(cap * MILLI, total, stored, now + wait - 1, skew)
-        assert before < requested * MILLI
+    elif total + requested * MILLI <= cap * MILLI:
+        assert wait == 0
+    else:
+        assert wait >= 1 and fits(NOW + wait)
+        assert wait == 1 or not fits(NOW + wait - 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cap=st.integers(1, 5),
+    entries=entries_seen,
+    requested=st.integers(1, 5),
+    lasting=st.integers(0, 3 * TTL),
+)
+def test_live_holders_are_waited_for_as_long_as_holds_here_last(
+    cap: int, entries: list[tuple[int, int, int | None]], requested: int, lasting: int
+) -> None:
+    """With live holders the wait comes from how long this writer's recent holds on the item
+    lasted, never past when it could free them (a lease_ttl is a bound, not an estimate);
+    when every entry is live, exactly the smaller of the two."""
+    requested = min(requested, cap)
+    stored, known = outlook_of(entries, SKEW)
+    _, estimated = outlook_of(entries, SKEW, lasting)
+    total = sum(h.amount for h in stored)
+    bound = holds.retry_after_ms(cap * MILLI, total, stored, NOW, requested * MILLI, outlook=known)
+    wait = holds.retry_after_ms(
+        cap * MILLI, total, stored, NOW, requested * MILLI, outlook=estimated
+    )
+    assert wait <= bound and (wait == 0) == (bound == 0)
+    if bound not in (0, holds.NEVER_MS) and all(h.expiry > NOW for h in stored):
+        assert wait == max(1, min(lasting, bound))
+
+
+def test_own_entries_come_back_at_their_expiry_or_now_when_lapsed() -> None:
+    mine = (Hold("me.1", MILLI, NOW + 700), Hold("me.2", MILLI, NOW + 900))
+    outlook = holds.Outlook(SKEW, TTL, None, {}, "me.")
+    assert holds.retry_after_ms(2 * MILLI, 2 * MILLI, mine, NOW, MILLI, outlook=outlook) == 700
+    lapsed = holds.Outlook(SKEW, TTL, None, {}, "me.", frozenset({"me.2"}))
+    assert holds.retry_after_ms(2 * MILLI, 2 * MILLI, mine, NOW, MILLI, outlook=lapsed) == 1
 
 
 def test_a_full_limit_waits_for_its_oldest_hold_and_refuses_on_a_fresh_image() -> None:
@@ -301,3 +370,46 @@ def test_a_concurrency_limit_is_never_split_below_one_unit_a_shard() -> None:
     assert too_small_to_double([rpm, parallel(3)], 2) == parallel(3)  # 4: 1, 1, 1, 0
     assert too_small_to_double([rpm, parallel(1)], 1) == parallel(1)
     assert too_small_to_double([rpm], 16) is None  # only concurrency limits stop a split
+
+
+def test_a_sighting_times_others_entries_once_and_leaves_the_writers_own() -> None:
+    """An image a refusal was judged on (a read) starts the quiet time of others' entries as
+    seen, never restarts it, and never marks this writer's own entries lost (it may be older
+    than this writer's latest write); the outlook reports it, with the recent durations."""
+    ledger = Ledger("me", SKEW)
+    holder = ledger.holder(ITEM, "parallel", 1_000, TTL)
+    write = hold_writes.plan_hold(parallel(2), State(), 1_000, WHOLE, MILLI, holder, enforce=True)
+    assert write is not None and write.holds is not None
+    mine = Hold(holder.key, MILLI, 1_000 + TTL)
+    ledger.landed(ITEM, "parallel", write.holds, 1_000, (mine,), 1_000)
+    theirs = Hold("other.1", MILLI, 2_000)
+    ledger.sighted(ITEM, "parallel", (theirs,), 1_500)  # an image without this writer's entry
+    ledger.sighted(ITEM, "parallel", (theirs, mine), 1_900)
+    assert ledger.holds(ITEM, "parallel", holder.key, 1_900)
+    for ms in (300, 100, 200):
+        ledger.held_for(ITEM, "parallel", ms)
+    outlook = ledger.outlook(ITEM, "parallel", TTL)
+    assert (outlook.seen, outlook.lasting_ms, outlook.own) == ({theirs: 1_500}, 200, "me.")
+
+
+def test_a_hold_given_back_whole_leaves_no_entry() -> None:
+    """Two leases of one process on one entry: the first give-back leaves the other's part,
+    the second removes the entry (it held exactly that), and the next hold starts a new one."""
+    params, stored, ledger, now = parallel(3), Stored(), Ledger("w0", SKEW), 1_000_000
+    proc = Process(ledger, 0)
+    for _ in range(2):
+        holder = ledger.holder(ITEM, "parallel", now, TTL)
+        write = hold_writes.plan_hold(
+            params, stored.state(), now, WHOLE, MILLI, holder, enforce=True
+        )
+        assert write is not None and stored.land(write) and write.holds is not None
+        ledger.landed(ITEM, "parallel", write.holds, now, stored.state().holds, now)
+        proc.leases.append((holder.key, MILLI))
+    proc.image = stored.state()
+    [(key, _), _] = proc.leases
+    assert stored.h == {key: 2 * MILLI}
+    _give_back(proc, stored, params, key, MILLI, now)
+    assert stored.h == {key: MILLI}
+    _give_back(proc, stored, params, key, MILLI, now)
+    assert (stored.v, stored.h, stored.he) == (0, {}, {})
+    assert ledger.holder(ITEM, "parallel", now, TTL).key != key  # a new generation

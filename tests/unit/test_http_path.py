@@ -18,7 +18,7 @@ from botocore import exceptions as bce
 
 from support.loopback import ok, scripted, self_signed, server_tls
 from zae_limiter.dynamo import transport as transport_module
-from zae_limiter.dynamo.transport import Transport, Unavailable, UnknownOutcome
+from zae_limiter.dynamo.transport import DynamoUnavailable, Transport, UnknownOutcome
 
 REQUEST = {"TableName": "t", "Key": {"pk": {"S": "a"}}}
 
@@ -100,7 +100,7 @@ async def test_no_answer_within_the_read_timeout_is_an_unknown_outcome(
             await transport.call("UpdateItem", REQUEST, write=True)
         assert isinstance(caught.value.__cause__, bce.ReadTimeoutError)
         assert len(server.requests) == 1  # an unknown outcome is never re-sent blindly
-        with pytest.raises(Unavailable, match="did not answer"):
+        with pytest.raises(DynamoUnavailable, match="did not answer"):
             await transport.call("GetItem", REQUEST)  # a read is retried, then gives up
         assert len(server.requests) == 1 + transport_module.MAX_ATTEMPTS
 
@@ -154,7 +154,7 @@ async def test_an_error_status_is_an_answer_and_keeps_the_connection(
     async with scripted(throttled) as server:
         transport = await connect(server.url)
         opened.append(transport)
-        with pytest.raises(Unavailable, match="kept throttling"):
+        with pytest.raises(DynamoUnavailable, match="kept throttling"):
             await transport.call("UpdateItem", REQUEST, write=True)
     assert len(server.requests) == transport_module.MAX_ATTEMPTS
     assert server.connections == 1
@@ -169,7 +169,7 @@ async def test_the_retry_budget_stops_retries_in_a_brown_out(opened: list[Transp
         opened.append(transport)
         transport.budget.available = 10  # two retries' worth left
         for _ in range(3):
-            with pytest.raises(Unavailable):
+            with pytest.raises(DynamoUnavailable):
                 await transport.call("GetItem", REQUEST)
     assert len(server.requests) == 3 + 2  # three first sends, two retries
     assert transport.budget.available == 0
@@ -183,7 +183,7 @@ async def test_https_speaks_tls_with_the_configured_ca_bundle(
         url = f"https://localhost:{server.port}"
         untrusting = await connect(url)
         opened.append(untrusting)
-        with pytest.raises(Unavailable, match="TLS handshake") as caught:
+        with pytest.raises(DynamoUnavailable, match="TLS handshake") as caught:
             await untrusting.call("GetItem", REQUEST)
         assert isinstance(caught.value.cause, bce.SSLError)
         monkeypatch.setenv("AWS_CA_BUNDLE", str(cert))

@@ -38,7 +38,6 @@ WORDS = {
             "cdk/",
             "admin/usage.py",
             "dynamo/keys.py",
-            "dynamo/snapshot_items.py",
             "models.py",
             "cli/report_cmds.py",
         ),
@@ -54,6 +53,7 @@ WORDS = {
             "admin/config.py",
             "caches.py",
             "resolution.py",
+            "acquire/dynamo_io.py",  # the config-read port on DynamoDB
             "repository.py",
             "unmetered.py",
             "dynamo/keys.py",
@@ -97,14 +97,33 @@ WORDS = {
             "acquire/shards.py",
             "acquire/waves.py",
             "acquire/bucket_io.py",
-            "acquire/dynamo_bucket_io.py",
+            "acquire/dynamo_io.py",
+            "acquire/split_items.py",  # a split one item at a time (docs/multi-region.md)
+            "admin/sweeper.py",  # finishes splits left half done
             "core/shard_split.py",
+            "dynamo/bucket_attributes.py",  # who writes an attribute: a split
             "core/shares.py",
             "manifest/plan.py",
         ),
         r"split_writes_per_second|SPLIT_WRITES_PER_SECOND",  # Repository.open's threshold
     ),
+    "iso": Word(
+        "an ISO-8601 UTC text of a time, in one of its two named precisions (core/times.py)",
+        frozenset({"iso"}),
+        ("core/times.py",),
+        r"iso_millis|iso_seconds|from_iso_seconds",  # the two forms, named by their precision
+    ),
+    "deadlines": Word(
+        "the callers' deadlines on one timer (acquire/deadlines.py `Deadlines`) and its holders",
+        frozenset({"deadlines"}),
+        ("acquire/deadlines.py",),
+        r"deadlines",  # `Pending.deadlines`, and a caller's local name for it
+    ),
 }
+
+# A class name names one thing: two modules defining a class of the same name are two meanings.
+# Today's, each with the step that gives one of them another name (the list only shrinks).
+SHARED_CLASS_NAMES: dict[str, str] = {}
 
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z]|[^A-Za-z]|$)|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
@@ -192,3 +211,26 @@ def test_every_swept_word_has_one_meaning_in_the_package() -> None:
         for stray in strays(path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8"))
     ]
     assert found == [], "\n".join(found)
+
+
+def classes(source: str) -> list[str]:
+    """The public classes a module defines at its top level."""
+    return [
+        node.name
+        for node in ast.parse(source).body
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_")
+    ]
+
+
+def test_a_class_name_names_one_thing() -> None:
+    """Issue 46: `Call`, `Outcome`, `Target`, `Level`, `Pending`, `Aggregator` each meant two
+    things (now `BalanceCall`, `BatchResult`, `Subject`, `LevelSpec`, `RecordToApply`,
+    `AggregatorFunction` for the second)."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        for name in classes(path.read_text(encoding="utf-8")):
+            where.setdefault(name, []).append(path.relative_to(ROOT).as_posix())
+    shared = {name: modules for name, modules in where.items() if len(modules) > 1}
+    unlisted = {name: modules for name, modules in shared.items() if name not in SHARED_CLASS_NAMES}
+    assert unlisted == {}, "one class name, two classes: name one of them for what it is"
+    assert set(SHARED_CLASS_NAMES) - set(shared) == set(), "no longer shared: strike it"

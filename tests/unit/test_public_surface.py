@@ -19,7 +19,7 @@ PUBLIC = {
     "RateLimiterUnavailable", "PermissionDenied", "FanoutIncomplete",
     "EntityError", "EntityExistsError", "EntityNotFoundError",
     "InfrastructureError", "InfrastructureNotFoundError",
-    "NamespaceNotFoundError", "NamespaceStateError",
+    "NamespaceNotFoundError", "NamespaceStateError", "TableRecreatedError",
     "VersionError", "VersionMismatchError", "IncompatibleSchemaError",
     "__version__",
 }  # fmt: skip

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from support.docs import markdown_python_blocks
 from support.typecheck import mypy_strict
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 USER_FILE = """
 from collections import Counter
@@ -54,8 +57,20 @@ async def async_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 """
 
 
+def lambda_docs_example() -> str:
+    """The Powertools handler of docs/integrations.md, as written there."""
+    (block,) = [
+        b
+        for b in markdown_python_blocks(DOCS / "integrations.md")
+        if "current_lease(SyncLease).adjust(" in b.source
+    ]
+    return block.source
+
+
 def test_mappings_and_the_lambda_lease_pass_mypy_strict(tmp_path: Path) -> None:
-    result = mypy_strict(tmp_path, USER_FILE)
+    """And the Lambda docs' `current_lease(SyncLease).adjust(...)` line as written (issue 42
+    item 5: it used to be `SyncLease | None`, an error under --strict)."""
+    result = mypy_strict(tmp_path, USER_FILE, {"lambda_docs": lambda_docs_example()})
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -3,6 +3,8 @@
 library      session: the `zae_limiter` package `upgrade` zips (the installed package, which holds
              the aggregator entry point `zae_limiter.lambdas.aggregator.handler`).
 use_library  autouse: `upgrade` (function and command) builds its zip from `library`.
+_iam         autouse: every request checked against its role's synthesized policy (`iam_checked`:
+             `upgrade` is the admin's, so is its Lambda's code replacement).
 stack        a moto "deployment": a table made by `Repository.create_table`, an aggregator
              function (any zip, handler `handler.handler`) and a version record naming it, at
              aggregator 0.16.0. moto stores functions and their code; it cannot invoke them.
@@ -22,6 +24,11 @@ from support.fixtures import REGION
 from support.tables import TableRef, delete_table_quietly
 from zae_limiter import Repository
 from zae_limiter.upgrade import bundle
+
+
+@pytest.fixture(autouse=True)
+def _iam(iam_checked: object) -> None:
+    """Every request of these tests is one its role's synthesized policy allows."""
 
 
 @pytest.fixture(scope="session")

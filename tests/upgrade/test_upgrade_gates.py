@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from support.iam_check import ADMIN, acting_as
 from zae_limiter import Limit, RateLimiter, Repository, VersionMismatchError, versioning
 from zae_limiter.admin import gates
 from zae_limiter.dynamo import keys
+from zae_limiter.manifest import apply_manifest, loads
 from zae_limiter.versioning import LIBRARY_VERSION
 
 pytestmark = pytest.mark.ddb
@@ -21,6 +23,8 @@ WEEKLY = Limit.quota("weekly", 1_000, cron="0 0 * * 1")
 SESSION = Limit.quota("session", 100, reset_after=timedelta(hours=5))
 SOFT = Limit.per_minute("rpm", 10, soft=True)
 RPM = Limit.per_minute("rpm", 10)
+PARALLEL = Limit.concurrent("parallel", 2)
+ALERTING = Limit.per_minute("rpm", 10, alert_at=(80,))
 
 Call = Callable[[Repository, RateLimiter], Awaitable[Any]]
 
@@ -28,6 +32,15 @@ Call = Callable[[Repository, RateLimiter], Awaitable[Any]]
 async def acquire(limiter: RateLimiter, limits: list[Limit], consume: dict[str, int]) -> None:
     async with limiter.acquire("u1", "budget", consume, limits=limits):
         pass
+
+
+async def acquire_as_admin(
+    limiter: RateLimiter, limits: list[Limit], consume: dict[str, int]
+) -> None:
+    """The acquire path with an admin's credentials: raising `client_min_version` is an admin's
+    write, which an `app` principal is refused (docs/deploying.md)."""
+    with acting_as(ADMIN):
+        await acquire(limiter, limits, consume)
 
 
 #: (feature, gated call, whether success raises the minimum client version)
@@ -70,7 +83,27 @@ GATED: dict[str, tuple[str, Call, bool]] = {
     ),
     "session-acquire": (
         "session_quotas",
-        lambda _, lim: acquire(lim, [SESSION], {"session": 1}),
+        lambda _, lim: acquire_as_admin(lim, [SESSION], {"session": 1}),
+        True,
+    ),
+    "concurrent-stored": (
+        "concurrent_limits",
+        lambda r, _: r.set_resource_defaults("llm", [PARALLEL]),
+        True,
+    ),
+    "concurrent-acquire": (
+        "concurrent_limits",
+        lambda _, lim: acquire_as_admin(lim, [PARALLEL], {"parallel": 1}),
+        True,
+    ),
+    "alerts-stored": (
+        "alert_thresholds",
+        lambda r, _: r.set_limits("u1", [ALERTING], "api"),
+        True,
+    ),
+    "alerts-acquire": (
+        "alert_thresholds",
+        lambda _, lim: acquire_as_admin(lim, [ALERTING], {"rpm": 1}),
         True,
     ),
 }
@@ -104,6 +137,12 @@ def test_the_gate_table_is_the_specification() -> None:
         "bypass": "0.17.0",
         "cascade_policy": "0.16.0",
         "session_quotas": "0.15.0",
+        "concurrent_limits": "0.18.0",
+        "alert_thresholds": "0.18.0",
+    }
+    # the seed pages' "0.17.0 or later" for top_up, reset_bucket, set_parent and soft limits
+    assert {gates.REQUIRED[f] for f in ("top_up", "reset_bucket", "set_parent", "soft_limits")} == {
+        "0.17.0"
     }
 
 
@@ -141,7 +180,7 @@ async def test_an_older_aggregator_refuses_before_any_write(
     remedy = (
         "run `zae-limiter upgrade`"
         if function
-        else "redeploy the stack with `cdk deploy` using zae-limiter 0.17.0"
+        else f"redeploy the stack with `cdk deploy` using zae-limiter {LIBRARY_VERSION}"
     )
     assert str(error) == (
         f"{feature} needs an aggregator of version {required} or later, but the stack runs "
@@ -177,8 +216,8 @@ async def test_the_minimum_is_never_lowered(stocked: Repository) -> None:
 async def test_the_minimum_never_exceeds_the_library(
     stocked: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(gates.REQUIRED, "top_up", "0.18.0")
-    await stocked.set_version_record(aggregator_version="0.18.0")
+    monkeypatch.setitem(gates.REQUIRED, "top_up", "0.19.0")
+    await stocked.set_version_record(aggregator_version="0.19.0")
     await stocked.top_up("u1", "budget", {"weekly": 1})
     assert await minimum(stocked) == LIBRARY_VERSION
 
@@ -217,8 +256,28 @@ async def test_a_concurrent_ratchet_is_not_an_error(
 
     with monkeypatch.context() as patched, wire.block() as w:
         patched.setattr(stocked._store, "get", stale_version_record)
-        await gates.check_gate(stocked, "top_up")
+        await gates.check_gate(stocked.scope, "top_up")
     updates = w.operations("UpdateItem")
     assert len(updates) == update_calls
     assert [r.conditional_failure for r in updates] == [True] + [False] * (update_calls - 1)
     assert await minimum(stocked) == "0.17.0"
+
+
+@pytest.mark.parametrize(
+    ("limit", "feature"),
+    [
+        ("{capacity: 2, concurrent: true}", "concurrent_limits"),
+        ("{capacity: 600, alert_at: [80]}", "alert_thresholds"),
+    ],
+)
+async def test_a_manifest_with_an_0_18_0_feature_is_refused_before_any_write(
+    stocked: Repository, wire: Any, limit: str, feature: str
+) -> None:
+    """The manifest equivalents of `Limit.concurrent` and `alert_at` wait for an 0.18.0
+    aggregator like the calls do: refused while planning the apply, nothing written."""
+    await stocked.set_version_record(aggregator_version="0.17.0", updated_by="cdk:0.17.0")
+    manifest = loads(f"namespace: default\nresources:\n  llm:\n    limits:\n      x: {limit}\n")
+    with wire.block() as w, pytest.raises(VersionMismatchError) as refused:
+        await apply_manifest(stocked, manifest)
+    assert (refused.value.feature, refused.value.required_version) == (feature, "0.18.0")
+    assert not {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"} & set(w.by_operation)

@@ -45,6 +45,8 @@ async def test_a_gated_call_is_refused_until_upgrade_then_succeeds(stack: Stack)
 
         result = stack.cli("upgrade", "--yes", "--lambda-endpoint-url", stack.endpoint)
         assert "replacing the code of" in result.stderr
+        assert "upgraded" not in result.stderr  # the verdict is stdout's, once
+        assert f"aggregator:      {LIBRARY_VERSION}" in result.stdout
 
         expected = build_aggregator_bundle()
         assert stack.code_sha256() == expected.sha256
@@ -60,6 +62,45 @@ async def test_a_gated_call_is_refused_until_upgrade_then_succeeds(stack: Stack)
         granted = await repo.top_up("u1", "budget", {"weekly": 5})
         assert (granted.amounts, granted.replayed) == ({"weekly": 5}, False)
         assert (await repo.get_version_record() or {})["client_min_version"] == "0.17.0"
+    finally:
+        await repo.close()
+
+
+async def test_upgrade_moves_a_0_17_0_stack_forward_to_0_18_0(
+    stack: Stack, moto_client: Any
+) -> None:
+    """A stack on the previous release: concurrency limits and alert thresholds wait for an
+    0.18.0 aggregator; `upgrade` replaces its code and records it; then they are stored and the
+    minimum client rises to 0.18.0 (a 0.17.0 service would misread them)."""
+    await put_record(
+        moto_client,
+        stack.table.name,
+        aggregator_version="0.17.0",
+        aggregator_function=stack.function,
+    )
+    repo = await stack.open()
+    try:
+        limiter = RateLimiter(repo)
+        parallel = Limit.concurrent("parallel", 4)
+        weekly = Limit.quota("weekly", 1_000, cron="0 0 * * 1", alert_at=(80,))
+        for limits, feature in ((parallel, "concurrent_limits"), (weekly, "alert_thresholds")):
+            with pytest.raises(VersionMismatchError) as refused:
+                await limiter.set_resource_defaults("llm", [limits])
+            error = refused.value
+            assert (error.feature, error.required_version, error.can_auto_update) == (
+                feature,
+                "0.18.0",
+                True,
+            )
+            assert error.lambda_version == "0.17.0"
+        dry = stack.cli("upgrade", "--dry-run", "--lambda-endpoint-url", NO_LAMBDA).stdout
+        assert f"(0.17.0 -> {LIBRARY_VERSION})" in dry and LIBRARY_VERSION == "0.18.0"
+        stack.cli("upgrade", "--yes", "--lambda-endpoint-url", stack.endpoint)
+        record = await stack.record()
+        assert (record["aggregator_version"], record["schema_version"]) == ("0.18.0", "1.0.0")
+        assert stack.code_sha256() == build_aggregator_bundle().sha256
+        await limiter.set_resource_defaults("llm", [parallel, weekly])
+        assert (await repo.get_version_record() or {})["client_min_version"] == "0.18.0"
     finally:
         await repo.close()
 
@@ -81,10 +122,11 @@ async def test_a_second_upgrade_is_a_no_op(stack: Stack, moto_client: Any) -> No
     assert (again.applied, again.code_pushed, again.plan.steps) == (False, False, [])
     assert await table_items(moto_client, stack.table.name) == items
     assert stack.code_sha256() == sha
-    output = stack.cli("upgrade", "--yes", "--lambda-endpoint-url", NO_LAMBDA).stdout
-    assert output.strip() == (
+    result = stack.cli("upgrade", "--yes", "--lambda-endpoint-url", NO_LAMBDA)
+    assert result.stdout.strip() == (
         f"table {stack.table.name} is up to date with zae-limiter {LIBRARY_VERSION}"
     )
+    assert result.output.count("up to date") == 1  # the verdict once, not on stderr as well
 
 
 async def test_dry_run_prints_the_steps_and_writes_nothing(stack: Stack, moto_client: Any) -> None:
@@ -155,14 +197,14 @@ async def test_code_already_deployed_is_not_pushed_again(stack: Stack) -> None:
     ("fields", "error", "says"),
     [
         (
-            {"aggregator_version": "0.18.0"},
+            {"aggregator_version": "0.19.0"},
             VersionMismatchError,
-            "aggregator 0.18.0 is newer than zae-limiter 0.17.0",
+            f"aggregator 0.19.0 is newer than zae-limiter {LIBRARY_VERSION}",
         ),
         (
-            {"client_min_version": "0.18.0"},
+            {"client_min_version": "0.19.0"},
             VersionMismatchError,
-            "older than this table's minimum client version 0.18.0",
+            "older than this table's minimum client version 0.19.0",
         ),
         (
             {"schema_version": "1.1.0"},
@@ -195,12 +237,12 @@ async def test_upgrade_never_lowers_a_version(
 
 async def test_a_client_below_the_minimum_is_refused_on_open(stack: Stack) -> None:
     repo = await stack.open()
-    await repo.set_version_record(client_min_version="0.18.0")
+    await repo.set_version_record(client_min_version="0.19.0")
     await repo.close()
     with pytest.raises(VersionMismatchError) as refused:
         await stack.open()
     assert str(refused.value) == (
-        "zae-limiter 0.17.0 is older than this table's minimum client version 0.18.0; "
+        f"zae-limiter {LIBRARY_VERSION} is older than this table's minimum client version 0.19.0; "
         "upgrade the library (pip install -U zae-limiter)"
     )
     assert refused.value.can_auto_update is False

@@ -75,8 +75,8 @@ def test_a_newer_patch_release_pushes_its_code() -> None:
 @pytest.mark.parametrize(
     ("fields", "error", "says"),
     [
-        ({"aggregator_version": "0.17.1"}, VersionMismatchError, "is newer than zae-limiter"),
-        ({"client_min_version": "0.17.1"}, VersionMismatchError, "minimum client version 0.17.1"),
+        ({"aggregator_version": "0.18.1"}, VersionMismatchError, "is newer than zae-limiter"),
+        ({"client_min_version": "0.18.1"}, VersionMismatchError, "minimum client version 0.18.1"),
         ({"schema_version": "1.0.1"}, VersionMismatchError, "newer than this library's"),
         ({"schema_version": "0.9.0"}, IncompatibleSchemaError, "differ in major version"),
         (

@@ -11,9 +11,11 @@ Modules, one job each:
 - `planning`: pure planning (planners, statuses, expiry, stamp and schedule-entry checks).
 - `targets`: finding and loading the items (image cache, or one wave of reads).
 - `shards`: which shard a call writes, when a bucket is too hot, the parts of a split.
-- `bucket_io`: the `BucketIO` protocol the waves write through, in images.
-- `dynamo_bucket_io`: `DynamoBucketIO`, the protocol on DynamoDB, and `lowered`, which maps
-  DynamoDB's failures into this path's errors: the only module here that imports `dynamo/`.
+- `bucket_io`: the `BucketIO` protocol the waves write through, in images (the bucket port);
+  config is read through the config-read port, `resolution.ConfigReads`.
+- `dynamo_io`: both ports on DynamoDB (`DynamoBucketIO`, `DynamoConfigReads`) and `lowered`,
+  which maps DynamoDB's failures into this path's errors: the only module here that imports
+  `dynamo/`, and the only one on the acquire path that names `DynamoError`.
 - `lanes`: one writer's writes per item, one in flight, coalesced, exactly once.
 - `waves`: the only code that sends bucket writes and interprets their outcomes.
 - `admission`: `Admission`, composing the above for one namespace scope.

@@ -1,6 +1,6 @@
 """`BucketIO`: the bucket operations the acquire path sends, as a protocol in domain terms.
 
-`dynamo_bucket_io.DynamoBucketIO` implements it on DynamoDB (the one module of `acquire/` that
+`dynamo_io.DynamoBucketIO` implements it on DynamoDB (the one module of `acquire/` that
 talks to `zae_limiter.dynamo`); the unit tests use an in-memory double of it
 (`tests/support/memory_bucket_io.py`). It speaks images, never stored items, and every method
 raises only the acquire path's errors (`values`): `ItemChanged` with the stored item as an image
@@ -14,7 +14,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any, Protocol
 
 from ..core.bucket import LimitWrite
-from ..core.images import Address, BucketImage, Evidence
+from ..core.images import Address, BucketImage, Evidence, Outgoing
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,12 @@ class BucketIO(Protocol):
         ttl: int | None,
         admissions: int,
         evidence: Evidence | None,
+        revokes: tuple[int, ...] = (),
     ) -> BucketImage:
         """Apply `writes` if the item still has `image`'s stamp sequence and the guards hold;
         with `evidence`, also only if the writer's entry is below its sequence (then set to
-        it). Returns the new item."""
+        it); `revokes` marks a refund of never-kept debits (docs/alerts.md). Returns the new
+        item."""
         ...
 
     async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
@@ -74,5 +76,36 @@ class BucketIO(Protocol):
         self, parts: Sequence[ShardSplit], *, token: str, extra: Sequence[dict[str, Any]] = ()
     ) -> None:
         """Double a bucket's shards, all parts (and the `extra` transaction operations, an
-        audit event) or none; raises `ItemChanged(None)` when a part's condition failed."""
+        audit event) or none; raises `ItemChanged(None)` when a part's condition failed. On a
+        table without transactions the parts go one at a time, each shard recording its new
+        sibling until it is created (`settle_sibling`)."""
+        ...
+
+    async def give(
+        self, image: BucketImage, writes: Mapping[str, LimitWrite], record: Outgoing, *, now: int
+    ) -> BucketImage:
+        """A transfer's donor side (regional shards, docs/multi-region.md): `writes` and the
+        record, if the shard has no transfer to that recipient outstanding and its transfer
+        count is `image`'s."""
+        ...
+
+    async def take(
+        self,
+        image: BucketImage,
+        writes: Mapping[str, LimitWrite],
+        donor: int,
+        seq: int,
+        *,
+        now: int,
+    ) -> BucketImage:
+        """A transfer's recipient side: `writes`, if transfer `seq` of `donor` was not taken."""
+        ...
+
+    async def taken(self, image: BucketImage, recipient: int, seq: int) -> None:
+        """Remove the donor's record of transfer `seq` (taken by now)."""
+        ...
+
+    async def settle_sibling(self, old: BucketImage) -> BucketImage | None:
+        """Create the split's new shard that `old` records (unless it exists), then remove the
+        record; the new shard as created or found (None when `old` records none)."""
         ...

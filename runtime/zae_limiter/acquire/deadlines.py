@@ -6,32 +6,32 @@ Two different bounds:
   an admission or a lease's exit may hold the caller; past it the work goes on off the caller's
   path (`acquire.pending`);
 - a write's *resolution bound*: how long after its first send a copy of a write can still
-  land. The exactly-once rules assume it is shorter than `lanes.PRUNE_AGE_MS` minus the clock
-  skew between processes, so it is bounded in time: a lane sends no re-send later than
-  `RESEND_BOUND_MS` after the first send, and `open()` refuses request timeouts above
-  `MAX_REQUEST_TIMEOUT_S` (one request can land at most that long after it was sent).
+  land. Its constants live in `core.bounds` (pure, for every layer that waits them out);
+  `check_request_timeouts` here refuses request timeouts that would break it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import math
 import os
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..core.bounds import MAX_REQUEST_TIMEOUT_S
 from ..errors import ValidationError
 
-#: No re-send of a write whose answer was lost starts later than this after its first send.
-RESEND_BOUND_MS = 60_000
-#: connect_timeout + read_timeout of a client_config, at most (seconds).
-MAX_REQUEST_TIMEOUT_S = 20.0
-#: The clock skew between writers the exactly-once rules tolerate: the longest resolution bound
-#: (about 140 s with the largest timeouts open() accepts) plus this stays below PRUNE_AGE_MS.
-ASSUMED_SKEW_MS = 120_000
 #: The default deadline of an admission and of a lease's exit (seconds).
 DEFAULT_ACQUIRE_TIMEOUT = 1.0
 ENV_ACQUIRE_TIMEOUT = "ZAEL_ACQUIRE_TIMEOUT"
+#: How long `close(timeout=None)` waits for work resolved off callers' paths (seconds): inside
+#: the shutdown grace period of common runtimes (Kubernetes and ECS give 30 s).
+DEFAULT_CLOSE_TIMEOUT = 8.0
+ENV_CLOSE_TIMEOUT = "ZAEL_CLOSE_TIMEOUT"
+#: The longest pause between tries of work that waits out an outage (seconds).
+MAX_OUTAGE_PAUSE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -71,18 +71,39 @@ def acquire_timeout(value: float | Default | None) -> float | None:
     """`Repository.open(acquire_timeout=)`, else `$ZAEL_ACQUIRE_TIMEOUT`, else 1.0."""
     if not isinstance(value, Default):
         return timeout_value(value, "acquire_timeout")
-    raw = os.environ.get(ENV_ACQUIRE_TIMEOUT, "").strip()
+    return _from_env(ENV_ACQUIRE_TIMEOUT, DEFAULT_ACQUIRE_TIMEOUT, allow_none=True)
+
+
+def close_timeout(value: float | None) -> float:
+    """`close(timeout=)`, else `$ZAEL_CLOSE_TIMEOUT`, else 8.0 (always a bound: a process that
+    is shutting down must end)."""
+    if value is not None:
+        bound = timeout_value(value, "timeout")
+        assert bound is not None
+        return bound
+    bound = _from_env(ENV_CLOSE_TIMEOUT, DEFAULT_CLOSE_TIMEOUT, allow_none=False)
+    assert bound is not None
+    return bound
+
+
+def _from_env(name: str, default: float, *, allow_none: bool) -> float | None:
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return DEFAULT_ACQUIRE_TIMEOUT
-    if raw.lower() == "none":
+        return default
+    if allow_none and raw.lower() == "none":
         return None
     try:
         number = float(raw)
     except ValueError:
-        raise ValidationError(
-            ENV_ACQUIRE_TIMEOUT, raw, "must be a number of seconds, e.g. 0.5, or 'none'"
-        ) from None
-    return timeout_value(number, ENV_ACQUIRE_TIMEOUT)
+        example = "e.g. 0.5, or 'none'" if allow_none else "e.g. 8"
+        raise ValidationError(name, raw, f"must be a number of seconds, {example}") from None
+    return timeout_value(number, name)
+
+
+def outage_pause(tries: int) -> float:
+    """The pause (seconds) before the `tries`-th try of work that waits out an outage: doubling
+    from 50 ms up to `MAX_OUTAGE_PAUSE_S`, so a table that comes back is noticed within it."""
+    return min(MAX_OUTAGE_PAUSE_S, 0.05 * float(2 ** min(tries, 8)))
 
 
 def check_request_timeouts(connect: float, read: float) -> None:
@@ -98,7 +119,69 @@ def check_request_timeouts(connect: float, read: float) -> None:
         )
 
 
-def resolution_bound_s(connect: float, read: float, attempts: int) -> float:
-    """The longest time after its first send that a write can still land (seconds), with
-    these request timeouts and at most `attempts` sends per request."""
-    return RESEND_BOUND_MS / 1000 + attempts * (connect + read)
+class Deadline:
+    """One caller's deadline (see `Deadlines`)."""
+
+    __slots__ = ("cancelling", "done", "expired", "task", "when")
+
+    def __init__(self, when: float, task: asyncio.Task[Any]) -> None:
+        self.when = when
+        self.task = task
+        self.cancelling = task.cancelling()
+        self.expired = False
+        self.done = False
+
+
+class Deadlines:
+    """Deadlines of callers whose work runs in their own task, on one timer for all of them.
+
+    At its deadline a caller's task is cancelled, as `asyncio.timeout` does it; unlike it, no
+    timer is scheduled per caller (each one costs a handle in the loop's heap, which keeps
+    cancelled handles: most of what a warm acquire spent on its deadline). Callers mostly share
+    one timeout, so their deadlines arrive in order and a deque holds them.
+    """
+
+    def __init__(self) -> None:
+        self._entries: deque[Deadline] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def enter(self, timeout: float) -> Deadline:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None, "a deadline needs a task"
+        entry = Deadline(loop.time() + timeout, task)
+        entries = self._entries
+        if entries and entries[-1].when > entry.when:
+            bisect.insort(entries, entry, key=_when)  # a shorter timeout than the last caller's
+        else:
+            entries.append(entry)
+        timer = self._timer
+        if timer is None or entry.when < timer.when():  # none armed, or armed for later
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(entry.when, self._fire)
+        return entry
+
+    def leave(self, entry: Deadline) -> bool:
+        """Done with `entry`; True when its deadline cancelled the task and nothing else did
+        (the caller then reports the deadline instead of the cancellation)."""
+        entry.done = True
+        entries = self._entries
+        while entries and entries[0].done:
+            entries.popleft()
+        return entry.expired and entry.task.uncancel() <= entry.cancelling
+
+    def _fire(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        entries = self._entries
+        while entries and (entries[0].done or entries[0].when <= now):
+            entry = entries.popleft()
+            if not entry.done:
+                entry.expired = entry.done = True
+                entry.task.cancel()
+        self._timer = loop.call_at(entries[0].when, self._fire) if entries else None
+
+
+def _when(entry: Deadline) -> float:
+    return entry.when

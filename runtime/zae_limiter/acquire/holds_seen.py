@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Protocol
 
+from ..core.bounds import ASSUMED_SKEW_MS
 from ..core.bucket import LimitWrite
 from ..core.hold_ledger import Ledger
 from ..core.images import BucketImage
-from .deadlines import ASSUMED_SKEW_MS
 
 
-class Writer(Protocol):
+class LedgerHolder(Protocol):
     """The lanes of one writer: its ledger and its clock."""
 
     ledger: Ledger
@@ -25,7 +25,7 @@ def ledger_for(writer: str) -> Ledger:
 
 
 def landed(
-    lanes: Writer, item: Hashable, writes: dict[str, LimitWrite], image: BucketImage, now: int
+    lanes: LedgerHolder, item: Hashable, writes: dict[str, LimitWrite], image: BucketImage, now: int
 ) -> None:
     """A write planned at `now` landed; `image` is the item it returned (received now)."""
     received = lanes.clock()
@@ -36,7 +36,7 @@ def landed(
 
 
 def refused(
-    lanes: Writer, item: Hashable, writes: dict[str, LimitWrite], current: BucketImage | None
+    lanes: LedgerHolder, item: Hashable, writes: dict[str, LimitWrite], current: BucketImage | None
 ) -> None:
     """A write's condition failed; `current` is the item it returned (None: gone, so it holds
     no entry). A write that landed after all (a lost answer) is told again by `landed`."""
@@ -47,7 +47,7 @@ def refused(
             lanes.ledger.saw(item, name, () if state is None else state.holds, received)
 
 
-def undecided(lanes: Writer, item: Hashable, writes: dict[str, LimitWrite]) -> None:
+def undecided(lanes: LedgerHolder, item: Hashable, writes: dict[str, LimitWrite]) -> None:
     """A write given up on with its outcome unknown: a generation it created may exist
     unseen, so it is never written again."""
     for name, write in writes.items():

@@ -7,13 +7,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..core.bounds import RESEND_BOUND_MS
 from ..core.bucket import LimitWrite
 from ..core.images import BucketImage, Evidence
-from .deadlines import RESEND_BOUND_MS
 from .values import Planner, Target
 
 #: Re-sends of a write whose answer was lost before its calls are told "unavailable".
 UNKNOWN_RESENDS = 8
+#: Why a write is undecided when the item no longer holds its writer's entry.
+ENTRY_REMOVED = (
+    "other writers removed this writer's entry from the item before the outcome was known "
+    "(the item's floor blocks any copy of the write)"
+)
 
 
 class Sender(Protocol):
@@ -25,12 +30,18 @@ class Sender(Protocol):
         admissions: int,
         evidence: Evidence,
         now: int,
+        revokes: tuple[int, ...],
     ) -> BucketImage:
-        """One bucket write (an update of `image`, or its creation when not `exists`)."""
+        """One bucket write (an update of `image`, or its creation when not `exists`);
+        `revokes`: sequences of this writer's debits it refunds."""
         ...
 
     async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
         """Move this writer's entry to `evidence.seq` unless sequence `blocked` landed."""
+        ...
+
+    async def read(self, image: BucketImage) -> BucketImage | None:
+        """`image`'s item as stored now (strongly consistent; None: no item)."""
         ...
 
 
@@ -43,9 +54,16 @@ class Call:
     settle: bool  # an exit write or refund: transient failures are retried longer
     rounds: int  # condition failures (or transient errors) allowed before giving up
     future: asyncio.Future[Outcome]
+    revokes: int | None = None  # a refund: the sequence of the debit it undoes (docs/alerts.md)
     now: int | None = None  # fixed after a conflict: the retry plans at the same time
     tries: int = 0
     admissions: int = 0  # the admissions delta of its planned write
+    deadline: float | None = None  # Load ms: a throttled debit is tried again only before it
+    turned: bool = False  # a debit sent after its turn of the paced table (lane_load.reserved)
+
+    def in_time(self, decided_at: float) -> bool:
+        """Whether a decision at `decided_at` (clock ms) is before the call's deadline."""
+        return self.deadline is not None and decided_at < self.deadline
 
     def resolve(self, outcome: Outcome, on_orphan: Callable[[Call, Outcome], None] | None) -> None:
         """Tell the caller; a caller that left (its future cancelled) is never told, and a write
@@ -58,8 +76,9 @@ class Call:
 
 @dataclass(frozen=True)
 class Outcome:
-    """`image` and `writes` when the call's write landed; `refused` when its planner refused on
-    a fresh image (`at`: the time it was judged at); else `error`."""
+    """`image`, `writes` and `seq` (its write's sequence) when the call's write landed;
+    `refused` when its planner refused on a fresh image (`at`: the time it was judged at); else
+    `error`."""
 
     target: Target
     image: BucketImage | None = None
@@ -67,6 +86,7 @@ class Outcome:
     refused: bool = False
     error: BaseException | None = None
     at: int | None = None
+    seq: int | None = None
 
 
 @dataclass
@@ -83,7 +103,14 @@ class Batch:
     now: int
     lost: int = 0  # answers lost so far (the write may have landed)
     skewed: bool = False  # the item shows a writer too far ahead: a lost answer is not re-sent
+    revokes: tuple[int, ...] = ()  # its refunds' debits (Call.revokes)
     first_sent: int | None = None  # the clock when it was first sent (bounds the re-sends)
+
+    @property
+    def resendable(self) -> bool:
+        """A lost answer may be re-sent: the write carries its writer's entry, and the item
+        shows no writer's clock too far ahead."""
+        return self.evidence.kept and not self.skewed
 
     def resend_allowed(self, now: int) -> bool:
         """Another send of a write whose answer was lost: bounded in count and in time."""
@@ -92,4 +119,11 @@ class Batch:
 
 
 class Undecided(Exception):
-    """A write's answer was lost on every re-send: it may or may not have landed."""
+    """A write's outcome could not be decided: it may or may not have landed."""
+
+
+class Closed(Exception):
+    """The repository was closed: nothing more is sent."""
+
+    def __init__(self) -> None:
+        super().__init__("the repository is closed")

@@ -7,12 +7,21 @@ latest image and folded into one conditional UpdateItem (`core.compose`), so a h
 one request per round trip per process, not one per call, and calls of one process never collide
 with each other.
 
-Each write carries the writer's next sequence number (`Evidence`) and applies only while the
-item's entry for this writer is below it. Because a lane sends one write at a time, the entry
-tells exactly whether a write whose answer was lost landed: it holds that write's sequence, or
-an older one. A write found not landed after a lost answer is *fenced* (its sequence is made
-unusable with one small write) before its calls are planned again, so a late copy of it can
-never apply. Other writers' traffic cannot erase the evidence.
+Each write carries the writer's next sequence number (`Evidence`, core/evidence.py) and applies
+only while the item's entry for this writer is below it (or absent under the item's floor).
+Because a lane sends one write at a time, the entry tells exactly whether a write whose answer
+was lost landed: it holds that write's sequence, or an older one. A write found not landed
+after a lost answer is *fenced* (its sequence is made unusable with one small write) before its
+calls are planned again, so a late copy of it can never apply. Other writers' traffic cannot
+erase the evidence; an entry they removed (old, or to make room on an item with many writers)
+raised the floor, so the write can never land again, and its outcome is undecided.
+
+Nothing is given up while the process lives: when re-sending keeps losing its answer, the lane
+decides by a strongly consistent read of its entry on the item (then fences), pausing with
+backoff through an outage of any length; exit writes and refunds that certainly did not apply
+are sent again the same way. Only `close()` ends it (`Lanes.close`: what is left is logged,
+one line per item, by `leftovers`). Sends take request slots of the writer's `load.Load`; see
+also `lane_load` (overload).
 """
 
 from __future__ import annotations
@@ -20,40 +29,29 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from ..core import evidence as writer_evidence
 from ..core.bucket import LimitWrite
 from ..core.compose import then_all
+from ..core.evidence import PRUNE_AGE_MS as PRUNE_AGE_MS
 from ..core.evolve import evolve
 from ..core.images import BucketImage, Evidence, new_writer_id
 from . import holds_seen
 from .deadlines import Backoff
 from .lane_calls import UNKNOWN_RESENDS as UNKNOWN_RESENDS
-from .lane_calls import Batch, Call, Outcome, Sender, Undecided
+from .lane_calls import Batch, Call, Closed, Outcome, Sender
+from .lane_failures import Failures
+from .leftovers import Leftovers
+from .load import Load
 from .skew import SkewWatch
-from .values import (
-    AnswerLost,
-    Contended,
-    ItemChanged,
-    Planner,
-    RulesChanged,
-    ShardGone,
-    Target,
-    Unavailable,
-)
+from .values import AnswerLost, Planner, Target, Unavailable
 
 log = logging.getLogger("zae_limiter")
 
 #: Calls folded into one write at most.
 MAX_BATCH = 64
-#: Another writer's entry older than this (by this writer's clock) is removed by the next write.
-#: It must exceed the longest time a copy of a write can still land (`deadlines.RESEND_BOUND_MS`
-#: plus one request's timeouts, which `open()` caps) plus the clock skew between processes
-#: (docs/on-unavailable.md; checked in tests/unit/test_acquire_deadlines.py).
-PRUNE_AGE_MS = 5 * 60_000
-#: Entries removed per write at most (keeps the request small).
-PRUNE_PER_WRITE = 2
 
 
 class Lanes:
@@ -70,8 +68,13 @@ class Lanes:
         writer: str | None = None,
         on_orphan: Callable[[Call, Outcome], None] | None = None,
         backoff: Backoff | None = None,
+        recover: Callable[[BucketImage], Awaitable[BucketImage | None]] | None = None,
+        load: Load | None = None,
     ) -> None:
         self.sender = sender
+        self.load = load if load is not None else Load()
+        #: Finds a shard that is missing because its split was not finished (docs/multi-region.md)
+        self.recover = recover
         self.backoff = backoff if backoff is not None else Backoff()
         self.on_orphan = on_orphan
         self.on_leave: Callable[[asyncio.Future[None]], None] | None = None
@@ -81,20 +84,42 @@ class Lanes:
         self.blank = blank
         self.writer = writer or new_writer_id()
         self.undecided = 0  # writes given up on with their outcome unknown (a metric)
+        self.resolved_by_resend = 0  # lost answers decided by sending the same write again
+        self.resolved_by_read = 0  # lost answers decided by reading the writer's entry
+        # what close() left, one line per item
+        self.leftovers = Leftovers(self.writer, lambda: self.next_seq(self.clock()))
+        self.closed = False
+        self.unkept = 0  # writes sent without evidence: their item was full of young entries
         self.skew = SkewWatch(self.writer)
         self.ledger = holds_seen.ledger_for(self.writer)  # its concurrency holds
         self._seq = 0
-        self._lanes: dict[tuple[str, str, str, int], _Lane] = {}
+        #: the lanes of items with calls, by item (acquire/lane_load.py reads them)
+        self.by_item: dict[tuple[str, str, str, int], _Lane] = {}
+        #: targets of debits on their way to their lanes (acquire/lane_load.py `sending`)
+        self.sending: dict[tuple[str, str, str, int], list[Target]] = {}
 
     @property
     def skewed(self) -> int:
         """Writes planned on items stamped too far ahead of this writer's clock (a metric)."""
         return self.skew.sightings
 
-    def next_seq(self, now: int) -> int:
-        """Strictly increasing, and about the writer's clock (so entries show their age)."""
-        self._seq = max(self._seq + 1, now)
+    def next_seq(self, now: int, image: BucketImage | None = None) -> int:
+        """Strictly increasing, about the writer's clock (so entries show their age), and above
+        `image`'s floor."""
+        self._seq = (
+            max(self._seq + 1, now)
+            if image is None
+            else writer_evidence.next_seq(self._seq, now, image)
+        )
         return self._seq
+
+    def evidence(self, image: BucketImage, now: int, skewed: bool) -> Evidence:
+        """The evidence of this writer's next write to `image`, planned at `now`."""
+        seq = self.next_seq(now, image)
+        evidence = writer_evidence.plan(image, self.writer, seq, now, skewed=skewed)
+        if not evidence.kept:
+            self.unkept += 1
+        return evidence
 
     async def write(
         self,
@@ -103,16 +128,28 @@ class Lanes:
         *,
         settle: bool,
         rounds: int,
+        revokes: int | None = None,
+        deadline: float | None = None,
+        fold: bool = False,
     ) -> Outcome:
         image = target.image
         key = (image.ns, image.entity_id, image.resource, image.shard)
-        lane = self._lanes.get(key)
+        if self.closed:
+            if settle:  # an exit write or refund that can no longer be sent: logged
+                self.leftovers.unsent(key, target, planner, self.clock())
+            return Outcome(target, error=Unavailable(Closed()))
+        lane = self.by_item.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane(self, key)
-        call = Call(target, planner, settle, rounds, asyncio.get_running_loop().create_future())
+            lane = self.by_item[key] = _Lane(self, key)
+        call = Call(
+            target, planner, settle, rounds, asyncio.get_running_loop().create_future(), revokes
+        )
+        call.deadline = deadline  # Load ms: a throttled debit is tried again only before it
+        if self.sending:
+            call.turned = self.arrived(key, target) and self.load.rate is not None
         lane.queue.append(call)
         try:
-            if not lane.busy:
+            if not lane.busy and not fold:  # a folded call waits (lane_load.fold)
                 lane.busy = True
                 try:
                     await lane.drain(until=call)
@@ -122,6 +159,16 @@ class Lanes:
         except asyncio.CancelledError:
             self._left(call, lane)
             raise
+
+    def arrived(self, key: tuple[str, str, str, int], target: Target) -> bool:
+        """Drop `target` from `sending`; whether it was there."""
+        coming = self.sending.get(key)
+        if coming is None or not any(t is target for t in coming):
+            return False
+        coming[:] = [t for t in coming if t is not target]
+        if not coming:
+            del self.sending[key]
+        return True
 
     def _left(self, call: Call, lane: _Lane) -> None:
         """Its caller was cancelled: what lands for the call from now on goes to `on_orphan`
@@ -138,11 +185,24 @@ class Lanes:
 
     def retire(self, key: tuple[str, str, str, int]) -> None:
         """Forget an item's lane once it is free (the next call opens a new one)."""
-        self._lanes.pop(key, None)
+        self.by_item.pop(key, None)
+
+    def close(self) -> list[asyncio.Future[None]]:
+        """Stop: log what every lane still has in flight or queued (one line per item, counted
+        in `leftovers`), and return the lanes' tasks for the caller to cancel. From now on
+        nothing is sent, and a write that ends is logged instead of followed up."""
+        self.closed = True
+        tasks: list[asyncio.Future[None]] = []
+        for lane in list(self.by_item.values()):
+            lane.leave_behind()
+            tasks += [t for t in (lane.inflight, lane.drainer) if t is not None and not t.done()]
+        return tasks
 
 
-class _Lane:
-    """One item's queue of calls and its latest image."""
+class _Lane(Failures):
+    """One item's queue of calls and its latest image (what a failed send means: `Failures`)."""
+
+    lanes: Lanes
 
     def __init__(self, lanes: Lanes, key: tuple[str, str, str, int]) -> None:
         self.lanes = lanes
@@ -151,28 +211,37 @@ class _Lane:
         self.busy = False
         self.image: BucketImage | None = None
         self.exists = True
-        self._task: asyncio.Future[None] | None = None  # a drain after its caller's call ended
+        self.drainer: asyncio.Future[None] | None = None  # a drain after its caller's call ended
         self.inflight: asyncio.Future[None] | None = None  # a batch sent as a task
+        self.sending: Batch | None = None  # the batch being sent or decided (close() logs it)
+        self.flying: list[Call] = []  # the calls of the batch formed last (lane_load.py)
+        self.sent_at: float | None = None  # when the request in flight was sent; its smoothed
+        self.rtt_ms = 0.0  # round trip
 
     def release(self) -> None:
         """Hand the lane to a background drain if calls are still queued or a batch is still
         in flight (its caller was cancelled), else free it."""
-        if self.queue or self.inflight is not None:
-            self._task = asyncio.ensure_future(self._drain_rest())
+        if self.queue or self.in_flight():
+            self.drainer = asyncio.ensure_future(self._drain_rest())
         else:
             self.busy = False
             self.lanes.retire(self.key)
 
     async def _drain_rest(self) -> None:
+        closed = False
         try:
-            while self.inflight is not None:  # never a second write while one is in flight
+            while self.in_flight():  # never a second write while one is in flight
+                assert self.inflight is not None
                 await asyncio.shield(self.inflight)
             await self.drain(until=None)
+        except GeneratorExit:  # the coroutine is closed (its loop is gone): start nothing
+            closed = True
+            raise
         finally:
             self.busy = False
-            if self.queue:  # arrived as the drain ended
+            if self.queue and not closed:  # arrived as the drain ended
                 self.busy = True
-                self._task = asyncio.ensure_future(self._drain_rest())
+                self.drainer = asyncio.ensure_future(self._drain_rest())
             else:
                 self.lanes.retire(self.key)
 
@@ -184,16 +253,18 @@ class _Lane:
         nothing else is sent on the lane until it ends.
         """
         while self.queue and (until is None or not until.future.done()):
-            if self.inflight is not None:
+            if self.in_flight():
+                assert self.inflight is not None
                 await asyncio.shield(self.inflight)
                 continue
             batch = self._form()
             if batch is None:
                 continue
-            if batch.calls == [until]:
+            self.flying = batch.calls
+            if batch.calls == [until] and batch.evidence.kept:
                 await self._in_place(batch)
                 continue
-            await asyncio.shield(self._go_on(self._run(batch)))
+            await self._until(self._go_on(self._run(batch)), until)
 
     def _go_on(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
         """Run `work` as the lane's write in flight: no caller's cancellation can cut it."""
@@ -201,8 +272,14 @@ class _Lane:
         task.add_done_callback(self._sent)
         return task
 
-    def _sent(self, _: asyncio.Future[None]) -> None:
-        self.inflight = None
+    def _sent(self, sent: asyncio.Future[None]) -> None:
+        if self.inflight is sent:
+            self.inflight = None
+
+    def in_flight(self) -> bool:
+        """A batch sent as a task has not ended. (Ended, it may still be `inflight` until its
+        done callback runs: awaiting it then would not yield, and a loop on it would spin.)"""
+        return self.inflight is not None and not self.inflight.done()
 
     async def _in_place(self, batch: Batch) -> None:
         """Send a batch of the caller's own call in the caller's task (the warm path: no task).
@@ -214,13 +291,29 @@ class _Lane:
         try:
             image = await self._send(batch)
         except asyncio.CancelledError:
+            if batch.first_sent is None:
+                raise  # cancelled while waiting for a request slot: nothing was sent
             batch.lost += 1
-            self._go_on(self._run(batch))
+            if self.lanes.closed:  # cut by close(): nothing follows it up any more
+                self.lanes.leftovers.lane(self.key, batch, [], self.image)
+            else:
+                self._go_on(self._run(batch))
             raise
         except Exception as exc:
-            await asyncio.shield(self._go_on(self._run(batch, exc)))
+            await self._until(self._go_on(self._run(batch, exc)), batch.calls[0])
             return
-        self._landed(batch, image)
+        self.landed(batch, image)
+
+    async def _until(self, task: asyncio.Future[None], call: Call | None) -> None:
+        """Wait for the batch in flight, or only until `call` is told (an admission whose write
+        is decided off its caller's path, through an outage): the rest is adopted as pending."""
+        if call is None:
+            await asyncio.shield(task)
+            return
+        told: asyncio.Future[Any] = call.future
+        await asyncio.wait({task, told}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done() and self.lanes.on_leave is not None:
+            self.lanes.on_leave(asyncio.shield(task))
 
     # --- forming a batch ---------------------------------------------------------------------
 
@@ -243,6 +336,7 @@ class _Lane:
         plans: list[dict[str, LimitWrite]] = []
         combined: dict[str, LimitWrite] = {}
         admissions = 0
+        revokes: tuple[int, ...] = ()
         while self.queue and len(calls) < MAX_BATCH:
             call = self.queue[0]
             if call.future.done():  # its caller left before it was sent: nothing to write
@@ -273,6 +367,8 @@ class _Lane:
             self.queue.popleft()
             calls.append(call)
             plans.append(writes)
+            if call.revokes is not None:
+                revokes += (call.revokes,)
             combined = joined
             admissions += delta
             states = dict(projected.states)
@@ -282,185 +378,73 @@ class _Lane:
         if not calls:
             return None  # every queued call's caller had left
         skewed = self.lanes.skew.stamped_ahead(base, now)
-        prune = () if skewed else self._prunable(base, now)
-        evidence = Evidence(self.lanes.writer, self.lanes.next_seq(now), prune)
-        return Batch(calls, plans, base, exists, combined, admissions, evidence, now, 0, skewed)
-
-    def _prunable(self, image: BucketImage, now: int) -> tuple[tuple[str, int], ...]:
-        old = [
-            (writer, seq)
-            for writer, seq in image.evidence.items()
-            if writer != self.lanes.writer and seq < now - PRUNE_AGE_MS
-        ]
-        return tuple(sorted(old, key=lambda entry: entry[1])[:PRUNE_PER_WRITE])
+        evidence = self.lanes.evidence(base, now, skewed)
+        return Batch(
+            calls, plans, base, exists, combined, admissions, evidence, now, 0, skewed, revokes
+        )
 
     # --- sending and reading the outcome -----------------------------------------------------
 
     async def _run(self, batch: Batch, failure: Exception | None = None) -> None:
         """Send the batch (after `failure`, the answer to its last send) until it is decided."""
-        while True:
-            if failure is None:
-                try:
-                    image = await self._send(batch)
-                except Exception as exc:
-                    failure = exc
-                else:
-                    self._landed(batch, image)
+        self.sending = batch
+        try:
+            while True:
+                if failure is None:
+                    try:
+                        image = await self._send(batch)
+                    except Exception as exc:
+                        failure = exc
+                    else:
+                        if batch.lost:
+                            self.lanes.resolved_by_resend += 1
+                        self.landed(batch, image)
+                        return
+                if not await self.after_failure(batch, failure):
                     return
-            if not await self._failed(batch, failure):
-                return
-            failure = None
+                failure = None
+        except asyncio.CancelledError:
+            if self.lanes.closed:  # close() logged it: tell its calls, then stop
+                # once sent, it may have applied (its answer is what close() cut)
+                sent = batch.lost or batch.first_sent is not None
+                cut = AnswerLost(Closed()) if sent else Unavailable(Closed())
+                self.fail(batch.calls, cut)
+            raise
+        finally:
+            self.sending = None
 
     async def _send(self, batch: Batch) -> BucketImage:
+        lanes = self.lanes
+        if lanes.closed:
+            raise Closed()
+        if lanes.load.rate is not None and len(batch.calls) > 1:  # a hot item's batch: paced
+            await lanes.load.paced(lanes.backoff.pause)
+        if not lanes.load.take():
+            await lanes.load.wait()
         if batch.first_sent is None:
-            batch.first_sent = self.lanes.clock()
-        return await self.lanes.sender.send(
-            batch.image, batch.exists, batch.writes, batch.admissions, batch.evidence, batch.now
-        )
-
-    async def _failed(self, batch: Batch, failure: Exception) -> bool:
-        """Act on a send's failure; True when the same write is to be sent again."""
-        lanes = self.lanes
-        if isinstance(failure, ItemChanged):
-            await self._condition_failed(batch, failure.current)
-        elif isinstance(failure, AnswerLost):
-            batch.lost += 1
-            if not batch.skewed and batch.resend_allowed(lanes.clock()):
-                await lanes.backoff.pause(0.02 * batch.lost)
-                return True  # the same write again: its evidence lets it land only once
-            self._give_up(batch, failure)
-        elif isinstance(failure, Unavailable) and batch.lost:
-            batch.lost += 1  # still unknown whether an earlier send landed
-            if batch.resend_allowed(lanes.clock()):
-                await lanes.backoff.pause(0.05 * batch.lost)
-                return True
-            self._give_up(batch, failure)
-        elif isinstance(failure, Unavailable):
-            await self._unavailable(batch, failure)
-        else:  # not a DynamoDB answer: nothing more to learn here
-            self._fail(batch.calls, failure)
-        return False
-
-    def _landed(self, batch: Batch, image: BucketImage) -> None:
-        self.image, self.exists = image, True
-        holds_seen.landed(self.lanes, self.key, batch.writes, image, batch.now)
-        self.lanes.on_image(image, True)
-        for call, writes in zip(batch.calls, batch.plans, strict=True):
-            target = evolve(call.target, image=image, exists=True)
-            call.resolve(Outcome(target, image=image, writes=writes), self.lanes.on_orphan)
-
-    async def _condition_failed(self, batch: Batch, current: BucketImage | None) -> None:
-        lanes = self.lanes
-        holds_seen.refused(lanes, self.key, batch.writes, current)
-        if current is not None:
-            lanes.on_image(current, False)
-            if batch.lost and current.evidence.get(lanes.writer, -1) >= batch.evidence.seq:
-                self._landed(batch, current)  # the lost answer's write had landed
-                return
-        if batch.lost and current is not None:
-            decided, current = await self._fence(batch, current)
-            if not decided:
-                return  # undecided: its calls were told
-            if current is not None and current.evidence.get(lanes.writer) == batch.evidence.seq:
-                self._landed(batch, current)  # it landed just before the fence
-                return
-        if current is None and batch.image.shard != 0 and not any(c.settle for c in batch.calls):
-            # A split bucket's shard is gone (its entity was deleted): only the slow path, from
-            # shard 0, creates a bucket, never on a layout this process remembers.
-            self._fail(batch.calls, ShardGone())
-            return
-        if current is None:  # expired and deleted: create it again
-            self.image, self.exists = lanes.blank(batch.image), False
-        else:
-            if lanes.rules_matter(batch.image, current):
-                self._fail(batch.calls, RulesChanged())
-                return
-            self.image, self.exists = current, True
-        self._retry(batch, self.image)
-
-    async def _fence(self, batch: Batch, current: BucketImage) -> tuple[bool, BucketImage | None]:
-        """After a lost answer and a failed re-send: make the write's sequence unusable, so no
-        late copy of it can land once its calls are planned again. Returns (decided, the item
-        after the fence or as found; None if it is gone)."""
-        lanes = self.lanes
-        fence = Evidence(lanes.writer, lanes.next_seq(lanes.clock()))
-        cause: BaseException = Undecided("the fence after a lost answer could not land")
-        for attempt in range(UNKNOWN_RESENDS + 1):
-            try:
-                image = await lanes.sender.fence(current, fence, batch.evidence.seq)
-            except ItemChanged as changed:
-                seen = changed.current
-                if seen is None:
-                    return True, None  # gone: an update cannot land on no item
-                lanes.on_image(seen, False)
-                return True, seen  # holds the write's sequence (landed), our fence, or later
-            except Unavailable as exc:  # a lost answer too
-                cause = exc
-                await lanes.backoff.pause(0.02 * (attempt + 1))
-                continue
-            lanes.on_image(image, False)
-            return True, image
-        self._give_up(batch, cause)
-        return False, None
-
-    def _retry(self, batch: Batch, image: BucketImage) -> None:
-        """Put the batch's calls back at the front, to plan again on `image` at the same time."""
-        retry: list[Call] = []
-        for call in batch.calls:
-            if call.future.done():
-                continue  # its caller left and nothing of it landed: drop it
-            call.tries += 1
-            if call.tries >= call.rounds:  # on the item as found: the refusal judges it there
-                found = evolve(call.target, image=image, exists=self.exists)
-                call.future.set_result(Outcome(found, error=Contended()))
-                continue
-            call.now = batch.now
-            call.target = evolve(
-                call.target,
-                image=image,
-                exists=self.exists,
-                read_now=True,
-                seen_at=self.lanes.clock(),
+            batch.first_sent = lanes.clock()
+        self.sent_at = lanes.load.clock()
+        try:
+            image = await lanes.sender.send(
+                batch.image,
+                batch.exists,
+                batch.writes,
+                batch.admissions,
+                batch.evidence,
+                batch.now,
+                batch.revokes,
             )
-            retry.append(call)
-        self.queue.extendleft(reversed(retry))
+        except BaseException as exc:
+            lanes.load.ended(self, lanes.load.clock(), exc)
+            raise
+        lanes.load.ended(self, lanes.load.clock(), None)
+        return image
 
-    async def _unavailable(self, batch: Batch, exc: Unavailable) -> None:
-        """Certainly not applied: settle calls wait and retry, the others give up."""
-        waiting = False
-        retry = []
-        for call in batch.calls:
-            call.tries += 1
-            if call.settle and call.tries < call.rounds and not call.future.done():
-                retry.append(call)
-                waiting = True
-            else:
-                call.resolve(Outcome(call.target, error=exc), self.lanes.on_orphan)
-        if waiting:
-            await self.lanes.backoff.pause(0.05 * max(c.tries for c in retry))
-            self.queue.extendleft(reversed(retry))
-
-    def _give_up(self, batch: Batch, cause: BaseException) -> None:
-        self.lanes.undecided += 1
-        image = batch.image
-        log.warning(
-            "write outcome undecided after %d lost answers on item %s/%s/%s shard %d "
-            "(writer %s, sequence %d): %s",
-            batch.lost,
-            image.ns,
-            image.entity_id,
-            image.resource,
-            image.shard,
-            self.lanes.writer,
-            batch.evidence.seq,
-            cause,
-        )
-        holds_seen.undecided(self.lanes, self.key, batch.writes)
-        # Whatever the last answer said, an earlier send may have landed.
-        error = cause if isinstance(cause, AnswerLost) else AnswerLost(cause)
-        self._fail(batch.calls, error)
-
-    def _fail(self, calls: list[Call], error: BaseException) -> None:
+    def leave_behind(self) -> None:
+        """`close()` gave up on this lane: log its batch in flight and its queued exit writes
+        and refunds (one line for the item), then fail its calls."""
+        calls = [c for c in self.queue if c.settle and not c.future.done()]
+        self.lanes.leftovers.lane(self.key, self.sending, calls, self.image)
+        self.queue.clear()
         for call in calls:
-            if not call.future.done():
-                call.future.set_result(Outcome(call.target, error=error))
+            call.future.cancel()

@@ -1,12 +1,15 @@
 """`Lease` and `LeaseResource`: what an acquire holds until its block exits.
 
-See docs/getting-started.md. A lease reads and changes its `Ledger` (the holds, open or not);
+See docs/getting-started.md. A lease reads and changes its `LeaseState` (the holds, open or not);
 writes go through the `LeaseWriter` that made it (the acquisition), which also writes the
 ledger's pending changes on exit.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -16,6 +19,12 @@ from ..core.bucket import MILLI
 from ..core.images import BucketImage
 from ..errors import LeaseExpiredError, ValidationError
 from .values import Landed, ResourcePlan, Target
+
+log = logging.getLogger("zae_limiter")
+
+
+def _nothing() -> None:
+    return None
 
 
 @dataclass
@@ -48,7 +57,7 @@ class ResourceHold:
 
 
 @dataclass
-class Ledger:
+class LeaseState:
     """What a lease holds, shared by the lease and the acquisition that made it."""
 
     holds: dict[str, ResourceHold]
@@ -81,11 +90,15 @@ class LeaseWriter(Protocol):
 
     def hold_lost(self, holds: dict[str, ResourceHold]) -> bool: ...
 
+    def watch_hold(
+        self, holds: dict[str, ResourceHold], tell: Callable[[], None], ended: Callable[[], None]
+    ) -> Callable[[], None]: ...
+
 
 class LeaseResource:
     """One resource of a lease: adjust, consume, release, and what it has taken."""
 
-    def __init__(self, writer: LeaseWriter, ledger: Ledger, resource: str) -> None:
+    def __init__(self, writer: LeaseWriter, ledger: LeaseState, resource: str) -> None:
         self._writer = writer
         self._ledger = ledger
         self.name = resource
@@ -162,14 +175,17 @@ class NoopResource:
 class Lease:
     """What `acquire()` yields. Lease-level members act on the primary resource."""
 
-    def __init__(self, writer: LeaseWriter | None, ledger: Ledger) -> None:
-        self._writer = writer  # None only for the degraded lease
+    def __init__(
+        self, writer: LeaseWriter | None, ledger: LeaseState, *, degraded: bool = True
+    ) -> None:
+        self._writer = writer  # None only for a no-op lease (degraded, or not limited)
         self._ledger = ledger
+        self._degraded = writer is None and degraded
 
     @property
     def degraded(self) -> bool:
         """True only for the no-op lease yielded under on_unavailable=ALLOW during an outage."""
-        return self._writer is None
+        return self._degraded
 
     def _check_open(self) -> None:
         self._ledger.check_open()
@@ -216,6 +232,50 @@ class Lease:
             return self._ledger.hold_lost
         return self._writer.hold_lost(self._ledger.holds)
 
+    async def on_hold_lost(self, callback: Callable[[], object]) -> None:
+        """Call `callback()` once, as soon as a concurrency hold of this lease is lost (its
+        renewals failed for a `lease_ttl`, or another writer freed it): at once if it is lost
+        already, never after the lease ended. It runs on the event loop (the sync facade's
+        own thread for a `SyncLease`); an exception it raises is logged."""
+        self._check_open()
+        if self._writer is None:
+            return  # a no-op lease holds nothing
+        loop = asyncio.get_running_loop()
+
+        def run() -> None:
+            try:
+                callback()
+            except Exception:
+                log.exception("an on_hold_lost callback raised")
+
+        def tell() -> None:
+            loop.call_soon(run)  # off the write path that found the loss
+
+        self._writer.watch_hold(self._ledger.holds, tell, _nothing)
+
+    async def wait_hold_lost(self, timeout: float | None = None) -> bool:
+        """Wait until a concurrency hold of this lease is lost: True. False when the lease ends
+        first, or after `timeout` seconds (None: no limit). After the lease ended: `hold_lost`."""
+        if not self._ledger.open:
+            return self.hold_lost
+        if self._writer is None:
+            return False  # a no-op lease holds nothing to lose
+        told: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def answer(value: bool) -> None:
+            if not told.done():
+                told.set_result(value)
+
+        unwatch = self._writer.watch_hold(
+            self._ledger.holds, lambda: answer(True), lambda: answer(False)
+        )
+        try:
+            return await asyncio.wait_for(told, timeout)
+        except TimeoutError:
+            return False
+        finally:
+            unwatch()
+
     async def consume(self, **amounts: int) -> None:
         await self._primary().consume(**amounts)
 
@@ -236,9 +296,15 @@ def holds_of(lease: Lease) -> dict[str, ResourceHold]:
     return lease._ledger.holds
 
 
-def degraded_lease(ledger: Ledger) -> Lease:
+def degraded_lease(ledger: LeaseState) -> Lease:
     """The no-op lease yielded under on_unavailable=ALLOW during an outage."""
     return Lease(None, ledger)
+
+
+def unlimited_lease() -> Lease:
+    """The no-op lease of a request the integrations let through unlimited (covers nothing,
+    not degraded)."""
+    return Lease(None, LeaseState({}), degraded=False)
 
 
 def overdrawn_names(image: BucketImage, pending: dict[str, int], now: int) -> list[str]:

@@ -10,19 +10,21 @@ what it debited for a caller that is no longer there is refunded exactly once wh
 `compensate`, or the lanes' orphan refund). An exit write simply lands.
 
 Adopted work is bounded in memory: at `MAX_PENDING` adopted tasks, `full` is true and new
-admissions apply `on_unavailable` at once without sending anything. `drain()` (from
-`Repository.close`) waits for it within a bound, then logs and counts what is left.
-See docs/on-unavailable.md.
+admissions apply `on_unavailable` at once without sending anything. Nothing adopted is given up
+while the process lives (the lanes wait out outages); `drain()` (from `Repository.close`) waits
+for it within close's bound, then the lanes log what is left, one line per item
+(`leftovers`), and `abandon()` ends the rest. See docs/on-unavailable.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
+
+from .deadlines import Deadlines
+from .refund_log import RefundLog
 
 log = logging.getLogger("zae_limiter")
 _T = TypeVar("_T")
@@ -52,74 +54,6 @@ async def _handing(work: Coroutine[Any, Any, _T], out: asyncio.Future[_T]) -> _T
     return result
 
 
-class Deadline:
-    """One caller's deadline (see `Deadlines`)."""
-
-    __slots__ = ("cancelling", "done", "expired", "task", "when")
-
-    def __init__(self, when: float, task: asyncio.Task[Any]) -> None:
-        self.when = when
-        self.task = task
-        self.cancelling = task.cancelling()
-        self.expired = False
-        self.done = False
-
-
-class Deadlines:
-    """Deadlines of callers whose work runs in their own task, on one timer for all of them.
-
-    At its deadline a caller's task is cancelled, as `asyncio.timeout` does it; unlike it, no
-    timer is scheduled per caller (each one costs a handle in the loop's heap, which keeps
-    cancelled handles: most of what a warm acquire spent on its deadline). Callers mostly share
-    one timeout, so their deadlines arrive in order and a deque holds them.
-    """
-
-    def __init__(self) -> None:
-        self._entries: deque[Deadline] = deque()
-        self._timer: asyncio.TimerHandle | None = None
-
-    def enter(self, timeout: float) -> Deadline:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None, "a deadline needs a task"
-        entry = Deadline(loop.time() + timeout, task)
-        entries = self._entries
-        if entries and entries[-1].when > entry.when:
-            bisect.insort(entries, entry, key=_when)  # a shorter timeout than the last caller's
-        else:
-            entries.append(entry)
-        timer = self._timer
-        if timer is None or entry.when < timer.when():  # none armed, or armed for later
-            if timer is not None:
-                timer.cancel()
-            self._timer = loop.call_at(entry.when, self._fire)
-        return entry
-
-    def leave(self, entry: Deadline) -> bool:
-        """Done with `entry`; True when its deadline cancelled the task and nothing else did
-        (the caller then reports the deadline instead of the cancellation)."""
-        entry.done = True
-        entries = self._entries
-        while entries and entries[0].done:
-            entries.popleft()
-        return entry.expired and entry.task.uncancel() <= entry.cancelling
-
-    def _fire(self) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        entries = self._entries
-        while entries and (entries[0].done or entries[0].when <= now):
-            entry = entries.popleft()
-            if not entry.done:
-                entry.expired = entry.done = True
-                entry.task.cancel()
-        self._timer = loop.call_at(entries[0].when, self._fire) if entries else None
-
-
-def _when(entry: Deadline) -> float:
-    return entry.when
-
-
 def _expire(out: asyncio.Future[Any]) -> None:
     if not out.done():
         out.set_exception(DeadlinePassed())
@@ -140,8 +74,9 @@ class Pending:
         self._adopted: set[asyncio.Future[Any]] = set()  # what `_tasks` follow (adopted once)
         self.resolved_after_deadline = 0  # adopted work that ended (landed, refused or failed)
         self.refunded_after_deadline = 0  # item refunds landed for callers that had left
-        self.abandoned_at_close = 0  # adopted work still unresolved when close() gave up
+        self.abandoned_at_close = 0  # items left unresolved when close() gave up (lines logged)
         self.deadlines = Deadlines()  # of admissions running in their callers' tasks
+        self.refund_log = RefundLog()  # refunds for callers that had left, per interval
         self.closed = False
 
     def counters(self) -> tuple[int, int, int, int]:
@@ -235,30 +170,32 @@ class Pending:
         if compensate is not None:
             try:
                 await compensate(result)
-            except Exception as exc:
-                log.error("a refund for a caller that had left could not land: %s", exc)
+            except Exception as exc:  # undecided, or close() gave up (its line says what)
+                log.warning("a refund for a caller that had left is not known to land: %s", exc)
 
-    async def drain(self, timeout: float | None) -> int:
-        """Wait for adopted work at most `timeout` seconds; cancel, log and count what is left.
-        Returns the number abandoned (0 when everything resolved). Idempotent."""
+    async def drain(self, timeout: float | None) -> bool:
+        """Wait for adopted work at most `timeout` seconds (None: until it ends); True when all
+        of it resolved."""
         loop = asyncio.get_running_loop()
         end = None if timeout is None else loop.time() + timeout
         while self._tasks:
-            left = None if end is None else max(0.0, end - loop.time())
-            if left == 0.0:
-                break
+            left = None if end is None else end - loop.time()
+            if left is not None and left <= 0:
+                return False
             await asyncio.wait(set(self._tasks), timeout=left)
-        abandoned = list(self._tasks)
-        if abandoned:
-            self.abandoned_at_close += len(abandoned)
-            log.error(
-                "close(): %d acquire outcomes were still unresolved after %s s and are "
-                "abandoned (a debit among them may stay until its bucket refills)",
-                len(abandoned),
-                timeout,
-            )
-            for task in abandoned:
-                task.cancel()
-            await asyncio.gather(*abandoned, return_exceptions=True)
+        return True
+
+    async def abandon(self, turns: int = 20) -> int:
+        """After `drain` gave up and the lanes closed: let the work that now ends at once (every
+        write fails, what it left is logged) run for a few loop turns, then cancel the rest.
+        Returns how many tasks were cancelled."""
+        for _ in range(turns):
+            if not self._tasks:
+                break
+            await asyncio.sleep(0)
+        left = list(self._tasks)
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
         self.closed = True
-        return len(abandoned)
+        return len(left)

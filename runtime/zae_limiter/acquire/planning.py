@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from .. import config as cfg
 from ..core import bucket, hold_writes, waits
+from ..core.bounds import ASSUMED_SKEW_MS
 from ..core.bucket import MILLI, Kind, LimitWrite, Params, Slot, State
+from ..core.evolve import evolve
+from ..core.expiry import expiry_span_ms
 from ..core.hold_ledger import Ledger
+from ..core.holds import Outlook
 from ..core.images import BucketImage, Stamp, new_op_id
 from ..models import LimitStatus
 from .values import Landed, Planner, PlanResult, Target
@@ -149,15 +153,18 @@ def _hold_change(
     now: int,
     ledger: Ledger,
 ) -> LimitWrite | None:
-    """A lease's hold grows (forced) or is given back on the entry it was taken on; None when
-    that entry was lost (another writer gave it back already)."""
+    """A lease's hold grows (forced) or is given back on the entry it was taken on. An entry that
+    lapsed (not renewed for its lease_ttl, say through an outage) and is still on the item is
+    removed (with this writer's other lapsed entries); None when another writer freed it."""
     item, ttl, key = item_key(image), params.period_ms, entry.held.get(name, "")
     holder = ledger.giving_back(item, name, key, now, ttl) if key else None
     if amount > 0:
         holder = holder or ledger.holder(item, name, now, ttl)
-    elif holder is None:  # lost: nothing to give back; the ledger forgets it
+    elif holder is None:  # lapsed: removed by its writes if still there, exactly as left
+        present = any(h.key == key for h in state.holds)
+        reaper = ledger.reaping(item, name, now, ttl) if key and present else None
         ledger.forget(item, name, key, -amount)
-        return None
+        return None if reaper is None else hold_writes.plan_renew(state, now, reaper)
     else:  # never more than this process holds there (a hold lost and taken again)
         amount = -min(-amount, ledger.amount(item, name, key))
     return hold_writes.plan_hold(params, state, now, image.slot, amount, holder, enforce=False)
@@ -186,13 +193,36 @@ def refused_on_image(target: Target, now: int) -> bool:
     return False
 
 
+def with_reserved(target: Target, reserved: dict[str, int], now: int) -> Target:
+    """The target on its image less `reserved` (milli per limit: debits this process has in
+    flight on the item), as far as the balance goes: the debits past it will be refused, not
+    debited. Concurrency and soft limits unchanged."""
+    image = target.image
+    states = dict(image.states)
+    for name, amount in reserved.items():
+        params = image.stamp.params(name)
+        if params is None or params.soft or params.kind == Kind.CONCURRENT:
+            continue
+        state = states.get(name) or bucket.full_state(params, image.slot)
+        taken = min(amount, max(0, bucket.view(params, state, now, image.slot).balance))
+        if taken:
+            states[name] = _force(params, state, now, image.slot, taken).result
+    return evolve(target, image=evolve(image, states=states))
+
+
 # --- statuses ------------------------------------------------------------------------------------
 
 
 def limit_statuses(
-    image: BucketImage, amounts: dict[str, int], now: int, *, bypass: bool = False
+    image: BucketImage,
+    amounts: dict[str, int],
+    now: int,
+    *,
+    bypass: bool = False,
+    ledger: Ledger | None = None,
 ) -> list[LimitStatus]:
-    """A status for every declared limit of an item, judged on its balance at `now`."""
+    """A status for every declared limit of an item, judged on its balance at `now`; a full
+    concurrency limit's wait from what `ledger` (the judging writer's) knows of its holds."""
     out = []
     slot = image.slot
     for params in image.stamp.limits:
@@ -202,7 +232,11 @@ def limit_statuses(
         exceeded = (
             not bypass and not params.soft and params.name in amounts and view.balance < requested
         )
-        wait = waits.retry_after_ms(params, state, now, slot, requested) if exceeded else 0
+        wait = 0
+        if exceeded:
+            outlook = _outlook(image, params, ledger) if params.kind == Kind.CONCURRENT else None
+            wait = waits.retry_after_ms(params, state, now, slot, requested, outlook)
+        grows = waits.next_unit_ms(params, state, now, slot, balance=view.balance)
         out.append(
             LimitStatus(
                 entity_id=image.entity_id,
@@ -215,15 +249,33 @@ def limit_statuses(
                 retry_after_seconds=wait / 1000,
                 resets_at_ms=params.next_reset_ms(now, state.w),
                 max_request=view.ceiling // MILLI,
+                next_unit_seconds=None if grows is None else grows / 1000,
             )
         )
     return out
 
 
-def target_statuses(targets: list[Target], now: int) -> list[LimitStatus]:
+def note_sightings(image: BucketImage, ledger: Ledger, now: int) -> None:
+    """Tell `ledger` the holds of the item's concurrency limits, as seen at `now`."""
+    for name, state in image.states.items():
+        if state.holds:
+            ledger.sighted(item_key(image), name, state.holds, now)
+
+
+def _outlook(image: BucketImage, params: Params, ledger: Ledger | None) -> Outlook:
+    """What the judging writer knows of a concurrency limit's holds (none: only the item)."""
+    if ledger is None:
+        return Outlook(skew_ms=ASSUMED_SKEW_MS, ttl_ms=params.period_ms)
+    return ledger.outlook(item_key(image), params.name, params.period_ms)
+
+
+def target_statuses(
+    targets: list[Target], now: int, ledger: Ledger | None = None
+) -> list[LimitStatus]:
     out: list[LimitStatus] = []
     for target in targets:
-        out += limit_statuses(target.image, target.amounts, now, bypass=target.stamp.is_bypass)
+        bypass = target.stamp.is_bypass
+        out += limit_statuses(target.image, target.amounts, now, bypass=bypass, ledger=ledger)
     return out
 
 
@@ -259,19 +311,8 @@ def ttl_for(stamp: Stamp, states: dict[str, State], now: int, multiplier: int) -
     if multiplier <= 0 or not stamp.limits or stamp.shards > 1:
         return None
     horizon = 0
-    for params in stamp.limits:  # inline: this runs on every write
-        state = states.get(params.name) or State()
-        if params.kind == Kind.CONCURRENT:
-            span = params.period_ms  # a lease_ttl: renewals write at least three times as often
-        elif params.kind == bucket.Kind.RATE:
-            refill = max(1, params.shard_refill(bucket.WHOLE))
-            span = params.shard_capacity(bucket.WHOLE) * params.period_ms // refill
-            span += max(0, state.v - now * refill) // refill
-        else:
-            nxt = params.next_reset_ms(now, state.w)
-            span = (nxt - now) if nxt is not None else params.reset_after_ms
-            if params.kind == bucket.Kind.SESSION and state.w is not None:
-                span = max(span, state.w + params.reset_after_ms - now)
+    for params in stamp.limits:
+        span = expiry_span_ms(params, states.get(params.name) or State(), now)
         horizon = max(horizon, span)
     return (now + max(horizon * multiplier, MIN_EXPIRY_MS)) // 1000 + 1
 
@@ -353,8 +394,12 @@ class ItemMaker:
         admissions: int = 0,
         generation: str | None = None,
         evidence: dict[str, int] | None = None,
+        keeps: BucketImage | None = None,
     ) -> BucketImage:
-        """A whole new item of `image`'s bucket, written at `now`, its expiry from `states`."""
+        """A whole new item of `image`'s bucket, written at `now`, its expiry from `states`;
+        `keeps`: the item it replaces, whose evidence (entries, floor, older entries) it keeps."""
+        if keeps is not None:
+            evidence = keeps.evidence
         return BucketImage(
             ns=self.ns,
             entity_id=image.entity_id,
@@ -368,4 +413,6 @@ class ItemMaker:
             written_at=now,
             ttl=self.ttl(stamp, states, now),
             evidence=dict(evidence or {}),
+            floor=0 if keeps is None else keeps.floor,
+            legacy={} if keeps is None else dict(keeps.legacy),
         )

@@ -18,6 +18,7 @@ from ..caches import BoundedDict, ImageCache
 from ..core import bucket
 from ..core.bucket import LimitWrite, Slot, State
 from ..core.images import BucketImage, Stamp
+from ..core.regions import Regional, is_regional
 from ..core.shard_split import split_limit, too_small_to_double
 from . import planning
 from .bucket_io import ShardSplit
@@ -32,10 +33,29 @@ RATE_SPAN_MS = 1_000
 class ShardChooser:
     """Moves targets between the shards of their bucket, from what this process has seen."""
 
-    def __init__(self, ns: str, images: ImageCache, clock: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        ns: str,
+        images: ImageCache,
+        clock: Callable[[], int],
+        regional: Regional | None = None,
+    ) -> None:
         self.ns = ns
         self.images = images
         self.clock = clock
+        #: This process's Region on a multi-Region table: it writes its Region's shards only
+        #: (docs/multi-region.md).
+        self.regional = regional
+
+    def pool(self, shards: int) -> list[int]:
+        """The shards of a bucket of `shards` shards this process may write."""
+        if self.regional is None:
+            return list(range(shards))
+        return self.regional.mine(shards)
+
+    def is_regional(self, shards: int) -> bool:
+        """Whether a bucket of `shards` shards gives this process's Region shards of its own."""
+        return self.regional is not None and is_regional(shards, self.regional.regions)
 
     def _shard_image(self, like: BucketImage, shard: int) -> tuple[BucketImage, int]:
         """This process's image of one shard, or a stand-in built from a sibling's stamp."""
@@ -77,15 +97,15 @@ class ShardChooser:
     def _choose(self, target: Target, skip: frozenset[int], now: int) -> int | None:
         """A random shard that can hold the amounts and does not seem short; else one not known
         to be short (rejection cache); None when none is left."""
-        shards = target.stamp.shards
-        guess = random.randrange(shards)  # the warm case: any shard will do
+        pool = self.pool(target.stamp.shards)
+        guess = random.choice(pool)  # the warm case: any shard will do
         if (
             guess not in skip
             and self._can_hold(target, guess)
             and not self._seems_short(target, guess, now)
         ):
             return guess
-        holding = [s for s in range(shards) if s not in skip and self._can_hold(target, s)]
+        holding = [s for s in pool if s not in skip and self._can_hold(target, s)]
         likely = [s for s in holding if not self._seems_short(target, s, now)]
         pool = likely or [s for s in holding if not self._known_short(target, s, now)]
         return random.choice(pool) if pool else None
@@ -104,8 +124,9 @@ class ShardChooser:
         if shards <= 1:
             return target
         now = self.clock()
-        candidates = [s for s in range(shards) if not self._known_short(target, s, now)]
-        shard = random.choice(candidates or list(range(shards)))
+        pool = self.pool(shards)
+        candidates = [s for s in pool if not self._known_short(target, s, now)]
+        shard = random.choice(candidates or pool)
         return self._moved(target, shard, frozenset({shard}))
 
     def another(self, target: Target, now: int) -> Target | None:
@@ -113,7 +134,8 @@ class ShardChooser:
         fewer) were tried, or no other can hold the amounts and is not known to be short."""
         shards = target.stamp.shards
         tried = target.tried | {target.image.shard}
-        if shards <= 1 or len(tried) >= min(MIN_SHARDS_TRIED, shards):
+        pool = self.pool(shards)
+        if shards <= 1 or len(tried & set(pool)) >= min(MIN_SHARDS_TRIED, len(pool)):
             return None
         shard = self._choose(target, tried, now)
         return None if shard is None else self._moved(target, shard, tried)
@@ -126,19 +148,33 @@ class ShardChooser:
             fresh = target.read_now or self.images.fresh_for_rejection(target.seen_at, now)
             return fresh and planning.refused_on_image(target, now), target
         here = target.image.shard
-        if self._can_hold(target, here) and not self._seems_short(target, here, now):
+        mine = self.pool(target.stamp.shards)
+        if (
+            here in mine
+            and self._can_hold(target, here)
+            and not self._seems_short(target, here, now)
+        ):
             return False, target
         shard = self._choose(target, frozenset(), now)
+        if shard is None and self.is_regional(target.stamp.shards):
+            # Its Region's shards cannot: known short everywhere only if every other Region's
+            # shard is known short too (else a transfer may admit it).
+            others = [s for s in range(target.stamp.shards) if s not in mine]
+            if all(self._known_short(target, s, now) for s in others):
+                return True, self._moved(target, mine[0], frozenset({mine[0]}))
+            return False, self._moved(target, mine[0], frozenset({mine[0]}))
         if shard is None:  # judged on shard 0, which holds the largest shares
             return True, self._moved(target, 0, frozenset({0}))
         return False, self._moved(target, shard, frozenset({shard}))
 
     def fitting(self, target: Target, found: list[BucketImage], now: int) -> Target | None:
         """From every shard just read: the target on a random one that admits it, or None."""
+        mine = set(self.pool(target.stamp.shards))
         admitting = [
             image
             for image in found
-            if image.stamp.same_rules(target.stamp)
+            if image.shard in mine
+            and image.stamp.same_rules(target.stamp)
             and not planning.refused_on_image(replace(target, image=image), now)
         ]
         if not admitting:
@@ -187,11 +223,16 @@ def split_parts(
     found: dict[int, BucketImage],
     now: int,
     maker: planning.ItemMaker,
+    *,
+    done: set[int] | frozenset[int] = frozenset(),
 ) -> list[ShardSplit]:
-    """The parts of doubling the shards of `shard_zero`'s bucket, from the shards `found`."""
+    """The parts of doubling the shards of `shard_zero`'s bucket, from the shards `found`
+    (leaving out the shards in `done`, already split)."""
     shards = shard_zero.stamp.shards
     parts = []
     for shard in range(shards):
+        if shard in done:
+            continue
         image = found.get(shard)
         exists = image is not None
         if image is None:

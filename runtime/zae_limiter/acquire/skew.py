@@ -1,17 +1,20 @@
 """Clock skew between writers, checked where a writer can see it (docs/on-unavailable.md).
 
-The exactly-once rules assume writers' clocks disagree by at most `deadlines.ASSUMED_SKEW_MS`:
-another writer's entry is removed by age (`lanes.PRUNE_AGE_MS`), and that age must outlast every
-copy of its write that can still land. An item holding another writer's entry further ahead of
-this writer's clock than that shows the assumption broken.
+The exactly-once rules assume writers' clocks disagree by at most `core.bounds.ASSUMED_SKEW_MS`:
+another writer's entry is removed by age (core/evidence.py), and that age must outlast the time
+its writer takes to decide a lost answer (no copy can land twice whatever the clocks do: the
+floor; a removal made too early leaves the write undecided), and an item's expiry must outlast
+every copy of a write that can still land. An item holding another writer's entry further
+ahead of this writer's clock than that shows the assumption broken.
 """
 
 from __future__ import annotations
 
 import logging
 
+from .. import namespace_labels
+from ..core.bounds import ASSUMED_SKEW_MS
 from ..core.images import BucketImage
-from .deadlines import ASSUMED_SKEW_MS
 
 log = logging.getLogger("zae_limiter")
 
@@ -41,13 +44,13 @@ class SkewWatch:
         self.sightings += 1
         if self.sightings <= SKEW_LOG_FIRST or self.sightings % SKEW_LOG_EVERY == 0:
             log.warning(
-                "item %s/%s/%s shard %d is stamped %d ms ahead of this writer's clock (writer %s; "
-                "at most %d ms allowed): clocks disagree; on this item no evidence is removed "
-                "and a write whose answer is lost is not re-sent (sighting %d)",
-                image.ns,
+                "item %s/%s shard %d of namespace %s is stamped %d ms ahead of this writer's "
+                "clock (writer %s; at most %d ms allowed): clocks disagree; on this item no "
+                "evidence is removed and a write whose answer is lost is not re-sent (sighting %d)",
                 image.entity_id,
                 image.resource,
                 image.shard,
+                namespace_labels.label(image.ns),
                 ahead,
                 self.writer,
                 MAX_SKEW_MS,

@@ -238,8 +238,8 @@ class TargetFinder:
         await self._add_parents(entity_id, plans, resolved_slow)
         ordered = _with_amounts(entity_id, [plans[r] for r in requests])
         for plan in ordered:
-            if plan.child is None and self.unmetered is not None:
-                await self.unmetered.admit(plan.resource)  # count, warn, or refuse: no write yet
+            if plan.child is None and self.unmetered is not None:  # count, warn, or refuse
+                await self.unmetered.admit(plan.resource, read_now=plan.resource in resolved_slow)
         return ordered
 
     def _warm(

@@ -23,7 +23,8 @@ class Target:
     `exists`: the item is stored (a write updates it; otherwise it creates it). `seen_at`: when
     `image` was read or returned by a write. `read_now`: `image` was read in this call, so a
     planner may refuse on it. `amounts`: milli per limit name the stamp declares. `tried`: shards
-    tried in this call. `surveyed`: every shard was read in this call (once at most).
+    tried in this call. `surveyed`: every shard was read in this call (once at most). `moved`:
+    capacity was moved to its shard from another Region's in this call (once at most).
     """
 
     entity_id: str
@@ -37,6 +38,7 @@ class Target:
     amounts: dict[str, int] = field(default_factory=dict)
     tried: frozenset[int] = frozenset()
     surveyed: bool = False
+    moved: bool = False  # capacity was moved to its shard in this call (acquire.transfers)
 
     @property
     def stamp(self) -> Stamp:
@@ -80,6 +82,8 @@ class Landed:
     bypass: bool
     #: concurrency limits: the ledger entry (core.hold_ledger) each limit's hold is on
     held: dict[str, str] = field(default_factory=dict)
+    #: the sequence of the write that debited (a refund of a debit never kept names it)
+    seq: int | None = None
 
 
 PlanResult = tuple[dict[str, LimitWrite], int]  # limit writes, admissions delta
@@ -111,14 +115,30 @@ class ItemChanged(Exception):
 
 class Unavailable(Exception):
     """The table could not be reached or kept failing: nothing applied (but see `AnswerLost`).
-    `denied`: the operation AWS refused, when that is why."""
+    `denied`: the operation AWS refused, when that is why; `throttled`: the table throttled."""
 
     maybe_landed = False  # whether a write may have applied
 
-    def __init__(self, cause: BaseException, *, denied: str | None = None) -> None:
+    def __init__(
+        self, cause: BaseException, *, denied: str | None = None, throttled: bool = False
+    ) -> None:
         super().__init__(str(cause))
         self.cause = cause
         self.denied = denied
+        self.throttled = throttled
+
+
+class Overloaded(Unavailable):
+    """The call could not be decided before its deadline given the writes already waiting on
+    its items: answered at once, nothing sent (docs/on-unavailable.md "Overload")."""
+
+    def __init__(self, wait_ms: float, left_ms: float) -> None:
+        super().__init__(
+            RuntimeError(
+                f"its writes would take about {wait_ms:.0f} ms and "
+                f"{max(left_ms, 0.0):.0f} ms are left"
+            )
+        )
 
 
 class AnswerLost(Unavailable):

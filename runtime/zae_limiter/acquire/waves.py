@@ -17,14 +17,18 @@ from typing import Any, TypeVar
 
 from ..caches import ImageCache
 from ..core.bucket import LimitWrite
-from ..core.images import BucketImage, Evidence, Stamp, new_op_id
+from ..core.images import BucketImage, Evidence, Stamp, new_op_id, new_writer_id
 from ..core.shard_split import too_small_to_double
+from . import lane_load, planning
 from . import lanes as lanes_
-from . import planning
 from .bucket_io import BucketIO
 from .deadlines import Backoff
 from .lane_calls import Call, Outcome
+from .load import Load
 from .shards import ShardChooser, split_parts
+from .split_items import SETTLE_AFTER_MS
+from .transfers import SETTLE_AFTER_MS as TRANSFER_SETTLE_AFTER_MS
+from .transfers import Transfers
 from .values import (
     AnswerLost,
     ItemChanged,
@@ -51,6 +55,7 @@ class Written:
     target: Target
     image: BucketImage
     writes: dict[str, LimitWrite]
+    seq: int | None = None  # the sequence of the write that landed (its writer's evidence)
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ class Waves:
         *,
         on_written: Callable[[BucketImage], None],
         backoff: Backoff | None = None,
+        load: Load | None = None,
     ) -> None:
         self.bucket_io = bucket_io
         self.images = images
@@ -89,9 +95,11 @@ class Waves:
         self.on_written = on_written
         #: Told of a debit that landed for a caller that had left (Admission refunds it).
         self.on_orphan: Callable[[Written, int], None] | None = None
+        regional = shards.regional
         self.lanes = lanes_.Lanes(
             self,
             clock,
+            writer=None if regional is None else regional.writer(new_writer_id()),
             on_image=self._seen,
             rules_matter=lambda planned, current: planning.rules_matter(
                 planned.stamp, current.stamp
@@ -99,20 +107,34 @@ class Waves:
             blank=self._blank_after,
             on_orphan=self._orphaned,
             backoff=backoff,
+            recover=self._finish_split,
+            load=load,
         )
+        self.transfers = Transfers(bucket_io, shards, clock)
+        self._settling: set[tuple[str, str, str, int]] = set()
+        self._settle_tasks: set[asyncio.Future[None]] = set()
 
     @property
     def ns(self) -> str:
         return self.maker.ns
 
-    async def write_all(self, jobs: list[tuple[Target, Planner]], *, settle: bool) -> WaveResult:
+    async def write_all(
+        self,
+        jobs: list[tuple[Target, Planner]],
+        *,
+        settle: bool,
+        revokes: list[int | None] | None = None,
+        deadline: float | None = None,
+        fold: bool = False,
+    ) -> WaveResult:
         """Write every job through its item's lane until each lands or is refused.
 
         A planner maps (target with its latest image, now) to the limit writes and admissions
         delta, or None when a fresh image shows the request cannot be admitted. When several
         jobs are admitted together and one refuses on the images at hand, nothing is sent. With
         `settle` (exit writes and refunds, which never refuse), transient failures are retried
-        longer.
+        longer. `revokes`: per job, the sequence of the debit a refund undoes (alerts drop what
+        it crossed); `deadline` and `fold`: see `Lanes.write`.
         """
         written: list[Written] = []
         refused: list[Target] = []
@@ -125,12 +147,22 @@ class Waves:
                 return WaveResult(written, refused, error, latest, judged_at)
         refused_at: int | None = None
         rounds = SETTLE_ROUNDS if settle else MAX_ROUNDS
+        if fold:
+            lane_load.fold(self.lanes, [ImageCache.key_of(target.image) for target, _ in jobs])
         pending = list(enumerate(jobs))
         while pending:
             outcomes = await _settle_all(
                 [
-                    self.lanes.write(target, planner, settle=settle, rounds=rounds)
-                    for _, (target, planner) in pending
+                    self.lanes.write(
+                        target,
+                        planner,
+                        settle=settle,
+                        rounds=rounds,
+                        revokes=None if revokes is None else revokes[index],
+                        deadline=deadline,
+                        fold=fold,
+                    )
+                    for index, (target, planner) in pending
                 ]
             )
             retry: list[tuple[int, tuple[Target, Planner]]] = []
@@ -141,7 +173,7 @@ class Waves:
                 target = outcome.target
                 latest[index] = target
                 if outcome.image is not None:
-                    written.append(Written(target, outcome.image, outcome.writes))
+                    written.append(Written(target, outcome.image, outcome.writes, outcome.seq))
                 elif outcome.refused:
                     if outcome.at is not None:
                         at = outcome.at
@@ -186,7 +218,8 @@ class Waves:
     async def _survey(self, target: Target) -> Target | None:
         """Every shard tried refused a sharded target: read all of its shards at once and move it
         to one that admits it (once per call, and only then: what the process knew was not
-        enough). None when it fits nowhere."""
+        enough); on a multi-Region table, else to one of its Region's shards that capacity moved
+        to from another Region's (`transfers`). None when it fits nowhere."""
         if target.stamp.shards <= 1 or target.surveyed:
             return None
         images = await self.bucket_io.read(
@@ -198,7 +231,10 @@ class Waves:
         now = self.clock()
         for image in images:
             self.images.put(image, now)
-        return self.shards.fitting(target, images, now)
+        fitting = self.shards.fitting(target, images, now)
+        if fitting is None and self.shards.is_regional(target.stamp.shards):
+            return await self.transfers.into(target, images)
+        return fitting
 
     # --- a lane's sender (lanes.Sender) ---------------------------------------------------------
 
@@ -210,8 +246,10 @@ class Waves:
         admissions: int,
         evidence: Evidence,
         now: int,
+        revokes: tuple[int, ...] = (),
     ) -> BucketImage:
-        """One bucket write: an update of `image`, or its creation when not `exists`."""
+        """One bucket write: an update of `image`, or its creation when not `exists`;
+        `revokes`: sequences of this writer's debits the write refunds (docs/alerts.md)."""
         states = dict(image.states)
         for name, write in writes.items():
             states[name] = write.result
@@ -223,6 +261,7 @@ class Waves:
                 ttl=self.maker.ttl(image.stamp, states, now),
                 admissions=admissions,
                 evidence=evidence,
+                revokes=revokes,
             )
         new = self.maker.image_for(
             image,
@@ -238,19 +277,66 @@ class Waves:
     async def fence(self, image: BucketImage, evidence: Evidence, blocked: int) -> BucketImage:
         return await self.bucket_io.fence(image, evidence, blocked)
 
+    async def read(self, image: BucketImage) -> BucketImage | None:
+        found = await self.bucket_io.read([image.address])
+        return found[0] if found else None
+
     def _orphaned(self, call: Call, outcome: Outcome) -> None:
         if call.settle or outcome.image is None:
             return  # an exit write or refund that landed did what it was for
-        written = Written(outcome.target, outcome.image, outcome.writes)
+        written = Written(outcome.target, outcome.image, outcome.writes, outcome.seq)
         if self.on_orphan is not None:
             self.on_orphan(written, call.admissions)
         else:
             log.error("a debit landed for a caller that had left on %s", outcome.target.resource)
 
     def _seen(self, image: BucketImage, landed: bool) -> None:
-        self.images.put(image, self.clock())
+        now = self.clock()
+        self.images.put(image, now)
         if landed:
             self.on_written(image)
+        sibling = image.sibling
+        if sibling is not None and now - sibling.written_at > SETTLE_AFTER_MS:
+            self._settle_later(image)  # its splitter stopped half way: finish its split
+        if image.outgoing and any(
+            now - record.at > TRANSFER_SETTLE_AFTER_MS for record in image.outgoing.values()
+        ):
+            self._settle_later(image)  # a transfer its giver left untaken: take it
+
+    def _settle_later(self, image: BucketImage) -> None:
+        key = image.address
+        if key in self._settling:
+            return
+        self._settling.add(key)
+
+        async def settle() -> None:
+            try:
+                if image.sibling is not None:
+                    await self.bucket_io.settle_sibling(image)
+                await self.transfers.settle_stale(image)
+            except (ItemChanged, Unavailable) as exc:
+                log.warning("finishing a split of %s failed: %s", image.address, exc)
+            finally:
+                self._settling.discard(key)
+
+        task = asyncio.ensure_future(settle())
+        self._settle_tasks.add(task)
+        task.add_done_callback(self._settle_tasks.discard)
+
+    async def _finish_split(self, missing: BucketImage) -> BucketImage | None:
+        """A shard found missing: the new half of a split its splitter did not finish? Then
+        finish it (from the record on the shard it came from) and return it."""
+        count = missing.stamp.shards
+        parent = missing.shard - count // 2
+        if count < 2 or parent < 0:
+            return None
+        found = await self.bucket_io.read([(self.ns, missing.entity_id, missing.resource, parent)])
+        if not found or found[0].sibling is None or found[0].sibling.shard != missing.shard:
+            return None
+        try:
+            return await self.bucket_io.settle_sibling(found[0])
+        except ItemChanged:
+            return None
 
     def _blank_after(self, image: BucketImage) -> BucketImage:
         """The stand-in for an item found deleted (expired): created by the next write."""
@@ -271,7 +357,7 @@ class Waves:
                 now,
                 admissions=image.admissions,
                 generation=image.generation,
-                evidence=image.evidence,  # every writer's evidence survives a restamp
+                keeps=image,  # every writer's evidence survives a restamp
             )
             try:
                 new = await self.bucket_io.replace(restamped, replaces=image)
@@ -309,7 +395,12 @@ class Waves:
                 return current.stamp.shards if current else shards
             if too_small_to_double(current.stamp.limits, shards) is not None:
                 return shards  # a concurrency limit's share would fall below one unit
-            parts = split_parts(current, found, self.clock(), self.maker)
+            # Split already (a split one item at a time that stopped half way): left out, its
+            # new sibling created if it is not yet.
+            done = {s: image for s, image in found.items() if image.stamp.shards != shards}
+            for image in done.values():
+                await self.bucket_io.settle_sibling(image)
+            parts = split_parts(current, found, self.clock(), self.maker, done=set(done))
             more = await extra(shards * 2) if extra is not None else []
             try:
                 await self.bucket_io.split(parts, token=new_op_id(), extra=more)

@@ -1,8 +1,9 @@
 """Threshold alerts stored by the aggregator: listing, newest first (docs/alerts.md).
 
-By entity the query reads the entity's alert index (GSI3), for the namespace the namespace index
-(GSI4); both are keys only and sorted by the time the threshold was crossed, then the items are
-read. Alerts past their retention TTL are left out even before DynamoDB deletes them.
+By entity the query reads the entity's alert index (GSI3), for the namespace the namespace's
+alert partition of GSI1; both are keys only and sorted by the time the threshold was crossed,
+then the items are read. Alerts past their retention TTL are left out even before DynamoDB
+deletes them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from .. import validation
 from ..alerts.event import AlertEvent, event_from_item
+from ..core.times import from_iso_seconds
 from ..dynamo import keys
 from ..schema import PARTITION_KEY, SORT_KEY
 from ..scope import Scope
@@ -41,12 +43,12 @@ class Alerts:
             validation.entity_id(entity_id)
         validation.whole_number(limit, "limit", 1, MAX_LIMIT)
         since_text = windows.query_time(since, "since")
-        since_ms = windows.from_iso(since_text) if since_text is not None else 0
+        since_ms = from_iso_seconds(since_text) if since_text is not None else 0
         if entity_id is not None:
-            index, pk, prefix = keys.GSI3, keys.entity_alerts_index_key(self._ns, entity_id), ""
+            index, pk = keys.GSI3, keys.entity_alerts_index_key(self._ns, entity_id)
         else:
-            index, pk, prefix = keys.GSI4, self._ns, keys.namespace_alerts_prefix(self._ns)
-        between = (f"{prefix}{since_ms:013d}", f"{prefix}~")
+            index, pk = keys.GSI1, keys.namespace_alerts_index_key(self._ns)
+        between = (f"{since_ms:013d}", "~")
         names = (PARTITION_KEY, SORT_KEY, f"{index}PK", f"{index}SK")
         start = decode_cursor(cursor, names, f"{index}PK", pk, "cursor")
         now_s = self._clock() // 1000

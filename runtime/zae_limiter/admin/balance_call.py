@@ -1,5 +1,5 @@
-"""`Call`: one balance operation (`top_up` or `reset_bucket`) as validated: what it changes, and
-what a replay of its idempotency key must match (docs/reset-and-top-up.md)."""
+"""`BalanceCall`: one balance operation (`top_up` or `reset_bucket`) as validated: what it
+changes, and what a replay of its idempotency key must match (docs/reset-and-top-up.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..models import AuditAction, BucketOperationResult
 
 
 @dataclass(frozen=True)
-class Call:
+class BalanceCall:
     """One balance operation, as validated."""
 
     action: str  # AuditAction.BUCKET_TOPPED_UP or BUCKET_RESET
@@ -44,6 +44,22 @@ class Call:
                 "amounts": self.amounts,
             },
             sort_keys=True,
+        )
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], idempotency_key: str | None) -> BalanceCall:
+        """The call an operation record was written for (to finish it: `balance_writes`)."""
+        arguments = json.loads(record["arguments"])
+        limits = arguments.get("limits")
+        amounts = {str(k): int(v) for k, v in (arguments.get("amounts") or {}).items()}
+        return cls(
+            str(arguments["action"]),
+            str(arguments["entity_id"]),
+            str(arguments["resource"]),
+            None if limits is None else tuple(limits),
+            amounts,
+            idempotency_key,
+            record.get("principal"),
         )
 
     def limits_to_change(self, stamp: Stamp | None) -> tuple[str, ...]:

@@ -21,19 +21,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import replace
 from typing import Any
 
 from .. import validation
 from ..acquire import RulesChanged
 from ..acquire.values import Unavailable, failed_below
-from ..audit import iso
-from ..core import operations
-from ..core.bucket import MILLI, Kind, LimitWrite, Slot, State, full_state
-from ..core.images import BucketImage, Stamp
+from ..core.bucket import MILLI, LimitWrite
+from ..core.images import BucketImage
+from ..core.times import iso_millis
 from ..dynamo import bucket_items as items
-from ..dynamo import codec, keys
-from ..dynamo.transport import AccessDenied, DynamoError, TransactionCancelled
+from ..dynamo import codec, keys, sequenced
+from ..dynamo.transport import AccessDenied, ConditionFailed, DynamoError, TransactionCancelled
 from ..errors import (
     EntityNotFoundError,
     PermissionDenied,
@@ -43,29 +42,15 @@ from ..errors import (
 )
 from ..models import AuditAction, BucketOperationResult
 from ..scope import Scope
-from .balance_call import Call
+from .balance_call import BalanceCall
+from .balance_plans import Bucket, Planned, Shard, full, plan_shard, shares
+from .balance_writes import PENDING, BalanceWrites, record_key, shard_request
 from .changes import Changes
 
 OPERATION_TTL_SECONDS = 3 * 86400
 MAX_ATTEMPTS = 6  # reads and transactions before giving up on a bucket that keeps changing
 #: Cancellation reasons that mean "read again and re-plan" (other items' reasons are "None").
 _RETRIED_CODES = {None, "None", "ConditionalCheckFailed", "TransactionConflict"}
-
-
-@dataclass
-class _Shard:
-    """One shard item as read (or the blank one a top-up creates)."""
-
-    image: BucketImage
-    _: KW_ONLY
-    exists: bool
-
-
-@dataclass
-class _Bucket:
-    stamp: Stamp | None  # None: the resource is unmetered for the entity
-    shards: list[_Shard]  # [] when there is no live bucket
-    record: dict[str, Any] | None  # the idempotency key's operation record, if live
 
 
 class Balances:
@@ -75,6 +60,9 @@ class Balances:
         self._changes = changes
         self._store, self._ns, self._clock = scope.store, scope.namespace_id, scope.clock
         self._admission = scope.admission
+        self._writes = BalanceWrites(
+            self._store, self._ns, self._clock, self._admission.maker, self._audit_item
+        )
 
     async def top_up(
         self,
@@ -100,7 +88,7 @@ class Balances:
             raise ValidationError("amounts", amounts, "name at least one limit, e.g. {'weekly': 1}")
         key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
         await self._changes.gate("top_up")
-        call = Call(
+        call = BalanceCall(
             AuditAction.BUCKET_TOPPED_UP,
             entity_id,
             resource,
@@ -138,12 +126,12 @@ class Balances:
             names = tuple(dict.fromkeys(validation.limit_name(n, "limits") for n in limits))
         key = None if idempotency_key is None else validation.idempotency_key(idempotency_key)
         await self._changes.gate("reset_bucket")
-        call = Call(AuditAction.BUCKET_RESET, entity_id, resource, names, {}, key, principal)
+        call = BalanceCall(AuditAction.BUCKET_RESET, entity_id, resource, names, {}, key, principal)
         return await self._balance_operation(call)
 
     # --- the shared machinery ------------------------------------------------------------------
 
-    async def _balance_operation(self, call: Call) -> BucketOperationResult:
+    async def _balance_operation(self, call: BalanceCall) -> BucketOperationResult:
         for _ in range(MAX_ATTEMPTS):
             try:
                 bucket = await self._read_bucket(call)
@@ -153,8 +141,15 @@ class Balances:
                 raise self._failure(
                     call, failed_below(exc), "reading the bucket failed; nothing was changed"
                 ) from exc
+            if bucket.record is not None and bucket.record.get("state") == PENDING:
+                return await self._resume(call, bucket)  # stopped half way: finish it
             if bucket.record is not None:
                 return call.replay(bucket.record)
+            if self._store.sequential:
+                try:
+                    return await self._one_at_a_time(call, bucket)
+                except ConditionFailed:
+                    continue  # another call with the same key came first: read again
             shards, gained = self._plan(call, bucket)
             result = BucketOperationResult(
                 call.entity_id,
@@ -199,7 +194,53 @@ class Balances:
             resource=call.resource,
         )
 
-    async def _read_bucket(self, call: Call) -> _Bucket:
+    async def _one_at_a_time(self, call: BalanceCall, bucket: Bucket) -> BucketOperationResult:
+        """On a table without transactions (`balance_writes`)."""
+        planned = self._planned(call, bucket) or ([], [], {})
+        token = sequenced.new_token(self._clock())
+        try:
+            return await self._writes.run(call, planned, self._pending_record(call, token))
+        except (DynamoError, Unavailable) as exc:
+            if isinstance(exc, ConditionFailed):
+                raise
+            raise self._failure(
+                call,
+                failed_below(exc),
+                "the write stopped half way; it will be finished by a retry with the same "
+                "idempotency_key, or by the sweeper",
+            ) from exc
+        finally:
+            self._changes.forget(call.entity_id, call.resource)
+
+    async def _resume(self, call: BalanceCall, bucket: Bucket) -> BucketOperationResult:
+        """Finish an operation whose record is still pending (`balance_writes.resume`)."""
+        assert bucket.record is not None and bucket.stamp is not None
+        names = call.limits_to_change(bucket.stamp)
+        now = self._clock()
+        parts = shares(call, bucket.stamp, bucket.shards, names, now)
+        try:
+            result = await self._writes.resume(call, bucket.shards, parts, bucket.record)
+        finally:
+            self._changes.forget(call.entity_id, call.resource)
+        return replace(result, replayed=True)
+
+    def _pending_record(self, call: BalanceCall, token: str) -> dict[str, Any]:
+        """The operation record of an operation written one item at a time, before its writes."""
+        key = record_key(self._ns, call, token)
+        now = self._clock()
+        return {
+            **key,
+            **keys.namespace_index_attributes(self._ns, key["PK"], key["SK"]),
+            "action": call.action,
+            "arguments": call.arguments(),
+            "state": PENDING,
+            "op": token,
+            **({"principal": call.principal} if call.principal is not None else {}),
+            "created_at": iso_millis(now),
+            "ttl": now // 1000 + OPERATION_TTL_SECONDS,
+        }
+
+    async def _read_bucket(self, call: BalanceCall) -> Bucket:
         """Config, every live shard (restamped to the config) and the key's operation record."""
         record_key = (
             keys.operation_record(self._ns, call.idempotency_key)
@@ -218,11 +259,11 @@ class Balances:
         if not known and (target is None or not target.exists):
             raise EntityNotFoundError(call.entity_id)  # a mistyped id must never buy credit
         if target is None:
-            return _Bucket(None, [], record)
+            return Bucket(None, [], record)
         if not target.exists:
-            return _Bucket(target.stamp, [], record)
+            return Bucket(target.stamp, [], record)
         if target.stamp.shards == 1:
-            return _Bucket(target.stamp, [_Shard(target.image, exists=True)], record)
+            return Bucket(target.stamp, [Shard(target.image, exists=True)], record)
         # Sharded: the acquire machinery may have picked any shard; read them all, at one instant.
         count = target.stamp.shards
         found = await self._store.batch_get(
@@ -235,23 +276,42 @@ class Balances:
         if first is None or first.expired(now) or first.stamp.shards != count:
             raise RulesChanged()  # changed since the first read: start again
         stamp = first.stamp  # shard 0 holds the shard count; its stamp is the bucket's
-        shards = [_Shard(first, exists=True)]
+        shards = [Shard(first, exists=True)]
         for shard in range(1, count):
             image = by_shard.get(shard)
             if image is None or image.expired(now):  # never written, or expired: full
                 seq = image.stamp_seq + 1 if image is not None else 1
                 blank = BucketImage(
-                    self._ns, call.entity_id, call.resource, shard, stamp, seq, _full(stamp, shard)
+                    self._ns, call.entity_id, call.resource, shard, stamp, seq, full(stamp, shard)
                 )
-                shards.append(_Shard(blank, exists=False))
+                shards.append(Shard(blank, exists=False))
                 continue
             if image.stamp != stamp:
                 image = await self._admission.restamp(image, stamp)
-            shards.append(_Shard(image, exists=True))
-        return _Bucket(stamp, shards, record)
+            shards.append(Shard(image, exists=True))
+        return Bucket(stamp, shards, record)
 
-    def _plan(self, call: Call, bucket: _Bucket) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    def _plan(
+        self, call: BalanceCall, bucket: Bucket
+    ) -> tuple[list[dict[str, Any]], dict[str, int]]:
         """The shard writes (transaction operations) and the gain per limit (milli)."""
+        planned = self._planned(call, bucket)
+        if planned is None:
+            return [], dict.fromkeys(call.limits_to_change(bucket.stamp), 0)
+        shards, plans, gained = planned
+        now = self._clock()
+        # Every shard's re-arm count goes up by one (docs/alerts.md); a shard created here starts
+        # where the others arrive, so that the shards keep agreeing on it.
+        rearmed = max((shard.image.rearms for shard in shards), default=0) + 1
+        requests = [
+            _transact_update(self._shard_request(shard, writes, now, rearmed))
+            for shard, (writes, _) in zip(shards, plans, strict=True)
+        ]
+        return requests, gained
+
+    def _planned(self, call: BalanceCall, bucket: Bucket) -> Planned | None:
+        """Every shard to write, its writes and gains, and the gains summed (milli per limit);
+        None when nothing is to be written (unmetered, or a reset of a missing bucket)."""
         stamp = bucket.stamp
         declared = stamp.names if stamp is not None else ()
         unknown = [name for name in call.names or () if name not in declared]
@@ -272,87 +332,38 @@ class Balances:
                 f"{call.verb} only those",
             )
         names = call.limits_to_change(stamp)
-        gained = dict.fromkeys(names, 0)
         if stamp is None or (not bucket.shards and not call.is_top_up):
-            return [], gained
+            return None
         shards = bucket.shards
         if not shards:  # a top-up creates the bucket, as acquire would
             if stamp.is_disabled:
                 raise ResourceDisabled(call.entity_id, call.resource, stamp.flag_level)
             blank = BucketImage(
-                self._ns, call.entity_id, call.resource, 0, stamp, 1, _full(stamp, 0)
+                self._ns, call.entity_id, call.resource, 0, stamp, 1, full(stamp, 0)
             )
-            shards = [_Shard(blank, exists=False)]
+            shards = [Shard(blank, exists=False)]
         if not call.is_top_up:
             shards = [shard for shard in shards if shard.exists]
         now = self._clock()
-        slots = [Slot(shard.image.shard, stamp.shards) for shard in shards]
-        writes: list[dict[str, LimitWrite]] = [{} for _ in shards]
-        for name in names:
-            params = stamp.params(name)
-            assert params is not None
-            states = [
-                shard.image.states.get(name, full_state(params, slot))
-                for shard, slot in zip(shards, slots, strict=True)
-            ]
-            if call.is_top_up:
-                milli = call.amounts[name] * MILLI
-                if params.kind == Kind.RATE:
-                    rooms = [
-                        operations.room(params, s, now, slot)
-                        for s, slot in zip(states, slots, strict=True)
-                    ]
-                    shares = operations.allocate(rooms, milli)
-                else:
-                    shares = operations.spread(milli, slots)
-                planned = [
-                    operations.plan_top_up(params, state, now, slot, share) if share else (None, 0)
-                    for state, slot, share in zip(states, slots, shares, strict=True)
-                ]
-            else:
-                planned = [
-                    operations.plan_reset(params, s, now, slot)
-                    for s, slot in zip(states, slots, strict=True)
-                ]
-            for i, (write, gain) in enumerate(planned):
-                if write is not None:
-                    writes[i][name] = write
-                gained[name] += gain
-        # Every shard's re-arm count goes up by one (docs/alerts.md); a shard created here starts
-        # where the others arrive, so that the shards keep agreeing on it.
-        rearmed = max((shard.image.rearms for shard in shards), default=0) + 1
-        requests = [
-            self._shard_request(shard, shard_writes, now, rearmed)
-            for shard, shard_writes in zip(shards, writes, strict=True)
+        plans = [
+            plan_shard(call, stamp, shard.image, share, now)
+            for shard, share in zip(shards, shares(call, stamp, shards, names, now), strict=True)
         ]
-        return requests, gained
+        gained = dict.fromkeys(names, 0)
+        for _, gains in plans:
+            for name, gain in gains.items():
+                gained[name] += gain
+        return shards, plans, gained
 
     def _shard_request(
-        self, shard: _Shard, writes: dict[str, LimitWrite], now: int, rearmed: int
+        self, shard: Shard, writes: dict[str, LimitWrite], now: int, rearmed: int
     ) -> dict[str, Any]:
-        """One shard's transaction operation: a guarded update, or the creation of the item;
-        either re-arms the alert thresholds of the item (`ag`)."""
-        image = shard.image
-        states = {**image.states, **{name: w.result for name, w in writes.items()}}
-        ttl = self._admission.maker.ttl(image.stamp, states, now)
-        if shard.exists:
-            request = items.update_request(
-                self._store.table, image, writes, now=now, ttl=ttl, admissions=0
-            )
-            # ADD, not SET: concurrent top-ups each count, whatever they read
-            request["UpdateExpression"] += " ADD #rearm :one"
-            request["ExpressionAttributeNames"]["#rearm"] = "ag"
-            request["ExpressionAttributeValues"][":one"] = {"N": "1"}
-        else:
-            new = self._admission.maker.image_for(image, image.stamp, image.stamp_seq, states, now)
-            item = items.item_of(new)
-            item["ag"] = rearmed
-            request = items.put_request(
-                self._store.table, item, replaces=None, expired_before_s=now // 1000
-            )
-        return _transact_update(request)
+        return shard_request(self._store.table, self._admission.maker, shard, writes, now, rearmed)
 
-    async def _audit_for(self, call: Call, result: BucketOperationResult) -> dict[str, Any]:
+    async def _audit_for(self, call: BalanceCall, result: BucketOperationResult) -> dict[str, Any]:
+        return {"Put": {"Item": await self._audit_item(call, result)}}
+
+    async def _audit_item(self, call: BalanceCall, result: BucketOperationResult) -> dict[str, Any]:
         details: dict[str, Any] = {
             "limits": list(result.amounts),
             "amounts": result.amounts,
@@ -361,16 +372,15 @@ class Balances:
         }
         if call.is_top_up:
             details["requested"] = call.amounts
-        item = await self._changes.audit_item(
+        return await self._changes.audit_item(
             call.action,
             call.entity_id,
             principal=call.principal,
             resource=call.resource,
             details=details,
         )
-        return {"Put": {"Item": item}}
 
-    def _operation_record(self, call: Call, result: BucketOperationResult) -> dict[str, Any]:
+    def _operation_record(self, call: BalanceCall, result: BucketOperationResult) -> dict[str, Any]:
         assert call.idempotency_key is not None
         key = keys.operation_record(self._ns, call.idempotency_key)
         now = self._clock()
@@ -380,7 +390,7 @@ class Balances:
             "action": call.action,
             "arguments": call.arguments(),
             "result": json.dumps({"shards": result.shards, "amounts": result.amounts}),
-            "created_at": iso(now),
+            "created_at": iso_millis(now),
             "ttl": now // 1000 + OPERATION_TTL_SECONDS,
         }
         return {
@@ -392,7 +402,9 @@ class Balances:
             }
         }
 
-    def _failure(self, call: Call, cause: BaseException, message: str) -> RateLimiterUnavailable:
+    def _failure(
+        self, call: BalanceCall, cause: BaseException, message: str
+    ) -> RateLimiterUnavailable:
         if isinstance(cause, AccessDenied):
             return PermissionDenied(
                 f"DynamoDB refused dynamodb:{cause.operation}; {call.verb} needs the "
@@ -416,10 +428,6 @@ class Balances:
 
 async def _nothing() -> None:
     return None
-
-
-def _full(stamp: Stamp, shard: int) -> dict[str, State]:
-    return {p.name: full_state(p, Slot(shard, stamp.shards)) for p in stamp.limits}
 
 
 def _transact_update(request: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from ..acquire import RulesChanged
 from ..acquire.values import Unavailable, failed_below
 from ..connection import caller_identity
 from ..core.images import Stamp
+from ..core.ulids import ulid
 from ..dynamo import bucket_items as items
 from ..dynamo import keys, transport
 from ..dynamo.transport import DynamoError, TransactionCancelled
@@ -100,7 +101,7 @@ class Changes:
 
     async def transact(self, operations: list[dict[str, Any]]) -> None:
         try:
-            await self._store.transact(operations, token=audit.ulid(self._clock()))
+            await self._store.transact(operations, token=ulid(self._clock()))
         except DynamoError as exc:
             if isinstance(exc, TransactionCancelled):
                 raise

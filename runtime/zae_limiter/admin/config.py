@@ -3,17 +3,18 @@ defaults; set, read, delete, list and explain."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from typing import Any
 
 from .. import audit, validation
 from .. import config as cfg
+from ..acquire.dynamo_io import system_level_from_item
 from ..dynamo import keys
 from ..errors import ValidationError
 from ..limits import Limit, check_limit_list
 from ..models import AuditAction, ConfigSource, OnUnavailable
-from ..resolution import system_level_from_item
 from ..scope import Scope
 from .changes import KEEP, Changes
 
@@ -199,6 +200,13 @@ class Config:
         system = await self._resolver.system_level()
         res = resolved[resource]
         return (None if res.limits is None else list(res.limits)), system.on_unavailable, res.source
+
+    async def configured_resources(self) -> list[str]:
+        """Resource names some level has limits for (the unmetered policy's suggestions)."""
+        defaults, entity_levels = await asyncio.gather(
+            self.list_resources_with_defaults(), self.list_resources_with_entity_configs()
+        )
+        return sorted({*defaults, *entity_levels} - {keys.DEFAULT_RESOURCE})
 
 
 def _mode(value: OnUnavailable | str | None) -> OnUnavailable | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import validation
-from ..audit import iso
+from ..core.times import iso_millis
 from ..dynamo import keys
 from ..dynamo.transport import TransactionCancelled
 from ..errors import EntityExistsError, EntityNotFoundError, ValidationError
@@ -62,7 +62,7 @@ class Entities:
             "entity_id": entity_id,
             "cascade": bool(cascade),
             "metadata": meta,
-            "created_at": iso(self._clock()),
+            "created_at": iso_millis(self._clock()),
         }
         if name is not None:
             item["name"] = name

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import audit, validation
+from ..core.times import iso_millis
 from ..dynamo import keys, records
 from ..dynamo.namespaces import register_namespace
 from ..errors import NamespaceNotFoundError, NamespaceStateError, ValidationError
@@ -49,7 +50,7 @@ class Namespaces:
             return dict(put["Put"]["Item"])
 
         return await register_namespace(
-            self._store, name, now_iso=audit.iso(self._clock()), audit_event=event
+            self._store, name, created_at=iso_millis(self._clock()), audit_event=event
         )
 
     async def register_namespaces(

@@ -10,6 +10,7 @@ from .. import audit, validation
 from .. import config as cfg
 from ..core import bucket
 from ..core.bucket import MILLI
+from ..core.ulids import is_ulid
 from ..dynamo import bucket_items as items
 from ..dynamo import keys
 from ..errors import ValidationError
@@ -36,7 +37,7 @@ class Reports:
             raise ValidationError("entity_id", entity_id, "give an entity id, or None for all")
         validation.whole_number(limit, "limit", 1, MAX_AUDIT_LIMIT)
         if start_event_id is not None and (
-            not isinstance(start_event_id, str) or not audit.is_event_id(start_event_id)
+            not isinstance(start_event_id, str) or not is_ulid(start_event_id)
         ):
             raise ValidationError(
                 "start_event_id",

@@ -43,7 +43,7 @@ class Shards:
                 "count", count, f"must be one of {', '.join(map(str, SHARD_COUNTS))}"
             )
         try:
-            stamp = await self._bucket_stamp(entity_id, resource)
+            stamp = await self._bucket_stamp(entity_id, resource, count)
             shards = before = stamp.shards
             for _ in range(MAX_ATTEMPTS * len(SHARD_COUNTS)):
                 if shards >= count:
@@ -57,7 +57,7 @@ class Shards:
                     self._sharded_event(entity_id, resource, before, principal) if last else None,
                 )
                 if doubled == shards:
-                    stamp = await self._bucket_stamp(entity_id, resource)
+                    stamp = await self._bucket_stamp(entity_id, resource, count)
                     doubled = stamp.shards
                 shards = doubled
         except (DynamoError, Unavailable) as failure:
@@ -79,9 +79,10 @@ class Shards:
             resource=resource,
         )
 
-    async def _bucket_stamp(self, entity_id: str, resource: str) -> Stamp:
+    async def _bucket_stamp(self, entity_id: str, resource: str, count: int) -> Stamp:
         """The bucket's stamp (its limits, its shard count), creating the bucket (one shard,
-        full) if it is absent."""
+        full) if it is absent; a ValidationError before any write when its limits cannot be
+        split into `count` shards."""
         for _ in range(MAX_ATTEMPTS):
             try:
                 loaded = await self._admission.load(entity_id, [resource], "entity", None)
@@ -94,6 +95,7 @@ class Shards:
                     resource,
                     f"has no limits for {entity_id!r} (unmetered): there is no bucket to split",
                 )
+            _refuse_below_one_unit_up_to(target.stamp, count)
             if target.exists:
                 return target.stamp
             try:
@@ -123,6 +125,15 @@ class Shards:
             return [{"Put": {"Item": item}}]
 
         return event
+
+
+def _refuse_below_one_unit_up_to(stamp: Stamp, count: int) -> None:
+    """`_refuse_below_one_unit` for every doubling from the stamp's shard count to `count`, so
+    that nothing is split (or created) when the last doubling would be refused."""
+    shards = stamp.shards
+    while shards < count:
+        _refuse_below_one_unit(stamp, shards, count)
+        shards *= 2
 
 
 def _refuse_below_one_unit(stamp: Stamp, shards: int, count: int) -> None:

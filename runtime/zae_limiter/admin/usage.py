@@ -20,11 +20,11 @@ from typing import Any
 from .. import validation
 from ..core.bucket import MILLI
 from ..dynamo import keys
-from ..dynamo import snapshot_items as snapshots
 from ..errors import ValidationError
 from ..models import UsageSnapshot, UsageSummary
 from ..schema import PARTITION_KEY, SORT_KEY
 from ..scope import Scope
+from ..usage import snapshot_items as snapshots
 from ..usage import windows
 
 MAX_LIMIT = 1000

@@ -13,10 +13,11 @@ bucket is judged per shard against that shard's share; the first shard to cross 
 
 from __future__ import annotations
 
-from ..core.bucket import Kind, Params, State, view
+from ..core.bucket import Kind, Params, State, refill_period_start, view
 from ..core.images import BucketImage
+from ..dynamo import bucket_attributes as attrs
 from ..dynamo import bucket_items
-from ..usage.records import MalformedRecord, StreamRecord, is_bucket
+from ..dynamo.stream_records import MalformedRecord, StreamRecord, is_bucket
 from .event import Crossing
 
 
@@ -47,15 +48,30 @@ def crossings(record: StreamRecord) -> list[Crossing]:
     return found
 
 
+def asks_for_alerts(record: StreamRecord) -> bool:
+    """Whether a record is a bucket write with alert thresholds (the ones `held` follows)."""
+    return is_bucket(record) and record.event_name != "REMOVE" and _asks_for_alerts(record)
+
+
 def _asks_for_alerts(record: StreamRecord) -> bool:
     """Whether any limit of the new image has thresholds, read from the wire form without
     decoding the item (most bucket records have none). A shape it cannot read says yes, so
     that decoding reports the problem."""
     try:
-        limits = (record.new_wire or {})["L"]["M"]
-        return any("al" in entry["M"] for entry in limits.values())
+        limits = (record.new_wire or {})[attrs.LIMITS]["M"]
+        return any(attrs.ALERTS in entry["M"] for entry in limits.values())
     except (KeyError, TypeError, AttributeError):
-        return "L" in (record.new_wire or {})
+        return attrs.LIMITS in (record.new_wire or {})
+
+
+def use_of(params: Params, state: State, image: BucketImage) -> tuple[int, int, int | None]:
+    """(use, the shard's capacity, the quota period in force or None) of one limit on `image`,
+    at the time of the write that left it (milli)."""
+    now, slot = image.written_at, image.slot
+    in_force = params.scheduled(now)
+    after = view(in_force, state, now, slot)
+    cap = in_force.shard_capacity(slot)
+    return cap - after.balance, cap, after.period
 
 
 def _limit_crossings(
@@ -79,7 +95,7 @@ def _limit_crossings(
             used_before = cap - prior.balance
     period = after.period
     if period is None:  # a rate limit: the refill period the write fell in
-        period = now - now % max(1, in_force.period_ms)
+        period = refill_period_start(in_force, now)
     return [
         Crossing(
             ns=new.ns,

@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..core.bucket import MILLI
+from ..core.times import iso_seconds
 from ..dynamo import keys
-from ..usage.windows import iso
 
 #: `pub` of an alert still to be published (absent: nobody publishes it, e.g. no bus configured).
 UNPUBLISHED = 0
@@ -92,8 +92,8 @@ class Crossing:
             resource=self.resource,
             limit_name=self.limit,
             threshold=self.threshold,
-            period_start=iso(self.period_ms),
-            crossed_at=iso(self.crossed_ms),
+            period_start=iso_seconds(self.period_ms),
+            crossed_at=iso_seconds(self.crossed_ms),
             used=self.used_milli // MILLI,
             capacity=self.capacity_milli // MILLI,
             soft=self.soft,

@@ -18,17 +18,23 @@ from typing import Any, Protocol
 
 from ..dynamo.failures import ConditionFailed
 from ..dynamo.store import Store
-from ..usage.aggregator_settings import DEFAULT_ALERT_RETENTION_DAYS
 from .event import PUBLISHED, UNPUBLISHED, AlertEvent, Crossing, event_from_item
 
-#: Publishes one alert (namespace id, event); raises if it was not accepted.
-AlertSink = Callable[[str, AlertEvent], Awaitable[None]]
+#: Publishes one alert (its namespace's id and name, the event); raises if not accepted.
+AlertSink = Callable[[str, str, AlertEvent], Awaitable[None]]
+#: The name of a namespace, by its id (the aggregator reads the registry; the id if unknown).
+NamespaceName = Callable[[str], Awaitable[str]]
 CLAIM_MS = 30_000
+#: Days a stored alert is kept after its crossing (the aggregator's `ALERT_RETENTION_DAYS`).
+DEFAULT_ALERT_RETENTION_DAYS = 90
+#: Seconds a crossing is held before it is stored (`alerts.held`; the aggregator's
+#: `ALERT_HOLD_SECONDS`).
+DEFAULT_ALERT_HOLD_SECONDS = 300
 _NAMES = {"#p": "pub", "#c": "claim"}
 
 
 class Tally(Protocol):
-    """What a batch's alerts are counted into (the aggregator's `Outcome`)."""
+    """What a batch's alerts are counted into (the aggregator's `BatchResult`)."""
 
     failures: dict[int, BaseException]
     alerts_stored: int
@@ -48,24 +54,13 @@ class AlertRecorder:
         sink: AlertSink | None,
         clock: Callable[[], int],
         retention_days: int = DEFAULT_ALERT_RETENTION_DAYS,
+        namespace_name: NamespaceName | None = None,
     ) -> None:
         self._store = store
         self._sink = sink
         self._clock = clock
         self._retention_days = retention_days
-
-    async def record_batch(self, crossings: list[tuple[int, list[Crossing]]], tally: Tally) -> None:
-        """Record each batch position's crossings, counting into `tally`; a failure is set for
-        its position (the record is retried)."""
-        for position, found in crossings:
-            for crossing in found:
-                try:
-                    stored, published = await self.record(crossing)
-                except Exception as exc:
-                    tally.failures[position] = exc
-                    break
-                tally.alerts_stored += stored
-                tally.alerts_published += published
+        self._namespace_name = namespace_name
 
     async def record(self, crossing: Crossing) -> tuple[bool, bool]:
         """(stored by this call, published by this call)."""
@@ -81,8 +76,10 @@ class AlertRecorder:
             claimed = await self._claim(crossing.key, now) if self._sink is not None else None
         if claimed is None or self._sink is None:
             return stored, False
+        ns = str(claimed["ns"])
+        name = await self._namespace_name(ns) if self._namespace_name is not None else ns
         try:
-            await self._sink(str(claimed["ns"]), event_from_item(claimed))
+            await self._sink(ns, name, event_from_item(claimed))
         except BaseException:
             await self._release(crossing.key, int(claimed["claim"]))
             raise

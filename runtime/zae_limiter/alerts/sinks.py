@@ -18,19 +18,19 @@ class PublishFailed(Exception):
     """The bus did not accept the alert; the record is retried."""
 
 
-def detail(namespace_id: str, event: AlertEvent, table: str) -> dict[str, Any]:
-    """An alert as published: its fields, the namespace id and the table (deployment)."""
-    return {**event.to_dict(), "namespace_id": namespace_id, "table": table}
+def detail(namespace_id: str, namespace: str, event: AlertEvent, table: str) -> dict[str, Any]:
+    """An alert as published: its fields, the namespace (name and id) and the table."""
+    return {**event.to_dict(), "namespace": namespace, "namespace_id": namespace_id, "table": table}
 
 
 def eventbridge_sink(client: Any, bus: str, table: str) -> AlertSink:
     """PutEvents through a boto3 `events` client, one entry per alert (alerts are rare)."""
 
-    async def put(namespace_id: str, event: AlertEvent) -> None:
+    async def put(namespace_id: str, namespace: str, event: AlertEvent) -> None:
         entry = {
             "Source": SOURCE,
             "DetailType": DETAIL_TYPE,
-            "Detail": json.dumps(detail(namespace_id, event, table), sort_keys=True),
+            "Detail": json.dumps(detail(namespace_id, namespace, event, table), sort_keys=True),
             "EventBusName": bus,
             "Resources": [],
         }
@@ -52,8 +52,8 @@ def jsonl_sink(path: str | os.PathLike[str], table: str) -> AlertSink:
         with open(path, "a", encoding="utf-8") as out:
             out.write(line)
 
-    async def put(namespace_id: str, event: AlertEvent) -> None:
-        line = json.dumps(detail(namespace_id, event, table), sort_keys=True) + "\n"
+    async def put(namespace_id: str, namespace: str, event: AlertEvent) -> None:
+        line = json.dumps(detail(namespace_id, namespace, event, table), sort_keys=True) + "\n"
         await asyncio.to_thread(append, line)
 
     return put

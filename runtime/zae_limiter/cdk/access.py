@@ -1,14 +1,14 @@
-"""IAM managed policies (app, admin, read-only, usage, audit; optionally namespace-scoped) and
-optional roles.
+"""IAM managed policies (app, admin, read-only, usage, audit, alerts; optionally
+namespace-scoped) and optional roles.
 
 Index ARNs are listed one by one, never `/index/*`. `app` reads only what the acquire path reads
 (config, entity records, the namespace registry, the version record and bucket items) and writes
-bucket items only: never usage snapshots, audit events or another kind of item. Usage and audit
-reads have their own policies (`usage`, `audit`). Namespace-scoped variants restrict every item
-to partition keys starting with the caller's namespace id, taken from the principal tag
-`zael-namespace-id`, plus read access to the reserved registry and version record. Every
-partition-key pattern comes from the key layout (`zae_limiter.dynamo.keys`); see
-docs/deploying.md.
+bucket items only: never usage snapshots, audit events or another kind of item. Usage, audit
+and alert reads have their own policies (`usage`, `audit`, `alerts`). Namespace-scoped
+variants restrict every item to partition keys starting with the caller's namespace id, taken
+from the principal tag `zael-namespace-id`, plus read access to the reserved registry and
+version record. Every partition-key pattern comes from the key layout
+(`zae_limiter.dynamo.keys`); see docs/deploying.md.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .permissions import (
     RESERVED_PARTITIONS,
     VERSION_RECORD_PARTITION,
     acquire_partitions,
+    alert_partitions,
     audit_partitions,
     bucket_partitions,
     dynamodb_actions,
@@ -73,9 +74,10 @@ ADMIN_FUNCTION_ACTIONS = sorted(
 READ_ONLY_ACTIONS = dynamodb_actions(
     "BatchGetItem", "DescribeTable", "DescribeTimeToLive", "GetItem", "Query", "Scan"
 )
-#: Registry and version record reads (every principal that opens a repository needs them).
-RESERVED_READ_ACTIONS = dynamodb_actions("BatchGetItem", "GetItem", "Query")
-#: Usage snapshots and audit events: by partition on the table, and through their index.
+#: Registry and version record reads, and DescribeTable (is it multi-Region?): every principal
+#: that opens a repository needs them.
+RESERVED_READ_ACTIONS = dynamodb_actions("BatchGetItem", "DescribeTable", "GetItem", "Query")
+#: Usage snapshots, audit events and alerts: by partition on the table, and through their indexes.
 REPORT_READ_ACTIONS = dynamodb_actions("BatchGetItem", "GetItem", "Query")
 INDEX_QUERY_ACTIONS = dynamodb_actions("Query")
 #: Scan has no partition key to check, so namespace-scoped policies never allow it.
@@ -147,11 +149,11 @@ def _report_statements(
     targets: AccessTargets,
     *,
     items: tuple[str, str],
-    index: tuple[str, str, str],
+    indexes: list[tuple[str, str, str]],
 ) -> list[iam.PolicyStatement]:
     """Reads of one kind of item: `items` (sid, partition pattern) on the table, a Query of
-    `index` (sid, index name, partition pattern), the registry; nothing else."""
-    (item_sid, partitions), (index_sid, index_name, index_keys) = items, index
+    each of `indexes` (sid, index name, partition pattern), the registry; nothing else."""
+    item_sid, partitions = items
     return [
         statement(
             REPORT_READ_ACTIONS,
@@ -159,11 +161,14 @@ def _report_statements(
             sid=item_sid,
             conditions=leading_keys("StringLike", [partitions]),
         ),
-        statement(
-            INDEX_QUERY_ACTIONS,
-            [_index_arn(targets, index_name)],
-            sid=index_sid,
-            conditions=leading_keys("StringLike", [index_keys]),
+        *(
+            statement(
+                INDEX_QUERY_ACTIONS,
+                [_index_arn(targets, index_name)],
+                sid=index_sid,
+                conditions=leading_keys("StringLike", [index_keys]),
+            )
+            for index_sid, index_name, index_keys in indexes
         ),
         _reserved(RESERVED_READ_ACTIONS, RESERVED_PARTITIONS, targets, "Registry"),
         *kms_statement(targets.encryption_key, write=False),
@@ -176,7 +181,7 @@ def usage_statements(targets: AccessTargets, namespace: str | None) -> list[iam.
     return _report_statements(
         targets,
         items=("ReadUsage", usage_partitions(ns)),
-        index=("UsageByResource", keys.GSI2, keys.resource_usage_index_key(ns, ANY)),
+        indexes=[("UsageByResource", keys.GSI2, keys.resource_usage_index_key(ns, ANY))],
     )
 
 
@@ -186,7 +191,21 @@ def audit_statements(targets: AccessTargets, namespace: str | None) -> list[iam.
     return _report_statements(
         targets,
         items=("ReadAudit", audit_partitions(ns)),
-        index=("AuditLog", keys.GSI1, keys.audit_log_index_key(ns)),
+        indexes=[("AuditLog", keys.GSI1, keys.audit_log_index_key(ns))],
+    )
+
+
+def alert_statements(targets: AccessTargets, namespace: str | None) -> list[iam.PolicyStatement]:
+    """Threshold alerts (`get_alerts`, `alerts list`): an entity's (its partition and its alert
+    index) and the namespace's (its alert partition of GSI1); no other item or index key."""
+    ns = namespace or ANY_NAMESPACE
+    return _report_statements(
+        targets,
+        items=("ReadAlerts", alert_partitions(ns)),
+        indexes=[
+            ("AlertsByEntity", keys.GSI3, keys.entity_alerts_index_key(ns, ANY)),
+            ("AlertsByNamespace", keys.GSI1, keys.namespace_alerts_index_key(ns)),
+        ],
     )
 
 
@@ -230,6 +249,7 @@ POLICY_KINDS = {
     "readonly": (read_only_statements, "zae-limiter read-only access"),
     "usage": (usage_statements, "zae-limiter usage snapshots: read"),
     "audit": (audit_statements, "zae-limiter audit events: read"),
+    "alerts": (alert_statements, "zae-limiter threshold alerts: read"),
 }
 #: The policies `create_roles` makes a role for.
 ROLE_KINDS = ("app", "admin", "readonly")
@@ -238,9 +258,9 @@ ROLE_KINDS = ("app", "admin", "readonly")
 class AccessPolicies(Construct):
     """The managed policies (and optional roles) of a deployment.
 
-    `policies` maps app/admin/readonly/usage/audit (and app-namespace/... when namespace-scoped
-    variants are on) to the managed policy; `roles` maps app/admin/readonly to the role
-    attaching it.
+    `policies` maps app/admin/readonly/usage/audit/alerts (and app-namespace/... when
+    namespace-scoped variants are on) to the managed policy; `roles` maps app/admin/readonly to
+    the role attaching it.
     """
 
     def __init__(

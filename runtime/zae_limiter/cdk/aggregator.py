@@ -28,13 +28,17 @@ from .permissions import (
     AGGREGATOR_READ_PARTITIONS,
     ANY_NAMESPACE,
     MARKER_PARTITIONS,
+    alert_partitions,
+    bucket_partitions,
     dynamodb_actions,
     kms_statement,
     leading_keys,
     statement,
     usage_partitions,
+    usage_tombstone_partitions,
 )
 from .props import LOG_RETENTION, ZaeLimiterProps
+from .schedules import invoke_every
 
 #: The Powertools for AWS Lambda (Python) release the aggregator is tested with (the lock pins
 #: the same release; a test checks both). Its public layer is found at deploy time through the
@@ -56,10 +60,22 @@ ENV_ARCHIVE_BUCKET = "ARCHIVE_BUCKET"
 ENV_ALERTS_BUS = "ALERTS_BUS"
 ENV_ALERT_RETENTION_DAYS = "ALERT_RETENTION_DAYS"
 
-#: Table operations of the aggregator: version record and namespace reads; snapshots and
-#: idempotency markers written in transactions (TransactWriteItems needs Put/UpdateItem).
+#: Table operations of the aggregator: version record and namespace reads; deleted entities'
+#: usage tombstones read and checked (a ConditionCheck in each transaction); snapshots and
+#: idempotency markers written in transactions (TransactWriteItems needs Put/UpdateItem per
+#: item); threshold alerts stored, claimed and marked published (docs/alerts.md); crossings held
+#: in their one partition (stored, found due, removed) and the bucket item a due crossing is
+#: checked on (read only).
 AGGREGATOR_READ_ACTIONS = dynamodb_actions("GetItem")
+AGGREGATOR_HELD_ACTIONS = dynamodb_actions("DeleteItem", "PutItem", "Query")
+AGGREGATOR_TOMBSTONE_ACTIONS = dynamodb_actions("ConditionCheckItem", "GetItem")
 AGGREGATOR_WRITE_ACTIONS = dynamodb_actions("PutItem", "UpdateItem")
+
+#: The event that makes the aggregator confirm held threshold crossings (lambdas/aggregator/
+#: handler.py), and how often: a crossing whose hold passed is stored even when no stream batch
+#: comes (docs/alerts.md, "Only consumption that stays").
+HELD_ALERTS_EVENT = {"zae_limiter": "held-alerts"}
+HELD_ALERTS_EVERY = Duration.minutes(1)
 
 #: An attribute only audit event items carry (`zae_limiter.audit.event_item`).
 AUDIT_EVENT_ATTRIBUTE = "event_id"
@@ -116,8 +132,10 @@ def powertools_layer_arn(scope: Construct, architecture: lambda_.Architecture) -
 
 
 def aggregator_statements(table_arn: str, props: ZaeLimiterProps) -> list[iam.PolicyStatement]:
-    """Reads of the version record and namespace registry; writes of usage snapshots and
-    aggregation markers only (never buckets, config, entities or the version record)."""
+    """Reads of the version record and namespace registry, and of deleted entities' usage
+    tombstones; writes of usage snapshots, aggregation markers and threshold alerts only (never
+    buckets, config, entities or the version record). Alerts are stored whether or not a bus
+    publishes them, so their statement is always there."""
     return [
         statement(
             AGGREGATOR_READ_ACTIONS,
@@ -126,12 +144,36 @@ def aggregator_statements(table_arn: str, props: ZaeLimiterProps) -> list[iam.Po
             conditions=leading_keys("StringEquals", AGGREGATOR_READ_PARTITIONS),
         ),
         statement(
+            AGGREGATOR_TOMBSTONE_ACTIONS,
+            [table_arn],
+            sid="CheckDeletedEntities",
+            conditions=leading_keys("StringLike", [usage_tombstone_partitions(ANY_NAMESPACE)]),
+        ),
+        statement(
             AGGREGATOR_WRITE_ACTIONS,
             [table_arn],
             sid="WriteSnapshotsAndMarkers",
             conditions=leading_keys(
                 "StringLike", [usage_partitions(ANY_NAMESPACE), MARKER_PARTITIONS]
             ),
+        ),
+        statement(
+            AGGREGATOR_WRITE_ACTIONS,
+            [table_arn],
+            sid="WriteAlerts",
+            conditions=leading_keys("StringLike", [alert_partitions(ANY_NAMESPACE)]),
+        ),
+        statement(
+            AGGREGATOR_HELD_ACTIONS,
+            [table_arn],
+            sid="HoldCrossings",
+            conditions=leading_keys("StringEquals", [keys.HELD_CROSSINGS_PK]),
+        ),
+        statement(
+            AGGREGATOR_READ_ACTIONS,
+            [table_arn],
+            sid="ReadBucketsOfHeldCrossings",
+            conditions=leading_keys("StringLike", [bucket_partitions(ANY_NAMESPACE)]),
         ),
         *kms_statement(props.encryption_key, write=True),
     ]
@@ -212,7 +254,7 @@ def build_archive_bucket(scope: Construct, props: ZaeLimiterProps) -> s3.Bucket:
     )
 
 
-class Aggregator(Construct):
+class AggregatorFunction(Construct):
     """The aggregator Lambda, its stream event source, DLQ, log group and role."""
 
     def __init__(
@@ -220,7 +262,7 @@ class Aggregator(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        table: dynamodb.Table,
+        table: dynamodb.ITable,
         props: ZaeLimiterProps,
         archive_bucket: s3.IBucket | None,
         alerts_bus: events.IEventBus | None = None,
@@ -306,6 +348,14 @@ class Aggregator(Construct):
             filters=stream_filters(archive=archive_bucket is not None),
         )
         self.function.add_event_source(self.event_source)
+        self.held_alerts = invoke_every(
+            self,
+            "HeldAlerts",
+            every=HELD_ALERTS_EVERY,
+            function=self.function,
+            event=HELD_ALERTS_EVENT,
+            description="zae-limiter: confirm threshold crossings no refund can undo any more",
+        )
         (self.event_source_mapping,) = [
             child
             for child in self.function.node.children

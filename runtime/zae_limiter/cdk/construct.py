@@ -5,19 +5,29 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from aws_cdk import CfnOutput, Tags
+from aws_cdk import Aws, CfnOutput, Fn, Tags
 from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from zae_limiter import schema
+
 from .access import POLICY_KINDS, PRINCIPAL_NAMESPACE, AccessPolicies, AccessTargets
-from .aggregator import Aggregator, build_archive_bucket
+from .aggregator import AggregatorFunction, build_archive_bucket
 from .monitoring import build_alarms, build_dashboard
+from .multi_region import (
+    ENV_REPLICA_REGIONS,
+    build_global_table,
+    region_outputs,
+    schedule_sweeper,
+    table_arn_in_every_region,
+)
 from .nag import acknowledge_findings
 from .props import ZaeLimiterProps
-from .table import build_table, index_arns
+from .table import build_table
 from .version_record import VersionRecord
 
 
@@ -27,7 +37,7 @@ class ZaeLimiter(Construct):
     Pass a `ZaeLimiterProps`, keyword overrides of its fields, or both:
     `ZaeLimiter(self, "RateLimiter", table_name="limits", enable_audit_archive=True)`.
     Give your own roles access with `grant_acquire`, `grant_admin`, `grant_read`,
-    `grant_read_usage` and `grant_read_audit`.
+    `grant_read_usage`, `grant_read_audit` and `grant_read_alerts`.
     """
 
     def __init__(
@@ -42,7 +52,9 @@ class ZaeLimiter(Construct):
         if props.permission_boundary is not None:
             iam.PermissionsBoundary.of(self).apply(props.permission_boundary)
 
-        self.table = build_table(self, props)
+        self.table: dynamodb.ITable = (
+            build_global_table(self, props) if props.multi_region else build_table(self, props)
+        )
         stream_arn = self.table.table_stream_arn
         if stream_arn is None:  # the schema always asks for a stream
             raise RuntimeError("the table has no stream")
@@ -53,7 +65,7 @@ class ZaeLimiter(Construct):
         self.alerts_bus: events.IEventBus | None = props.alerts_bus
         if self.alerts_bus is None and props.enable_alerts:
             self.alerts_bus = events.EventBus(self, "AlertsBus")
-        self.aggregator = Aggregator(
+        self.aggregator = AggregatorFunction(
             self,
             "Aggregator",
             table=self.table,
@@ -87,9 +99,16 @@ class ZaeLimiter(Construct):
             if props.enable_dashboard
             else None
         )
+        table_arn = self.table.table_arn
+        self.sweeper: events.Rule | None = None
+        if props.multi_region:  # every Region's replica; the sweeper instead of TTL
+            table_arn = table_arn_in_every_region(self, props)
+            regions = Fn.join(",", [Aws.REGION, *props.replica_regions])
+            self.aggregator.function.add_environment(ENV_REPLICA_REGIONS, regions)
+            self.sweeper = schedule_sweeper(self, self.aggregator.function, table_arn)
         self.access_targets = AccessTargets(
-            table_arn=self.table.table_arn,
-            index_arns=tuple(index_arns(self.table)),
+            table_arn=table_arn,
+            index_arns=tuple(f"{table_arn}/index/{index.name}" for index in schema.INDEXES),
             stream_arn=self.stream_arn,
             dead_letter_queue_arn=self.aggregator.dead_letter_queue.queue_arn,
             aggregator_function_arn=self.aggregator.function.function_arn,
@@ -136,6 +155,14 @@ class ZaeLimiter(Construct):
         namespace's recent changes."""
         return self._grant(grantee, "audit", namespace_scoped)
 
+    def grant_read_alerts(
+        self, grantee: iam.IGrantable, *, namespace_scoped: bool = False
+    ) -> iam.Grant:
+        """Let `grantee` read threshold alerts (the `alerts` policy): `get_alerts` and
+        `zae-limiter alerts list`, by entity or for the namespace; for a dashboard or an
+        on-call tool."""
+        return self._grant(grantee, "alerts", namespace_scoped)
+
     def _grant(self, grantee: iam.IGrantable, kind: str, namespace_scoped: bool) -> iam.Grant:
         """Add the statements of policy `kind` to `grantee`'s own policy."""
         build = POLICY_KINDS[kind][0]
@@ -175,3 +202,5 @@ class ZaeLimiter(Construct):
                 outputs[name.capitalize() + "RoleArn"] = (role.role_arn, f"Role: {name}")
         for output_id, (value, description) in outputs.items():
             CfnOutput(self, output_id, value=value, description=description)
+        if isinstance(self.table, dynamodb.TableV2) and self.props.multi_region:
+            region_outputs(self, self.table, self.props)

@@ -13,7 +13,7 @@ from constructs import Construct
 
 from zae_limiter import schema
 
-from .aggregator import METRIC_NAMESPACE, SERVICE_NAME, Aggregator
+from .aggregator import METRIC_NAMESPACE, SERVICE_NAME, AggregatorFunction
 from .props import ZaeLimiterProps
 
 FIVE_MINUTES = Duration.minutes(5)
@@ -32,7 +32,7 @@ DEPLOYMENT_DIMENSION = "deployment"
 LATENCY_OPERATIONS = ("GetItem", "UpdateItem", "TransactWriteItems", "Query")
 
 
-def error_rate(aggregator: Aggregator) -> cw.MathExpression:
+def error_rate(aggregator: AggregatorFunction) -> cw.MathExpression:
     """Aggregator errors as a percentage of invocations over 5 minutes (0 when idle)."""
     function = aggregator.function
     return cw.MathExpression(
@@ -89,7 +89,7 @@ def usage_search(deployment: str, metric_name: str, statistic: str) -> cw.MathEx
 def build_alarms(
     scope: Construct,
     *,
-    aggregator: Aggregator,
+    aggregator: AggregatorFunction,
     table: dynamodb.ITable,
     props: ZaeLimiterProps,
 ) -> list[cw.Alarm]:
@@ -216,7 +216,7 @@ def dashboard_name(table_name: str) -> str:
 def build_dashboard(
     scope: Construct,
     *,
-    aggregator: Aggregator,
+    aggregator: AggregatorFunction,
     table: dynamodb.ITable,
     alarms: list[cw.Alarm],
     props: ZaeLimiterProps,

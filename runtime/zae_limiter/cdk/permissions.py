@@ -51,6 +51,17 @@ def audit_partitions(namespace: str) -> str:
     return keys.audit_partition(namespace, ANY)
 
 
+def alert_partitions(namespace: str) -> str:
+    """Every stored threshold alert's partition key in `namespace` (one partition per entity)."""
+    return keys.alert_partition(namespace, ANY)
+
+
+def usage_tombstone_partitions(namespace: str) -> str:
+    """Every deleted entity's usage tombstone in `namespace` (the aggregator reads and checks
+    them so that no snapshot of a deleted entity is written)."""
+    return keys.usage_tombstone(namespace, ANY)[schema.PARTITION_KEY]
+
+
 #: Aggregation markers, one per stream record applied (`_#AGG#<eventID>`).
 MARKER_PARTITIONS = keys.aggregation_marker(ANY)[schema.PARTITION_KEY]
 

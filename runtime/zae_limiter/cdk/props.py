@@ -63,7 +63,9 @@ class ZaeLimiterProps:
     read_capacity: int = 5
     write_capacity: int = 5
     point_in_time_recovery: bool = True
-    deletion_protection: bool = False
+    #: On by default: the table holds balances, top-ups and usage (money). Opt out explicitly,
+    #: e.g. for a test stack that `cdk destroy` must remove with RemovalPolicy.DESTROY.
+    deletion_protection: bool = True
     removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
     encryption_key: kms.IKey | None = None
     snapshot_windows: tuple[str, ...] = REQUIRED_SNAPSHOT_WINDOWS
@@ -109,6 +111,15 @@ class ZaeLimiterProps:
     #: partitions or regions without Powertools' SSM public parameters (e.g. aws-cn).
     powertools_layer_arn: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    #: Multi-Region (docs/multi-region.md): the table as a global table with multi-Region strong
+    #: consistency in exactly three Regions, the deploying one and two `replica_regions`, or one
+    #: replica and a `witness_region`. The aggregator runs in the deploying Region only.
+    replica_regions: tuple[str, ...] = ()
+    witness_region: str | None = None
+
+    @property
+    def multi_region(self) -> bool:
+        return bool(self.replica_regions)
 
     def __post_init__(self) -> None:
         problems = list(self._problems())
@@ -151,6 +162,23 @@ class ZaeLimiterProps:
         check(self.audit_archive_glacier_days >= 0, "audit_archive_glacier_days must be >= 0")
         check(self.alert_retention_days >= 1, "alert_retention_days must be at least 1")
         check(self.read_capacity >= 1 and self.write_capacity >= 1, "capacities must be >= 1")
+        replicas, witness = tuple(self.replica_regions), self.witness_region
+        check(
+            (not replicas and witness is None)
+            or (len(replicas) == 2 and witness is None)
+            or (len(replicas) == 1 and witness is not None),
+            "multi-Region strong consistency needs exactly three Regions: two replica_regions, "
+            "or one replica_region and a witness_region (the deploying Region is the third)",
+        )
+        check(
+            len({*replicas, *([witness] if witness else [])}) == len(replicas) + bool(witness),
+            "replica_regions and witness_region must be distinct Regions",
+        )
+        check(
+            not replicas or self.encryption_key is None,
+            "replica_regions with a customer-managed encryption_key needs a key per Region; "
+            "leave encryption_key unset (the AWS-owned key) for a multi-Region table",
+        )
         check(
             not self.create_roles or self.create_policies,
             "create_roles needs create_policies (the roles attach the managed policies)",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import CustomResource
+from aws_cdk import Aws, CustomResource, Fn
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
@@ -38,7 +38,7 @@ class VersionRecord(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        table: dynamodb.Table,
+        table: dynamodb.ITable,
         props: ZaeLimiterProps,
         aggregator_function: lambda_.IFunction,
         dead_letter_queue: sqs.IQueue,
@@ -84,6 +84,14 @@ class VersionRecord(Construct):
                 "AllowAggregatorDowngrade": props.allow_aggregator_downgrade,
                 "AuditRetentionDays": props.audit_retention_days,
                 "UsageRetentionDays": props.usage_retention_days,
+                **(
+                    {
+                        "MultiRegionConsistency": "STRONG",
+                        "ReplicaRegions": Fn.join(",", [Aws.REGION, *props.replica_regions]),
+                    }
+                    if props.multi_region
+                    else {}
+                ),
             },
         )
         # The policy must exist before the function runs.

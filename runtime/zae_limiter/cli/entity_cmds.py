@@ -197,20 +197,32 @@ def entity_list_resources(settings: Settings) -> None:
 
 @entity.command("set-limits")
 @ENTITY_ARG
-@resource_option(required=False, default=DEFAULT_RESOURCE, help_text=LEVEL_HELP)
+@resource_option(
+    required=False,
+    help_text="Resource whose limits to set (or --all-resources for the _default_ level).",
+)
+@click.option(
+    "--all-resources",
+    is_flag=True,
+    help="Set the entity's _default_ limits: they apply to every resource it has no limits "
+    "of its own for, budgets included.",
+)
 @limit_options
 @click.pass_obj
 def entity_set_limits(
     settings: Settings,
     entity_id: str,
-    resource: str,
+    resource: str | None,
+    all_resources: bool,
     limit_specs: tuple[str, ...],
     limits_file: str | None,
     soft: tuple[str, ...],
     schedule: tuple[str, ...],
     alert: tuple[str, ...],
 ) -> None:
-    """Replace the entity's whole list of limits at one level (a paid plan, for example)."""
+    """Replace the entity's whole list of limits at one level (a paid plan, for example):
+    one resource (-r), or every resource (--all-resources)."""
+    resource = _level(resource, all_resources)
     limits = limits_from(limit_specs, limits_file, soft, schedule, alert)
 
     async def write_limits(repo: Repository) -> None:
@@ -265,6 +277,22 @@ def entity_delete_limits(settings: Settings, entity_id: str, resource: str, yes:
         {"entity_id": entity_id, "resource": resource, "deleted": True},
         f"entity {entity_id} / {resource}: limits deleted",
     )
+
+
+def _level(resource: str | None, all_resources: bool) -> str:
+    """The level `set-limits` writes: exactly one of -r and --all-resources (limits for every
+    resource, budgets included, are never set by leaving -r out)."""
+    if all_resources and resource is not None:
+        raise click.UsageError("give -r/--resource or --all-resources, not both")
+    if all_resources:
+        return DEFAULT_RESOURCE
+    if resource is None:
+        raise click.UsageError(
+            "give -r/--resource RESOURCE for one resource, or --all-resources to set the "
+            "entity's _default_ limits (they apply to every resource it has no limits of its "
+            "own for, budgets included)"
+        )
+    return resource
 
 
 def _entity_flag(name: str, method: str, done: str, summary: str) -> click.Command:

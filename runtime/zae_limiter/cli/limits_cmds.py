@@ -17,6 +17,7 @@ from ..manifest import (
     plan_manifest,
     to_yaml,
 )
+from ..manifest.table_checks import located
 from ..repository import Repository
 from .app import EXIT_DRIFT, Settings, connect, run, with_repo
 from .options import confirm
@@ -42,11 +43,12 @@ def limits() -> None:
 def _load(settings: Settings, path: str) -> Manifest:
     manifest = load_file(path)
     if settings.namespace is not None and settings.namespace != manifest.namespace:
-        raise ManifestError(
+        error = ManifestError(
             "namespace",
             f"the manifest is for namespace {manifest.namespace!r} but "
             f"-N/--namespace (or $ZAEL_NAMESPACE) says {settings.namespace!r}",
         )
+        raise ManifestError.several(located(manifest, [error]))
     return manifest
 
 

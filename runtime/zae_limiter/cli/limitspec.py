@@ -244,6 +244,10 @@ def build_limits(
     """Apply `--soft NAME`, `--schedule` and `--alert` values to a list of limits (names must be
     listed)."""
     out = {limit.name: limit for limit in limits}
+    for name in soft:  # first: a soft limit may alert above 100 %
+        if name not in out:
+            raise SpecError(f"--soft {name}: no limit named {name!r} is listed ({_names(out)})")
+        out[name] = replace(out[name], soft=True)
     for spec in alerts:
         name, thresholds = parse_alert(spec)
         if name not in out:
@@ -252,10 +256,6 @@ def build_limits(
             out[name] = replace(out[name], alert_at=thresholds)
         except ValidationError as exc:
             raise SpecError(f"--alert {spec}: {exc}") from None
-    for name in soft:
-        if name not in out:
-            raise SpecError(f"--soft {name}: no limit named {name!r} is listed ({_names(out)})")
-        out[name] = replace(out[name], soft=True)
     for spec in schedules:
         name, entry = parse_schedule(spec)
         if name not in out:

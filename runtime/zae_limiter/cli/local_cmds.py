@@ -21,6 +21,9 @@ AGGREGATOR_LOG = "aggregator.log"
 AGGREGATOR_CHECKPOINT = "aggregator-checkpoint.json"
 #: The `--alerts-log` path `local up` was given, so that `local restart` keeps appending there.
 AGGREGATOR_ALERTS_LOG = "aggregator-alerts-log"
+#: Stream records the aggregator passed over after they kept failing, one JSON line each with
+#: its reason (docs/usage.md): what the Lambda's DLQ is on AWS.
+AGGREGATOR_DEAD_LETTERS = "aggregator-dead-letters.jsonl"
 
 
 @click.group()
@@ -75,6 +78,7 @@ def _start_aggregator(
         status_path=status.state_dir / AGGREGATOR_STATUS,
         checkpoint_path=status.state_dir / AGGREGATOR_CHECKPOINT,
         alerts_log=alerts_log,
+        dead_letter_path=status.state_dir / AGGREGATOR_DEAD_LETTERS,
     )
     engine.add_process(
         AGGREGATOR_ROLE,
@@ -177,10 +181,20 @@ def local_up(
     engine_name: engine.EngineName,
 ) -> None:
     """Start DynamoDB Local in the background, create the table, print the `export` lines.
-    Idempotent."""
+    Idempotent: on a running engine it only ensures the table.
+
+    An in-memory engine that stopped starts empty: the table is created again, with a new
+    identity, and processes that had the old one open fail with TableRecreatedError (instead of
+    admitting against limits that are gone) until they open it again. The aggregator passes a
+    stream record that keeps failing into aggregator-dead-letters.jsonl in the state directory,
+    with its reason."""
     if data_dir and in_memory:
         raise click.UsageError("give --data-dir PATH or --in-memory, not both")
-    note(f"starting {engine_name} on 127.0.0.1:{port}...")
+    running = engine.status(port=port)
+    if running.running:  # `up` only ensures the table (or refuses other settings)
+        note(f"{running.engine} already running on {running.endpoint_url}")
+    else:
+        note(f"starting {engine_name} on 127.0.0.1:{port}...")
     status = engine.up(
         port=port, engine=engine_name, data_dir=data_dir, jar=jar, table=settings.table
     )

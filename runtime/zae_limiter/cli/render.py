@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..limits import Limit
-from ..manifest import Change, Level, Plan, SystemLevel
+from ..manifest import Change, LevelSpec, Plan, SystemSpec
 from ..manifest.model import PARENT, RECORD, SHARDS
 from ..models import AuditEvent, Entity
 from . import limitspec
@@ -106,8 +106,8 @@ def _limits_text(limits: tuple[Limit, ...] | None) -> str:
     return "none" if not limits else ", ".join(limitspec.describe(lim) for lim in limits)
 
 
-def _parts(state: Level | SystemLevel) -> dict[str, str]:
-    if isinstance(state, SystemLevel):
+def _parts(state: LevelSpec | SystemSpec) -> dict[str, str]:
+    if isinstance(state, SystemSpec):
         mode = state.on_unavailable.value if state.on_unavailable else "inherit"
         return {"limits": _limits_text(state.limits), "on_unavailable": mode}
     return {
@@ -117,7 +117,7 @@ def _parts(state: Level | SystemLevel) -> dict[str, str]:
     }
 
 
-def _describe(state: Level | SystemLevel) -> str:
+def _describe(state: LevelSpec | SystemSpec) -> str:
     shown = {k: v for k, v in _parts(state).items() if v not in ("none", "inherit")}
     return "; ".join(f"{k} {v}" for k, v in shown.items()) or "nothing"
 
@@ -134,11 +134,11 @@ def change_text(change: Change) -> str:
     if kind == SHARDS:
         return f"{head}: {change.before or 'no bucket'} -> {change.after}"
     before, after = change.before, change.after
-    if change.action == "create" and isinstance(after, Level | SystemLevel):
+    if change.action == "create" and isinstance(after, LevelSpec | SystemSpec):
         return f"{head}: {_describe(after)}"
-    if change.action == "delete" or not isinstance(after, Level | SystemLevel):
+    if change.action == "delete" or not isinstance(after, LevelSpec | SystemSpec):
         return head
-    if not isinstance(before, Level | SystemLevel):
+    if not isinstance(before, LevelSpec | SystemSpec):
         return f"{head}: {_describe(after)}"
     old, new = _parts(before), _parts(after)
     diffs = [f"{k} {old[k]} -> {new[k]}" for k in new if old[k] != new[k]]

@@ -140,6 +140,26 @@ def full_state(params: Params, slot: Slot) -> State:
     return State(v=params.shard_capacity(slot), w=None)
 
 
+def refill_ms(capacity: int, refill: int, period_ms: int) -> int:
+    """How long a dripping limit takes to refill `capacity` from empty: ``C * P / A`` (ms,
+    rounded down; a refill below 1 counts as 1)."""
+    return capacity * period_ms // max(1, refill)
+
+
+def refill_seconds(capacity: int, refill: int, period_ms: int) -> int | None:
+    """`refill_ms` in whole seconds, rounded up and at least 1 (a RateLimit policy's window);
+    None for a limit that never refills."""
+    if refill <= 0:
+        return None
+    return max(1, -(-capacity * period_ms // (refill * 1000)))
+
+
+def refill_period_start(params: Params, now: int) -> int:
+    """The start of the refill period (epoch-aligned) that `now` falls in: a rate limit's
+    period, as an alert names it."""
+    return now - now % max(1, params.period_ms)
+
+
 def exact_balance(params: Params, state: State, now: int, slot: Slot) -> Fraction:
     """A limit's balance on one shard at `now`, in milli-units, unrounded (the view floors it):
     what entity-wide reports sum before rounding once."""

@@ -81,13 +81,18 @@ def _then_holds(
     if first.key and second.key and first.key != second.key:
         return False
     key = first.key or second.key
+    create = first.create if first.key else second.create
+    drop = second.drop if second.key else first.drop  # the entry holds nothing at the end
+    if create and drop:
+        return False  # made and given back in one write: the give-back goes in the next
     return HoldWrite(
         key=key,
         add=first.add + second.add,
-        create=first.create if first.key else second.create,
+        create=create,
         expiry=max(first.expiry, second.expiry),
         renew=tuple(dict.fromkeys(k for k in (*first.renew, *second.renew) if k != key)),
         reap=first.reap + second.reap,
+        drop=drop,
     )
 
 

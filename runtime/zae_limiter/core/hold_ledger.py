@@ -9,12 +9,13 @@ new generation takes its place), so a give-back can never subtract what another 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from . import holds
 from .hold_writes import Holder
-from .holds import Hold, HoldWrite
+from .holds import Hold, HoldWrite, Outlook
 
 
 @dataclass
@@ -32,6 +33,8 @@ class Entry:
 Slot = tuple[Hashable, str]  # (item key, limit name)
 NONE: frozenset[str] = frozenset()
 QUIET_NONE: frozenset[Hold] = frozenset()
+#: How many of this process's recent hold durations per item a refusal's wait is judged from.
+RECENT_HOLDS = 16
 
 
 class Ledger:
@@ -46,10 +49,14 @@ class Ledger:
         #: others' entries as last seen, (key, amount, expiry) -> when first seen so
         self.seen: dict[Slot, dict[tuple[str, int, int], int]] = {}
         self.ttls: dict[Slot, int] = {}  # each slot's lease_ttl (ms), as last planned
+        #: how long this process's recent holds on each slot lasted (ms), newest last
+        self.lasted: dict[Slot, deque[int]] = {}
         #: told (entry, expiry) of every entry a landed write set (a history's log)
         self.on_written: Callable[[str, int], None] | None = None
         #: told (planned at, received at, keys present) of every landed write (a history's log)
         self.on_landed: Callable[[int, int, list[str]], None] | None = None
+        #: told when an image shows an entry of this writer removed (leases waiting on a loss)
+        self.on_removed: Callable[[], None] | None = None
 
     def _live(self, slot: Slot, now: int) -> list[Entry]:
         out = []
@@ -108,6 +115,15 @@ class Ledger:
         renew = tuple(e.key for e in live if e.key != key and e.amount > 0)
         return self._holder((item, limit), key, False, now, ttl_ms, renew)
 
+    def reaping(self, item: Hashable, limit: str, now: int, ttl_ms: int) -> Holder | None:
+        """A holder whose write only removes this writer's lapsed entries on the slot (a lease
+        that outlived its hold, through an outage, gives it back if no other writer freed it
+        first); None when it has none."""
+        slot = (item, limit)
+        if not any(e.lost for e in self.entries.get(slot, {}).values()):
+            return None
+        return self._holder(slot, "", True, now, ttl_ms, ())
+
     def dropped(self, item: Hashable, limit: str, key: str) -> None:
         """A write that would have created `key` may have landed unseen (its answer was lost):
         that generation is never written again (a new one takes its place)."""
@@ -139,6 +155,20 @@ class Ledger:
             e.amount > 0 and not e.lost for slot in self.entries.values() for e in slot.values()
         )
 
+    def next_expiry(self, now: int) -> int | None:
+        """The earliest expiry after `now` among the entries that hold something: when a hold
+        can next be lost by lapsing (None: nothing held can lapse later; one whose expiry
+        passed already counts as lost)."""
+        return min(
+            (
+                e.expiry
+                for slot in self.entries.values()
+                for e in slot.values()
+                if e.landed and not e.lost and e.amount > 0 and e.expiry > now
+            ),
+            default=None,
+        )
+
     def shortest_ttl(self) -> int:
         """The shortest lease_ttl (ms) among slots that hold something (0: none)."""
         ttls = [
@@ -160,13 +190,15 @@ class Ledger:
         """A write planned at `now` making `change` landed; `seen`: the entries of the image it
         returned, received at `received_at`."""
         entries = self.entries.setdefault((item, limit), {})
-        written = (change.key, *change.renew) if change.key else change.renew
+        if change.drop:  # removed: nothing of it is left to give back
+            entries.pop(change.key, None)
+        written = (change.key, *change.renew) if change.key and not change.drop else change.renew
         for key in written:
             entry = entries.setdefault(key, Entry(key))
             entry.landed, entry.expiry, entry.written_at = True, change.expiry, now
             if self.on_written is not None:
                 self.on_written(key, change.expiry)
-        if change.key:
+        if change.key and not change.drop:
             entries[change.key].amount += change.add
         if self.on_landed is not None:
             self.on_landed(now, received_at, [h.key for h in seen])
@@ -186,9 +218,41 @@ class Ledger:
                 for h in others
             }
         entries = self.entries.get(slot, {})
+        removed = False
         for key, entry in list(entries.items()):
             if entry.landed and key not in present:
                 del entries[key]  # removed: lost, and nothing of it is left to give back
+                removed = True
+        if removed and self.on_removed is not None:
+            self.on_removed()
+
+    def held_for(self, item: Hashable, limit: str, ms: int) -> None:
+        """A lease of this process held `limit` on `item` for `ms` (admission to exit)."""
+        recent = self.lasted.get((item, limit))
+        if recent is None:
+            recent = self.lasted[item, limit] = deque(maxlen=RECENT_HOLDS)
+        recent.append(ms)
+
+    def outlook(self, item: Hashable, limit: str, ttl_ms: int) -> Outlook:
+        """What this process knows of the slot for the wait a refusal reports (core.holds):
+        the median of its recent hold durations there, its sightings, its entries."""
+        slot = (item, limit)
+        recent = sorted(self.lasted.get(slot, ()))
+        seen = {Hold(*entry): at for entry, at in self.seen.get(slot, {}).items()}
+        lapsed = frozenset(e.key for e in self.entries.get(slot, {}).values() if e.lost)
+        lasting = recent[len(recent) // 2] if recent else None
+        return Outlook(self.skew_ms, ttl_ms, lasting, seen, self.prefix, lapsed)
+
+    def sighted(self, item: Hashable, limit: str, seen: tuple[Hold, ...], at: int) -> None:
+        """Others' entries in an image this writer judged a refusal on (read, or kept): each
+        timed from `at` unless already seen exactly so (it was written before `at`, so its
+        quiet time may start there). Nothing else changes: the image may be older than this
+        writer's own latest write."""
+        others = [h for h in seen if not h.key.startswith(self.prefix)]
+        if others:
+            known = self.seen.setdefault((item, limit), {})
+            for h in others:
+                known.setdefault((h.key, h.amount, h.expiry), at)
 
     def holds(self, item: Hashable, limit: str, key: str, now: int) -> bool:
         """Whether `key` still holds what this process's leases took there (at `now`)."""

@@ -61,6 +61,7 @@ def plan_hold(
     freed = sum(h.amount for h in reap)
     if enforce and amount > 0 and check and (amount > cap or cap - (state.v - freed) < amount):
         return None
+    held = next((h.amount for h in state.holds if h.key == holder.key), None)
     change = HoldWrite(
         key=holder.key,
         add=amount,
@@ -68,6 +69,7 @@ def plan_hold(
         expiry=holder.expiry,
         renew=holder.renew,
         reap=reap,
+        drop=amount < 0 and not holder.create and held == -amount,  # nothing left held on it
     )
     guards: tuple[Guard, ...] = ()
     if enforce and amount > 0:
@@ -100,7 +102,7 @@ def _after(state: State, change: HoldWrite) -> State:
     entries: list[Hold] = []
     found = False
     for hold in state.holds:
-        if hold.key in gone:
+        if hold.key in gone or (change.drop and hold.key == change.key):
             continue
         if hold.key == change.key:
             found = not change.create
@@ -109,7 +111,7 @@ def _after(state: State, change: HoldWrite) -> State:
         elif hold.key in change.renew:
             hold = Hold(hold.key, hold.amount, change.expiry)
         entries.append(hold)
-    if change.key and not found and all(h.key != change.key for h in entries):
+    if change.key and not change.drop and not found and all(h.key != change.key for h in entries):
         entries.append(Hold(change.key, change.add, change.expiry))
     freed = change.freed
     return evolve(

@@ -22,7 +22,8 @@ needed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 #: Attribute (in ``L.<limit>``) mapping each entry to the amount it holds (milli).
 HOLDS_ATTR = "h"
@@ -54,8 +55,10 @@ class HoldWrite:
 
     `key`: the writer's entry this write adds `add` to (milli, signed; "" for none); `create`:
     that entry is new (set, unguarded: its generation was never written) rather than guarded to
-    still exist. `renew`: the writer's other entries, guarded to exist. Every entry written gets
-    `expiry`. `reap`: other holders' expired entries, removed if still exactly as seen.
+    still exist; `drop`: the write gives back all the entry holds (it holds exactly `-add`), so
+    it removes the entry instead of leaving it at 0. `renew`: the writer's other entries,
+    guarded to exist. Every entry written gets `expiry`. `reap`: other holders' expired
+    entries, removed if still exactly as seen.
     """
 
     key: str = ""
@@ -64,6 +67,7 @@ class HoldWrite:
     expiry: int = 0
     renew: tuple[str, ...] = ()
     reap: tuple[Hold, ...] = ()
+    drop: bool = False
 
     @property
     def freed(self) -> int:
@@ -123,26 +127,74 @@ def available(capacity: int, total: int, holds: tuple[Hold, ...], now: int, skew
     return capacity - held(total, holds, now, skew_ms)
 
 
-def retry_after_ms(
-    capacity: int, total: int, holds: tuple[Hold, ...], now: int, requested: int, skew_ms: int = 0
-) -> int:
-    """How long until `requested` fits at the latest: until enough of the holds counted now
-    expire (and become removable, `skew_ms` after their expiry) if none is given back before.
+@dataclass(frozen=True)
+class Outlook:
+    """What one writer knows of an item's concurrency limit beyond its image, for the wait a
+    refusal reports (spec §5.19).
 
-    0 when it fits now; NEVER_MS when it never can (more than the capacity). Ends are earlier
-    when leases end normally, so this is an upper bound.
+    `ttl_ms`: the limit's lease_ttl (None: unknown, entries come free only past their expiry
+    plus the skew); `lasting_ms`: how long this writer's recent holds there lasted (None: none
+    yet); `seen`: others' entries exactly as this writer first saw them -> when (its clock; an
+    entry missing was first seen in this image); `own`: the prefix of this writer's entry keys;
+    `lapsed`: this writer's entries its leases count as lost.
     """
+
+    skew_ms: int = 0
+    ttl_ms: int | None = None
+    lasting_ms: int | None = None
+    seen: Mapping[Hold, int] = field(default_factory=dict)
+    own: str = ""
+    lapsed: frozenset[str] = frozenset()
+
+
+def frees_at(hold: Hold, now: int, outlook: Outlook) -> int:
+    """When `hold` comes back at the earliest, as far as this writer can tell (its clock):
+
+    - this writer's own entry: at its expiry (its next write then removes it); now if lapsed;
+    - another's entry past its expiry (not renewed for a lease_ttl: its process died or lost
+      DynamoDB): when this writer may remove it, its expiry plus the skew or a lease_ttl after
+      it first saw it as it is, whichever comes first (first seen in this image: a lease_ttl
+      from now, unless the expiry says sooner);
+    - a live entry: as long from now as this writer's recent holds on the item lasted, never
+      past the bound above (a lease_ttl bounds a hold whose holder stops; it is no estimate of
+      when a live one ends).
+    """
+    if outlook.own and hold.key.startswith(outlook.own):  # lapses at its expiry, this clock
+        bound = now if hold.key in outlook.lapsed else max(now, hold.expiry)
+    else:  # removable past its expiry plus the skew, or quiet for a lease_ttl (`reapable`)
+        bound = hold.expiry + outlook.skew_ms
+        if outlook.ttl_ms is not None:
+            bound = min(bound, outlook.seen.get(hold, now) + outlook.ttl_ms)
+        bound = max(now, bound + 1)
+    if hold.expiry > now and outlook.lasting_ms is not None:  # live: it ends as holds do here
+        return min(bound, now + max(1, outlook.lasting_ms))
+    return bound
+
+
+def retry_after_ms(
+    capacity: int,
+    total: int,
+    holds: tuple[Hold, ...],
+    now: int,
+    requested: int,
+    skew_ms: int = 0,
+    outlook: Outlook | None = None,
+) -> int:
+    """How long until `requested` fits: until enough of what is recorded comes back
+    (`frees_at`, from what `outlook` knows; without one, each entry past its expiry plus
+    `skew_ms`). 0 only when it fits with every entry counted; at least 1 ms otherwise, so a
+    refusal never says "retry now" while nothing can be freed; NEVER_MS when it never can (more
+    than the capacity, or more recorded than the entries explain)."""
     if requested > capacity:
         return NEVER_MS
-    short = held(total, holds, now, skew_ms) + requested - capacity
+    short = total + requested - capacity
     if short <= 0:
         return 0
-    for hold in sorted(holds, key=lambda h: h.expiry):
-        if expired(hold, now, skew_ms) or hold.amount <= 0:
-            continue
-        short -= hold.amount
+    known = outlook if outlook is not None else Outlook(skew_ms=skew_ms)
+    for at, amount in sorted((frees_at(h, now, known), h.amount) for h in holds if h.amount > 0):
+        short -= amount
         if short <= 0:
-            return hold.expiry + skew_ms + 1 - now
+            return max(1, at - now)
     return NEVER_MS  # more recorded than the entries explain: only given-back holds help
 
 

@@ -18,13 +18,21 @@ Address = tuple[str, str, str, int]
 
 @dataclass(frozen=True)
 class Evidence:
-    """What a write says about its writer: `writer`'s entry becomes `seq`, and the write
-    applies only if that entry is below `seq` (absent counts as below); entries of idle writers
-    in `prune` (writer, value they still hold) are removed on the way."""
+    """What a write says about its writer (core/evidence.py): `writer`'s entry becomes `seq`,
+    and the write applies only if that entry is below `seq`, or absent with the item's floor
+    below `seq` and the item holding fewer than `limit` entries (0: any number). On the way it
+    removes the entries of the writers in `prune` (each only while at most `cut`), raising the
+    floor to `cut`, and the pre-map entries in `legacy` (writer, value they still hold).
+    `kept` False: the item is full of young entries; the write sets no entry and is guarded by
+    none (it is never sent twice)."""
 
     writer: str
     seq: int
-    prune: tuple[tuple[str, int], ...] = ()
+    prune: tuple[str, ...] = ()
+    cut: int = 0
+    legacy: tuple[tuple[str, int], ...] = ()
+    limit: int = 0
+    kept: bool = True
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,18 @@ class Stamp:
 
 
 @dataclass(frozen=True)
+class Outgoing:
+    """A transfer a shard gave and its recipient has not taken yet, as far as this shard knows
+    (core.transfers; docs/multi-region.md): what moves where, in which quota period."""
+
+    recipient: int  # the recipient shard
+    seq: int  # this shard's transfer number: the recipient takes each number once
+    amounts: dict[str, int]  # milli per limit
+    periods: dict[str, int | None]  # quota period per limit (None: dripping)
+    at: int  # when it was given (epoch ms)
+
+
+@dataclass(frozen=True)
 class BucketImage:
     """One bucket item as last seen: stamp, states, counters."""
 
@@ -93,8 +113,20 @@ class BucketImage:
     written_at: int = 0
     ttl: int | None = None
     evidence: dict[str, int] = field(default_factory=dict)  # writer -> its last sequence here
+    floor: int = 0  # every removed entry held at most this (core/evidence.py)
+    legacy: dict[str, int] = field(default_factory=dict)  # entries stored before the map
+    mapped: bool = True  # the item has its map of entries (an item written before has not)
     writes: int = 0  # every hot-path write adds 1: the split detector's rate; replaces check it
     rearms: int = 0  # `ag`: top-ups and resets so far (absent: 0)
+    #: A split's new shard not created yet, recorded on the shard it came from (a table without
+    #: transactions splits one item at a time: docs/multi-region.md).
+    sibling: BucketImage | None = None
+    #: Transfers between regional shards (docs/multi-region.md): given and not yet known taken
+    #: (by recipient shard), the last transfer number taken from each donor shard, and this
+    #: shard's own transfer count.
+    outgoing: dict[int, Outgoing] = field(default_factory=dict)
+    incoming: dict[int, int] = field(default_factory=dict)
+    transfers: int = 0
 
     @property
     def address(self) -> Address:

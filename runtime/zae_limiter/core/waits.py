@@ -14,18 +14,27 @@ from .bucket import Params, State
 from .shares import Slot
 
 
-def retry_after_ms(params: Params, state: State, now: int, slot: Slot, requested: int) -> int:
+def retry_after_ms(
+    params: Params,
+    state: State,
+    now: int,
+    slot: Slot,
+    requested: int,
+    outlook: holds.Outlook | None = None,
+) -> int:
     """Smallest wait after which `requested` fits on this limit, ignoring the ceiling.
 
     A dripping limit with a schedule walks forward across its entries: each entry's rate
-    applies while it is in force, and a entry's start cuts the balance to its ceiling.
+    applies while it is in force, and a entry's start cuts the balance to its ceiling. A
+    concurrency limit waits until enough is given back, as far as the refusing writer can tell
+    (`outlook`, core.holds.frees_at; without one, entries come back past their expiry).
     """
     current = bucket.view(params, state, now, slot)
     if current.balance >= requested:
         return 0
-    if params.kind == bucket.Kind.CONCURRENT:  # until enough holds reach their expiry
+    if params.kind == bucket.Kind.CONCURRENT:
         cap = params.shard_capacity(slot)
-        return holds.retry_after_ms(cap, state.v, state.holds, now, requested)
+        return holds.retry_after_ms(cap, state.v, state.holds, now, requested, outlook=outlook)
     if params.kind == bucket.Kind.RATE:
         if params.schedule:
             return _walk_entries(params, state, now, slot, requested)
@@ -38,6 +47,24 @@ def retry_after_ms(params: Params, state: State, now: int, slot: Slot, requested
         return 0 if params.shard_capacity(slot) >= requested else params.reset_after_ms
     assert state.w is not None
     return max(1, state.w + params.reset_after_ms - now)
+
+
+def next_unit_ms(
+    params: Params, state: State, now: int, slot: Slot, owed: int = 0, balance: int | None = None
+) -> int | None:
+    """How long the whole units a dripping limit has now are all that can be used (the
+    RateLimit `t` of draft -11): until one more whole unit has dripped in (from a full bucket,
+    one unit's drip once it is used; from debt, until the balance reaches 1). `owed`: whole
+    units already taken but not yet written (a lease's deferred adjustments); `balance`: the
+    view's balance at `now` when the caller has it. None for quotas and concurrency limits."""
+    if params.kind != bucket.Kind.RATE:
+        return None
+    if balance is None:
+        balance = bucket.view(params, state, now, slot).balance
+    requested = (max(0, balance // bucket.MILLI - owed) + 1 + owed) * bucket.MILLI
+    if params.schedule:
+        return _walk_entries(params, state, now, slot, requested)
+    return _rate_wait(params, state, now, slot, requested)
 
 
 def _rate_wait(params: Params, state: State, now: int, slot: Slot, requested: int) -> int:

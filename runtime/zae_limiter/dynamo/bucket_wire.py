@@ -10,18 +10,18 @@ from ..core import holds
 from ..core.holds import Hold
 from ..core.images import BucketImage
 from . import codec
-from .bucket_items import EVIDENCE_PREFIX, image_of, parse, state_from_item
-
-#: The attributes `parse` reads (besides writers' evidence entries).
-IMAGE_ATTRIBUTES = frozenset(
-    {"PK", "L", "lo", "par", "cas", "dis", "sc", "ev", "rv", "sv", "ov", "cv", "n", "g", "ts"}
-    | {"ttl", "k"}
+from .bucket_attributes import (
+    COUNTERS,
+    EVIDENCE_PREFIX,
+    IMAGE_ATTRIBUTES,
+    LIMITS,
+    STAMP_SEQ,
+    STATE_ATTRIBUTES,
 )
+from .bucket_items import image_of, parse, state_from_item
 
-
-#: What an update can change besides the states: counters, time, expiry (and evidence).
-_COUNTERS = frozenset({"n", "g", "ts", "ttl", "k"})
-_STATE_ATTRIBUTES = frozenset({"v", "w", "tu", "t", "o"})
+# What `parse_wire` decodes (`IMAGE_ATTRIBUTES`) and what `parse_updated` decodes of an update's
+# answer besides the states (`COUNTERS`, `STATE_ATTRIBUTES`) derive from the attribute table.
 
 
 def holds_from_wire(raw: dict[str, Any]) -> tuple[Hold, ...]:
@@ -44,8 +44,8 @@ def parse_updated(wire: dict[str, Any], planned: BucketImage) -> BucketImage:
     split changes one, and both bump the sequence), so while the sequence still matches, the
     stamp and key are `planned`'s and only states, counters and evidence are decoded.
     """
-    seq = wire.get("cv")
-    raw_limits = wire.get("L")
+    seq = wire.get(STAMP_SEQ)
+    raw_limits = wire.get(LIMITS)
     if seq is None or raw_limits is None or codec.decode(seq) != planned.stamp_seq:
         return parse_wire(wire)
     entries = raw_limits.get("M", {})
@@ -56,13 +56,13 @@ def parse_updated(wire: dict[str, Any], planned: BucketImage) -> BucketImage:
             return parse_wire(wire)
         raw = entry["M"]
         states[name] = state_from_item(
-            {k: codec.decode(v) for k, v in raw.items() if k in _STATE_ATTRIBUTES},
+            {k: codec.decode(v) for k, v in raw.items() if k in STATE_ATTRIBUTES},
             holds_from_wire(raw),
         )
     item = {
         name: codec.decode(value)
         for name, value in wire.items()
-        if name in _COUNTERS or name.startswith(EVIDENCE_PREFIX)
+        if name in COUNTERS or name.startswith(EVIDENCE_PREFIX)
     }
     key = (planned.ns, planned.entity_id, planned.resource, planned.shard)
     return image_of(key, planned.stamp, planned.stamp_seq, states, item)

@@ -24,6 +24,8 @@ def encode(value: Any) -> dict[str, Any]:
 
 
 def decode(wire: dict[str, Any]) -> Any:
+    if not wire:  # DynamoDB Local's stream sends an empty map as `{}`, not `{"M": {}}`
+        return {}
     ((kind, value),) = wire.items()
     if kind == "N":  # integers first: the library stores no others
         try:

@@ -3,16 +3,18 @@
 Every exception a request can end in (botocore's, aiohttp's, ssl's, the socket's) becomes one of:
 
 * certainly not sent, or refused before applying (throttling, connection refused, DNS): retried;
+  `ReplicatedWriteConflictException` (another Region is writing the item, on a table with
+  multi-Region strong consistency) is refused before applying too, and retried at once;
 * sent with an unknown outcome (read timeout, a connection closed or reset after the request
   left, even before a byte of answer; an answer that is not valid HTTP, such as conflicting
   framing; 5xx): a write raises `UnknownOutcome` and its caller retries with a guard; a read is
   retried;
 * a definite answer the caller handles (`ConditionFailed`, `TransactionCancelled`, `AccessDenied`,
   `TableMissing`, `Rejected`);
-* `Unavailable` with a message that says what failed and what to do (credentials, TLS, a bad
+* `DynamoUnavailable` with a message that says what failed and what to do (credentials, TLS, a bad
   endpoint): not retried, since sending again cannot help.
 
-The public API turns `Unavailable` and `UnknownOutcome` into `RateLimiterUnavailable`
+The public API turns `DynamoUnavailable` and `UnknownOutcome` into `RateLimiterUnavailable`
 (docs/on-unavailable.md).
 """
 
@@ -40,6 +42,8 @@ _THROTTLES = {
     "RequestLimitExceeded",
     "LimitExceededException",
 }
+#: A write to an item another Region is writing (MRSC tables): not applied, retryable at once.
+REPLICATED_CONFLICT = "ReplicatedWriteConflictException"
 _ACCESS = {"AccessDeniedException", "UnrecognizedClientException", "AccessDenied"}
 _CREDENTIAL_ERRORS = (
     bce.NoCredentialsError,
@@ -75,7 +79,7 @@ class UnknownOutcome(DynamoError):
         self.cause = cause
 
 
-class Unavailable(DynamoError):
+class DynamoUnavailable(DynamoError):
     """DynamoDB could not be reached or kept failing; nothing was applied.
 
     The message says what failed and, where the library knows, what to do about it.
@@ -108,6 +112,12 @@ class Rejected(DynamoError):
         self.cause = cause
 
 
+def throttled(error: DynamoError) -> bool:
+    """DynamoDB throttled the request (it was not applied)."""
+    cause = error.cause if isinstance(error, DynamoUnavailable) else None
+    return isinstance(cause, bce.ClientError) and error_code(cause) in _THROTTLES
+
+
 def is_condition_failed(exc: BaseException) -> bool:
     """A conditional write, or a transaction's condition, did not hold."""
     if isinstance(exc, ConditionFailed):
@@ -120,6 +130,8 @@ def is_condition_failed(exc: BaseException) -> bool:
 #: Retry-budget costs (botocore's standard retry quota uses the same two).
 RETRY_COST = 5
 TIMEOUT_RETRY_COST = 10
+#: A retry after `ReplicatedWriteConflictException`: one token, what a success gives back.
+CONFLICT_RETRY_COST = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +142,7 @@ class Failure:
     outcome: str
     error: DynamoError
     retry_cost: int = 0
+    at_once: bool = False  # retried without a pause (the item is free again within a round trip)
 
 
 def error_code(exc: bce.ClientError) -> str:
@@ -143,27 +156,29 @@ def classify(exc: BaseException, operation: str, *, write: bool) -> Failure:
     if isinstance(exc, bce.ClientError):
         return _answered(exc, operation, write=write)
     if isinstance(exc, _CREDENTIAL_ERRORS):
-        return Failure(outcomes.NOT_SENT, Unavailable(exc, CREDENTIALS_HINT))
+        return Failure(outcomes.NOT_SENT, DynamoUnavailable(exc, CREDENTIALS_HINT))
     if isinstance(exc, (bce.SSLError, ssl.SSLError)):
         hint = (
             "the TLS handshake with DynamoDB failed: check the endpoint's scheme (DynamoDB Local "
             "speaks http://) and the CA bundle (AWS_CA_BUNDLE, or the client_config's verify)"
         )
-        return Failure(outcomes.NOT_SENT, Unavailable(exc, hint))
+        return Failure(outcomes.NOT_SENT, DynamoUnavailable(exc, hint))
     if isinstance(exc, bce.ProxyConnectionError):
         hint = "the proxy refused the connection: check HTTPS_PROXY / HTTP_PROXY and NO_PROXY"
-        return Failure(outcomes.NOT_SENT, Unavailable(exc, hint), RETRY_COST)
+        return Failure(outcomes.NOT_SENT, DynamoUnavailable(exc, hint), RETRY_COST)
     if isinstance(exc, bce.ConnectionError) and not _lost_after_sending(exc):
         # connect refused or timed out, DNS, or a connection found closed before writing
-        return Failure(outcomes.NOT_SENT, Unavailable(exc, _unreachable_hint()), RETRY_COST)
+        return Failure(outcomes.NOT_SENT, DynamoUnavailable(exc, _unreachable_hint()), RETRY_COST)
     if isinstance(exc, bce.ConnectionError):
         return _sent(exc, write, TIMEOUT_RETRY_COST)
     if isinstance(exc, bce.HTTPClientError):  # read timeout, connection closed mid-answer
         return _sent(exc, write, TIMEOUT_RETRY_COST)
     if isinstance(exc, bce.BotoCoreError):  # parameter validation, region, ...: not sent
-        return Failure(outcomes.NOT_SENT, Unavailable(exc, "the request could not be prepared"))
+        return Failure(
+            outcomes.NOT_SENT, DynamoUnavailable(exc, "the request could not be prepared")
+        )
     if isinstance(exc, (ConnectionRefusedError, socket.gaierror)):
-        return Failure(outcomes.NOT_SENT, Unavailable(exc, _unreachable_hint()), RETRY_COST)
+        return Failure(outcomes.NOT_SENT, DynamoUnavailable(exc, _unreachable_hint()), RETRY_COST)
     return _sent(exc, write, TIMEOUT_RETRY_COST)
 
 
@@ -213,7 +228,7 @@ def _sent(exc: BaseException, write: bool, cost: int) -> Failure:
     """The request may have reached DynamoDB; its answer is unknown."""
     if write:
         return Failure(outcomes.UNKNOWN, UnknownOutcome(exc))
-    return Failure(outcomes.UNKNOWN, Unavailable(exc, "DynamoDB did not answer"), cost)
+    return Failure(outcomes.UNKNOWN, DynamoUnavailable(exc, "DynamoDB did not answer"), cost)
 
 
 def _answered(exc: bce.ClientError, operation: str, *, write: bool) -> Failure:
@@ -235,10 +250,17 @@ def _answered(exc: bce.ClientError, operation: str, *, write: bool) -> Failure:
     if code == "ResourceNotFoundException":
         return Failure(outcomes.ERROR, TableMissing(str(exc)))
     if code in _THROTTLES:
-        return Failure(outcomes.THROTTLED, Unavailable(exc, "DynamoDB kept throttling"), RETRY_COST)
+        return Failure(
+            outcomes.THROTTLED, DynamoUnavailable(exc, "DynamoDB kept throttling"), RETRY_COST
+        )
+    if code == REPLICATED_CONFLICT:  # not a brown-out: the item is free again within a round trip
+        hint = "another Region kept writing the same item (multi-Region strong consistency)"
+        return Failure(
+            outcomes.CONFLICT, DynamoUnavailable(exc, hint), CONFLICT_RETRY_COST, at_once=True
+        )
     if code == "TransactionConflictException":
         hint = "the transaction kept conflicting with another"
-        return Failure(outcomes.ERROR, Unavailable(exc, hint), RETRY_COST)
+        return Failure(outcomes.ERROR, DynamoUnavailable(exc, hint), RETRY_COST)
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
     if status >= 500 or code in ("InternalServerError", "ServiceUnavailable"):
         return _sent(exc, write, RETRY_COST)

@@ -232,24 +232,37 @@ def alert_item(
     return key(alert_partition(ns, entity_id), f"{resource}#{limit}#{period}#{threshold:04d}")
 
 
+#: Crossings held until the debits behind them can no longer be refunded (alerts.held): one
+#: partition for the whole table, so that one query finds every crossing due.
+HELD_CROSSINGS_PK = f"{RESERVED}#ALH"
+
+
+def held_crossing(ns: str, entity_id: str, shard: int, alert_sk: str) -> dict[str, str]:
+    """A crossing held on one shard item (`alert_sk`: the sort key of its alert item)."""
+    return key(HELD_CROSSINGS_PK, f"{ns}#{entity_id}#{shard}#{alert_sk}")
+
+
 def entity_alerts_index_key(ns: str, entity_id: str) -> str:
     return f"{ns}#AE#{entity_id}"
 
 
-def namespace_alerts_prefix(ns: str) -> str:
-    """Where a namespace's alerts sort in GSI4 (by the time they were crossed)."""
-    return f"{ns}#AT#"
+def namespace_alerts_index_key(ns: str) -> str:
+    """GSI1 partition of every alert of a namespace, sorted by the time it was crossed: its own
+    partition, so that reading a namespace's alerts needs no access to its other items' keys."""
+    return f"{ns}#AN"
 
 
 def alert_index_attributes(ns: str, entity_id: str, sk: str, crossed_ms: int) -> dict[str, str]:
-    """An alert by entity (GSI3) and by namespace (GSI4, which purge also reads), newest last.
+    """An alert by entity (GSI3) and by namespace (GSI1), newest last, and for purge (GSI4).
 
     Only the aggregator writes alert items, so these indexes see no write from the hot path.
     """
     at = f"{crossed_ms:013d}"
+    pk = alert_partition(ns, entity_id)
     return {
+        f"{GSI1}PK": namespace_alerts_index_key(ns),
+        f"{GSI1}SK": f"{at}#{entity_id}#{sk}",
         f"{GSI3}PK": entity_alerts_index_key(ns, entity_id),
         f"{GSI3}SK": f"{at}#{sk}",
-        f"{GSI4}PK": ns,
-        f"{GSI4}SK": f"{namespace_alerts_prefix(ns)}{at}#{entity_id}#{sk}",
+        **namespace_index_attributes(ns, pk, sk),
     }

@@ -26,8 +26,10 @@ def version_record_item(
     audit_retention_days: int | None = None,
     usage_retention_days: int | None = None,
     aggregator_dlq_url: str | None = None,
+    table_id: str | None = None,
 ) -> dict[str, Any]:
-    """The version record (docs/versions.md); `aggregator_dlq_url` is for `usage redrive`."""
+    """The version record (docs/versions.md); `aggregator_dlq_url` is for `usage redrive`;
+    `table_id` is drawn once, when the record is first written (`new_table_id`), and kept."""
     item: dict[str, Any] = {
         **keys.version_record(),
         "schema_version": schema_version,
@@ -43,7 +45,15 @@ def version_record_item(
         item["usage_retention_days"] = usage_retention_days
     if aggregator_dlq_url is not None:
         item["aggregator_dlq_url"] = aggregator_dlq_url
+    if table_id is not None:
+        item["table_id"] = table_id
     return item
+
+
+def new_table_id() -> str:
+    """The identity of a newly created table (its version record's `table_id`): a table deleted
+    and created again under the same name gets another (`zae_limiter.table_identity`)."""
+    return secrets.token_hex(8)
 
 
 def new_namespace_id() -> str:

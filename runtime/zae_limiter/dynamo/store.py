@@ -1,6 +1,8 @@
 """Every DynamoDB request the library makes, except hot-path bucket writes' bodies (bucket_items).
 
-A `Store` is bound to one transport and table. Methods take and return plain items.
+A `Store` is bound to one transport and table. Methods take and return plain items. On a table
+with multi-Region strong consistency (`multi_region`, set when the repository opens it) there is
+no transaction: `transact` writes one item at a time (`dynamo.sequenced`).
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..schema import PARTITION_KEY, SORT_KEY
-from . import codec
-from .transport import Transport, Unavailable
+from . import codec, sequenced
+from .multi_region import MultiRegion
+from .transport import DynamoUnavailable, Transport
 
 BATCH_GET_MAX = 100
 TRANSACT_MAX = 100
@@ -22,6 +25,13 @@ class Store:
     def __init__(self, transport: Transport, table: str) -> None:
         self.transport = transport
         self.table = table
+        #: The table's Regions when it has multi-Region strong consistency (no transactions).
+        self.multi_region: MultiRegion | None = None
+
+    @property
+    def sequential(self) -> bool:
+        """Multi-item changes go one item at a time (an MRSC table refuses transactions)."""
+        return self.multi_region is not None
 
     # --- single items --------------------------------------------------------------------------
 
@@ -158,6 +168,19 @@ class Store:
         items = [codec.decode_item(w) for w in response.get("Items", [])]
         return [i for i in items if i is not None], response.get("LastEvaluatedKey")
 
+    async def scan(
+        self, *, limit: int | None = None, start_key: dict[str, Any] | None = None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """One page of a Scan of the table (eventually consistent): the sweeper's walk."""
+        request: dict[str, Any] = {"TableName": self.table}
+        if limit:
+            request["Limit"] = limit
+        if start_key:
+            request["ExclusiveStartKey"] = start_key
+        response = await self.transport.call("Scan", request)
+        items = [codec.decode_item(w) for w in response.get("Items", [])]
+        return [i for i in items if i is not None], response.get("LastEvaluatedKey")
+
     async def query_all(self, pk_value: str, **kwargs: Any) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         start: dict[str, Any] | None = None
@@ -169,7 +192,8 @@ class Store:
 
     async def transact(self, operations: list[dict[str, Any]], *, token: str | None = None) -> None:
         """TransactWriteItems. Each operation is {"Put"|"Update"|"Delete"|"ConditionCheck": {...}}
-        with plain items/keys; TableName is added here."""
+        with plain items/keys; TableName is added here. On an MRSC table: `sequenced.run`, with
+        the same meaning (all or none, exactly once, the same cancellation)."""
         wire_ops = []
         for op in operations:
             ((kind, body),) = op.items()
@@ -185,6 +209,9 @@ class Store:
                 }
             body.setdefault("ReturnValuesOnConditionCheckFailure", "ALL_OLD")
             wire_ops.append({kind: body})
+        if self.sequential:
+            await sequenced.run(self, wire_ops, token)
+            return
         request: dict[str, Any] = {"TransactItems": wire_ops}
         if token:
             request["ClientRequestToken"] = token
@@ -199,7 +226,7 @@ class Store:
         await self._batch_write([{"DeleteRequest": {"Key": codec.encode_item(k)}} for k in keys])
 
     async def _batch_write(self, requests: list[dict[str, Any]]) -> None:
-        """BatchWriteItem, resending what DynamoDB left unprocessed; `Unavailable` if it keeps
+        """BatchWriteItem, resending what DynamoDB left unprocessed; `DynamoUnavailable` if it keeps
         leaving items unwritten."""
         for i in range(0, len(requests), BATCH_WRITE_MAX):
             pending: dict[str, Any] = {self.table: requests[i : i + BATCH_WRITE_MAX]}
@@ -209,7 +236,7 @@ class Store:
                 if not pending:
                     break
             else:
-                raise Unavailable(
+                raise DynamoUnavailable(
                     RuntimeError("BatchWriteItem left items unprocessed 10 times"),
                     "DynamoDB is throttling this table's writes; retry later or raise its capacity",
                 )

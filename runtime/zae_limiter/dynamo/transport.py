@@ -26,15 +26,22 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..instrumentation import RequestEvent, RequestListeners, capacity, table_of, with_capacity
+from ..instrumentation import (
+    THROTTLED,
+    RequestEvent,
+    RequestListeners,
+    capacity,
+    table_of,
+    with_capacity,
+)
 from .failures import (
     AccessDenied,
     ConditionFailed,
     DynamoError,
+    DynamoUnavailable,
     Rejected,
     TableMissing,
     TransactionCancelled,
-    Unavailable,
     UnknownOutcome,
     classify,
     is_condition_failed,
@@ -55,11 +62,11 @@ __all__ = [
     "AccessDenied",
     "ConditionFailed",
     "DynamoError",
+    "DynamoUnavailable",
     "Rejected",
     "TableMissing",
     "TransactionCancelled",
     "Transport",
-    "Unavailable",
     "UnknownOutcome",
     "is_condition_failed",
 ]
@@ -103,6 +110,7 @@ class Transport:
         self.closed = False
         self.listeners = RequestListeners()
         self.budget = RetryBudget()
+        self.on_throttle: Callable[[], None] | None = None  # told of every throttled attempt
 
     @classmethod
     async def connect(
@@ -154,7 +162,8 @@ class Transport:
         self, operation: str, request: dict[str, Any], *, write: bool = False
     ) -> dict[str, Any]:
         """Send one request. Retries only what certainly did not apply (and reads), within
-        the client's retry budget; every failure comes out as a `DynamoError` (`failures`)."""
+        the client's retry budget; every failure comes out as a `DynamoError` (`failures`).
+        Each throttled attempt is told to `on_throttle` (the acquire path paces its writes)."""
         listening = bool(self.listeners)
         if listening:
             request = with_capacity(operation, request)
@@ -168,15 +177,18 @@ class Transport:
                 if listening:
                     answer = getattr(exc, "response", None)
                     self._tell(operation, request, started, failure.outcome, answer, attempt)
+                if failure.outcome == THROTTLED and self.on_throttle is not None:
+                    self.on_throttle()
                 last_try = attempt == MAX_ATTEMPTS
                 if failure.retry_cost and not last_try and self.budget.take(failure.retry_cost):
                     spent += failure.retry_cost
-                    await asyncio.sleep(
-                        backoff_scale * BASE_DELAY_S * (2**attempt) * random.random()
-                    )
+                    if not failure.at_once:
+                        await asyncio.sleep(
+                            backoff_scale * BASE_DELAY_S * (2**attempt) * random.random()
+                        )
                     continue
                 if failure.retry_cost and not last_try:
-                    raise Unavailable(exc, "the client's retry budget is spent") from exc
+                    raise DynamoUnavailable(exc, "the client's retry budget is spent") from exc
                 error = failure.error
                 cause = None if isinstance(error, (ConditionFailed, TransactionCancelled)) else exc
                 raise error from cause
@@ -188,7 +200,7 @@ class Transport:
 
     async def _send(self, operation: str, request: dict[str, Any]) -> dict[str, Any]:
         if self.closed:
-            raise Unavailable(RuntimeError("the client is closed"))
+            raise DynamoUnavailable(RuntimeError("the client is closed"))
         if self.http is not None:
             return await self.http.send(operation, request)
         method: Callable[..., Awaitable[dict[str, Any]]] = getattr(self.client, _snake(operation))
@@ -205,7 +217,7 @@ class Transport:
     ) -> None:
         """One `RequestEvent` to the listeners."""
         reads, writes = capacity(operation, answer if isinstance(answer, dict) else None)
-        pending, resolved, refunded, abandoned = self.listeners.counters()
+        pending, resolved, refunded, abandoned, shed, per_decided = self.listeners.counters()
         self.listeners.emit(
             RequestEvent(
                 operation=operation,
@@ -219,6 +231,8 @@ class Transport:
                 resolved_after_deadline=resolved,
                 refunded_after_deadline=refunded,
                 abandoned_at_close=abandoned,
+                shed_overloaded=shed,
+                writes_per_decided_call=per_decided,
             )
         )
 

@@ -15,15 +15,23 @@ import contextvars
 import functools
 import inspect
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
-from ..acquire.lease import Lease
-from ..errors import PermissionDenied, RateLimiterUnavailable, RateLimitExceeded, ResourceDisabled
+from .. import syncgen
+from ..acquire.lease import Lease, unlimited_lease
+from ..errors import (
+    PermissionDenied,
+    RateLimiterUnavailable,
+    RateLimitExceeded,
+    ResourceDisabled,
+    ValidationError,
+)
 from ..limiter import RateLimiter
 from ..sync import SyncRateLimiter
 from ..sync_lease import SyncLease
 from .headers import Refusal, error_response, ratelimit_headers, resolve_request
+from .hold_cancel import cancelled_on_hold_lost
 
 Event = dict[str, Any]
 Handler = TypeVar("Handler", bound=Callable[..., Any])
@@ -33,6 +41,10 @@ AnyLease = TypeVar("AnyLease", Lease, SyncLease)
 _LEASE: contextvars.ContextVar[Lease | SyncLease | None] = contextvars.ContextVar(
     "zae_limiter_lease", default=None
 )
+#: Whether a `rate_limited` handler is running (its request limited or not).
+_HANDLING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "zae_limiter_handling", default=False
+)
 
 _REASONS = {403: "Forbidden", 429: "Too Many Requests", 503: "Service Unavailable"}
 _REFUSALS = (RateLimitExceeded, ResourceDisabled, RateLimiterUnavailable)
@@ -41,15 +53,33 @@ _REFUSALS = (RateLimitExceeded, ResourceDisabled, RateLimiterUnavailable)
 @overload
 def current_lease() -> Lease | SyncLease | None: ...
 @overload
-def current_lease(kind: type[AnyLease]) -> AnyLease | None: ...
+def current_lease(kind: type[AnyLease]) -> AnyLease: ...
 def current_lease(kind: type[Any] | None = None) -> Lease | SyncLease | None:
-    """The lease of the request being handled, or None outside one (or when the entity function
-    returned None: the request is not limited).
+    """The lease of the request being handled.
 
-    Pass the kind your handler uses, `current_lease(SyncLease)` or `current_lease(Lease)`, for
-    a typed lease (a `TypeError` if the handler's limiter gives the other kind)."""
+    `current_lease(SyncLease)` (or `current_lease(Lease)` in an `async def` handler) is typed
+    and never None: for a request that is not limited (the entity function returned None) it is
+    a lease that covers nothing, whose `adjust()`, `consume()` and `release()` do nothing. It
+    raises `ValidationError` outside a `rate_limited` handler, and `TypeError` if the handler's
+    limiter gives the other kind. `current_lease()` alone is `Lease | SyncLease | None`: None
+    outside a handler and for a request that is not limited."""
     lease = _LEASE.get()
-    if kind is not None and lease is not None and not isinstance(lease, kind):
+    if kind is None:
+        return lease
+    if lease is None:
+        if not _HANDLING.get():
+            raise ValidationError(
+                "current_lease",
+                kind.__name__,
+                "is called outside a handler decorated with rate_limited: call it from the "
+                "handler (or code it calls)",
+            )
+        unlimited = unlimited_lease()
+        if kind is Lease:
+            return unlimited
+        synced: SyncLease = syncgen.wrap(unlimited)
+        return synced
+    if not issubclass(type(lease), kind):
         raise TypeError(
             f"current_lease({kind.__name__}): this handler's lease is a {type(lease).__name__}"
         )
@@ -57,13 +87,14 @@ def current_lease(kind: type[Any] | None = None) -> Lease | SyncLease | None:
 
 
 @contextlib.contextmanager
-def _holding(lease: Lease | SyncLease) -> Iterator[None]:
-    """`current_lease()` is `lease` inside the block."""
-    token = _LEASE.set(lease)
+def _holding(lease: Lease | SyncLease | None) -> Iterator[None]:
+    """`current_lease()` is `lease` inside the block (None: the request is not limited)."""
+    token, handling = _LEASE.set(lease), _HANDLING.set(True)
     try:
         yield
     finally:
         _LEASE.reset(token)
+        _HANDLING.reset(handling)
 
 
 def rate_limited(
@@ -77,10 +108,14 @@ def rate_limited(
     | None = None,
     units: Mapping[str, str] | None = None,
     pk_secret: bytes | None = None,
+    cancel_on_hold_lost: bool = False,
 ) -> Callable[[Handler], Handler]:
     """Decorate `handler(event, context)`: a plain function with a `SyncRateLimiter`, or an
     `async def` with a `RateLimiter`. `entity(event)` names the entity (None: not limited);
-    `consume`/`also` are dicts or callables of the event."""
+    `consume`/`also` are dicts or callables of the event. `cancel_on_hold_lost` (an `async
+    def` handler only: a thread cannot be interrupted): when a concurrency hold of the
+    request's lease is lost, cancel the handler at once and answer 503; the lease is
+    refunded."""
 
     def acquisition(event: Event) -> Any:
         """The acquire for this event, or None when the entity function says not limited."""
@@ -107,26 +142,29 @@ def rate_limited(
             async def run_async(event: Event, context: Any, *args: Any, **kwargs: Any) -> Any:
                 gate = acquisition(event)
                 if gate is None:
-                    return await handler(event, context, *args, **kwargs)
+                    with _holding(None):
+                        return await handler(event, context, *args, **kwargs)
                 try:
                     async with gate as lease:
                         with _holding(lease):
-                            return answered(
-                                event, lease, await handler(event, context, *args, **kwargs)
+                            work = _cancellable(
+                                handler(event, context, *args, **kwargs),
+                                lease if cancel_on_hold_lost else None,
                             )
+                            return answered(event, lease, await work)
                 except _REFUSALS as exc:
                     return refusal(event, exc)
 
             return run_async  # type: ignore[return-value]
 
-        if not isinstance(limiter, SyncRateLimiter):
-            raise TypeError("a plain (sync) handler needs a SyncRateLimiter")
+        _check_plain(limiter, cancel_on_hold_lost)
 
         @functools.wraps(handler)
         def run(event: Event, context: Any, *args: Any, **kwargs: Any) -> Any:
             gate = acquisition(event)
             if gate is None:
-                return handler(event, context, *args, **kwargs)
+                with _holding(None):
+                    return handler(event, context, *args, **kwargs)
             try:
                 with gate as lease, _holding(lease):
                     return answered(event, lease, handler(event, context, *args, **kwargs))
@@ -136,6 +174,23 @@ def rate_limited(
         return run  # type: ignore[return-value]
 
     return decorate
+
+
+def _cancellable(work: Awaitable[Any], lease: Lease | None) -> Awaitable[Any]:
+    """The handler's work, cancelled when a hold of `lease` is lost (None: as it is)."""
+    return work if lease is None else cancelled_on_hold_lost(lease, work)
+
+
+def _check_plain(limiter: RateLimiter | SyncRateLimiter, cancel_on_hold_lost: bool) -> None:
+    """A plain (sync) handler: a `SyncRateLimiter`, and nothing to cancel it with."""
+    if cancel_on_hold_lost:
+        raise TypeError(
+            "cancel_on_hold_lost needs an async def handler (a plain one runs in a thread, "
+            "which cannot be interrupted); in a plain handler check "
+            "current_lease(SyncLease).hold_lost, or register lease.on_hold_lost(...)"
+        )
+    if not isinstance(limiter, SyncRateLimiter):
+        raise TypeError("a plain (sync) handler needs a SyncRateLimiter")
 
 
 # --- proxy-format responses --------------------------------------------------------------------

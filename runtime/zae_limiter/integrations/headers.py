@@ -1,9 +1,11 @@
 """HTTP answers for a lease or a rejection: standard RateLimit headers and problem details.
 
 Headers follow the IETF HTTP API WG draft "RateLimit header fields for HTTP"
-(draft-ietf-httpapi-ratelimit-headers-11): `RateLimit-Policy` and `RateLimit` are Structured
-Field lists with one item per limit of the primary resource (and, on a rejection, per limit of
-the caller's that refused on another resource), named `<resource>.<limit>`.
+(draft-ietf-httpapi-ratelimit-headers-11, 23 May 2026): `RateLimit-Policy` and `RateLimit` are
+Structured Field lists with one item per limit of the caller's on every resource of the call
+(the primary, then each `also=` resource), the same on an admission and a rejection, named
+`<resource>.<limit>`. `t` is the draft's effective window: the seconds within which the client
+can use no more than `r`.
 Problem bodies follow RFC 9457 (`application/problem+json`), with the draft's
 `quota-exceeded` type for a 429 and `temporary-reduced-capacity` for a 503 (the limiter could
 not reach DynamoDB). See docs/integrations.md.
@@ -20,12 +22,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..connection import system_clock
-from ..errors import RateLimiterUnavailable, RateLimitExceeded, ResourceDisabled, ValidationError
-from ..lease_view import LimitView, is_lease, primary_limits
+from ..errors import (
+    RateLimiterUnavailable,
+    RateLimitExceeded,
+    ResourceDisabled,
+    ValidationError,
+    policy_name,
+)
+from ..lease_view import LimitView, is_lease, lease_limits
 
 PROBLEM_JSON = "application/problem+json"
-QUOTA_EXCEEDED_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-QUOTA_EXCEEDED_TITLE = "Request cannot be satisfied as assigned quota has been exceeded"
 REDUCED_CAPACITY_TYPE = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 REDUCED_CAPACITY_TITLE = "Service capacity is temporarily reduced"
 #: `Retry-After` of a 503 for an unavailable limiter: DynamoDB's blips are usually that short.
@@ -34,18 +40,10 @@ UNAVAILABLE_RETRY_SECONDS = 1
 REGISTERED_UNITS = frozenset({"requests", "content-bytes", "concurrent-requests"})
 #: The unit of a concurrency limit (`Limit.concurrent`) unless `units` names another.
 CONCURRENT_UNIT = "concurrent-requests"
-#: Limit names that count requests (LimitName's R* helpers and the plain word).
-REQUEST_LIMIT_NAMES = frozenset({"requests", "rps", "rpm", "rph", "rpd"})
 #: Prefixed parameter for a unit outside the registry (the draft: vendor-prefixed parameters).
 UNIT_PARAMETER = "zael-unit"
-PARENT_PREFIX = "parent."
 _SF_INTEGER_MAX = 999_999_999_999_999  # RFC 9651: at most 15 digits
 _PK_BYTES = 16
-
-
-def policy_name(resource: str, limit_name: str, *, parent: bool = False) -> str:
-    """`<resource>.<limit>`; a cascade parent's limit is `parent.<resource>.<limit>`."""
-    return f"{PARENT_PREFIX if parent else ''}{resource}.{limit_name}"
 
 
 def partition_key(entity_id: str, secret: bytes) -> bytes:
@@ -65,22 +63,21 @@ def ratelimit_headers(
 
     `now_ms`: the time `t` is counted from (a lease uses its limiter's clock; a rejection
     defaults to the system clock). `units`: limit name -> quota unit; a registered unit is
-    written as `qu`, any other as `zael-unit`; by default a concurrency limit is in
-    `concurrent-requests` (no `w`, no `t`: a hold comes back when its lease ends), a
-    request-counting name (`rpm`, `requests`...) in requests and any other limit's unit is its
-    own name. `pk_secret`:
-    when given, every item carries `pk`, a keyed hash of the entity id. Empty for the degraded
-    lease and for an unmetered resource.
+    written as `qu`, any other as `zael-unit`. By default the unit follows the limit's kind,
+    never its name: a concurrency limit is in `concurrent-requests` (no `w`, no `t`: a hold
+    comes back when its lease ends), every other limit in the draft's default, requests (no
+    `qu`). `pk_secret`: when given, every item carries `pk`, a keyed hash of the entity id.
+    Empty for a no-op lease and for a call on unmetered resources only.
     """
     cap: int | None = None
     headers: dict[str, str] = {}
     if isinstance(source, RateLimitExceeded):
-        entity_id, views = _primary_of_rejection(source)
+        entity_id, views = _own_limits(source)
         now = system_clock() if now_ms is None else now_ms
         headers["Retry-After"] = source.retry_after_header
         cap = int(source.retry_after_header)
     elif is_lease(source):
-        entity_id, views, lease_now = primary_limits(source)
+        entity_id, views, lease_now = lease_limits(source)
         now = lease_now if now_ms is None else now_ms
     else:
         raise TypeError(
@@ -114,8 +111,7 @@ Refusal = RateLimitExceeded | ResourceDisabled | RateLimiterUnavailable
 
 
 def problem_details(exc: Refusal) -> dict[str, Any]:
-    """An RFC 9457 body: 429 `quota-exceeded` with `violated-policies` (built on
-    `exc.as_dict(public=True)`), 403 for a disabled resource, or 503
+    """An RFC 9457 body: the refusal's own `as_problem()` (429 `quota-exceeded`, 403), or 503
     `temporary-reduced-capacity` when the limiter is unavailable (the cause is not sent: it
     names the table). Send it as `PROBLEM_JSON`."""
     if isinstance(exc, RateLimiterUnavailable):
@@ -126,28 +122,8 @@ def problem_details(exc: Refusal) -> dict[str, Any]:
             "detail": "The rate limiter cannot decide right now; retry shortly",
             "retry_after_seconds": UNAVAILABLE_RETRY_SECONDS,
         }
-    public = exc.as_dict(public=True)
-    if isinstance(exc, RateLimitExceeded):
-        violated = [
-            policy_name(v["resource"], v["limit_name"], parent=v["parent"])
-            for v in public["violations"]
-        ]
-        return {
-            "type": QUOTA_EXCEEDED_TYPE,
-            "title": QUOTA_EXCEEDED_TITLE,
-            "status": 429,
-            "detail": public["message"],
-            "violated-policies": violated,
-            **public,
-        }
-    if isinstance(exc, ResourceDisabled):
-        return {
-            "type": "about:blank",
-            "title": "Forbidden",
-            "status": 403,
-            "detail": public["message"],
-            **public,
-        }
+    if isinstance(exc, RateLimitExceeded | ResourceDisabled):
+        return exc.as_problem()
     raise TypeError(
         "problem_details takes RateLimitExceeded, ResourceDisabled or RateLimiterUnavailable, "
         f"not {exc!r}"
@@ -164,18 +140,14 @@ def status_code(exc: Refusal) -> int:
 # --- items -------------------------------------------------------------------------------------
 
 
-def _primary_of_rejection(exc: RateLimitExceeded) -> tuple[str, list[LimitView]]:
-    """The caller and its own limits on the first resource the decision evaluated, then its own
-    limits that refused on another resource (`also=`): the headers name the policy that refused.
-    A cascade parent's limits are never described (its figures are not the caller's)."""
+def _own_limits(exc: RateLimitExceeded) -> tuple[str, list[LimitView]]:
+    """The caller and its own limits on every resource the decision evaluated, in the call's
+    order: the policies an admission of the same call describes. A cascade parent's limits are
+    never described (its figures are not the caller's)."""
     if not exc.statuses:
         return "", []
-    first = exc.statuses[0]
-    return first.entity_id, [
-        LimitView.of_status(s)
-        for s in exc.statuses
-        if s.entity_id == first.entity_id and (s.resource == first.resource or s.exceeded)
-    ]
+    caller = exc.statuses[0].entity_id
+    return caller, [LimitView.of_status(s) for s in exc.statuses if s.entity_id == caller]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -201,30 +173,26 @@ def _policy_item(
 
 
 def _effective_seconds(view: LimitView, now_ms: int) -> int | None:
-    """`t`: seconds until the limit is whole again (a quota: until it resets; a concurrency
-    limit: not known, its holds come back as leases end)."""
+    """`t`, the draft's effective window: whole seconds within which the client can use no
+    more than `r`. A dripping limit: until one more unit has dripped in; a quota: until it
+    resets (a session not yet opened: its length, from the first use); a concurrency limit:
+    none (its holds come back whenever leases end). Rounded up, like `Retry-After`: a client
+    that keeps to `r` for `t` waits a little longer, never less."""
     if view.concurrent:
         return None
-    if view.is_quota:
-        if view.resets_at_ms is None:
-            return None
-        return max(0, -(-(view.resets_at_ms - now_ms) // 1000))
-    span = view.span_seconds
-    if span is None:
-        return None
-    if view.ceiling <= 0 or view.available >= view.ceiling:
-        return 0
-    return -(-(view.ceiling - view.available) * span // view.ceiling)  # ceil, in integers
+    if not view.is_quota:  # next_unit_ms is the first whole ms after the unit drips in
+        return None if view.next_unit_ms is None else -(-(view.next_unit_ms - 1) // 1000)
+    if view.resets_at_ms is None:
+        return view.span_seconds
+    return max(0, -(-(view.resets_at_ms - now_ms) // 1000))
 
 
 def _unit_parameter(
     limit_name: str, units: Mapping[str, str] | None, concurrent: bool = False
 ) -> str:
     unit = (units or {}).get(limit_name)
-    if unit is None and concurrent:
-        unit = CONCURRENT_UNIT
-    if unit is None:
-        unit = "requests" if limit_name.lower() in REQUEST_LIMIT_NAMES else limit_name
+    if unit is None:  # by the limit's kind, never guessed from its name
+        unit = CONCURRENT_UNIT if concurrent else "requests"
     if unit == "requests":
         return ""
     if not unit or not _printable_ascii(unit):

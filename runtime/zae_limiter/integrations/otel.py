@@ -24,8 +24,10 @@ entity: added on admission, taken off on exit), and the histogram
 `zae_limiter.undecided_writes` (writes given up with their outcome unknown),
 `zae_limiter.skewed_items` (items seen stamped too far ahead of this process's clock),
 `zae_limiter.resolved_after_deadline`, `zae_limiter.refunded_after_deadline` and
-`zae_limiter.abandoned_at_close` (work resolved off callers' paths), and the gauge
-`zae_limiter.pending_resolutions`.
+`zae_limiter.abandoned_at_close` (work resolved off callers' paths),
+`zae_limiter.shed_overloaded`, `zae_limiter.bucket_writes` and `zae_limiter.decided_calls`
+(overload), and the gauges `zae_limiter.pending_resolutions` and
+`zae_limiter.writes_per_decided_call`.
 """
 
 from __future__ import annotations
@@ -40,13 +42,12 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from ..errors import RateLimitExceeded, ResourceDisabled
+from ..errors import RateLimitExceeded, ResourceDisabled, policy_name
 from ..instrumentation import RequestEvent
 from ..lease_view import held_amounts, primary_shard, unmetered_resources
 from ..limiter import RateLimiter
 from ..sync import SyncAcquisition, SyncRateLimiter
 from ..syncgen import async_of
-from .headers import policy_name
 
 try:
     from opentelemetry import metrics, trace
@@ -65,6 +66,9 @@ STAT_COUNTERS = {
     "resolved_after_deadline": "Outcomes resolved after their caller stopped waiting",
     "refunded_after_deadline": "Item refunds landed for callers that had left",
     "abandoned_at_close": "Outcomes still unresolved when close() gave up",
+    "shed_overloaded": "Calls answered at once: the table could not decide them in time",
+    "bucket_writes": "Bucket write requests the acquire path sent",
+    "decided_calls": "Calls admitted or refused (429)",
 }
 
 
@@ -150,6 +154,11 @@ class _Telemetry:
             callbacks=[reading("pending_resolutions")],
             unit="{write}",
             description="Acquire outcomes still being resolved off callers' paths",
+        )
+        self.meter.create_observable_gauge(
+            "zae_limiter.writes_per_decided_call",
+            callbacks=[reading("writes_per_decided_call")],
+            description="Bucket write requests per call admitted or refused (429)",
         )
         for name, description in STAT_COUNTERS.items():
             self.meter.create_observable_counter(

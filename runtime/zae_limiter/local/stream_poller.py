@@ -4,6 +4,11 @@
 GetRecords), turns each GetRecords page into the event Lambda would deliver and hands it to the
 same `Aggregator` the Lambda uses, with Lambda's partial-batch redelivery; with a checkpoint file
 it resumes after the last acknowledged record. `stream_runner` runs it as a background process.
+
+A record that still fails after `max_attempts` deliveries is, with a dead-letter file, appended
+to it as one JSON line (the record, its reason, when, the shard) and passed over, so the records
+after it, of every namespace, are applied: what the Lambda's DLQ is on AWS. Without one the
+runner stops at it (`AggregationFailed`), which is what tests of failures want.
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 from aiobotocore.session import get_session
 
 from zae_limiter.alerts.recorder import AlertSink
+from zae_limiter.core.times import iso_millis
 from zae_limiter.dynamo import transport
+from zae_limiter.dynamo.stream_records import lambda_record
 from zae_limiter.local.engine import LOCAL_REGION
 from zae_limiter.local.processes import AGGREGATOR_MARKER
 from zae_limiter.usage.aggregator import Aggregator, AggregatorSettings, ArchiveSink
-from zae_limiter.usage.records import lambda_record
 from zae_limiter.versioning import LIBRARY_VERSION
 
 if TYPE_CHECKING:
@@ -45,7 +51,8 @@ STALE_REPORT_MS = 2_000
 
 
 class AggregationFailed(Exception):
-    """Records kept failing; they stay pending and are delivered again on the next drain."""
+    """Records kept failing (and no dead-letter file takes them); they stay pending and are
+    delivered again on the next drain."""
 
 
 @dataclass
@@ -79,6 +86,7 @@ class StreamRunner:
         clock: Callable[[], int] | None = None,
         checkpoint_path: str | os.PathLike[str] | None = None,
         alerts: AlertSink | None = None,
+        dead_letter_path: str | os.PathLike[str] | None = None,
     ) -> None:
         self.table = table
         self._alerts = alerts
@@ -98,6 +106,8 @@ class StreamRunner:
         self.read = 0  # records read from the stream (a replay shows here)
         self.caught_up_at_ms: int | None = None
         self.checkpoint_path = Path(checkpoint_path) if checkpoint_path is not None else None
+        self.dead_letter_path = Path(dead_letter_path) if dead_letter_path is not None else None
+        self.dead_lettered = 0  # records passed over into the dead-letter file
         self._status_path: Path | None = None
 
     @classmethod
@@ -266,32 +276,69 @@ class StreamRunner:
     # --- delivering --------------------------------------------------------------------------
 
     async def _deliver(self, shard: _Shard) -> int:
-        """Hand the shard's pending records to the aggregator until all are acknowledged."""
+        """Hand the shard's pending records to the aggregator until all are acknowledged (or,
+        with a dead-letter file, passed over after `max_attempts` failed deliveries)."""
         delivered = 0
-        for attempt in range(self.max_attempts):
-            if attempt:
-                await asyncio.sleep(transport.backoff_scale * min(MAX_BACKOFF_S, 0.1 * 2**attempt))
-            response = await self.aggregator.handle_event({"Records": shard.pending})
-            failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
-            sequences = [r["dynamodb"]["SequenceNumber"] for r in shard.pending]
-            if not failed:
-                delivered += len(shard.pending)
-                self.delivered += len(shard.pending)
-                shard.pending, shard.acked = [], sequences[-1]
-                self._checkpoint()
-                return delivered
-            first = min((i for i, s in enumerate(sequences) if s in failed), default=0)
-            delivered += first  # Lambda resumes at the first failed record
-            self.delivered += first
-            if first:
-                shard.acked = sequences[first - 1]
-                self._checkpoint()
-            shard.pending = shard.pending[first:]
-        raise AggregationFailed(
-            f"{len(shard.pending)} record(s) of shard {shard.shard_id} still fail after "
-            f"{self.max_attempts} attempts (first: {shard.pending[0].get('eventID')}); "
-            "they stay pending"
+        attempts = 0  # failed deliveries of the first pending record
+        while shard.pending:
+            if attempts:
+                await asyncio.sleep(transport.backoff_scale * min(MAX_BACKOFF_S, 0.1 * 2**attempts))
+            outcome = await self.aggregator.process(shard.pending)
+            first = min(outcome.failures, default=len(shard.pending))  # Lambda resumes there
+            self._acknowledge(shard, first)
+            delivered += first
+            if not shard.pending:
+                break
+            attempts = attempts + 1 if first == 0 else 1
+            if attempts < self.max_attempts:
+                continue
+            if self.dead_letter_path is None:
+                raise AggregationFailed(
+                    f"{len(shard.pending)} record(s) of shard {shard.shard_id} still fail after "
+                    f"{self.max_attempts} attempts (first: {shard.pending[0].get('eventID')}: "
+                    f"{outcome.failures[first]}); they stay pending"
+                )
+            self._dead_letter(shard, outcome.failures[first], attempts)
+            attempts = 0
+        return delivered
+
+    def _acknowledge(self, shard: _Shard, count: int, *, applied: bool = True) -> None:
+        """The first `count` pending records are done (applied, or passed over): the
+        checkpoint moves past them."""
+        if count:
+            shard.acked = shard.pending[count - 1]["dynamodb"]["SequenceNumber"]
+            shard.pending = shard.pending[count:]
+            self.delivered += count if applied else 0
+            self._checkpoint()
+
+    def _dead_letter(self, shard: _Shard, reason: BaseException, attempts: int) -> None:
+        """Append the first pending record to the dead-letter file with its reason; pass it."""
+        assert self.dead_letter_path is not None
+        record = shard.pending[0]
+        line = {
+            "dead_lettered_at": iso_millis(time.time_ns() // 1_000_000),
+            "table": self.table,
+            "stream_arn": self.stream_arn,
+            "shard_id": shard.shard_id,
+            "sequence_number": record["dynamodb"]["SequenceNumber"],
+            "event_id": record.get("eventID"),
+            "attempts": attempts,
+            "reason": f"{type(reason).__name__}: {reason}",
+            "record": record,
+        }
+        self.dead_letter_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.dead_letter_path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(line, sort_keys=True, default=str) + "\n")
+        self.dead_lettered += 1
+        log.error(
+            "stream record %s (sequence %s) failed %d times and was passed over into %s: %s",
+            line["event_id"],
+            line["sequence_number"],
+            attempts,
+            self.dead_letter_path,
+            line["reason"],
         )
+        self._acknowledge(shard, 1, applied=False)
 
     async def drain(self, stop: asyncio.Event | None = None) -> int:
         """Process every record written so far. Returns how many records were delivered.
@@ -312,8 +359,10 @@ class StreamRunner:
                 if shard.pending:
                     total += await self._deliver(shard)
                     progressed = True
-                    self._report()
+                    if stop is None or not stop.is_set():  # a stopping process said so already
+                        self._report()
             if not progressed:
+                await self.aggregator.held.sweep_now()  # held crossings due on idle items
                 self.caught_up_at_ms = time.time_ns() // 1_000_000
                 return total
 
@@ -368,6 +417,8 @@ class StreamRunner:
             "last_error": error,
             "draining": draining,
             "records_read": self.read,
+            "dead_lettered": self.dead_lettered,
+            "dead_letter_file": str(self.dead_letter_path) if self.dead_letter_path else None,
         }
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(status))

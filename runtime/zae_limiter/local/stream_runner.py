@@ -36,7 +36,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,7 @@ def aggregator_command(
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     checkpoint_path: Path | None = None,
     alerts_log: Path | None = None,
+    dead_letter_path: Path | None = None,
 ) -> list[str]:
     command = [
         sys.executable,
@@ -97,6 +98,8 @@ def aggregator_command(
         command += ["--checkpoint-file", str(checkpoint_path)]
     if alerts_log is not None:
         command += ["--alerts-log", str(alerts_log)]
+    if dead_letter_path is not None:
+        command += ["--dead-letter-file", str(dead_letter_path)]
     return command
 
 
@@ -110,11 +113,17 @@ def start_aggregator_process(
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     checkpoint_path: str | os.PathLike[str] | None = None,
     alerts_log: str | os.PathLike[str] | None = None,
+    dead_letter_path: str | os.PathLike[str] | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> AggregatorProcess:
     """Start the local aggregator in the background (it outlives the caller); returns its pid.
 
     With `checkpoint_path` it resumes where the last process with that file stopped; with
-    `alerts_log` it also appends each threshold alert to that file as a JSON line.
+    `alerts_log` it also appends each threshold alert to that file as a JSON line; with
+    `dead_letter_path` a record that keeps failing is appended there with its reason and passed
+    over (without one, it is retried until it applies and holds up its shard). `settings`: the
+    aggregator's environment settings (`AggregatorSettings.from_env`, e.g. `ALERT_HOLD_SECONDS`)
+    for this process only.
     """
     log_file = Path(log_path) if log_path is not None else None
     status_file = Path(status_path) if status_path is not None else None
@@ -125,6 +134,7 @@ def start_aggregator_process(
             "AWS_ACCESS_KEY_ID": LOCAL_ACCESS_KEY_ID,
             "AWS_SECRET_ACCESS_KEY": LOCAL_SECRET_ACCESS_KEY,
         }
+    env |= dict(settings or {})
     command = aggregator_command(
         table=table,
         endpoint_url=endpoint_url,
@@ -133,6 +143,7 @@ def start_aggregator_process(
         poll_interval=poll_interval,
         checkpoint_path=checkpoint,
         alerts_log=Path(alerts_log) if alerts_log is not None else None,
+        dead_letter_path=Path(dead_letter_path) if dead_letter_path is not None else None,
     )
     with contextlib.ExitStack() as stack:
         output: Any = subprocess.DEVNULL
@@ -201,6 +212,7 @@ async def run_aggregator(
     status_path: Path | None = None,
     checkpoint_path: Path | None = None,
     alerts_log: Path | None = None,
+    dead_letter_path: Path | None = None,
 ) -> None:
     """Run the local aggregator until `stop` is set, waiting for the engine and table to exist."""
     failures = 0
@@ -208,7 +220,12 @@ async def run_aggregator(
     while not stop.is_set():
         try:
             async with StreamRunner(
-                table, endpoint_url, region=region, checkpoint_path=checkpoint_path, alerts=sink
+                table,
+                endpoint_url,
+                region=region,
+                checkpoint_path=checkpoint_path,
+                alerts=sink,
+                dead_letter_path=dead_letter_path,
             ) as runner:
                 failures = 0
                 await runner.run(stop, poll_interval=poll_interval, status_path=status_path)
@@ -231,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--status-file", type=Path)
     parser.add_argument("--checkpoint-file", type=Path)
     parser.add_argument("--alerts-log", type=Path)
+    parser.add_argument("--dead-letter-file", type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
@@ -255,6 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             status_path=args.status_file,
             checkpoint_path=args.checkpoint_file,
             alerts_log=args.alerts_log,
+            dead_letter_path=args.dead_letter_file,
         )
 
     asyncio.run(serve())

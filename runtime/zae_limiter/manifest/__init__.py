@@ -17,8 +17,9 @@ from .apply import (
     plan_manifest,
 )
 from .export import export_manifest, to_yaml
-from .model import UNSET, EntitySpec, Level, Manifest, ManifestError, SystemLevel, Target
-from .parse import load_file, load_file_limits, loads, parse, parse_limits
+from .limit_parse import parse_limits
+from .model import UNSET, EntitySpec, LevelSpec, Manifest, ManifestError, Subject, SystemSpec
+from .parse import load_file, load_file_limits, loads, parse
 from .plan import Change, EntityState, Ownership, Plan, Stored, limit_to_manifest, make_plan
 from .source import load_yaml
 from .state import ConcurrentApplyError, read_ownership, read_stored
@@ -31,14 +32,14 @@ __all__ = [
     "ConcurrentApplyError",
     "EntitySpec",
     "EntityState",
-    "Level",
+    "LevelSpec",
     "Manifest",
     "ManifestError",
     "Ownership",
     "Plan",
     "Stored",
-    "SystemLevel",
-    "Target",
+    "Subject",
+    "SystemSpec",
     "apply_change",
     "apply_manifest",
     "apply_plan",

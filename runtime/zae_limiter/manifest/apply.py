@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..admin.changes import KEEP
-from ..admin.gates import check_gate
-from ..audit import ulid
+from ..admin.gates import check_gate, limit_gates
+from ..core.ulids import ulid
 from ..errors import EntityExistsError, ZAELimiterError
 from .model import (
     ENTITY,
@@ -23,9 +23,9 @@ from .model import (
     RESOURCE,
     SHARDS,
     SYSTEM,
-    Level,
+    LevelSpec,
     Manifest,
-    SystemLevel,
+    SystemSpec,
 )
 from .plan import Change, Ownership, Plan, make_plan
 from .state import (
@@ -98,16 +98,12 @@ def _features(change: Change) -> set[str]:
     out: set[str] = set()
     if change.target.kind == PARENT:
         out.add("set_parent")
-    if isinstance(after, Level | SystemLevel):
-        limits = after.limits or ()
-        if any(lim.soft for lim in limits):
-            out.add("soft_limits")
-        if any(lim.is_session for lim in limits):
-            out.add("session_quotas")
-    if isinstance(after, Level):
+    if isinstance(after, LevelSpec | SystemSpec):
+        out.update(limit_gates(after.limits or ()))
+    if isinstance(after, LevelSpec):
         if after.disabled == "bypass":
             out.add("bypass")
-        before_cascade = change.before.cascade if isinstance(change.before, Level) else None
+        before_cascade = change.before.cascade if isinstance(change.before, LevelSpec) else None
         if after.cascade is not None or before_cascade is not None:
             out.add("cascade_policy")
     return out
@@ -122,8 +118,8 @@ async def check_gates(repo: Repository, changes: tuple[Change, ...]) -> None:
 # --- one change -----------------------------------------------------------------------------------
 
 
-def _same_limits(a: Level | SystemLevel, b: Level | SystemLevel) -> bool:
-    return Level(a.limits).same_as(Level(b.limits))
+def _same_limits(a: LevelSpec | SystemSpec, b: LevelSpec | SystemSpec) -> bool:
+    return LevelSpec(a.limits).same_as(LevelSpec(b.limits))
 
 
 async def _apply_level(
@@ -131,7 +127,7 @@ async def _apply_level(
 ) -> None:
     target = change.target
     after = change.after
-    assert isinstance(after, Level)
+    assert isinstance(after, LevelSpec)
     entity, resource = target.entity, target.resource
     if target.kind == RESOURCE:
         current = await resource_level(repo, resource)
@@ -219,7 +215,7 @@ async def apply_change(
         await _apply_level(repo, change, rewrite, principal)
     elif kind == SYSTEM:
         after = change.after
-        assert isinstance(after, SystemLevel)
+        assert isinstance(after, SystemSpec)
         current = await system_level(repo)
         if after.limits is None:
             if rewrite or not current.empty:

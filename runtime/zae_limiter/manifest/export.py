@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ..validation import DEFAULT_RESOURCE
-from .model import Level
+from .model import LevelSpec
 from .plan import limits_to_manifest
 from .state import (
     entity_level,
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..repository import Repository
 
 
-def _level_dict(level: Level) -> dict[str, Any]:
+def _level_dict(level: LevelSpec) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if level.cascade is not None:
         out["cascade"] = level.cascade

@@ -58,7 +58,7 @@ class ManifestError(ValidationError):
 
 
 @dataclass(frozen=True)
-class Level:
+class LevelSpec:
     """One config level as the manifest states it: limits and flags (None = none / inherit)."""
 
     limits: tuple[Limit, ...] | None = None
@@ -69,7 +69,7 @@ class Level:
     def empty(self) -> bool:
         return self.limits is None and self.disabled is None and self.cascade is None
 
-    def same_as(self, other: Level) -> bool:
+    def same_as(self, other: LevelSpec) -> bool:
         """Equal config: limits compared by name (declaration order does not matter)."""
         return (
             _by_name(self.limits) == _by_name(other.limits)
@@ -83,7 +83,7 @@ def _by_name(limits: tuple[Limit, ...] | None) -> dict[str, tuple[Any, ...]] | N
 
 
 @dataclass(frozen=True)
-class SystemLevel:
+class SystemSpec:
     limits: tuple[Limit, ...] | None = None
     on_unavailable: OnUnavailable | None = None
 
@@ -91,7 +91,7 @@ class SystemLevel:
     def empty(self) -> bool:
         return self.limits is None and self.on_unavailable is None
 
-    def same_as(self, other: SystemLevel) -> bool:
+    def same_as(self, other: SystemSpec) -> bool:
         return (
             _by_name(self.limits) == _by_name(other.limits)
             and self.on_unavailable == other.on_unavailable
@@ -113,7 +113,7 @@ class EntitySpec:
     """An entity: its parent link (UNSET = not managed, None = no parent) and its levels."""
 
     parent: str | None = UNSET
-    levels: dict[str, Level] = field(default_factory=dict)  # resource or _default_ -> level
+    levels: dict[str, LevelSpec] = field(default_factory=dict)  # resource or _default_ -> level
     shards: dict[str, int] = field(default_factory=dict)  # resource -> at least this many shards
 
     @property
@@ -122,11 +122,21 @@ class EntitySpec:
 
 
 @dataclass(frozen=True)
+class Places:
+    """Where a manifest's keys are written: its file ("" for text) and each path's (line,
+    column), so that the checks against the table report `file:line` too."""
+
+    source: str = ""
+    lines: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Manifest:
     namespace: str
-    system: SystemLevel | None = None
-    resources: dict[str, Level] = field(default_factory=dict)
+    system: SystemSpec | None = None
+    resources: dict[str, LevelSpec] = field(default_factory=dict)
     entities: dict[str, EntitySpec] = field(default_factory=dict)
+    places: Places = field(default_factory=Places, compare=False, repr=False)
 
     def child_parents(self) -> dict[str, str]:
         """{entity: parent} for every entity the manifest gives a parent."""
@@ -148,7 +158,7 @@ SHARDS = "shards"
 
 
 @dataclass(frozen=True, order=True)
-class Target:
+class Subject:
     """What a change is about: the system level, a resource level, an entity level, an entity's
     parent link or an entity record."""
 
@@ -179,5 +189,5 @@ class Target:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, str]) -> Target:
+    def from_dict(cls, data: dict[str, str]) -> Subject:
         return cls(data["kind"], data.get("entity_id", ""), data.get("resource", ""))

@@ -9,25 +9,25 @@ the table are in `plan`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .. import concurrent_limits, validation
+from .. import validation
 from ..limits import Limit
 from ..models import OnUnavailable
 from ..validation import DEFAULT_RESOURCE
 from .fields import (
     Problems,
-    boolean,
     checked,
     integer,
-    kind,
     known,
     mapping,
     string,
 )
-from .model import UNSET, EntitySpec, Level, Manifest, ManifestError, SystemLevel
+from .limit_parse import parse_limits
+from .model import UNSET, EntitySpec, LevelSpec, Manifest, ManifestError, Places, SystemSpec
 from .source import join_path, load_with_lines, load_yaml, locate
 
 TOP_LEVEL = ("namespace", "system", "resources", "entities")
@@ -35,38 +35,32 @@ LEVEL_KEYS = ("limits", "cascade", "disabled")
 SYSTEM_KEYS = ("limits", "on_unavailable")
 ENTITY_KEYS = ("parent", "resources")
 SHARD_COUNTS = (1, 2, 4, 8, 16, 32)
-#: What a concurrency limit never has: it holds, it does not drip or reset.
-NOT_HELD_KEYS = (
-    "refill_amount",
-    "refill_period",
-    "refill_period_seconds",
-    "reset_schedule",
-    "reset_after_seconds",
-    "schedule",
-)
-LIMIT_KEYS = ("capacity", *NOT_HELD_KEYS, "soft", "concurrent", "lease_ttl_seconds", "alert_at")
-RESET_KEYS = ("cron", "tz")
-SCHEDULE_KEYS = (
-    "cron",
-    "tz",
-    "scale",
-    "capacity",
-    "refill_amount",
-    "refill_period",
-    "refill_period_seconds",
-)
 
 
 def _parse_located(text: str, source: str) -> Manifest:
-    """Parse and check; every problem is reported, each with `source:line:column`, in order."""
-    document, lines, problems = load_with_lines(text, source)
-    try:
-        manifest = parse(document)
-    except ManifestError as error:
-        problems += error.errors
+    """Parse and check; every problem is reported, each with `source:line:column`, in order,
+    those of a key's earlier copies (written twice) too."""
+    loaded = load_with_lines(text, source)
+    problems = locate(loaded.problems, source, loaded.lines)
+    manifest = None
+    for document, lines in [(loaded.document, loaded.lines), *loaded.shadowed]:
+        try:
+            parsed = parse(document)
+        except ManifestError as error:
+            problems += locate(error.errors, source, lines)
+        else:
+            manifest = manifest or parsed
     if problems:
-        raise ManifestError.several(locate(problems, source, lines)) from None
-    return manifest
+        raise ManifestError.several(_once(problems)) from None
+    assert manifest is not None
+    return replace(manifest, places=Places(source, loaded.lines))
+
+
+def _once(problems: list[ManifestError]) -> list[ManifestError]:
+    """Each problem once (the copies of a document repeat the problems they share), in file
+    order."""
+    unique = {(e.line, e.column, e.path, e.reason): e for e in reversed(problems)}
+    return sorted(unique.values(), key=lambda e: (e.line or 0, e.column or 0, e.path))
 
 
 def load_file(path: str | Path) -> Manifest:
@@ -102,139 +96,6 @@ def load_file_limits(path: str | Path) -> tuple[Limit, ...]:
     return parse_limits(document, str(file.name))
 
 
-# --- limits --------------------------------------------------------------------------------------
-
-
-def _edge(raw: Any, path: str, keys: tuple[str, ...]) -> dict[str, Any]:
-    return known(raw, path, keys, partial(_edge_fields, path=path))
-
-
-def _edge_fields(entry: dict[str, Any], path: str) -> dict[str, Any]:
-    if "cron" not in entry:
-        raise ManifestError(path, 'needs a cron expression (cron: "0 0 * * 1")')
-    out: dict[str, Any] = {"cron": string(entry["cron"], join_path(path, "cron"))}
-    if "tz" in entry:
-        out["tz"] = string(entry["tz"], join_path(path, "tz"))
-    if "scale" in entry:
-        scale = entry["scale"]
-        if isinstance(scale, bool) or not isinstance(scale, int | float):
-            raise ManifestError(join_path(path, "scale"), f"must be a number, not {kind(scale)}")
-        out["scale"] = scale
-    if "refill_period" in entry and "refill_period_seconds" in entry:
-        raise ManifestError(path, "give refill_period or refill_period_seconds, not both")
-    for key in ("capacity", "refill_amount", "refill_period", "refill_period_seconds"):
-        if key in entry:
-            name = "refill_period_seconds" if key == "refill_period" else key
-            out[name] = integer(entry[key], join_path(path, key))
-    return out
-
-
-def _edges(raw: Any, path: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
-    if not isinstance(raw, list) or not raw:
-        raise ManifestError(
-            path, f"must be a non-empty list of {{cron, tz}} entries, not {kind(raw)}"
-        )
-    return [_edge(entry, f"{path}[{i}]", keys) for i, entry in enumerate(raw)]
-
-
-def parse_limit(name: Any, raw: Any, path: str) -> Limit:
-    """One entry of a `limits:` mapping (docs/manifest.md)."""
-    checked(path, lambda: validation.limit_name(name))
-    return known(raw, path, LIMIT_KEYS, partial(_limit_fields, name, path=path))
-
-
-def _limit_fields(name: str, fields: dict[str, Any], path: str) -> Limit:
-    if "capacity" not in fields:
-        raise ManifestError(path, "needs a capacity")
-    data: dict[str, Any] = {"capacity": integer(fields["capacity"], join_path(path, "capacity"))}
-    data.update(_concurrency(fields, path))
-    if "refill_period" in fields and "refill_period_seconds" in fields:
-        raise ManifestError(path, "give refill_period or refill_period_seconds, not both")
-    for key in ("refill_amount", "refill_period", "refill_period_seconds", "reset_after_seconds"):
-        if key in fields:
-            data[key] = integer(fields[key], join_path(path, key))
-    if "soft" in fields:
-        data["soft"] = boolean(fields["soft"], join_path(path, "soft"))
-    if "alert_at" in fields:
-        raw_alerts = fields["alert_at"]
-        if not isinstance(raw_alerts, list) or not raw_alerts:
-            raise ManifestError(
-                join_path(path, "alert_at"),
-                f"must be a list of whole percents (alert_at: [80, 100]), not {kind(raw_alerts)}",
-            )
-        data["alert_at"] = [
-            integer(x, f"{join_path(path, 'alert_at')}[{i}]") for i, x in enumerate(raw_alerts)
-        ]
-    if "reset_schedule" in fields:
-        data["reset_schedule"] = _edges(
-            fields["reset_schedule"], join_path(path, "reset_schedule"), RESET_KEYS
-        )
-    if "schedule" in fields:
-        data["schedule"] = _edges(fields["schedule"], join_path(path, "schedule"), SCHEDULE_KEYS)
-    if "reset_schedule" in data and "reset_after_seconds" in data:
-        raise ManifestError(
-            path, "a quota resets on reset_schedule or after reset_after_seconds, not both"
-        )
-    period = "refill_period" if "refill_period" in data else "refill_period_seconds"
-    if period in data and ("reset_schedule" in data or "reset_after_seconds" in data):
-        raise ManifestError(f"{path}.{period}", "a quota never drips: leave the refill period out")
-    return checked(path, lambda: Limit.from_dict(name, data))  # type: ignore[no-any-return]
-
-
-def _concurrency(fields: dict[str, Any], path: str) -> dict[str, Any]:
-    """`concurrent` and `lease_ttl_seconds`; every misplaced key is reported at its own path."""
-    problems = Problems()
-    concurrent = False
-    if "concurrent" in fields:
-        concurrent = problems.check(
-            partial(boolean, fields["concurrent"], join_path(path, "concurrent"))
-        )
-    out: dict[str, Any] = {"concurrent": True} if concurrent is True else {}
-    if "lease_ttl_seconds" in fields:
-        at = join_path(path, "lease_ttl_seconds")
-        if concurrent is not True:
-            reason = "only a concurrency limit has a lease: add concurrent: true or leave it out"
-            problems.errors.append(ManifestError(at, reason))
-        else:
-            out["lease_ttl_seconds"] = problems.check(
-                partial(_lease_ttl, fields["lease_ttl_seconds"], at)
-            )
-    if concurrent is True:
-        problems.errors += [
-            ManifestError(
-                join_path(path, key),
-                f"a concurrency limit never drips or resets (a hold comes back when its lease "
-                f"ends): leave {key} out",
-            )
-            for key in NOT_HELD_KEYS
-            if key in fields
-        ]
-    problems.raise_any()
-    return out
-
-
-def _lease_ttl(value: Any, path: str) -> int:
-    seconds = integer(value, path)
-    low, high = concurrent_limits.MIN_LEASE_TTL_SECONDS, concurrent_limits.MAX_LEASE_TTL_SECONDS
-    if not low <= seconds <= high:
-        raise ManifestError(path, f"must be from {low} to {high} seconds (1 day)", value)
-    return seconds
-
-
-def parse_limits(raw: Any, path: str = "limits") -> tuple[Limit, ...]:
-    """A `limits:` mapping (name -> fields), as used by the manifest and `--limits-file`."""
-    limits = mapping(raw, path)
-    if not limits:
-        raise ManifestError(path, "declare at least one limit, or leave `limits` out")
-    problems = Problems()
-    parsed = [
-        problems.check(partial(parse_limit, name, fields, join_path(path, name)))
-        for name, fields in limits.items()
-    ]
-    problems.raise_any()
-    return tuple(parsed)
-
-
 # --- levels ----------------------------------------------------------------------------------
 
 
@@ -250,11 +111,11 @@ def _cascade(value: Any, path: str) -> bool | None:
     raise ManifestError(path, "must be true or false (leave it out to inherit)", value)
 
 
-def _level(raw: Any, path: str) -> Level:
+def _level(raw: Any, path: str) -> LevelSpec:
     return known(raw, path, LEVEL_KEYS, partial(_level_fields, path=path))
 
 
-def _level_fields(fields: dict[str, Any], path: str) -> Level:
+def _level_fields(fields: dict[str, Any], path: str) -> LevelSpec:
     problems = Problems()
     limits = None
     if "limits" in fields:
@@ -264,10 +125,10 @@ def _level_fields(fields: dict[str, Any], path: str) -> Level:
     )
     cascade = problems.check(partial(_cascade, fields.get("cascade"), join_path(path, "cascade")))
     problems.raise_any()
-    return Level(limits=limits, disabled=disabled, cascade=cascade)
+    return LevelSpec(limits=limits, disabled=disabled, cascade=cascade)
 
 
-def _system(raw: Any) -> SystemLevel:
+def _system(raw: Any) -> SystemSpec:
     fields = mapping(raw, "system")
     for key in fields:
         if key in ("cascade", "disabled"):
@@ -277,25 +138,25 @@ def _system(raw: Any) -> SystemLevel:
     return known(fields, "system", SYSTEM_KEYS, _system_fields)
 
 
-def _system_fields(fields: dict[str, Any]) -> SystemLevel:
+def _system_fields(fields: dict[str, Any]) -> SystemSpec:
     if "limits" not in fields:
         raise ManifestError("system", "needs limits (on_unavailable is stored with them)")
     mode = fields.get("on_unavailable")
     if mode is not None and mode not in ("allow", "block"):
         raise ManifestError("system.on_unavailable", "must be allow or block", mode)
-    return SystemLevel(
+    return SystemSpec(
         limits=parse_limits(fields["limits"], "system.limits"),
         on_unavailable=OnUnavailable(mode) if mode else None,
     )
 
 
-def _resources(raw: Any) -> dict[str, Level]:
-    out: dict[str, Level] = {}
+def _resources(raw: Any) -> dict[str, LevelSpec]:
+    out: dict[str, LevelSpec] = {}
     problems = Problems()
     for name, level in mapping(raw, "resources").items():
         path = f"resources.{name}"
 
-        def one(name: str = name, level: Any = level, path: str = path) -> Level:
+        def one(name: str = name, level: Any = level, path: str = path) -> LevelSpec:
             checked(path, partial(validation.resource_name, name))
             return _level(level, path)
 
@@ -331,17 +192,17 @@ def _entity_fields(entity_id: str, fields: dict[str, Any]) -> EntitySpec:
             checked(f"{path}.parent", partial(validation.entity_id, parent, "parent"))
             if parent == entity_id:
                 raise ManifestError(f"{path}.parent", "an entity cannot be its own parent")
-    levels: dict[str, Level] = {}
+    levels: dict[str, LevelSpec] = {}
     shards: dict[str, int] = {}
     problems = Problems()
     for resource, level in mapping(fields.get("resources") or {}, f"{path}.resources").items():
         where = f"{path}.resources.{resource}"
 
-        def one(resource: str = resource, level: Any = level, where: str = where) -> Level:
+        def one(resource: str = resource, level: Any = level, where: str = where) -> LevelSpec:
             if resource != DEFAULT_RESOURCE:
                 checked(where, partial(validation.resource_name, resource))
 
-            def build(raw: dict[str, Any]) -> Level:
+            def build(raw: dict[str, Any]) -> LevelSpec:
                 if "shards" in raw:
                     shards[resource] = _shards(raw.pop("shards"), resource, f"{where}.shards")
                 return _level(raw, where)

@@ -22,15 +22,15 @@ from .model import (
     RESOURCE,
     SHARDS,
     SYSTEM,
-    Level,
+    LevelSpec,
     Manifest,
-    ManifestError,
-    SystemLevel,
-    Target,
+    Subject,
+    SystemSpec,
 )
+from .table_checks import check_against_table
 
 Action = Literal["create", "update", "delete"]
-State = Level | SystemLevel | str | int | None  # a level, a system level, a parent id (None =
+State = LevelSpec | SystemSpec | str | int | None  # a level, a system level, a parent id (None =
 # none), or a bucket's shard count
 
 
@@ -44,9 +44,9 @@ class EntityState:
 class Stored:
     """What the table holds for everything a plan looks at."""
 
-    system: SystemLevel = field(default_factory=SystemLevel)
-    resources: dict[str, Level] = field(default_factory=dict)
-    entity_levels: dict[tuple[str, str], Level] = field(default_factory=dict)
+    system: SystemSpec = field(default_factory=SystemSpec)
+    resources: dict[str, LevelSpec] = field(default_factory=dict)
+    entity_levels: dict[tuple[str, str], LevelSpec] = field(default_factory=dict)
     entities: dict[str, EntityState] = field(default_factory=dict)
     children: dict[str, tuple[str, ...]] = field(default_factory=dict)
     custom_limits: dict[str, bool] = field(default_factory=dict)  # resource -> any entity has own
@@ -55,14 +55,14 @@ class Stored:
     def entity(self, entity_id: str) -> EntityState:
         return self.entities.get(entity_id, EntityState(False))
 
-    def level(self, entity_id: str, resource: str) -> Level:
-        return self.entity_levels.get((entity_id, resource), Level())
+    def level(self, entity_id: str, resource: str) -> LevelSpec:
+        return self.entity_levels.get((entity_id, resource), LevelSpec())
 
 
 @dataclass(frozen=True)
 class Change:
     action: Action
-    target: Target
+    target: Subject
     before: State
     after: State
 
@@ -84,7 +84,7 @@ class Change:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Change:
         """The stored form of owed work (`before` may be left out: apply reads it afresh)."""
-        target = Target.from_dict(data["target"])
+        target = Subject.from_dict(data["target"])
         before = state_from_json(target, data["before"]) if "before" in data else None
         return cls(data["action"], target, before, state_from_json(target, data["after"]))
 
@@ -178,13 +178,13 @@ def _limits_from_json(data: dict[str, Any] | None) -> tuple[Limit, ...] | None:
 
 
 def state_to_json(state: State) -> Any:
-    if isinstance(state, Level):
+    if isinstance(state, LevelSpec):
         return {
             "limits": None if state.limits is None else limits_to_manifest(state.limits),
             "disabled": state.disabled,
             "cascade": state.cascade,
         }
-    if isinstance(state, SystemLevel):
+    if isinstance(state, SystemSpec):
         return {
             "limits": None if state.limits is None else limits_to_manifest(state.limits),
             "on_unavailable": state.on_unavailable.value if state.on_unavailable else None,
@@ -192,57 +192,21 @@ def state_to_json(state: State) -> Any:
     return state
 
 
-def state_from_json(target: Target, data: Any) -> State:
+def state_from_json(target: Subject, data: Any) -> State:
     if target.kind in (RESOURCE, ENTITY):
-        return Level(_limits_from_json(data["limits"]), data["disabled"], data["cascade"])
+        return LevelSpec(_limits_from_json(data["limits"]), data["disabled"], data["cascade"])
     if target.kind == SHARDS:
         return int(data)
     if target.kind == SYSTEM:
         mode = data["on_unavailable"]
-        return SystemLevel(_limits_from_json(data["limits"]), OnUnavailable(mode) if mode else None)
+        return SystemSpec(_limits_from_json(data["limits"]), OnUnavailable(mode) if mode else None)
     return None if data is None else str(data)
-
-
-# --- checks against the table ------------------------------------------------------------------
-
-
-def check_parents(manifest: Manifest, stored: Stored) -> None:
-    """Parents must exist (manifest or table), be roots, and a child must have no children."""
-    managed = {e: s.parent for e, s in manifest.entities.items() if s.manages_parent}
-    for entity_id, parent in manifest.child_parents().items():
-        path = f"entities.{entity_id}.parent"
-        if parent not in manifest.entities and not stored.entity(parent).exists:
-            raise ManifestError(
-                path,
-                f"the parent {parent!r} does not exist; declare it under "
-                "entities or create it first",
-                parent,
-            )
-        grand = managed[parent] if parent in managed else stored.entity(parent).parent
-        if grand is not None:
-            raise ManifestError(
-                path,
-                f"{parent!r} has a parent itself ({grand!r}); only two "
-                "levels (user and organisation) are allowed",
-                parent,
-            )
-        kids = {c for c, p in managed.items() if p == entity_id}
-        kids |= {
-            c for c in stored.children.get(entity_id, ()) if managed.get(c, entity_id) == entity_id
-        }
-        if kids:
-            raise ManifestError(
-                path,
-                f"{entity_id!r} has children ({', '.join(sorted(kids))}), "
-                "so it cannot be given a parent",
-                parent,
-            )
 
 
 # --- planning ------------------------------------------------------------------------------------
 
 
-def _compare(target: Target, before: Any, after: Any, full: bool) -> Change | None:
+def _compare(target: Subject, before: Any, after: Any, full: bool) -> Change | None:
     """The change taking `before` to `after` (levels), or None when nothing differs."""
     if after.empty:
         return None if before.empty else Change("delete", target, before, after)
@@ -279,24 +243,24 @@ def _plan_defaults(
 ) -> None:
     """The system and resource levels."""
     if manifest.system is not None:
-        out.add(_compare(Target(SYSTEM), stored.system, manifest.system, full), out.levels)
+        out.add(_compare(Subject(SYSTEM), stored.system, manifest.system, full), out.levels)
     elif owned_before.system and not stored.system.empty:
-        out.levels.append(Change("delete", Target(SYSTEM), stored.system, SystemLevel()))
+        out.levels.append(Change("delete", Subject(SYSTEM), stored.system, SystemSpec()))
     for resource, level in manifest.resources.items():
         out.add(
             _compare(
-                Target(RESOURCE, resource=resource),
-                stored.resources.get(resource, Level()),
+                Subject(RESOURCE, resource=resource),
+                stored.resources.get(resource, LevelSpec()),
                 level,
                 full,
             ),
             out.levels,
         )
     for resource in sorted(owned_before.resources - set(manifest.resources)):
-        before = stored.resources.get(resource, Level())
+        before = stored.resources.get(resource, LevelSpec())
         if not before.empty:
             out.levels.append(
-                Change("delete", Target(RESOURCE, resource=resource), before, Level())
+                Change("delete", Subject(RESOURCE, resource=resource), before, LevelSpec())
             )
 
 
@@ -310,7 +274,7 @@ def _plan_entities(
         state = stored.entity(entity_id)
         wanted = spec.parent if spec.manages_parent else None
         if not state.exists:
-            out.records.append(Change("create", Target(RECORD, entity_id), None, wanted))
+            out.records.append(Change("create", Subject(RECORD, entity_id), None, wanted))
             continue
         if spec.manages_parent:
             if state.parent == wanted:
@@ -319,7 +283,7 @@ def _plan_entities(
                 out.add(
                     Change(
                         "update" if wanted else "delete",
-                        Target(PARENT, entity_id),
+                        Subject(PARENT, entity_id),
                         state.parent,
                         wanted,
                     ),
@@ -329,7 +293,7 @@ def _plan_entities(
         declared = manifest.entities.get(entity_id)
         state = stored.entity(entity_id)
         if (declared is None or not declared.manages_parent) and state.exists and state.parent:
-            out.clears.append(Change("delete", Target(PARENT, entity_id), state.parent, None))
+            out.clears.append(Change("delete", Subject(PARENT, entity_id), state.parent, None))
     moving = {c.target.entity for c in out.moves}
     out.moves.sort(key=lambda c: stored.entity(c.target.entity).parent not in moving)
 
@@ -344,7 +308,7 @@ def _plan_entity_levels(
             wanted_levels.add((entity_id, resource))
             out.add(
                 _compare(
-                    Target(ENTITY, entity_id, resource),
+                    Subject(ENTITY, entity_id, resource),
                     stored.level(entity_id, resource),
                     level,
                     full,
@@ -355,7 +319,7 @@ def _plan_entity_levels(
         before = stored.level(entity_id, resource)
         if not before.empty:
             out.levels.append(
-                Change("delete", Target(ENTITY, entity_id, resource), before, Level())
+                Change("delete", Subject(ENTITY, entity_id, resource), before, LevelSpec())
             )
     return wanted_levels
 
@@ -365,7 +329,7 @@ def _plan_shards(out: _Changes, manifest: Manifest, stored: Stored) -> None:
     for entity_id, spec in sorted(manifest.entities.items()):
         for resource, count in sorted(spec.shards.items()):
             current = stored.shards.get((entity_id, resource), 0)
-            target = Target(SHARDS, entity_id, resource)
+            target = Subject(SHARDS, entity_id, resource)
             out.add(
                 Change("update", target, current, count) if current < count else None, out.splits
             )
@@ -375,7 +339,7 @@ def make_plan(
     manifest: Manifest, stored: Stored, owned_before: Ownership, *, full: bool = False
 ) -> Plan:
     """Every change that takes the table to the manifest, in the order apply runs them."""
-    check_parents(manifest, stored)
+    check_against_table(manifest, stored, owned_before)
     out = _Changes()
     _plan_defaults(out, manifest, stored, owned_before, full)
     _plan_entities(out, manifest, stored, owned_before)
@@ -406,7 +370,7 @@ def _cascading(manifest: Manifest, stored: Stored, resource: str) -> bool:
     level = manifest.resources.get(resource)
     if level is not None:
         return level.cascade is True
-    return stored.resources.get(resource, Level()).cascade is True
+    return stored.resources.get(resource, LevelSpec()).cascade is True
 
 
 def warnings(manifest: Manifest, stored: Stored) -> list[str]:
@@ -415,7 +379,7 @@ def warnings(manifest: Manifest, stored: Stored) -> list[str]:
         if level.cascade is not True:
             continue
         declared = any(
-            spec.levels.get(where, Level()).limits is not None
+            spec.levels.get(where, LevelSpec()).limits is not None
             for spec in manifest.entities.values()
             for where in (resource, DEFAULT_RESOURCE)
         )

@@ -13,13 +13,13 @@ from collections.abc import Awaitable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..audit import ulid
 from ..connection import public_error
+from ..core.ulids import ulid
 from ..dynamo import keys
 from ..dynamo.transport import ConditionFailed, DynamoError
 from ..errors import ZAELimiterError
 from ..validation import DEFAULT_RESOURCE
-from .model import Level, Manifest, SystemLevel
+from .model import LevelSpec, Manifest, SystemSpec
 from .plan import Change, EntityState, Ownership, Stored
 
 if TYPE_CHECKING:
@@ -48,27 +48,27 @@ async def gather_limited(reads: Iterable[Awaitable[T]]) -> list[T]:
     return list(await asyncio.gather(*(one(r) for r in reads)))
 
 
-async def resource_level(repo: Repository, resource: str) -> Level:
+async def resource_level(repo: Repository, resource: str) -> LevelSpec:
     limits, disabled, cascade = await asyncio.gather(
         repo.get_resource_defaults(resource),
         repo.get_resource_disabled(resource),
         repo.get_resource_cascade(resource),
     )
-    return Level(tuple(limits) or None, disabled, cascade)
+    return LevelSpec(tuple(limits) or None, disabled, cascade)
 
 
-async def entity_level(repo: Repository, entity_id: str, resource: str) -> Level:
+async def entity_level(repo: Repository, entity_id: str, resource: str) -> LevelSpec:
     limits, disabled, cascade = await asyncio.gather(
         repo.get_limits(entity_id, resource),
         repo.get_entity_disabled(entity_id, resource),
         repo.get_entity_cascade(entity_id, resource),
     )
-    return Level(tuple(limits) or None, disabled, cascade)
+    return LevelSpec(tuple(limits) or None, disabled, cascade)
 
 
-async def system_level(repo: Repository) -> SystemLevel:
+async def system_level(repo: Repository) -> SystemSpec:
     limits, mode = await repo.get_system_defaults()
-    return SystemLevel(tuple(limits) or None, mode)
+    return SystemSpec(tuple(limits) or None, mode)
 
 
 async def entity_state(repo: Repository, entity_id: str) -> EntityState:
@@ -98,6 +98,9 @@ async def read_stored(repo: Repository, manifest: Manifest, owned: Ownership) ->
     }
     levels = {(e, r) for e, spec in manifest.entities.items() for r in spec.levels}
     levels |= set(owned.entity_levels)
+    for entity_id, spec in manifest.entities.items():  # the limits a pre-split must allow
+        resources |= set(spec.shards)
+        levels |= {(entity_id, r) for r in (*spec.shards, DEFAULT_RESOURCE) if spec.shards}
     entities = set(manifest.entities) | set(manifest.child_parents().values()) | set(owned.parents)
     with_children = set(manifest.child_parents()) | {
         e

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import versioning
-from ..audit import iso
+from ..core.times import iso_millis
 from ..dynamo import codec, keys
 from ..dynamo.store import Store
 from ..dynamo.transport import ConditionFailed
@@ -168,7 +168,7 @@ class _ProgressWriter:
         self.migration = migration
         self.updated_by = updated_by
         self.stored = progress is not None
-        now = iso(ctx.clock())
+        now = iso_millis(ctx.clock())
         self.progress = progress or Progress(migration.id, started_at=now, updated_at=now)
 
     async def save(self, **changes: Any) -> None:
@@ -176,7 +176,7 @@ class _ProgressWriter:
         updated = replace(
             previous,
             rev=previous.rev + 1,
-            updated_at=iso(self.ctx.clock()),
+            updated_at=iso_millis(self.ctx.clock()),
             updated_by=self.updated_by,
             **changes,
         )

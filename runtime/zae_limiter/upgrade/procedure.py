@@ -25,8 +25,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from .. import versioning
-from ..audit import iso
 from ..connection import read_version_record, system_clock
+from ..core.times import iso_millis
 from ..dynamo import keys
 from ..dynamo.store import Store
 from ..dynamo.transport import ConditionFailed, Transport
@@ -219,6 +219,9 @@ async def upgrade(
 ) -> UpgradeResult:
     """Upgrade the table of `repo` (or `table`/`region`/`endpoint_url`) to this library.
 
+    `report` is told the steps and their progress; the verdict (up to date, upgraded) is the
+    result's, and is logged.
+
     Raises VersionMismatchError / IncompatibleSchemaError (refused: nothing written),
     InfrastructureNotFoundError (no table or version record) or UpgradeError (stopped part-way:
     what finished stays finished, and running it again resumes). `bundle` defaults to the zip
@@ -233,11 +236,8 @@ async def upgrade(
         code = None
         if plan.push_code:
             code = bundle or build_aggregator_bundle()
-        if not plan.steps:
-            say(
-                f"table {plan.table} is up to date (zae-limiter {plan.library_version}); "
-                "nothing to do"
-            )
+        if not plan.steps:  # the verdict is the result's (the CLI prints it once)
+            log.info("table %s is up to date with zae-limiter %s", plan.table, plan.library_version)
             return UpgradeResult(plan, applied=False, record=record)
         sha = None if code is None else code.sha256
         if dry_run:
@@ -280,9 +280,11 @@ async def upgrade(
             aggregator_version=plan.aggregator_to,
             updated_by=by,
         )
-        say(
-            f"table {plan.table} upgraded: schema {record.get('schema_version')}, aggregator "
-            f"{record.get('aggregator_version')}"
+        log.info(
+            "table %s upgraded: schema %s, aggregator %s",
+            plan.table,
+            record.get("schema_version"),
+            record.get("aggregator_version"),
         )
         if repo is not None:
             repo.scope.shared.version_record = dict(record)
@@ -341,7 +343,7 @@ async def _write_record(
     values: dict[str, Any] = {
         ":schema": schema_version,
         ":agg": aggregator_version,
-        ":at": iso(target.clock()),
+        ":at": iso_millis(target.clock()),
         ":by": updated_by,
     }
     checks = ["attribute_exists(#pk)"]

@@ -29,32 +29,37 @@ import asyncio
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from .. import versioning
-from ..alerts.detect import crossings as alert_crossings
-from ..alerts.event import Crossing
-from ..alerts.recorder import AlertRecorder, AlertSink
-from ..dynamo import keys, snapshot_items, transport
-from ..dynamo.snapshot_items import Counts, SnapshotKey
+from .. import namespace_labels, versioning
+from ..alerts.detect import asks_for_alerts
+from ..alerts.held import HeldCrossings
+from ..alerts.recorder import AlertSink
+from ..dynamo import keys, multi_region, stream_records, transport
 from ..dynamo.store import Store
+from ..dynamo.stream_records import MalformedRecord, StreamRecord
 from ..dynamo.transport import (
     AccessDenied,
+    DynamoUnavailable,
     TableMissing,
     TransactionCancelled,
     Transport,
-    Unavailable,
     UnknownOutcome,
 )
 from ..errors import IncompatibleSchemaError, InfrastructureNotFoundError
 from ..schema import SCHEMA_VERSION
-from . import records as stream_records
+from . import records as usage_records
+from . import snapshot_items
+from .aggregator_outcome import BatchResult as BatchResult
+from .aggregator_outcome import MetricPoint as MetricPoint
+from .aggregator_outcome import metric_points
 from .aggregator_settings import DEFAULT_MARKER_TTL_HOURS as DEFAULT_MARKER_TTL_HOURS
 from .aggregator_settings import AggregatorSettings as AggregatorSettings
-from .records import BucketChange, MalformedRecord, StreamRecord
+from .records import BucketChange
+from .snapshot_items import Counts, SnapshotKey
+from .snapshot_writes import SnapshotWrites
 from .windows import bounds
 
 log = logging.getLogger("zae_limiter.usage.aggregator")
@@ -80,49 +85,16 @@ def _system_clock() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True)
-class MetricPoint:
-    """One value for the dashboard: name, value, unit, dimensions (never an entity)."""
-
-    name: str
-    value: float
-    unit: str
-    dimensions: tuple[tuple[str, str], ...]
-
-
-@dataclass
-class Outcome:
-    """What one batch did. `failures` maps a record's position in the batch to its error."""
-
-    total: int
-    sequence_numbers: dict[int, str | None] = field(default_factory=dict)
-    failures: dict[int, BaseException] = field(default_factory=dict)
-    applied: int = 0  # records whose changes were written by this call
-    duplicates: int = 0  # records already applied by an earlier delivery
-    archived: int = 0
-    ignored: int = 0  # records that count nothing
-    alerts_stored: int = 0  # threshold alerts stored by this call (docs/alerts.md)
-    alerts_published: int = 0
-    metrics: list[MetricPoint] = field(default_factory=list)
-
-    def batch_item_failures(self) -> list[dict[str, str]]:
-        """Lambda's partial batch response items, in batch order."""
-        return [
-            {"itemIdentifier": self.sequence_numbers.get(pos) or ""}
-            for pos in sorted(self.failures)
-        ]
-
-    def response(self) -> dict[str, list[dict[str, str]]]:
-        return {"batchItemFailures": self.batch_item_failures()}
-
-
 @dataclass
 class _Pending:
     position: int
     record: StreamRecord
     change: BucketChange
     snapshots: dict[SnapshotKey, Counts]
-    crossings: list[Crossing] = field(default_factory=list)
+
+    @property
+    def event_id(self) -> str:
+        return self.record.event_id
 
 
 class Aggregator:
@@ -142,12 +114,15 @@ class Aggregator:
         self.settings = settings or AggregatorSettings()
         self._clock = clock or _system_clock
         self._archive = archive
-        self._alerts = AlertRecorder(store, alerts, self._clock, self.settings.alert_retention_days)
+        self.held = HeldCrossings.of(
+            store, alerts, self._clock, self.settings, self._namespace_name
+        )  # (alerts)
         self._transport = transport_owned
         self._version_record: dict[str, Any] | None = None
         self._version_checked_at: int | None = None
         self._warned_version: object = _NOT_WARNED
         self._namespace_names: dict[str, str] = {}
+        self._one_at_a_time = SnapshotWrites(store, self._clock, self._snapshot_ttl)
 
     @classmethod
     async def connect(
@@ -166,6 +141,13 @@ class Aggregator:
             region=region, endpoint_url=endpoint_url, client_config=client_config
         )
         store = Store(conn, table)
+        try:  # a table with multi-Region strong consistency has no transactions
+            store.multi_region = multi_region.from_description(
+                await store.describe_table(), conn.region
+            )
+        except BaseException:
+            await conn.close()
+            raise
         return cls(
             store, settings, clock=clock, archive=archive, transport_owned=conn, alerts=alerts
         )
@@ -206,7 +188,9 @@ class Aggregator:
                 "its batches until it is upgraded (`zae-limiter upgrade`)",
             )
         recorded = record.get("aggregator_version")
-        if recorded != versioning.LIBRARY_VERSION and recorded != self._warned_version:
+        # None: no aggregator is recorded (a table made by `create_table`, as `local up` makes
+        # it); this one runs anyway and has nothing to disagree with.
+        if recorded not in (None, versioning.LIBRARY_VERSION, self._warned_version):
             self._warned_version = recorded
             log.warning(
                 "aggregator code is zae-limiter %s but table %s records aggregator_version %s",
@@ -224,60 +208,79 @@ class Aggregator:
         """A DynamoDB Streams Lambda event -> Lambda's partial batch response."""
         return (await self.process(list(event.get("Records") or []))).response()
 
-    async def process(self, records: Sequence[Any]) -> Outcome:
+    async def process(self, records: Sequence[Any]) -> BatchResult:
         """Apply a batch (the `Records` of a stream event). Raises only when the whole batch must
         be retried (version check, table unreachable before anything was read)."""
         await self.check_version()
-        outcome = Outcome(total=len(records))
+        outcome = BatchResult(total=len(records))
         pending: list[_Pending] = []
+        watched: list[tuple[int, StreamRecord]] = []  # bucket records with alert thresholds
         expired_audit: list[tuple[int, StreamRecord, dict[str, Any]]] = []
         first_of: dict[str, int] = {}
         repeats: dict[int, int] = {}
         for position, raw in enumerate(records):
-            outcome.sequence_numbers[position] = _sequence_of(raw)
+            outcome.sequence_numbers[position] = stream_records.sequence_of(raw)
             try:
                 record = stream_records.parse_record(raw)
                 if record.event_id in first_of:
                     repeats[position] = first_of[record.event_id]
                     continue
                 first_of[record.event_id] = position
-                change = stream_records.bucket_change(record)
+                change = usage_records.bucket_change(record)
+                if asks_for_alerts(record):  # threshold alerts (docs/alerts.md)
+                    watched.append((position, record))
                 if change is not None:
-                    counts = stream_records.snapshot_counts(change, self.settings.windows)
-                    crossed = alert_crossings(record)  # threshold alerts (docs/alerts.md)
-                    pending.append(_Pending(position, record, change, counts, crossed))
-                elif self._archive is not None and stream_records.is_audit_expiry(record):
-                    expired_audit.append((position, record, stream_records.audit_line(record)))
+                    counts = usage_records.snapshot_counts(change, self.settings.windows)
+                    pending.append(_Pending(position, record, change, counts))
+                elif self._archive is not None and usage_records.is_audit_expiry(record):
+                    expired_audit.append((position, record, usage_records.audit_line(record)))
                 else:
                     outcome.ignored += 1
             except MalformedRecord as exc:
                 outcome.failures[position] = exc
+            except Exception as exc:  # one record this code cannot read never stops the others
+                event_id = stream_records.event_id_of(raw)
+                outcome.failures[position] = MalformedRecord(
+                    f"record {event_id}: cannot be applied: {type(exc).__name__}: {exc}"
+                )
         applied = await self._apply(pending, outcome)
-        # every crossing, applied here or before: a redelivery publishes what is left unpublished
-        await self._alerts.record_batch([(p.position, p.crossings) for p in pending], outcome)
+        await self.held.batch(watched, outcome)  # a redelivery publishes what is unpublished
         await self._archive_batch(expired_audit, outcome)
         for position, first in repeats.items():
             if first in outcome.failures:
                 outcome.failures[position] = outcome.failures[first]
         for position, failure in sorted(outcome.failures.items()):
             log.warning(
-                "stream record %s (sequence %s) failed and will be retried: %s",
-                _event_id_of(records[position]),
+                "stream record %s (sequence %s%s) failed and will be retried: %s",
+                stream_records.event_id_of(records[position]),
                 outcome.sequence_numbers.get(position),
+                await self._where(records[position]),
                 failure,
             )
-        outcome.metrics = await self._metrics(applied)
+        names = {ns: await self._namespace_name(ns) for ns in {p.change.ns for p in applied}}
+        outcome.metrics = metric_points([p.change for p in applied], names, self._clock())
         return outcome
+
+    async def _where(self, raw: Any) -> str:
+        """`, item <entity>/<resource> of namespace 'name' (id)` for a bucket record's log line."""
+        bucket = stream_records.bucket_of(raw)
+        if bucket is None:
+            return ""
+        ns, entity_id, resource, shard = bucket
+        await self._namespace_name(ns)
+        return (
+            f", item {entity_id}/{resource} shard {shard} of namespace {namespace_labels.label(ns)}"
+        )
 
     # --- snapshots ---------------------------------------------------------------------------
 
-    async def _apply(self, pending: list[_Pending], outcome: Outcome) -> list[_Pending]:
+    async def _apply(self, pending: list[_Pending], outcome: BatchResult) -> list[_Pending]:
         applied: list[_Pending] = []
         for chunk in _chunks(pending):
             applied += await self._apply_chunk(chunk, outcome)
         return applied
 
-    async def _apply_chunk(self, chunk: list[_Pending], outcome: Outcome) -> list[_Pending]:
+    async def _apply_chunk(self, chunk: list[_Pending], outcome: BatchResult) -> list[_Pending]:
         """Apply the chunk in one transaction; returns the records applied by this call.
 
         Records whose marker exists are dropped (already applied) without using up an attempt.
@@ -288,6 +291,14 @@ class Aggregator:
         failed_attempts = 0
         while True:
             try:
+                if self._store.sequential:  # no transactions on this table (MRSC)
+                    applied, duplicates, ignored = await self._one_at_a_time.apply(
+                        remaining, self._clock() // 1000 + self.settings.marker_ttl_hours * 3600
+                    )
+                    outcome.duplicates += duplicates
+                    outcome.ignored += ignored
+                    outcome.applied += len(applied)
+                    return [p for p in remaining if p in applied]
                 await self._store.transact(self._operations(remaining))
             except TransactionCancelled as cancelled:
                 codes = [str(reason.get("Code")) for reason in cancelled.reasons]
@@ -311,7 +322,7 @@ class Aggregator:
                     continue
                 error: BaseException = cancelled
                 retry = any(code in _TRANSIENT_REASONS for code in codes)
-            except (UnknownOutcome, Unavailable) as unsure:
+            except (UnknownOutcome, DynamoUnavailable) as unsure:
                 error, retry = unsure, True
             except (AccessDenied, TableMissing) as fatal:
                 error = fatal
@@ -337,7 +348,7 @@ class Aggregator:
         return []
 
     async def _drop_deleted(
-        self, remaining: list[_Pending], deleted: list[tuple[str, str]], outcome: Outcome
+        self, remaining: list[_Pending], deleted: list[tuple[str, str]], outcome: BatchResult
     ) -> list[_Pending]:
         """Drop the records of writes made before their entity was deleted."""
         if not deleted:
@@ -392,10 +403,15 @@ class Aggregator:
         for key in sorted(merged):
             if merged[key].empty:
                 continue  # e.g. a debit and its refund: no snapshot for what debited nothing
-            _, end_ms = bounds(key.start_ms, key.window_type)
-            ttl = end_ms // 1000 + self._retention_days(key.window_type) * 86400
-            operations.append(snapshot_items.update_operation(key, merged[key], ttl))
+            operations.append(
+                snapshot_items.update_operation(key, merged[key], self._snapshot_ttl(key))
+            )
         return operations
+
+    def _snapshot_ttl(self, key: SnapshotKey) -> int:
+        """When a snapshot expires (epoch seconds): its window's end plus its retention."""
+        _, end_ms = bounds(key.start_ms, key.window_type)
+        return end_ms // 1000 + self._retention_days(key.window_type) * 86400
 
     def _retention_days(self, window_type: str) -> int:
         per_window = self.settings.retention_days
@@ -407,11 +423,11 @@ class Aggregator:
     # --- audit archive -----------------------------------------------------------------------
 
     async def _archive_batch(
-        self, expired: list[tuple[int, StreamRecord, dict[str, Any]]], outcome: Outcome
+        self, expired: list[tuple[int, StreamRecord, dict[str, Any]]], outcome: BatchResult
     ) -> None:
         if not expired or self._archive is None:
             return
-        key, body = stream_records.archive_object(
+        key, body = usage_records.archive_object(
             [record for _, record, _ in expired], [line for _, _, line in expired], self._clock()
         )
         try:
@@ -431,33 +447,9 @@ class Aggregator:
             except Exception:
                 return ns  # metrics only: fall back to the id, try again next batch
             self._namespace_names[ns] = str(item["name"]) if item and item.get("name") else ns
+            if item and item.get("name"):
+                namespace_labels.seen(ns, str(item["name"]))
         return self._namespace_names[ns]
-
-    async def _metrics(self, applied: list[_Pending]) -> list[MetricPoint]:
-        consumed: Counter[tuple[str, ...]] = Counter()
-        overdrawn: Counter[tuple[str, ...]] = Counter()
-        admissions: Counter[tuple[str, ...]] = Counter()
-        for p in applied:
-            ns = await self._namespace_name(p.change.ns)
-            resource, counts = p.change.resource, p.change.counts
-            consumed.update({(ns, resource, name): v for name, v in counts.consumed.items()})
-            overdrawn.update({(ns, resource, name): v for name, v in counts.overdrawn.items()})
-            admissions.update({(ns, resource): counts.events})
-        points = [
-            MetricPoint("Consumed", snapshot_items.whole(v), "Count", _dims(k))
-            for k, v in consumed.items()
-        ]
-        points += [MetricPoint("Overdrawn", v, "Count", _dims(k)) for k, v in overdrawn.items()]
-        points += [MetricPoint("Admissions", v, "Count", _dims(k)) for k, v in admissions.items()]
-        if applied:
-            oldest = min(p.change.event_ms for p in applied)
-            lag = max(0, self._clock() - oldest)
-            points.append(MetricPoint("ProcessingLagMs", lag, "Milliseconds", ()))
-        return points
-
-
-def _dims(key: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    return tuple(zip(("namespace", "resource", "limit"), key, strict=False))
 
 
 def _entities(chunk: Sequence[_Pending]) -> list[tuple[str, str]]:
@@ -485,15 +477,3 @@ def _chunks(pending: list[_Pending]) -> list[list[_Pending]]:
     if current:
         chunks.append(current)
     return chunks
-
-
-def _sequence_of(raw: Any) -> str | None:
-    try:
-        sequence = raw["dynamodb"]["SequenceNumber"]
-    except (KeyError, TypeError):
-        return None
-    return sequence if isinstance(sequence, str) else None
-
-
-def _event_id_of(raw: Any) -> str | None:
-    return raw.get("eventID") if isinstance(raw, Mapping) else None

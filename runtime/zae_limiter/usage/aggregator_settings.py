@@ -7,9 +7,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..alerts.recorder import DEFAULT_ALERT_HOLD_SECONDS, DEFAULT_ALERT_RETENTION_DAYS
 from .windows import DEFAULT_WINDOWS, WINDOW_TYPES
 
-DEFAULT_ALERT_RETENTION_DAYS = 90
 DEFAULT_MARKER_TTL_HOURS = 72  # longer than the stream's 24 h, so any redelivery finds its marker
 
 
@@ -19,6 +19,15 @@ def _positive(env: Mapping[str, str], name: str) -> int | None:
         return None
     if not raw.isdigit() or int(raw) <= 0:
         raise ValueError(f"{name} must be a positive whole number, not {raw!r}")
+    return int(raw)
+
+
+def _whole(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit():
+        raise ValueError(f"{name} must be a whole number of seconds, not {raw!r}")
     return int(raw)
 
 
@@ -34,6 +43,9 @@ class AggregatorSettings:
     marker_ttl_hours: int = DEFAULT_MARKER_TTL_HOURS
     #: Days a threshold alert is kept after it was crossed (docs/alerts.md).
     alert_retention_days: int = DEFAULT_ALERT_RETENTION_DAYS
+    #: Seconds a crossing is held until no refund can take it back (docs/alerts.md); shorter
+    #: holds are exact only if every refund of a never-kept debit lands that much sooner.
+    alert_hold_seconds: int = DEFAULT_ALERT_HOLD_SECONDS
 
     def __post_init__(self) -> None:
         unknown = [w for w in self.windows if w not in WINDOW_TYPES]
@@ -44,7 +56,7 @@ class AggregatorSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> AggregatorSettings:
         """`SNAPSHOT_WINDOWS` (e.g. "hourly,daily,monthly"), `USAGE_RETENTION_DAYS`,
         `USAGE_RETENTION_DAYS_HOURLY|DAILY|MONTHLY`, `AGGREGATOR_MARKER_TTL_HOURS`,
-        `ALERT_RETENTION_DAYS`."""
+        `ALERT_RETENTION_DAYS`, `ALERT_HOLD_SECONDS` (0 allowed)."""
         env = os.environ if env is None else env
         raw_windows = env.get("SNAPSHOT_WINDOWS", "")
         chosen = tuple(w.strip() for w in raw_windows.split(",") if w.strip()) or DEFAULT_WINDOWS
@@ -61,4 +73,5 @@ class AggregatorSettings:
             or DEFAULT_MARKER_TTL_HOURS,
             alert_retention_days=_positive(env, "ALERT_RETENTION_DAYS")
             or DEFAULT_ALERT_RETENTION_DAYS,
+            alert_hold_seconds=_whole(env, "ALERT_HOLD_SECONDS", DEFAULT_ALERT_HOLD_SECONDS),
         )

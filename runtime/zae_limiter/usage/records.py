@@ -1,4 +1,5 @@
-"""What the aggregator counts: stream records -> per-snapshot changes and audit archive lines. Pure.
+"""What the aggregator counts: stream records (`dynamo.stream_records`) -> per-snapshot changes
+and audit archive lines. Pure.
 
 A bucket item carries running counters per generation (`g`): `L.<limit>.t` net consumption
 (milli), `L.<limit>.o` writes that left a soft limit below zero, and `n` admissions net of
@@ -13,99 +14,21 @@ can never make a record fail.
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from .. import audit
-from ..dynamo import codec, keys
-from ..dynamo.snapshot_items import Counts, SnapshotKey
-from ..schema import PARTITION_KEY, SORT_KEY
+from ..dynamo import bucket_attributes as attrs
+from ..dynamo import keys
+from ..dynamo.stream_records import MalformedRecord, StreamRecord, is_bucket
 from . import windows
+from .snapshot_items import Counts, SnapshotKey
 
 ARCHIVE_PREFIX = "audit"
-TTL_PRINCIPAL = "dynamodb.amazonaws.com"
-
-
-class MalformedRecord(ValueError):
-    """A stream record the aggregator cannot read; reported as that record's failure."""
-
-
-@dataclass(frozen=True)
-class StreamRecord:
-    """The parts of one DynamoDB stream record (Lambda event shape) the aggregator reads."""
-
-    event_id: str
-    event_name: str
-    sequence_number: str
-    pk: str
-    sk: str
-    old_wire: Mapping[str, Any] | None
-    new_wire: Mapping[str, Any] | None
-    created_s: float | None
-    ttl_removal: bool
-
-    def image(self, which: str) -> dict[str, Any] | None:
-        """The old or new image in plain form; MalformedRecord if it cannot be decoded."""
-        wire = self.old_wire if which == "old" else self.new_wire
-        if wire is None:
-            return None
-        try:
-            return codec.decode_item(dict(wire))
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise MalformedRecord(
-                f"record {self.event_id}: undecodable {which} image: {exc}"
-            ) from exc
-
-
-def parse_record(raw: Any) -> StreamRecord:
-    """One `Records[i]` of a DynamoDB Streams Lambda event -> StreamRecord."""
-    if not isinstance(raw, Mapping):
-        raise MalformedRecord(f"a stream record must be an object, not {type(raw).__name__}")
-    body = raw.get("dynamodb")
-    event_id, event_name = raw.get("eventID"), raw.get("eventName")
-    if not isinstance(body, Mapping) or not isinstance(event_id, str) or not event_id:
-        raise MalformedRecord("a stream record needs eventID and dynamodb")
-    if event_name not in ("INSERT", "MODIFY", "REMOVE"):
-        raise MalformedRecord(f"record {event_id}: unknown eventName {event_name!r}")
-    sequence = body.get("SequenceNumber")
-    if not isinstance(sequence, str) or not sequence:
-        raise MalformedRecord(f"record {event_id}: no SequenceNumber")
-    try:
-        pk = codec.decode(body["Keys"][PARTITION_KEY])
-        sk = codec.decode(body["Keys"][SORT_KEY])
-    except (KeyError, TypeError, ValueError, AttributeError):
-        raise MalformedRecord(
-            f"record {event_id}: Keys must hold string {PARTITION_KEY}/{SORT_KEY}"
-        ) from None
-    if not isinstance(pk, str) or not isinstance(sk, str):
-        raise MalformedRecord(f"record {event_id}: keys must be strings")
-    old, new = body.get("OldImage"), body.get("NewImage")
-    for image in (old, new):
-        if image is not None and not isinstance(image, Mapping):
-            raise MalformedRecord(f"record {event_id}: images must be objects")
-    created = body.get("ApproximateCreationDateTime")
-    identity = raw.get("userIdentity")
-    ttl_removal = (
-        isinstance(identity, Mapping)
-        and identity.get("type") == "Service"
-        and identity.get("principalId") == TTL_PRINCIPAL
-    )
-    return StreamRecord(
-        event_id=event_id,
-        event_name=event_name,
-        sequence_number=sequence,
-        pk=pk,
-        sk=sk,
-        old_wire=old,
-        new_wire=new,
-        created_s=float(created) if isinstance(created, int | float) else None,
-        ttl_removal=ttl_removal,
-    )
 
 
 # --- bucket changes ------------------------------------------------------------------------------
@@ -139,26 +62,23 @@ def _integer(value: Any, what: str, event_id: str) -> int:
 
 
 def _counters(item: dict[str, Any], event_id: str) -> _Counters:
-    limits = item.get("L", {})
+    limits = item.get(attrs.LIMITS, {})
     if not isinstance(limits, dict):
-        raise MalformedRecord(f"record {event_id}: bucket attribute L must be a map")
+        raise MalformedRecord(f"record {event_id}: bucket attribute {attrs.LIMITS} must be a map")
     consumed: dict[str, int] = {}
     overdrawn: dict[str, int] = {}
     for name, raw in limits.items():
         if not isinstance(raw, dict):
             raise MalformedRecord(f"record {event_id}: limit {name!r} must be a map")
-        consumed[name] = _integer(raw.get("t", 0), f"L.{name}.t", event_id)
-        overdrawn[name] = _integer(raw.get("o", 0), f"L.{name}.o", event_id)
+        where = f"{attrs.LIMITS}.{name}"
+        consumed[name] = _integer(raw.get(attrs.CONSUMED, 0), f"{where}.t", event_id)
+        overdrawn[name] = _integer(raw.get(attrs.OVERDRAWN, 0), f"{where}.o", event_id)
     return _Counters(
-        generation=str(item.get("g", "")),
-        admissions=_integer(item.get("n", 0), "n", event_id),
+        generation=str(item.get(attrs.GENERATION, "")),
+        admissions=_integer(item.get(attrs.ADMISSIONS, 0), attrs.ADMISSIONS, event_id),
         consumed=consumed,
         overdrawn=overdrawn,
     )
-
-
-def is_bucket(record: StreamRecord) -> bool:
-    return keys.is_bucket({PARTITION_KEY: record.pk, SORT_KEY: record.sk})
 
 
 def bucket_change(record: StreamRecord) -> BucketChange | None:
@@ -172,7 +92,7 @@ def bucket_change(record: StreamRecord) -> BucketChange | None:
         ns, entity_id, resource, _ = keys.parse_bucket_partition(record.pk)
     except ValueError as exc:
         raise MalformedRecord(f"record {record.event_id}: {exc}") from None
-    event_ms = _integer(new.get("ts"), "ts", record.event_id)
+    event_ms = _integer(new.get(attrs.WRITTEN_AT), attrs.WRITTEN_AT, record.event_id)
     after = _counters(new, record.event_id)
     old = record.image("old")
     if old is None and record.event_name == "MODIFY":
@@ -192,7 +112,7 @@ def bucket_change(record: StreamRecord) -> BucketChange | None:
             counts.overdrawn[name] = delta
     if counts.empty:
         return None
-    parent = new.get("par") if new.get("cas") else None
+    parent = new.get(attrs.PARENT) if new.get(attrs.CASCADE) else None
     return BucketChange(ns, entity_id, resource, event_ms, counts, str(parent) if parent else None)
 
 
@@ -255,23 +175,3 @@ def archive_object(
     key = f"{ARCHIVE_PREFIX}/year={when:%Y}/month={when:%m}/day={when:%d}/{name}"
     text = "".join(json.dumps(line, sort_keys=True, default=str) + "\n" for line in lines)
     return key, gzip.compress(text.encode(), mtime=0)
-
-
-def _jsonable(value: Any) -> Any:
-    """A botocore value as Lambda's JSON event carries it (binary as base64, times as seconds)."""
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, datetime):
-        return int(value.timestamp())
-    return value
-
-
-def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
-    """One GetRecords record -> one `Records[i]` of a DynamoDB Streams Lambda event."""
-    out = {k: _jsonable(v) for k, v in record.items()}
-    out["eventSourceARN"] = stream_arn
-    return out

@@ -22,9 +22,9 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..dynamo.stream_records import lambda_record
 from ..errors import ZAELimiterError
 from .aggregator import Aggregator, AggregatorSettings
-from .records import lambda_record
 
 if TYPE_CHECKING:
     from ..repository import Repository
@@ -46,8 +46,9 @@ class NoDeadLetterQueue(ZAELimiterError):
         self.table = table
         super().__init__(
             f"table {table!r} records no aggregator DLQ: only a `cdk deploy` (ZaeLimiter "
-            "construct) creates one. Locally, `zae-limiter local up` retries failing records "
-            "itself and never drops them, so there is nothing to redrive."
+            "construct) creates one. Locally, `zae-limiter local up` writes records that keep "
+            "failing to aggregator-dead-letters.jsonl in its state directory "
+            "(`zae-limiter local status` names it), with the reason of each."
         )
 
 

@@ -5,31 +5,23 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from ..core.times import epoch_ms, iso_seconds, utc
 from ..errors import ValidationError
 
 WindowType = Literal["hourly", "daily", "monthly"]
 WINDOW_TYPES: tuple[WindowType, ...] = ("hourly", "daily", "monthly")
 DEFAULT_WINDOWS: tuple[WindowType, ...] = ("hourly", "daily")
-ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-
-
-def _utc(ms: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
-
-
-def _ms(moment: datetime) -> int:
-    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
 
 
 def bounds(event_ms: int, window_type: str) -> tuple[int, int]:
     """(start, end) epoch ms of the UTC window of `window_type` that contains `event_ms`."""
-    moment = _utc(event_ms)
+    moment = utc(event_ms)
     if window_type == "hourly":
         start = moment.replace(minute=0, second=0, microsecond=0)
-        return _ms(start), _ms(start + timedelta(hours=1))
+        return epoch_ms(start), epoch_ms(start + timedelta(hours=1))
     if window_type == "daily":
         start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
-        return _ms(start), _ms(start + timedelta(days=1))
+        return epoch_ms(start), epoch_ms(start + timedelta(days=1))
     if window_type == "monthly":
         start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         end = (
@@ -37,18 +29,8 @@ def bounds(event_ms: int, window_type: str) -> tuple[int, int]:
             if start.month == 12
             else start.replace(month=start.month + 1)
         )
-        return _ms(start), _ms(end)
+        return epoch_ms(start), epoch_ms(end)
     raise ValueError(f"unknown window type {window_type!r}")
-
-
-def iso(ms: int) -> str:
-    """Epoch ms -> `2026-01-05T14:00:00Z` (whole seconds, as snapshot windows are stored)."""
-    return _utc(ms).strftime(ISO_FORMAT)
-
-
-def from_iso(text: str) -> int:
-    """A stored window time -> epoch ms."""
-    return _ms(datetime.strptime(text, ISO_FORMAT).replace(tzinfo=UTC))
 
 
 def window_type(value: Any, field: str = "window_type") -> WindowType:
@@ -80,4 +62,4 @@ def query_time(value: Any, field: str) -> str | None:
     moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
     if moment.microsecond:
         moment = moment.replace(microsecond=0) + timedelta(seconds=1)
-    return moment.strftime(ISO_FORMAT)
+    return iso_seconds(epoch_ms(moment))

@@ -72,7 +72,23 @@ class History:
         return out
 
     def total(self, field_name: str) -> int:
-        return sum(int(line[field_name]) for line in self.stats.values())
+        return sum(int(line.get(field_name, 0)) for line in self.stats.values())
+
+    def undecided(self, op: Op) -> bool:
+        """Whether the operation's process left a write undecided (its stats say so): a refund
+        of the operation's may then be that write, landed or not (docs/on-unavailable.md, "When
+        a write stays undecided": a refund sent without evidence whose answer was lost)."""
+        worker = str(op.invoke["op"]).rsplit("-", 2)[0]
+        return int(self.stats.get(worker, {}).get("undecided", 0)) > 0
+
+    def add(self, line: dict[str, Any]) -> None:
+        """One log line (an operation's invoke or outcome, or a worker's stats)."""
+        if line["e"] == "invoke":
+            self.ops[line["op"]] = Op(line)
+        elif line["e"] == "stats":
+            self.stats[line["name"]] = line
+        elif line["op"] in self.ops:
+            self.ops[line["op"]].done = line
 
 
 def read_history(logs: list[Path]) -> History:
@@ -85,12 +101,7 @@ def read_history(logs: list[Path]) -> History:
                 line = json.loads(raw)
             except json.JSONDecodeError:
                 continue  # the last line of a killed process may be cut short
-            if line["e"] == "invoke":
-                history.ops[line["op"]] = Op(line)
-            elif line["e"] == "stats":
-                history.stats[line["name"]] = line
-            elif line["op"] in history.ops:
-                history.ops[line["op"]].done = line
+            history.add(line)
     return history
 
 
@@ -126,20 +137,29 @@ class Checked:
 
     @property
     def problems(self) -> list[str]:
-        out = [f"worker failed: {error}" for error in self.errors]
-        for v in self.verdicts:
-            if v.over > 0:
-                out.append(f"{v.bucket}: admitted {v.over:.2f} over its limit")
-            if not v.ledger_ok:
-                out.append(f"{v.bucket}: consumed {v.consumed} outside [{v.lower}, {v.upper}]")
-            if not v.leftover_ok:
-                out.append(f"{v.bucket}: refund-only entity left {v.leftover}")
-            if not v.all_or_none_ok:
-                out.append(f"{v.bucket}: all-or-none gap {v.all_or_none_gap}")
-        unexpected = self.history.outcomes["unknown (unexpected error)"]
-        if unexpected:
-            out.append(f"{unexpected} operations raised an undocumented error")
-        return out
+        return [f"worker failed: {error}" for error in self.errors] + problems_of(
+            self.history, self.verdicts
+        )
+
+
+def problems_of(history: History, verdicts: list[Verdict]) -> list[str]:
+    """Every violation the verdicts and the operations' outcomes show, one line each."""
+    out = []
+    for v in verdicts:
+        if v.over > 0:
+            out.append(f"{v.bucket}: admitted {v.over:.2f} over its limit")
+        if not v.ledger_ok:
+            out.append(f"{v.bucket}: consumed {v.consumed} outside [{v.lower}, {v.upper}]")
+        if not v.leftover_ok:
+            out.append(f"{v.bucket}: refund-only entity left {v.leftover}")
+        if not v.all_or_none_ok:
+            out.append(f"{v.bucket}: all-or-none gap {v.all_or_none_gap}")
+    unexpected = history.outcomes["unknown (unexpected error)"]
+    if unexpected:
+        errors = sorted({str(op.done.get("error")) for op in history.ops.values()
+                         if op.done is not None and op.done.get("unexpected")})  # fmt: skip
+        out.append(f"{unexpected} operations raised an undocumented error: {errors[:3]}")
+    return out
 
 
 async def consumed_by_bucket(repo: Repository, entities: set[str]) -> Counter[str]:
@@ -208,11 +228,12 @@ def worst_excess(ops: list[Op], bucket: str, capacity: int, rate: float, slack_s
     return max(0.0, worst)
 
 
-async def check(ran: Ran, repo: Repository, limits: Limits) -> Checked:
-    history = read_history(ran.logs)
+def judge(
+    history: History, stored: Counter[str], limits: Limits, skew_spread_ms: int
+) -> list[Verdict]:
+    """Every bucket's verdict: `stored` is each bucket's consumption as read after the run."""
     buckets = limits.by_bucket()
-    stored = await consumed_by_bucket(repo, {b.split("|")[0] for b in buckets})
-    slack_s = 2 * ran.skew_spread_ms / 1000
+    slack_s = 2 * skew_spread_ms / 1000
     verdicts = []
     for bucket, (capacity, rate) in buckets.items():
         touching = [op for op in history.ops.values() if bucket in op.invoke["max"]]
@@ -220,6 +241,7 @@ async def check(ran: Ran, repo: Repository, limits: Limits) -> Checked:
         unknown = [op for op in touching if op.outcome == "unknown"]
         lower = sum(_amount(op.done, "kept", bucket) for op in ok)
         upper = lower + sum(int(op.invoke["max"][bucket]) for op in unknown)
+        upper += sum(_amount(op.done, "credit", bucket) for op in ok if history.undecided(op))
         consumed = stored[bucket]
         admitted = sum(
             _amount(op.done, "entry", bucket) + _amount(op.done, "extra", bucket) for op in ok
@@ -250,4 +272,11 @@ async def check(ran: Ran, repo: Repository, limits: Limits) -> Checked:
             verdict.all_or_none_gap = calls_api - calls_budget
             verdict.all_or_none_ok = abs(calls_api - calls_budget) <= unknown_three
         verdicts.append(verdict)
-    return Checked(history, verdicts)
+    return verdicts
+
+
+async def check(ran: Ran, repo: Repository, limits: Limits) -> Checked:
+    history = read_history(ran.logs)
+    entities = {b.split("|")[0] for b in limits.by_bucket()}
+    stored = await consumed_by_bucket(repo, entities)
+    return Checked(history, judge(history, stored, limits, ran.skew_spread_ms))

@@ -4,7 +4,10 @@ Each admitted lease was *certainly* holding its unit from when its acquire retur
 - its exit was invoked, when it exited with its hold (`hold_lost` False then): the give-back
   lands after that;
 - its entry's last logged expiry (real time), when its hold was lost, or its process was killed
-  with the lease open: no other writer frees an entry before its holder counts it lost.
+  with the lease open: no other writer frees an entry before its holder counts it lost; for a
+  lost hold, no later than the first write of its own process (planned) that shows the entry
+  gone (a holder removes its own entries once its leases count them lost, which can be before
+  an expiry a renewal confirmed late set: simulation seed `plans.drawn(51)`).
 Counting these intervals undercounts what was held at any instant (holds start before the
 acquire returns and end after the exit is invoked), so a count above the cap is a certain
 violation. Ends sort before starts at the same instant.
@@ -23,6 +26,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SETTLE_S = 1.0  # beyond the proxy's read timeout (0.5 s): the entry's last write has landed
 
@@ -81,21 +85,37 @@ def recovery(key: str, expiry: float, owner: str, writes: list[Write], ttl: floa
 
 
 def check_holds(logs: list[Path], cap: int, ttl: float) -> HoldHistory:
+    """The verdicts on the hold workers' logs (a process killed before it logged anything did
+    nothing)."""
+    return check_hold_lines(
+        {
+            path.stem: [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            for path in logs
+            if path.exists()
+        },
+        cap,
+        ttl,
+    )
+
+
+def check_hold_lines(logs: dict[str, list[dict[str, Any]]], cap: int, ttl: float) -> HoldHistory:
+    """The verdicts on the log lines of each process (by name)."""
     out = HoldHistory()
     writes: list[Write] = []
     dead: list[tuple[str, float, str]] = []  # (entry, expiry, process)
-    for path in logs:
-        if not path.exists():
-            continue  # killed before it logged anything: it did nothing
-        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for process, lines in logs.items():
         expiries: dict[str, float] = {}
         open_: dict[str, tuple[float, str]] = {}  # op -> (start, entry)
+        gone: dict[str, float] = {}  # op -> its own first write showing its entry gone
         for line in lines:
             event = line["e"]
             if event == "entry":
                 expiries[line["key"]] = line["expiry"]
             elif event == "wrote":
-                writes.append(Write(path.stem, line["t"], line["rt"], frozenset(line["keys"])))
+                writes.append(Write(process, line["t"], line["rt"], frozenset(line["keys"])))
+                for op, (start, key) in open_.items():
+                    if key not in line["keys"] and op not in gone:
+                        gone[op] = max(start, line["t"])
             elif event == "partition":
                 out.partitions += 1
             elif event == "stats":
@@ -105,7 +125,9 @@ def check_holds(logs: list[Path], cap: int, ttl: float) -> HoldHistory:
                 open_[line["op"]] = (line["t"], line["key"])
             elif event == "leave":
                 start, key = open_.pop(line["op"])
-                end = expiries.get(key, start) if line["lost"] else line["t"]
+                end = line["t"]
+                if line["lost"]:
+                    end = min(expiries.get(key, start), gone.get(line["op"], float("inf")))
                 out.outcomes["lost" if line["lost"] else "given back"] += 1
                 out.intervals.append((start, max(start, end)))
             else:
@@ -113,9 +135,7 @@ def check_holds(logs: list[Path], cap: int, ttl: float) -> HoldHistory:
         for start, key in open_.values():  # killed with the lease open: until its entry lapsed
             out.outcomes["open at kill"] += 1
             out.intervals.append((start, max(start, expiries.get(key, start))))
-        dead += [
-            (k, expiries[k], path.stem) for k in {k for _, k in open_.values()} if k in expiries
-        ]
+        dead += [(k, expiries[k], process) for k in {k for _, k in open_.values()} if k in expiries]
     writes.sort(key=lambda w: w.planned)
     out.recoveries = [recovery(key, expiry, owner, writes, ttl) for key, expiry, owner in dead]
     events = sorted([(s, 1) for s, _ in out.intervals] + [(e, -1) for _, e in out.intervals])

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from support.history.hold_checker import HoldHistory, check_holds
 from support.history.report import counts, settings
 from support.history.runner import Ran, Run, run_workers, worker_errors
 from support.history.workload import Limits
-from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository
+from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, RateLimitExceeded, Repository
 from zae_limiter.dynamo import keys
 
 ENTITY, RESOURCE, LIMIT = "u1", "llm", "parallel"
@@ -87,12 +89,43 @@ class HoldRun:
         return out + self.errors
 
 
+async def take_the_cap(limiter: RateLimiter, cap: int, attempts: int = 40) -> int:
+    """Take all `cap` units of the limit, one a call, holding them together, then give them
+    back; the attempts it took. One unit a call, because a call takes at most one shard's share
+    of a split bucket (a refused unit moves to another shard); every unit taken is a writer that
+    sees the holds left behind and frees them a lease_ttl after that first sighting. A unit
+    that never comes back (a slot leaked) leaves the cap short after `attempts`."""
+    tried = 0
+    async with AsyncExitStack() as leases:
+        taken = 0
+        while taken < cap and tried < attempts:
+            tried += 1
+            try:
+                await leases.enter_async_context(limiter.acquire(ENTITY, RESOURCE, {LIMIT: 1}))
+                taken += 1
+            except (RateLimitExceeded, RateLimiterUnavailable):
+                await asyncio.sleep(0.25)
+    return tried
+
+
+async def hold_shards(repo: Repository) -> list[dict[str, Any]]:
+    """The limit on every shard of its bucket (`v`, the entries `h`), read consistently (shard
+    0 records the count)."""
+    out: list[dict[str, Any]] = []
+    count = 1
+    while len(out) < count:
+        item = await repo._store.get(keys.bucket(repo._ns, ENTITY, RESOURCE, len(out)))
+        assert item is not None, f"the limit's item (shard {len(out)}) is gone"
+        count = max(count, int(item.get("sc", 1)))
+        out.append(item["L"][LIMIT])
+    return out
+
+
 async def held_after(repo: Repository) -> tuple[int, int]:
-    """The limit's recorded total and the sum of its entries, read consistently."""
-    item = await repo._store.get(keys.bucket(repo._ns, ENTITY, RESOURCE, 0))
-    assert item is not None, "the limit's item is gone"
-    limit = item["L"][LIMIT]
-    return int(limit["v"]), sum(int(v) for v in limit["h"].values())
+    """The limit's recorded total and the sum of its entries over every shard."""
+    limits = await hold_shards(repo)
+    return (sum(int(limit["v"]) for limit in limits),
+            sum(int(v) for limit in limits for v in limit["h"].values()))  # fmt: skip
 
 
 async def hold_history(run: Run, endpoint: str, workdir: Path) -> HoldRun:
@@ -109,13 +142,7 @@ async def hold_history(run: Run, endpoint: str, workdir: Path) -> HoldRun:
         )
         ran = await asyncio.to_thread(run_workers, run, endpoint, table, workdir)
         out = HoldRun(ran, check_holds(ran.logs, CAP, TTL_S), worker_errors(ran))
-        while out.attempts < 40:
-            out.attempts += 1
-            try:
-                async with limiter.acquire(ENTITY, RESOURCE, {LIMIT: CAP}):
-                    break
-            except RateLimitExceeded:
-                await asyncio.sleep(0.25)
+        out.attempts = await take_the_cap(limiter, CAP)
         out.left_total, out.left_entries = await held_after(admin)
     finally:
         await admin.close()

@@ -19,6 +19,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from support.history.worker import connected, run_tasks
@@ -36,26 +37,33 @@ def entry_of(lease: Any) -> str:
 
 
 async def hold_once(
-    limiter: RateLimiter, log: Log, op: str, rng: random.Random, ttl: float
+    limiter: RateLimiter,
+    log: Any,
+    op: str,
+    rng: random.Random,
+    ttl: float,
+    now: Callable[[], float] = time.time,
 ) -> None:
+    """Take one unit, hold it a random time up to 1.5 x `ttl`, give it back; every step logged
+    at `now` (seconds: the wall clock, or the simulation's)."""
     acquisition = limiter.acquire(ENTITY, RESOURCE, {LIMIT: 1})
     try:
         lease = await acquisition.__aenter__()
     except RateLimitExceeded:
-        log.write({"e": "refused", "op": op, "t": time.time()})
+        log.write({"e": "refused", "op": op, "t": now()})
         return
     except RateLimiterUnavailable:
-        log.write({"e": "unavailable", "op": op, "t": time.time()})
+        log.write({"e": "unavailable", "op": op, "t": now()})
         return
-    log.write({"e": "held", "op": op, "t": time.time(), "key": entry_of(lease)})
+    log.write({"e": "held", "op": op, "t": now(), "key": entry_of(lease)})
     await asyncio.sleep(rng.uniform(0, 1.5 * ttl))
-    log.write({"e": "leave", "op": op, "t": time.time(), "lost": lease.hold_lost})
+    log.write({"e": "leave", "op": op, "t": now(), "lost": lease.hold_lost})
     try:
         await acquisition.__aexit__(None, None, None)
     except RateLimiterUnavailable:
-        log.write({"e": "left", "op": op, "t": time.time(), "ok": False})
+        log.write({"e": "left", "op": op, "t": now(), "ok": False})
         return
-    log.write({"e": "left", "op": op, "t": time.time(), "ok": True})
+    log.write({"e": "left", "op": op, "t": now(), "ok": True})
 
 
 async def run(settings: dict[str, Any]) -> None:

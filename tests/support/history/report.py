@@ -20,6 +20,12 @@ def counts(column: str, unit: str, counted: Mapping[str, int]) -> list[str]:
     return [f"| {column} | {unit} |", "|---|---:|", *rows]
 
 
+def decided(checked: Checked) -> int:
+    """Operations that ended with a decision (admitted or refused), from the table or a cache."""
+    outcomes = checked.history.outcomes
+    return outcomes["ok"] + outcomes["fail"]
+
+
 def render(ran: Ran, checked: Checked, *, title: str) -> str:
     run, history = ran.run, checked.history
     outcomes = history.outcomes
@@ -45,7 +51,15 @@ def render(ran: Ran, checked: Checked, *, title: str) -> str:
         *counts("Kind", "Requests", faults),
         f"| processes killed | {ran.kills} |",
         "",
-        f"Undecided writes (every re-send lost): {history.total('undecided')}; items seen "
+        f"Decisions: {decided(checked) - history.total('local_rejections')} reached the table, "
+        f"{history.total('local_rejections')} were answered from the rejection cache without a "
+        f"request, {sum(outcomes.values()) - decided(checked)} operations had none (their "
+        "deadline passed, their caller was cancelled or their process killed: unknown); "
+        f"{history.total('requests')} requests reached the proxies.",
+        "",
+        f"Undecided writes (every re-send lost, or the writer's entry removed): "
+        f"{history.total('undecided')}; writes without evidence (their item full of young "
+        f"entries): {history.total('unkept')}; items seen "
         f"stamped too far ahead: {history.total('skewed')}; rejections answered from the "
         f"rejection cache (no request): {history.total('local_rejections')} (from the workers' "
         "last stats lines; a killed worker's counts are as of its last second).",

@@ -1,5 +1,9 @@
 """Run a history: start the workers, kill and replace some, wait, collect the logs.
 
+With `generations` above 1 writers come and go as Lambda containers do: a worker that ends its
+operations exits (closing its repository) and a new process, a new writer, takes its slot, until
+each slot has run that many.
+
 Every choice (each process's clock offset, its partitions, when a process is killed and which)
 comes from `Run.seed`. The run is driven by operations, not by the wall clock, so a loaded
 machine runs the same history, only slower: each task stops after `ops` operations, a process is
@@ -54,6 +58,9 @@ class Run:
     #: exactly-once tests. The 1 s default, missed by calls queued on a loaded machine, made
     #: nearly every operation of a run "unknown" (123,633 operations, 1 ok, at load 13).
     acquire_timeout: float | None = None
+    #: Of the calls, those whose caller is cancelled after a drawn delay (up to `cancel_s`).
+    cancel_rate: float = 0.0
+    cancel_s: float = 0.5
     grace_s: float = 30.0
     kill_span: tuple[float, float] = (0.15, 0.75)  # kills fall in this part of the run
     #: What "part of the run" counts: the operations the workers started (their logs' invoke
@@ -63,7 +70,12 @@ class Run:
     #: ("held" lines not yet followed by "leave"), waiting for one to hold if none does.
     victims: Literal["any", "holding"] = "any"
     worker: str = "support.history.worker"  # the worker's module (its workload)
+    #: Simulated Regions (support/regions.py): process slot i runs in Region i % len(regions),
+    #: through that Region's endpoint (region_runs.py).
+    regions: tuple[str, ...] = ()
     extra: tuple[tuple[str, Any], ...] = ()  # more settings for that worker
+    #: Processes each slot runs one after another (each a new writer, `ops` a task).
+    generations: int = 1
 
 
 @dataclass
@@ -119,8 +131,9 @@ class _Started:
         return self.count
 
 
-def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
-    """Run the history's processes to their end (see the module docstring)."""
+def run_workers(run: Run, endpoint: str | dict[str, str], table: str, workdir: Path) -> Ran:
+    """Run the history's processes to their end (see the module docstring). `endpoint`: one
+    for every process, or one per Region of `run.regions`."""
     rng = random.Random(run.seed)
     ran = Ran(run, started=time.time())
     until = ran.started + run.seconds
@@ -129,13 +142,16 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
 
     def start(slot: int, generation: int) -> Worker:
         name = f"p{slot}g{generation}"
+        region = run.regions[slot % len(run.regions)] if run.regions else None
+        placed = {"region": region} if region else {}
         partitions = sorted(
             (int(rng.uniform(*run.partition_span) * per_worker), run.partition_s)
             for _ in range(run.partitions)
         )
         settings: dict[str, Any] = {
             "name": name,
-            "endpoint": endpoint,
+            "endpoint": endpoint[region] if isinstance(endpoint, dict) and region else endpoint,
+            **placed,
             "table": table,
             "seed": rng.randrange(2**32),
             "log": str(workdir / f"{name}.jsonl"),
@@ -149,6 +165,8 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
             "pause_s": run.pause_s,
             "rejection_cache_ttl": run.rejection_cache_ttl,
             "acquire_timeout": run.acquire_timeout,
+            "cancel_rate": run.cancel_rate,
+            "cancel_s": run.cancel_s,
             "partitions": partitions,
             **dict(run.extra),
         }
@@ -165,7 +183,18 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
 
     marks = sorted(rng.uniform(*run.kill_span) for _ in range(run.kills))
     started = _Started()
-    planned = run.processes * per_worker
+    planned = run.processes * run.generations * per_worker
+    born = {slot: 1 for slot in range(run.processes)}  # processes each slot started
+
+    def renew(live: dict[int, Worker]) -> bool:
+        """A worker that ended its operations on its own gives its slot to a new process.
+        Whether a process is still running (or was just started)."""
+        for slot, worker in live.items():
+            ended = worker.process.poll() == 0 and not worker.killed
+            if ended and born[slot] < run.generations and time.time() < until:
+                live[slot] = start(slot, 100 * born[slot])
+                born[slot] += 1
+        return time.time() < until and any(w.process.poll() is None for w in live.values())
 
     def reached(share: float) -> bool:
         if run.kill_by == "seconds":
@@ -175,9 +204,9 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
     live = {slot: start(slot, 0) for slot in range(run.processes)}
     try:
         for generation, share in enumerate(marks, start=1):
-            while not (reached(share) and _victims(run, live)) and _running(live, until):
+            while not (reached(share) and _victims(run, live)) and renew(live):
                 time.sleep(0.05)
-            if not _running(live, until):
+            if not renew(live):
                 break  # a stalled run, or every worker ended: no more kills
             slot = rng.choice(_victims(run, live))
             victim = live[slot]
@@ -185,6 +214,8 @@ def run_workers(run: Run, endpoint: str, table: str, workdir: Path) -> Ran:
             victim.process.wait()
             victim.killed = True
             live[slot] = start(slot, generation)
+        while any(born[s] < run.generations for s in live) and renew(live):
+            time.sleep(0.05)
         deadline = until + run.grace_s
         for worker in live.values():
             try:
@@ -214,10 +245,6 @@ def _holding(log: Path) -> bool:
         return False
     text = log.read_bytes()
     return text.count(b'"e":"held"') > text.count(b'"e":"leave"')
-
-
-def _running(live: dict[int, Worker], until: float) -> bool:
-    return time.time() < until and any(w.process.poll() is None for w in live.values())
 
 
 def worker_errors(ran: Ran) -> list[str]:

@@ -14,7 +14,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +23,7 @@ from botocore.config import Config
 from support.faultproxy import fault_proxy
 from support.history.workload import Log, one_op
 from zae_limiter import RateLimiter, RateLimiterUnavailable, Repository
+from zae_limiter.core import evidence as evidence_rules
 
 
 def skewed_clock(offset_ms: int) -> Any:
@@ -37,7 +38,12 @@ def skewed_clock(offset_ms: int) -> Any:
 @asynccontextmanager
 async def connected(settings: dict[str, Any]) -> AsyncIterator[tuple[Any, Repository | None]]:
     """The process's fault proxy and a Repository opened through it, with the skewed clock
-    (None when `until` passed before it could open: a partition or a slow engine)."""
+    (None when `until` passed before it could open: a partition or a slow engine). A run's
+    `evidence` settings replace the evidence rules' constants (core/evidence.py) in this
+    process: a small history reaches an item's entry bound with a few writers."""
+    for name, value in settings.get("evidence", {}).items():
+        assert hasattr(evidence_rules, name), name
+        setattr(evidence_rules, name, value)
     until = settings["until"]
     async with fault_proxy(
         settings["endpoint"],
@@ -54,6 +60,7 @@ async def connected(settings: dict[str, Any]) -> AsyncIterator[tuple[Any, Reposi
                 repo = await Repository.open(
                     table=settings["table"],
                     endpoint_url=proxy.url,
+                    region=settings.get("region"),  # a simulated Region's (region_runs.py)
                     clock=skewed_clock(settings["offset_ms"]),
                     rejection_cache_ttl=settings["rejection_cache_ttl"],
                     acquire_timeout=settings["acquire_timeout"],
@@ -94,6 +101,22 @@ async def run_tasks(
     await asyncio.gather(*(task(i) for i in range(settings["tasks"])))
 
 
+async def cancelled_or_not(
+    call: Coroutine[Any, Any, None], log: Log, op: str, rng: random.Random,
+    settings: dict[str, Any],
+) -> None:  # fmt: skip
+    """`call`, whose caller is cancelled after a drawn delay for `cancel_rate` of the calls
+    (its outcome is then unknown: logged so)."""
+    task = asyncio.ensure_future(call)
+    if rng.random() < settings.get("cancel_rate", 0.0):
+        asyncio.get_running_loop().call_later(rng.uniform(0, settings["cancel_s"]), task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        log.write({"e": "unknown", "op": op, "t": time.time(),
+                   "error": "the caller was cancelled"})  # fmt: skip
+
+
 async def run(settings: dict[str, Any]) -> None:
     name = settings["name"]
     with open(settings["log"], "a", encoding="utf-8") as stream:
@@ -103,11 +126,13 @@ async def run(settings: dict[str, Any]) -> None:
                 return
             limiter = RateLimiter(repo)
 
+            lanes = repo.scope.admission.waves.lanes
+
             def stats() -> None:
                 cache = repo.get_cache_stats()
                 log.write({"e": "stats", "name": name, "requests": proxy.requests,
                            "faults": dict(proxy.counts), "undecided": cache.undecided_writes,
-                           "skewed": cache.skewed_items,
+                           "skewed": cache.skewed_items, "unkept": lanes.unkept,
                            "local_rejections": cache.local_rejections})  # fmt: skip
 
             async def report() -> None:
@@ -117,7 +142,8 @@ async def run(settings: dict[str, Any]) -> None:
 
             side = asyncio.create_task(report())
             try:
-                await run_tasks(settings, proxy, lambda op, rng: one_op(limiter, log, op, rng))
+                await run_tasks(settings, proxy, lambda op, rng: cancelled_or_not(
+                    one_op(limiter, log, op, rng), log, op, rng, settings))  # fmt: skip
             finally:
                 side.cancel()
                 stats()

@@ -1,6 +1,6 @@
 """What a history's tasks do, and the two log lines each operation leaves.
 
-Two kinds of call, as in the seed's tests (tests/core/test_costs.py, test_exactly_once.py):
+Two kinds of call, as in the seed's tests (tests/behaviour/test_costs.py, test_exactly_once.py):
 
 - ``single``: one bucket item, ``api`` with ``{rpm: 1, tpm: 5}`` on a hot entity;
 - ``three``: a user's ``api`` call cascading into its organisation, with ``also={"budget":
@@ -23,10 +23,18 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, RateLimitExceeded, Repository
+from zae_limiter import (
+    Limit,
+    RateLimiter,
+    RateLimiterUnavailable,
+    RateLimitExceeded,
+    Repository,
+    ResourceDisabled,
+)
 
 ORG = "org"
 USERS = ("user-0", "user-1", "user-2")
@@ -36,23 +44,30 @@ AMOUNTS = {"rpm": 1, "tpm": 5}
 ALSO = {"budget": {"usd": 3}}
 PARENTS = {"api": ORG, "budget": ORG}
 MOVES = ("plain", "adjust", "consume", "raise")
+YEARLY = "0 0 1 1 *"
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Tight limits: `rpm` per `period_s` seconds on api (tpm 5x it), `usd` 3x it on budget."""
+    """Tight limits: `rpm` per `period_s` seconds on api (tpm 5x it), `usd` 3x it on budget;
+    with `budget_quota`, `usd` is a quota of that many units instead, reset only on 1 January
+    (a global budget: region_runs.py)."""
 
     rpm: int
     period_s: int
+    alert_at: tuple[int, ...] = ()  # thresholds on every limit (the simulation's aggregator)
+    budget_quota: int = 0
 
     def api(self) -> list[Limit]:
         return [self._limit("rpm", self.rpm), self._limit("tpm", 5 * self.rpm)]
 
     def budget(self) -> list[Limit]:
+        if self.budget_quota:
+            return [Limit.quota("usd", self.budget_quota, cron=YEARLY)]
         return [self._limit("usd", 3 * self.rpm)]
 
     def _limit(self, name: str, capacity: int) -> Limit:
-        return Limit.custom(name, capacity, capacity, self.period_s)
+        return Limit.custom(name, capacity, capacity, self.period_s, alert_at=self.alert_at)
 
     def by_bucket(self) -> dict[str, tuple[int, float]]:
         """Capacity and refill per second of every bucket the run touches."""
@@ -62,10 +77,8 @@ class Limits:
                 out[key(entity, "api", lim.name)] = (lim.capacity, lim.capacity / self.period_s)
             if entity not in (*SOLOS, GHOSTS["single"]):
                 for lim in self.budget():
-                    out[key(entity, "budget", lim.name)] = (
-                        lim.capacity,
-                        lim.capacity / self.period_s,
-                    )
+                    refill = 0.0 if self.budget_quota else lim.capacity / self.period_s
+                    out[key(entity, "budget", lim.name)] = (lim.capacity, refill)
         return out
 
 
@@ -87,7 +100,8 @@ async def set_up(repo: Repository, limits: Limits) -> None:
 
 class Log:
     """One process's JSON-lines history; every line reaches the kernel before the call goes on
-    (a SIGKILL loses nothing written)."""
+    (a SIGKILL loses nothing written). The simulation keeps its lines in memory instead
+    (support.sim.world.Lines, the same `write`)."""
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
@@ -107,8 +121,15 @@ def _spread(entity: str, resource: str, amounts: dict[str, int], call: str) -> C
     return out
 
 
-async def one_op(limiter: RateLimiter, log: Log, op: str, rng: random.Random) -> None:
-    """Draw one call and move, log it, run it, log how it ended."""
+async def one_op(
+    limiter: RateLimiter,
+    log: Log,
+    op: str,
+    rng: random.Random,
+    now: Callable[[], float] = time.time,
+) -> None:
+    """Draw one call and move, log it, run it, log how it ended (at `now`, in seconds: the
+    wall clock, or the simulation's)."""
     call = rng.choice(("single", "three"))
     ghost = rng.random() < 0.15
     entity = GHOSTS[call] if ghost else rng.choice(SOLOS if call == "single" else USERS)
@@ -121,7 +142,7 @@ async def one_op(limiter: RateLimiter, log: Log, op: str, rng: random.Random) ->
     forced = _spread(entity, "api", {"tpm": max(0, delta)}, call)
     credit = _spread(entity, "api", {"tpm": max(0, -delta)}, call)
     most = entry + extra + forced
-    log.write({"e": "invoke", "op": op, "t": time.time(), "ent": entity, "call": call,
+    log.write({"e": "invoke", "op": op, "t": now(), "ent": entity, "call": call,
                "move": move, "max": dict(most)})  # fmt: skip
     entered = False
     outcome: dict[str, Any] = {"e": "ok", "op": op}
@@ -130,6 +151,8 @@ async def one_op(limiter: RateLimiter, log: Log, op: str, rng: random.Random) ->
             entity, "api", dict(AMOUNTS), also=ALSO if call == "three" else None
         ) as lease:
             entered = True
+            if lease.bypassed:  # the entity's api is bypassed: admitted, no balance debited
+                outcome["bypassed"] = True
             if move == "adjust" and delta:
                 await lease.adjust(tpm=delta)
             elif move == "consume":
@@ -140,7 +163,12 @@ async def one_op(limiter: RateLimiter, log: Log, op: str, rng: random.Random) ->
         kept.subtract(credit)
         outcome |= {"entry": entry, "extra": extra, "forced": forced, "credit": credit,
                     "kept": +kept}  # fmt: skip
-    except (Boom, RateLimitExceeded) as exc:
+    except (Boom, RateLimitExceeded, ResourceDisabled) as exc:
+        if isinstance(exc, ResourceDisabled):  # the simulation's operator disabled the entity
+            outcome["disabled"] = True
+        if isinstance(exc, RateLimitExceeded):  # how it was refused (the simulation checks it)
+            outcome |= {"contended": exc.contended,
+                        "violations": sorted(s.limit_name for s in exc.violations)}  # fmt: skip
         if not entered:  # rejected at entry: nothing was debited
             outcome |= {"e": "fail", "kept": {}}
         else:  # raised in the block (ours, or consume() refused): all of it refunded
@@ -151,7 +179,7 @@ async def one_op(limiter: RateLimiter, log: Log, op: str, rng: random.Random) ->
                     "error": repr(exc)[:200]}  # fmt: skip
     except Exception as exc:  # not a documented outcome: the checker reports it
         outcome |= {"e": "unknown", "error": repr(exc)[:200], "unexpected": True}
-    outcome["t"] = time.time()
+    outcome["t"] = now()
     log.write(outcome)
 
 

@@ -9,7 +9,12 @@ Environment: `TABLE_NAME` (else taken from the event source ARN), `SNAPSHOT_WIND
 `USAGE_RETENTION_DAYS[_HOURLY|_DAILY|_MONTHLY]`, `AGGREGATOR_MARKER_TTL_HOURS` (see
 `AggregatorSettings.from_env`), `ARCHIVE_BUCKET` (archive expired audit events to S3 when set),
 `ALERTS_BUS` (publish threshold alerts to this EventBridge bus when set; docs/alerts.md),
-`ZAEL_ENDPOINT_URL` (tests only).
+`ZAEL_ENDPOINT_URL` (tests only), `ZAEL_REPLICA_REGIONS` (a table with multi-Region strong
+consistency: its Regions; docs/multi-region.md). On such a table the construct also invokes this
+function every few minutes with `{"zae_limiter": "sweep"}`: it then runs the sweeper
+(`zae_limiter.admin.sweeper`) instead of processing a batch. On every table it invokes it each
+minute with `{"zae_limiter": "held-alerts"}`: threshold crossings held until no refund can take
+them back (`alerts.held`) are confirmed then even when no stream batch comes (docs/alerts.md).
 
 Metrics, per batch, never with an entity dimension, and always with `deployment` (the table name,
 so two deployments in one account and region never add into one series): `Consumed` and
@@ -21,7 +26,9 @@ retry) and `FailedBatches` (batches failed as a whole, e.g. a table schema this 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import time
 from typing import Any
 
 import boto3
@@ -36,12 +43,16 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from zae_limiter.admin.sweeper import Sweeper, SweepReport
+from zae_limiter.alerts.held import Swept
 from zae_limiter.alerts.sinks import eventbridge_sink
+from zae_limiter.dynamo.multi_region import MultiRegion
 from zae_limiter.dynamo.store import Store
 from zae_limiter.dynamo.threaded import client_config, threaded_transport
-from zae_limiter.usage.aggregator import Aggregator, AggregatorSettings, ArchiveSink, Outcome
+from zae_limiter.usage.aggregator import Aggregator, AggregatorSettings, ArchiveSink, BatchResult
 
 SERVICE = "zae-limiter-aggregator"
+ENV_REPLICA_REGIONS = "ZAEL_REPLICA_REGIONS"
 METRIC_NAMESPACE = "ZaeLimiter"
 #: The dimension every metric carries: which deployment (table) it comes from.
 DEPLOYMENT_DIMENSION = "deployment"
@@ -97,8 +108,10 @@ async def _get_aggregator(event: dict[str, Any]) -> Aggregator:
         )
         transport = threaded_transport(client)
         bus = os.environ.get("ALERTS_BUS")
+        store = Store(transport, table)
+        store.multi_region = _multi_region()
         _aggregator = Aggregator(
-            Store(transport, table),
+            store,
             AggregatorSettings.from_env(),
             archive=_s3_archive(bucket) if bucket else None,
             transport_owned=transport,
@@ -107,12 +120,37 @@ async def _get_aggregator(event: dict[str, Any]) -> Aggregator:
     return _aggregator
 
 
-async def _process(event: dict[str, Any]) -> Outcome:
+def _multi_region() -> MultiRegion | None:
+    """The table's Regions when the construct made it a global table with strong consistency."""
+    regions = [r for r in os.environ.get(ENV_REPLICA_REGIONS, "").split(",") if r]
+    if not regions:
+        return None
+    local = os.environ.get("AWS_REGION") or regions[0]
+    return MultiRegion(tuple(sorted({*regions, local})), local)
+
+
+async def _sweep(event: dict[str, Any]) -> SweepReport:
+    aggregator = await _get_aggregator(event)
+    bucket = os.environ.get("ARCHIVE_BUCKET")
+    sweeper = Sweeper(
+        aggregator.store,
+        lambda: time.time_ns() // 1_000_000,
+        archive=_s3_archive(bucket) if bucket else None,
+    )
+    return await sweeper.sweep()
+
+
+async def _held_alerts(event: dict[str, Any]) -> Swept:
+    aggregator = await _get_aggregator(event)
+    return await aggregator.held.sweep_now()
+
+
+async def _process(event: dict[str, Any]) -> BatchResult:
     aggregator = await _get_aggregator(event)
     return await aggregator.process(list(event.get("Records") or []))
 
 
-def _publish(outcome: Outcome, deployment: str) -> None:
+def _publish(outcome: BatchResult, deployment: str) -> None:
     metrics.add_metric(name="FailedRecords", unit=MetricUnit.Count, value=len(outcome.failures))
     for point in outcome.metrics:
         if not point.dimensions:
@@ -159,6 +197,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
     Raises (the whole batch is retried) when the table's schema is one this code cannot read.
     """
+    if event.get("zae_limiter") == "held-alerts":  # the schedule's (every table)
+        swept = _loop.run_until_complete(_held_alerts(event))
+        counts = {"alerts_stored": swept.alerts_stored, "alerts_published": swept.alerts_published}
+        logger.info("held alerts swept", extra=counts)
+        return {"held_alerts": counts}
+    if event.get("zae_limiter") == "sweep":  # the schedule's (multi-Region tables only)
+        report = _loop.run_until_complete(_sweep(event))
+        logger.info("sweep done", extra=dataclasses.asdict(report))
+        return {"sweep": dataclasses.asdict(report)}
     try:
         deployment = _table_name(event)
         _serve(deployment)

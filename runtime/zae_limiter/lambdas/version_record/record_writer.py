@@ -4,7 +4,8 @@ Create/Update: reads the version record (strongly consistent), refuses the deplo
 aggregator being deployed is older than the recorded `client_min_version` (unless
 `AllowAggregatorDowngrade`), then records this deployment's aggregator version and function, the
 retention settings and `updated_by=cdk:<version>`. `client_min_version` is kept (never lowered);
-an existing `schema_version` is kept too (only `zae-limiter upgrade` migrates data and raises it).
+an existing `schema_version` is kept too (only `zae-limiter upgrade` migrates data and raises it);
+a record written for the first time gets the table's `table_id`, which is never replaced.
 Registers the `default` namespace if it is missing. Delete: nothing (the table is retained).
 
 The versions come from the resource's properties (set at synth from the same runtime package
@@ -27,7 +28,9 @@ import boto3
 from botocore.exceptions import ClientError
 
 from zae_limiter import schema, versioning
+from zae_limiter.core.times import iso_millis
 from zae_limiter.dynamo import codec, keys, records
+from zae_limiter.dynamo.multi_region import RECORD_CONSISTENCY, RECORD_REGIONS, STRONG
 
 log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)
@@ -54,6 +57,9 @@ class Request:
     allow_aggregator_downgrade: bool
     audit_retention_days: int
     usage_retention_days: int
+    #: A global table with multi-Region strong consistency: its Regions (docs/multi-region.md).
+    #: Recorded for roles that may not describe the table; no transaction is sent to it.
+    replica_regions: tuple[str, ...] = ()
 
     @classmethod
     def from_properties(cls, properties: dict[str, Any]) -> Request:
@@ -67,15 +73,12 @@ class Request:
             == "true",
             audit_retention_days=int(properties["AuditRetentionDays"]),
             usage_retention_days=int(properties["UsageRetentionDays"]),
+            replica_regions=tuple(
+                r for r in str(properties.get("ReplicaRegions") or "").split(",") if r
+            )
+            if properties.get("MultiRegionConsistency") == "STRONG"
+            else (),
         )
-
-
-def now_iso() -> str:
-    """UTC now as `YYYY-MM-DDTHH:MM:SS.mmmZ` (the library's timestamp format)."""
-    now_ms = time.time_ns() // 1_000_000
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now_ms // 1000)) + (
-        f".{now_ms % 1000:03d}Z"
-    )
 
 
 def _is_condition_failure(error: ClientError) -> bool:
@@ -143,7 +146,12 @@ def write_version_record(client: Any, request: Request, updated_at: str) -> dict
             audit_retention_days=request.audit_retention_days,
             usage_retention_days=request.usage_retention_days,
             aggregator_dlq_url=request.aggregator_dlq_url,
+            # the table's identity: drawn when the record is first written, never replaced
+            table_id=records.new_table_id() if current is None else None,
         )
+        if request.replica_regions:
+            item[RECORD_CONSISTENCY] = STRONG
+            item[RECORD_REGIONS] = list(request.replica_regions)
         try:
             client.update_item(**_update_request(request.table_name, item, current))
         except ClientError as error:
@@ -191,8 +199,12 @@ def _update_request(
     }
 
 
-def ensure_namespace(client: Any, table_name: str, name: str, created_at: str) -> str:
-    """The id of namespace `name`, registering it (both registry items) if it is missing."""
+def ensure_namespace(
+    client: Any, table_name: str, name: str, created_at: str, *, one_at_a_time: bool = False
+) -> str:
+    """The id of namespace `name`, registering it (both registry items) if it is missing. On
+    a multi-Region table (`one_at_a_time`: no transactions) the name's item decides, then the
+    id's item follows."""
     for _ in range(MAX_ATTEMPTS):
         existing = _get(client, table_name, keys.namespace_by_name(name))
         if existing is not None:
@@ -200,6 +212,17 @@ def ensure_namespace(client: Any, table_name: str, name: str, created_at: str) -
                 log.warning("namespace %r exists with status %s", name, existing.get("status"))
             return str(existing["id"])
         namespace_id = records.new_namespace_id()
+        if one_at_a_time:
+            by_name, by_id = records.namespace_items(name, namespace_id, created_at)
+            try:
+                _put_new(client, table_name, by_name)
+            except ClientError as error:
+                if _is_condition_failure(error):
+                    continue  # registered meanwhile: read it again
+                raise
+            client.put_item(TableName=table_name, Item=codec.encode_item(by_id))
+            log.info("registered namespace %r as %s", name, namespace_id)
+            return namespace_id
         try:
             client.transact_write_items(
                 TransactItems=[
@@ -223,6 +246,15 @@ def ensure_namespace(client: Any, table_name: str, name: str, created_at: str) -
     raise RuntimeError(f"could not register namespace {name!r}; deploy again")
 
 
+def _put_new(client: Any, table_name: str, item: dict[str, Any]) -> None:
+    client.put_item(
+        TableName=table_name,
+        Item=codec.encode_item(item),
+        ConditionExpression="attribute_not_exists(#pk)",
+        ExpressionAttributeNames={"#pk": schema.PARTITION_KEY},
+    )
+
+
 def apply(event: dict[str, Any], client: Any = None) -> tuple[str, dict[str, str]]:
     """Carry out one custom resource request; returns (physical id, response data)."""
     if event["RequestType"] == "Delete":
@@ -230,9 +262,15 @@ def apply(event: dict[str, Any], client: Any = None) -> tuple[str, dict[str, str
     request = Request.from_properties(event["ResourceProperties"])
     physical_id = f"{request.table_name}/version-record"
     client = client or boto3.client("dynamodb")
-    updated_at = now_iso()
+    updated_at = iso_millis(time.time_ns() // 1_000_000)
     item = write_version_record(client, request, updated_at)
-    namespace_id = ensure_namespace(client, request.table_name, DEFAULT_NAMESPACE, updated_at)
+    namespace_id = ensure_namespace(
+        client,
+        request.table_name,
+        DEFAULT_NAMESPACE,
+        updated_at,
+        one_at_a_time=bool(request.replica_regions),
+    )
     return physical_id, {
         "SchemaVersion": str(item["schema_version"]),
         "AggregatorVersion": str(item["aggregator_version"]),
