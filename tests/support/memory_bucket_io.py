@@ -1,6 +1,6 @@
 """An in-memory double of our `BucketIO` protocol (zae_limiter.acquire.bucket_io), for unit tests.
 
-It is not a fake DynamoDB: it implements our five bucket operations directly, applying the same
+It is not a fake DynamoDB: it implements our bucket operations directly, applying the same
 conditions and changes our layer asks DynamoDB for (see `zae_limiter.dynamo.bucket_items`):
 
 - update: applies only if the stored item's stamp sequence (`cv`) equals the image's and every
@@ -20,6 +20,10 @@ conditions and changes our layer asks DynamoDB for (see `zae_limiter.dynamo.buck
 - replace: applies only if the stored item is still exactly the image (cv, ts, write count k);
   removes evidence entries, legacy op-id slots and `par` the new item does not carry.
 - split: every part or none (a transaction), idempotent per token.
+- give, take, taken (a transfer between shards, dynamo/bucket_moves.py): give is an update
+  without evidence that also needs no record to that recipient outstanding and the transfer
+  count the image shows, and sets the record and the count; take needs the donor's number above
+  the one last taken from it and sets it; taken removes the record if it still has that number.
 
 Like `DynamoBucketIO` it speaks images and the acquire path's errors: a failed condition
 raises `ItemChanged` with the stored item's image (None if absent). Faults can be injected for a
@@ -40,10 +44,11 @@ from typing import Any
 from zae_limiter.acquire.bucket_io import ShardSplit
 from zae_limiter.acquire.values import AnswerLost, ItemChanged, Unavailable
 from zae_limiter.core.bucket import Guard, LimitWrite
-from zae_limiter.core.images import Address, BucketImage, Evidence
+from zae_limiter.core.images import Address, BucketImage, Evidence, Outgoing
 from zae_limiter.dynamo import bucket_attributes as attrs
 from zae_limiter.dynamo import bucket_items as items
 from zae_limiter.dynamo import keys
+from zae_limiter.dynamo.transfer_items import outgoing_item
 
 Key = tuple[str, str]
 
@@ -82,7 +87,7 @@ class _Injected:
 class MemoryBucketIO:
     """Bucket items in a dict, keyed by (PK, SK), in plain form (`bucket_items.full_item`)."""
 
-    WRITES = ("update", "create", "replace", "split", "fence")
+    WRITES = ("update", "create", "replace", "split", "fence", "give", "take", "taken")
 
     def __init__(self) -> None:
         self.items: dict[Key, dict[str, Any]] = {}
@@ -213,16 +218,77 @@ class MemoryBucketIO:
 
         self._write("split", None, apply)
 
-    async def give(self, image: BucketImage, writes: Any, record: Any, *, now: int) -> BucketImage:
-        raise NotImplementedError("transfers run on DynamoDB Local (tests/regions/)")
+    async def give(
+        self, image: BucketImage, writes: Mapping[str, LimitWrite], record: Outgoing, *, now: int
+    ) -> BucketImage:
+        out = attrs.OUTGOING[record.recipient]
+
+        def allowed(stored: dict[str, Any]) -> bool:
+            return out not in stored and int(stored.get(attrs.TRANSFERS, 0)) == image.transfers
+
+        def also(stored: dict[str, Any]) -> None:
+            stored[out] = outgoing_item(record)
+            stored[attrs.TRANSFERS] = record.seq
+
+        return self._move("give", image, writes, now, allowed, also)
 
     async def take(
-        self, image: BucketImage, writes: Any, donor: int, seq: int, *, now: int
+        self,
+        image: BucketImage,
+        writes: Mapping[str, LimitWrite],
+        donor: int,
+        seq: int,
+        *,
+        now: int,
     ) -> BucketImage:
-        raise NotImplementedError("transfers run on DynamoDB Local (tests/regions/)")
+        last = attrs.INCOMING[donor]
+
+        def allowed(stored: dict[str, Any]) -> bool:
+            return int(stored.get(last, 0)) < seq
+
+        def also(stored: dict[str, Any]) -> None:
+            stored[last] = seq
+            stored.setdefault(attrs.TRANSFERS, 0)
+
+        return self._move("take", image, writes, now, allowed, also)
 
     async def taken(self, image: BucketImage, recipient: int, seq: int) -> None:
-        raise NotImplementedError("transfers run on DynamoDB Local (tests/regions/)")
+        key = _key(keys.bucket(*image.address))
+        out = attrs.OUTGOING[recipient]
+        self.calls.append(Call("taken", key))
+
+        def apply() -> None:
+            stored = self.items.get(key)
+            if stored is not None and int(stored.get(out, {}).get("q", -1)) == seq:
+                del stored[out]  # (already gone: nothing to do, as on DynamoDB)
+
+        self._write("taken", key, apply)
+
+    def _move(
+        self,
+        operation: str,
+        image: BucketImage,
+        writes: Mapping[str, LimitWrite],
+        now: int,
+        allowed: Callable[[dict[str, Any]], bool],
+        also: Callable[[dict[str, Any]], None],
+    ) -> BucketImage:
+        """One side of a transfer: an update without evidence or admissions, guarded also by
+        `allowed` and changing also what `also` sets (dynamo/bucket_moves.py)."""
+        key = _key(keys.bucket(*image.address))
+        self.calls.append(Call(operation, key))
+
+        def apply() -> None:
+            stored = self.items.get(key)
+            if stored is None or not _update_holds(stored, image, writes, None):
+                raise _changed(stored)
+            if not allowed(stored):
+                raise _changed(stored)
+            _apply_update(stored, writes, now=now, ttl=None, admissions=0, evidence=None)
+            also(stored)
+
+        self._write(operation, key, apply)
+        return self._parsed(key)
 
     async def settle_sibling(self, old: BucketImage) -> BucketImage | None:
         """Create the new shard `old` records (a split one item at a time) and drop the record."""
