@@ -265,16 +265,7 @@ class DynamoBucketIO:
         """A split's first step on one old shard (`split_items`): halve it (or create it)
         and record its new sibling on it."""
         if part.exists:
-            request = items.update_request(
-                self.store.table,
-                part.old,
-                dict(part.old_writes),
-                now=part.now,
-                ttl=None,
-                admissions=0,
-                new_shards=part.old.stamp.shards * 2,
-                sibling=part.sibling,
-            )
+            request = self._halving(part, sibling=part.sibling)
         else:
             assert part.old_new is not None
             item = items.item_of(replace(part.old_new, sibling=part.sibling))
@@ -333,6 +324,20 @@ class DynamoBucketIO:
             wire = await self.store.send_update(request)
         return bucket_wire.parse_wire(wire)
 
+    def _halving(self, part: ShardSplit, sibling: BucketImage | None = None) -> dict[str, Any]:
+        """The UpdateItem that halves a split's old shard (and records its new `sibling`, on a
+        table without transactions)."""
+        return items.update_request(
+            self.store.table,
+            part.old,
+            dict(part.old_writes),
+            now=part.now,
+            ttl=None,
+            admissions=0,
+            new_shards=part.old.stamp.shards * 2,
+            sibling=sibling,
+        )
+
     def _split_operations(self, part: ShardSplit) -> list[dict[str, Any]]:
         sibling_op = {
             "Put": {
@@ -347,15 +352,7 @@ class DynamoBucketIO:
             item = items.item_of(part.old_new)
             create = {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}
             return [{"Put": create}, sibling_op]
-        request = items.update_request(
-            self.store.table,
-            part.old,
-            dict(part.old_writes),
-            now=part.now,
-            ttl=None,
-            admissions=0,
-            new_shards=part.old.stamp.shards * 2,
-        )
+        request = self._halving(part)
         key = keys.bucket(*part.old.address)
         update = {
             "Key": {"PK": key["PK"], "SK": key["SK"]},

@@ -71,18 +71,7 @@ def take_request(
 
 def taken_request(table: str, image: BucketImage, recipient: int, seq: int) -> dict[str, Any]:
     """Remove a donor's record of transfer `seq` to `recipient` once it is taken."""
-    expr = Expr()
-    out = expr.name(OUTGOING[recipient])
-    return {
-        "TableName": table,
-        "Key": codec.encode_item(keys.bucket(*image.address)),
-        "UpdateExpression": f"REMOVE {out}",
-        "ConditionExpression": f"{out}.{expr.name('q')} = {expr.value(seq)}",
-        "ExpressionAttributeNames": expr.names,
-        "ExpressionAttributeValues": expr.values,
-        "ReturnValues": "ALL_NEW",
-        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-    }
+    return _remove_record(table, image, OUTGOING[recipient], "q", seq)
 
 
 def _also(request: dict[str, Any], expr: Expr, condition: str, sets: list[str]) -> None:
@@ -98,13 +87,21 @@ def _also(request: dict[str, Any], expr: Expr, condition: str, sets: list[str]) 
 def sibling_created_request(table: str, image: BucketImage, generation: str) -> dict[str, Any]:
     """UpdateItem that removes the record of a split's new shard (`sp`) once it is created
     (only that record: `generation` is the new shard's)."""
+    return _remove_record(table, image, attrs.SIBLING, attrs.GENERATION, generation)
+
+
+def _remove_record(
+    table: str, image: BucketImage, record: str, field: str, value: str | int
+) -> dict[str, Any]:
+    """UpdateItem that removes the map attribute `record` of the item only while its `field`
+    still holds `value` (a later record of the same kind stays)."""
     expr = Expr()
-    sp = expr.name(attrs.SIBLING)
+    name = expr.name(record)
     return {
         "TableName": table,
         "Key": codec.encode_item(keys.bucket(*image.address)),
-        "UpdateExpression": f"REMOVE {sp}",
-        "ConditionExpression": f"{sp}.{expr.name(attrs.GENERATION)} = {expr.value(generation)}",
+        "UpdateExpression": f"REMOVE {name}",
+        "ConditionExpression": f"{name}.{expr.name(field)} = {expr.value(value)}",
         "ExpressionAttributeNames": expr.names,
         "ExpressionAttributeValues": expr.values,
         "ReturnValues": "ALL_NEW",
