@@ -10,13 +10,17 @@ alert when even that is below the threshold:
   process was killed, or it ended unknown); never a call refused at entry, nor one judged
   refunded after its deadline (`world.refunded_after_deadline`);
 - the most use: those debits placed as late as they can have landed (at their operation's end,
-  or the crossing's latest true time, its writer's clock less the largest clock offset), into a
+  or when the write landed: a write is stamped with the time its call planned it, which a retry
+  or a late answer leaves well before it lands), measured at the stamp's latest true time (its
+  writer's clock less the largest clock offset), into a
   token bucket with the shard's share of the smallest ceiling and refill the bucket had during
   the run, starting full (a lower ceiling, slower refill and later debits only leave less
   balance, so this never says an alert is unjustified when it is not), plus the refill of twice
   the largest clock offset (writers measure refill on their own clocks);
 - the threshold: against the shard's share of the ceiling in force at the crossing (the
-  crossing's own image), as `alerts.detect` measures it.
+  crossing's own image), as `alerts.detect` measures it; a ceiling raised above the smallest
+  one adds the raise to the use (a raised ceiling keeps the balance, so the library counts the
+  raise as use until it refills).
 
 The history's operations carry whole units per bucket; the arithmetic here is in milli-units
 and milliseconds, as the library's.
@@ -77,8 +81,8 @@ def most_used(
             balance = min(capacity, balance + refill * (when - last) / floor.period_ms)
         balance -= amount
         last = when
-    if last is not None:
-        balance = min(capacity, balance + refill * (at - last) / floor.period_ms)
+    if last is not None:  # (no refill when the last debit is placed after `at`)
+        balance = min(capacity, balance + refill * max(0, at - last) / floor.period_ms)
     return capacity - int(balance) + refill * 2 * skew_ms // floor.period_ms
 
 
@@ -132,7 +136,11 @@ def _judged(
     params = image.stamp.params(crossing.limit)
     if params is None:
         return None
-    latest = crossing.crossed_ms - to_loop_ms + skew_ms
+    stamped = crossing.crossed_ms - to_loop_ms + skew_ms  # the stamp's latest true time
+    # A write is stamped when its call planned it, and lands later (a retry, a late answer):
+    # every debit of an operation invoked before it landed may be in it.
+    landed = stamped if record.created_s is None else round(record.created_s * 1000) - to_loop_ms
+    latest = max(stamped, landed)
     debits = []
     for op in by_bucket.get(bucket, []):
         if round(op.invoke["t"] * 1000) > latest:
@@ -141,8 +149,11 @@ def _judged(
         if amount:
             end = round(op.done["t"] * 1000) if op.done is not None else latest
             debits.append((min(end, latest), amount * MILLI))
-    used = most_used(debits, floor, image.slot, latest, skew_ms)
     cap = params.scheduled(image.written_at).shard_capacity(image.slot)
+    # The library measures use as ceiling less balance, and a raised ceiling keeps the balance
+    # (docs/limits-and-time.md): until it refills, the raise counts as use (docs/alerts.md).
+    raised = max(0, cap - share(floor.capacity, image.slot))
+    used = most_used(debits, floor, image.slot, stamped, skew_ms) + raised
     if used * 100 >= crossing.threshold * cap - TOLERANCE_MILLI * 100:
         return None
     return (f"{crossing.threshold}% of {bucket} at {(crossing.crossed_ms - to_loop_ms) / 1000:.3f}"

@@ -32,7 +32,7 @@ from typing import Any
 from support.history.checker import History, Op
 from support.history.workload import ORG, SOLOS, USERS, Limits
 from support.sim.alert_check import Ceiling
-from zae_limiter import FanoutIncomplete, Repository
+from zae_limiter import EntityNotFoundError, FanoutIncomplete, Repository
 
 CHANGES = ("limits", "defaults", "parent", "disable", "bypass")
 RESOURCE = "api"
@@ -75,12 +75,17 @@ async def operate(
             entity = rng.choice(USERS if kind == "parent" else entities)
             rpm = rng.choice((max(1, plan_limits.rpm // 2), plan_limits.rpm * 2))
             change = Made(kind, entity, (began, began), limits=replace(plan_limits, rpm=rpm))
-            await _turn(admin, change, plan_limits, on=True)
+            try:
+                await _turn(admin, change, plan_limits, on=True)
+            except EntityNotFoundError:
+                continue  # a solo no call has reached yet (a shrunk plan): no change made
             change.on = (began, now())
             changes.append(change)
             made.append(change)
         else:
-            change = next(c for c in changes if c.kind == kind and c.off is None)
+            change = next((c for c in changes if c.kind == kind and c.off is None), None)
+            if change is None:
+                continue
             await _turn(admin, change, plan_limits, on=False)
             change.off = (began, now())
 
