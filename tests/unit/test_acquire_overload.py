@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import pytest
@@ -154,6 +155,40 @@ async def test_a_known_refusal_is_a_429_before_any_overload_judgement() -> None:
     assert env.images.local_rejections == 1
     assert env.admission.traffic.shed == 0
     await table.answer()
+    assert len(await in_flight) == 1
+
+
+async def test_a_call_shed_for_overload_that_an_old_image_refuses_is_a_429() -> None:
+    """The organisation was found exhausted 1.5 s ago (too old for the rejection cache) and the
+    table is too slow to decide a call in time: the call is refused (429, retry_after the wait
+    for its next unit) rather than shed (503), nothing sent. A call its image admits is shed."""
+    env, table = slow_env((TEN,))
+    user = env.stored("u1")
+    first = debit(env, env.target(user, {"rpm": 1}), 1_000)
+    await settle()
+    await table.answer()  # a 400 ms round trip measured
+    await first
+    in_flight = debit(env, env.target(user, {"rpm": 1}), 5_000)  # sent, held: the table is busy
+    await settle()
+    org = env.stored("org", states=env.drained())
+    env.clock.advance(1_500)  # no unit back yet (one each 6 s); the image is 1.5 s old
+    stale = replace(env.target(org, {"rpm": 1}, read_now=False), seen_at=env.clock() - 1_500)
+    sent = table.sent
+    with pytest.raises(RateLimitExceeded) as raised:
+        await answered_or_held(
+            env.admission.debit([stale], local_ok=True, deadline=env.clock() + 500)
+        )
+    assert raised.value.retry_after_seconds == pytest.approx(4.5, abs=0.01)
+    with pytest.raises(Overloaded):  # the user's own item: nothing known refuses it
+        await answered_or_held(
+            env.admission.debit(
+                [env.target(user, {"rpm": 1})], local_ok=True, deadline=env.clock() + 500
+            )
+        )
+    assert table.sent == sent  # nothing was sent for either
+    assert (env.images.local_rejections, env.admission.traffic.shed) == (1, 1)
+    while not in_flight.done():
+        await table.answer()
     assert len(await in_flight) == 1
 
 

@@ -163,7 +163,7 @@ class Admission:
             lane_load.sending(self.waves.lanes, targets)
         try:
             if (deadline is not None and traffic.inflight) or traffic.rate is not None:
-                await self._take_turn(targets, deadline)
+                await self._take_turn(targets, deadline, now)
             planner = planning.admit_planner(admissions, self.ledger)
             result = await self._write(targets, planner, deadline, now)
         finally:
@@ -246,7 +246,18 @@ class Admission:
                 judged[index] = planning.with_reserved(target, reserved, now)
         return judged
 
-    async def _take_turn(self, targets: list[Target], deadline: float | None) -> None:
+    async def _take_turn(self, targets: list[Target], deadline: float | None, now: int) -> None:
+        """Wait for the call's turn (`_turn`); a call that cannot be decided in time is refused
+        when an image refuses it (`_refusal_when_shed`), else raises `Overloaded`."""
+        try:
+            await self._turn(targets, deadline)
+        except Overloaded:
+            refusal = self._refusal_when_shed(targets, now)
+            if refusal is None:
+                raise
+            raise refusal from None
+
+    async def _turn(self, targets: list[Target], deadline: float | None) -> None:
         """Raise `Overloaded` when the call's writes would be answered after `deadline` (the
         wait for request slots, the slowest of its items' lanes, and while the table is paced
         its turn, taken for the writes it adds: an item with a lane goes out folded into its
@@ -259,16 +270,23 @@ class Admission:
         wait = traffic.wait_ms(len(targets)) + max(lane_load.wait_ms(lanes, k, now) for k in keys)
         # a turn must leave half of what remains as margin (a throttle's retry, the loop's lag)
         latest = None if deadline is None else now + (deadline - now - wait) * TURN_SHARE
-        try:
-            if deadline is not None and now + wait > deadline and traffic.inflight:
-                raise Overloaded(wait, deadline - now)
-            writes = sum(1 for key in keys if key not in lanes.by_item) or 1
-            delay = traffic.turn(writes, now, latest)
-        except Overloaded:
-            traffic.shed += 1
-            raise
+        if deadline is not None and now + wait > deadline and traffic.inflight:
+            raise Overloaded(wait, deadline - now)
+        writes = sum(1 for key in keys if key not in lanes.by_item) or 1
+        delay = traffic.turn(writes, now, latest)
         if delay > 0:
             await self.backoff.pause(delay / 1000)
+
+    def _refusal_when_shed(self, targets: list[Target], now: int) -> RateLimitExceeded | None:
+        """A call that cannot be decided in time is refused (429) when the image a write
+        returned for one of its items, however old, still refuses it: the limit is the reason
+        as far as this writer knows, the call would not be admitted either way, and its caller
+        must hear "rate limited", not "unavailable". None: it is shed (`Overloaded`), counted."""
+        if any(t.stamp.shards == 1 and planning.refused_on_image(t, now) for t in targets):
+            self.images.local_rejections += 1
+            return self.rejection(targets, now)
+        self.traffic.shed += 1
+        return None
 
     def rejection(self, targets: list[Target], now: int) -> RateLimitExceeded:
         received = self.clock()  # every image here arrived by now (`now` may be earlier: the
