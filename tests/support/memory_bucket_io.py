@@ -27,9 +27,10 @@ conditions and changes our layer asks DynamoDB for (see `zae_limiter.dynamo.buck
 
 Like `DynamoBucketIO` it speaks images and the acquire path's errors: a failed condition
 raises `ItemChanged` with the stored item's image (None if absent). Faults can be injected for a
-chosen write (`inject`): a lost response (applied, then `AnswerLost`), a timeout (not applied,
-`AnswerLost`), a condition failure (not applied, `ItemChanged` with the stored item) or an outage
-(not applied, `Unavailable`). Every call is logged in `calls`.
+chosen write (`inject`: the nth next one, of an operation, to an item): a lost response (applied,
+then `AnswerLost`), a timeout (not applied, `AnswerLost`), a condition failure (not applied,
+`ItemChanged` with the stored item) or an outage (not applied, `Unavailable`). Every call is
+logged in `calls`.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class _Injected:
     fault: Fault
     countdown: int  # matching writes still to let through
     operation: str | None
+    item: Key | None = None  # only writes to this item match
 
 
 class MemoryBucketIO:
@@ -97,10 +99,18 @@ class MemoryBucketIO:
 
     # --- test controls -----------------------------------------------------------------------
 
-    def inject(self, fault: Fault, *, nth: int = 1, operation: str | None = None) -> None:
-        """Make the `nth` next write (of `operation`, if given) meet `fault`; a read meets
-        one only when `operation` is "read" (any fault: `Unavailable`)."""
-        self._faults.append(_Injected(fault, nth - 1, operation))
+    def inject(
+        self,
+        fault: Fault,
+        *,
+        nth: int = 1,
+        operation: str | None = None,
+        item: dict[str, str] | None = None,
+    ) -> None:
+        """Make the `nth` next write (of `operation`, to `item` (its key), if given) meet
+        `fault`; a read meets one only when `operation` is "read" (any fault: `Unavailable`)."""
+        only = None if item is None else _key(item)
+        self._faults.append(_Injected(fault, nth - 1, operation, only))
 
     def put(self, item: dict[str, Any]) -> BucketImage:
         """Store `item` as is (an item another process wrote)."""
@@ -308,7 +318,7 @@ class MemoryBucketIO:
         return items.parse(self.items[key])  # an image shares nothing with the stored item
 
     def _write(self, operation: str, key: Key | None, apply: Callable[[], None]) -> None:
-        fault = self._take_fault(operation)
+        fault = self._take_fault(operation, key)
         if fault is Fault.TIMEOUT:
             raise AnswerLost(TimeoutError("no response"))
         if fault is Fault.OUTAGE:
@@ -319,10 +329,12 @@ class MemoryBucketIO:
         if fault is Fault.LOST_RESPONSE:
             raise AnswerLost(TimeoutError("response lost"))
 
-    def _take_fault(self, operation: str) -> Fault | None:
+    def _take_fault(self, operation: str, key: Key | None = None) -> Fault | None:
         for injected in self._faults:
             if injected.operation != operation and (injected.operation or operation == "read"):
                 continue  # (a fault for any operation is one for any write)
+            if injected.item is not None and injected.item != key:
+                continue
             if injected.countdown > 0:
                 injected.countdown -= 1
                 continue

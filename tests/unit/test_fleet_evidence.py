@@ -19,13 +19,15 @@ from support.acquire_env import AcquireEnv
 from support.item_size import item_size
 from support.memory_bucket_io import Fault
 from unit.test_acquire_evidence import BIG, Interleaving, another_writer, interleaving_env
+from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.values import ItemChanged, Unavailable
 from zae_limiter.core import bucket
 from zae_limiter.core import evidence as rules
 from zae_limiter.core.bucket import MILLI
 from zae_limiter.core.hold_ledger import Ledger
-from zae_limiter.core.images import new_writer_id
+from zae_limiter.core.images import BucketImage, new_writer_id
 from zae_limiter.dynamo import codec, keys
+from zae_limiter.dynamo.bucket_attributes import EVIDENCE
 
 #: The most entries an item holds (core/evidence.py).
 BOUND = rules.MAX_ENTRIES + rules.MAX_REMOVED
@@ -191,3 +193,52 @@ async def test_a_late_copy_of_a_removed_entrys_write_never_lands() -> None:
             evidence=first.evidence,
         )
     assert env.state().consumed == consumed
+
+
+def full_of_young_entries(env: AcquireEnv, resource: str) -> BucketImage:
+    """An item whose evidence map is full of entries too young to remove: a new writer's write
+    to it goes without evidence (never re-sent: a lost answer leaves it undecided)."""
+    key = keys.bucket(*env.stored(resource=resource).address)
+    young = {f"other{i:03d}": env.clock() for i in range(rules.MAX_ENTRIES)}
+    env.bucket_io.items[(key["PK"], key["SK"])][EVIDENCE] = young
+    image = env.bucket_io.image(key)
+    assert image is not None
+    return image
+
+
+async def test_a_refusal_never_hides_an_undecided_write_of_the_same_call() -> None:
+    """Found by the churn history (`soak.SMALL_CHURN`, seeds 203 and 303 under load): a call of
+    several items, refused on one while its write to another stayed undecided (sent without
+    evidence, answer lost, yet landed), was told "rate limited", which says nothing was
+    debited; the debit stayed. The call is told that whether a debit landed is unknown."""
+    env = AcquireEnv()
+    free = full_of_young_entries(env, "a")
+    full_looking = env.stored(resource="b")
+    env.stored(resource="b", states=env.drained())  # drained since we saw it: refused
+    env.bucket_io.inject(Fault.LOST_RESPONSE, item=keys.bucket(*free.address))
+    targets = [
+        env.target(free, {"rpm": 4}),
+        env.target(full_looking, {"rpm": 1}, read_now=False),
+    ]
+    with pytest.raises(Unavailable) as raised:
+        await env.admission.debit(targets, local_ok=False)
+    assert raised.value.maybe_landed
+    assert env.admission.waves.lanes.undecided == 1
+    assert env.state("a").consumed == 4 * MILLI  # it landed and, undecided, stays (the docs)
+
+
+async def test_a_certain_failure_never_hides_an_undecided_write_of_the_same_call() -> None:
+    """One item's write certainly not applied (an outage), another's undecided: the call is
+    told that whether a debit landed is unknown, not that nothing was debited (whichever of
+    the two failed first)."""
+    for undecided_first in (True, False):
+        env = AcquireEnv(backoff=Backoff(scale=0.0))
+        a, b = full_of_young_entries(env, "a"), full_of_young_entries(env, "b")
+        lost, out = (a, b) if undecided_first else (b, a)
+        env.bucket_io.inject(Fault.LOST_RESPONSE, item=keys.bucket(*lost.address))
+        env.bucket_io.inject(Fault.OUTAGE, item=keys.bucket(*out.address))
+        targets = [env.target(a, {"rpm": 4}), env.target(b, {"rpm": 1})]
+        with pytest.raises(Unavailable) as raised:
+            await env.admission.debit(targets, local_ok=False)
+        assert raised.value.maybe_landed, undecided_first
+        assert env.admission.waves.lanes.undecided == 1

@@ -180,6 +180,8 @@ class Admission:
                 # A debit landed and its refund did not: say so, never "nothing was debited".
                 log.error("a refund after a failed admission could not land: %s", failed)
                 raise AnswerLost(failed) from failed
+        if isinstance(result.error, Unavailable) and result.error.maybe_landed:
+            raise result.error  # an undecided write may have landed: never "refused" (a 429)
         if isinstance(result.error, Contended):  # contended only if the item as found admits it
             raise self.rejection(result.latest, self.clock())
         if result.refused:

@@ -168,7 +168,7 @@ class Waves:
             retry: list[tuple[int, tuple[Target, Planner]]] = []
             for (index, (_, planner)), outcome in zip(pending, outcomes, strict=True):
                 if isinstance(outcome, BaseException):
-                    error = error or outcome
+                    error = _reported(error, outcome)
                     continue
                 target = outcome.target
                 latest[index] = target
@@ -190,7 +190,7 @@ class Waves:
                     if isinstance(outcome.error, ShardGone):
                         self.images.forget(self.ns, target.entity_id, target.resource)
                     assert outcome.error is not None
-                    error = error or outcome.error
+                    error = _reported(error, outcome.error)
             pending = retry
         return WaveResult(written, refused, error, latest, refused_at)
 
@@ -410,6 +410,18 @@ class Waves:
             log.info("split %s/%s into %d shards", entity_id, resource, shards * 2)
             return shards * 2
         return shards
+
+
+def _reported(error: BaseException | None, new: BaseException) -> BaseException:
+    """The error a wave reports: the first, unless a later one says its write may have landed
+    (an undecided write): the call must then never be told that nothing was debited."""
+    if error is None or (_maybe_landed(new) and not _maybe_landed(error)):
+        return new
+    return error
+
+
+def _maybe_landed(error: BaseException) -> bool:
+    return isinstance(error, Unavailable) and error.maybe_landed
 
 
 async def _settle_all(calls: list[Coroutine[Any, Any, _T]]) -> list[_T | BaseException]:

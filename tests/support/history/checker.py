@@ -3,7 +3,11 @@
 Per bucket (``entity|resource|limit``):
 
 - **ledger**: the stored consumption lies in [what ok operations kept, that plus the most every
-  unknown one could have kept] (an unknown outcome may count either way, nothing else may);
+  unknown one could have kept, plus the credit of every *unrefunded* one] (an unknown outcome
+  may count either way, nothing else may). Unrefunded: a block raised and the library reported
+  its refund undecided (it logged *refund could not land*, workload.py), which
+  docs/on-unavailable.md allows ("When a write stays undecided": a write sent without evidence
+  whose answer was lost, an entry other writers removed), the debit staying if it did not land;
 - **over-admission**: over every span of the lengths in `SPANS_S` starting at an admission,
   what operations certainly inside it admitted (entry debits and ``consume()``) is at most
   capacity + refill earned over the span widened by twice the clock-skew spread + everything
@@ -16,7 +20,7 @@ Per bucket (``entity|resource|limit``):
   resolved by another read, and those are);
 - **all-or-none** (entities of the three-bucket call): the calls that landed on ``api`` (its
   ``rpm``, 1 a call) and on ``budget`` (``usd``, 3 a call) differ by no more than the unknown
-  calls on that entity.
+  and unrefunded calls on that entity (an undecided refund may land on some items only).
 """
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ class Op:
     def outcome(self) -> str:
         return "unknown" if self.done is None else str(self.done["e"])
 
+    @property
+    def unrefunded(self) -> bool:
+        """Its block raised and its refund stayed undecided (workload.py): its credit may not
+        have landed."""
+        return self.done is not None and bool(self.done.get("unrefunded"))
+
 
 @dataclass
 class History:
@@ -73,13 +83,6 @@ class History:
 
     def total(self, field_name: str) -> int:
         return sum(int(line.get(field_name, 0)) for line in self.stats.values())
-
-    def undecided(self, op: Op) -> bool:
-        """Whether the operation's process left a write undecided (its stats say so): a refund
-        of the operation's may then be that write, landed or not (docs/on-unavailable.md, "When
-        a write stays undecided": a refund sent without evidence whose answer was lost)."""
-        worker = str(op.invoke["op"]).rsplit("-", 2)[0]
-        return int(self.stats.get(worker, {}).get("undecided", 0)) > 0
 
     def add(self, line: dict[str, Any]) -> None:
         """One log line (an operation's invoke or outcome, or a worker's stats)."""
@@ -241,7 +244,7 @@ def judge(
         unknown = [op for op in touching if op.outcome == "unknown"]
         lower = sum(_amount(op.done, "kept", bucket) for op in ok)
         upper = lower + sum(int(op.invoke["max"][bucket]) for op in unknown)
-        upper += sum(_amount(op.done, "credit", bucket) for op in ok if history.undecided(op))
+        upper += sum(_amount(op.done, "credit", bucket) for op in ok if op.unrefunded)
         consumed = stored[bucket]
         admitted = sum(
             _amount(op.done, "entry", bucket) + _amount(op.done, "extra", bucket) for op in ok
@@ -268,7 +271,8 @@ def judge(
         if entity in (*USERS, GHOSTS["three"], ORG) and (resource, name) == ("api", "rpm"):
             calls_api = Fraction(consumed)
             calls_budget = Fraction(stored[f"{entity}|budget|usd"], 3)
-            unknown_three = sum(op.invoke["call"] == "three" for op in unknown)
+            doubtful = unknown + [op for op in ok if op.unrefunded]
+            unknown_three = sum(op.invoke["call"] == "three" for op in doubtful)
             verdict.all_or_none_gap = calls_api - calls_budget
             verdict.all_or_none_ok = abs(calls_api - calls_budget) <= unknown_three
         verdicts.append(verdict)

@@ -58,16 +58,18 @@ def render(ran: Ran, checked: Checked, *, title: str) -> str:
         f"{history.total('requests')} requests reached the proxies.",
         "",
         f"Undecided writes (every re-send lost, or the writer's entry removed): "
-        f"{history.total('undecided')}; writes without evidence (their item full of young "
-        f"entries): {history.total('unkept')}; items seen "
+        f"{history.total('undecided')}, of them refunds of blocks that raised: "
+        f"{sum(op.unrefunded for op in history.ops.values())}; writes without evidence "
+        f"(their item full of young entries): {history.total('unkept')}; items seen "
         f"stamped too far ahead: {history.total('skewed')}; rejections answered from the "
         f"rejection cache (no request): {history.total('local_rejections')} (from the workers' "
         "last stats lines; a killed worker's counts are as of its last second).",
         "",
         "## Verdicts per bucket",
         "",
-        "Consumption must lie in [ok, ok + unknown]; *over* is the worst excess of what was "
-        "admitted in a span over capacity + refill + credits (0: never over); *turns* is "
+        "Consumption must lie in [ok, ok + unknown] (+ the credits of undecided refunds); "
+        "*over* is the worst excess of what was admitted in a span over capacity + refill + "
+        "credits (0: never over); *turns* is "
         "what ok operations admitted divided by capacity; a *leftover* on a refund-only "
         "entity shows the most that operations of killed processes could have left.",
         "",

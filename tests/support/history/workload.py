@@ -15,15 +15,20 @@ Log lines (one JSON object each, written and flushed before the call and after i
 ``{"e": "invoke", "op", "t", "ent", "call", "move", "max": {bucket: most it can keep}}`` and
 ``{"e": "ok" | "fail" | "unknown", "op", "t", "entry", "extra", "forced", "credit", "kept"}``
 (amounts per bucket ``entity|resource|limit``; an operation with no second line is unknown).
+An outcome line with ``"unrefunded": true`` is a call whose block raised and whose refund stayed
+undecided: the library logged *refund could not land* (docs/on-unavailable.md, "When a write
+stays undecided") and let the block's exception through, so its credit may not have landed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -146,6 +151,8 @@ async def one_op(
                "move": move, "max": dict(most)})  # fmt: skip
     entered = False
     outcome: dict[str, Any] = {"e": "ok", "op": op}
+    watch_refunds()
+    running = _RUNNING.set(outcome)
     try:
         async with limiter.acquire(
             entity, "api", dict(AMOUNTS), also=ALSO if call == "three" else None
@@ -179,8 +186,34 @@ async def one_op(
                     "error": repr(exc)[:200]}  # fmt: skip
     except Exception as exc:  # not a documented outcome: the checker reports it
         outcome |= {"e": "unknown", "error": repr(exc)[:200], "unexpected": True}
+    finally:
+        _RUNNING.reset(running)
     outcome["t"] = now()
     log.write(outcome)
+
+
+#: The outcome line of the operation running in this task (`one_op`).
+_RUNNING: ContextVar[dict[str, Any] | None] = ContextVar("history_operation", default=None)
+#: What the lease's exit logs, in its caller's task, when the refund of a block that raised
+#: could not land (acquire/acquisition.py); the block's own exception propagates.
+UNREFUNDED = "refund could not land"
+
+
+def _unrefunded(record: logging.LogRecord) -> bool:
+    """A filter on the library's logger (it lets every record through): marks the running
+    operation ``unrefunded`` when its lease's refund could not land."""
+    outcome = _RUNNING.get()
+    if outcome is not None and str(record.msg).startswith(UNREFUNDED):
+        outcome["unrefunded"] = True
+    return True
+
+
+def watch_refunds() -> None:
+    """Install `_unrefunded` on the library's logger (once; the workers' stderr still gets
+    every record, the simulation's capture too)."""
+    library = logging.getLogger("zae_limiter")
+    if _unrefunded not in library.filters:
+        library.addFilter(_unrefunded)
 
 
 class Boom(Exception):
