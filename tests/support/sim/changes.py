@@ -83,11 +83,11 @@ async def operate(
             changes.append(change)
             made.append(change)
         else:
-            change = next((c for c in changes if c.kind == kind and c.off is None), None)
-            if change is None:
+            made_on = next((c for c in changes if c.kind == kind and c.off is None), None)
+            if made_on is None:
                 continue
-            await _turn(admin, change, plan_limits, on=False)
-            change.off = (began, now())
+            await _turn(admin, made_on, plan_limits, on=False)
+            made_on.off = (began, now())
 
 
 async def _turn(admin: Repository, change: Made, plan_limits: Limits, *, on: bool) -> None:
