@@ -83,18 +83,21 @@ def most_used(
 ) -> int:
     """The least balance a shard of `slot` can hold at `at` (ms) under `floor` after `debits`
     (ms, milli-units), as use of the `floor` share: capacity less that balance, plus the refill
-    of twice `skew_ms` (writers' clocks move a dripping limit's refill by up to their skew)."""
+    of twice `skew_ms` (writers' clocks move a dripping limit's refill by up to their skew).
+    A debit placed after `at` counts at `at`, with no refill after it: the library measures a
+    write's use at its stamp, which a write landing after a later-stamped one precedes (its
+    image holds debits that reached the item after the stamp, the refill between them unseen)."""
     capacity = share(floor.capacity, slot)
     refill = refill_share(floor.capacity, floor.refill, slot)
     balance = float(capacity)
     last: int | None = None
-    for when, amount in sorted(debits):
+    for when, amount in sorted((min(when, at), amount) for when, amount in debits):
         if last is not None:
             balance = min(capacity, balance + refill * (when - last) / floor.period_ms)
         balance -= amount
         last = when
-    if last is not None:  # (no refill when the last debit is placed after `at`)
-        balance = min(capacity, balance + refill * max(0, at - last) / floor.period_ms)
+    if last is not None:
+        balance = min(capacity, balance + refill * (at - last) / floor.period_ms)
     return capacity - int(balance) + refill * 2 * skew_ms // floor.period_ms
 
 
