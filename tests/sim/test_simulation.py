@@ -148,6 +148,21 @@ def test_an_alert_kept_by_a_refund_that_left_its_threshold_reached_is_right() ->
     assert simulate(plan).problems == []
 
 
+def test_an_alert_measured_at_a_stamp_before_its_debits_landed_is_right() -> None:
+    """`make sim` seed 209 (plan ci), shrunk: the write that took solo-1 to 4 of 4 rpm was
+    stamped before a write that landed ahead of it; the library measures use at the stamp, and
+    the check credited the refill between the four debits' later landings ("yet what stayed
+    used at most 100 %", 99.5 % of the shard); it now counts a debit placed after the stamp at
+    the stamp."""
+    plan = Plan(seed=209, processes=5, tasks=7, ops=1,
+                limits=Limits(rpm=4, period_s=10, alert_at=(50, 80, 100), budget_quota=0),
+                hold_cap=1, faults=Faults(rate=0.15, kinds=("lost", "late", "throttle", "5xx")),
+                kills=0, skew_ms=0, partitions=2, cancel_rate=0.0, pause_s=0.01,
+                acquire_timeout=0.3, delivery=Delivery(shards=1, batch=100, poll_s=0.2,
+                                                       deaths=0.0))  # fmt: skip
+    assert simulate(plan).problems == []
+
+
 def test_a_brownout_past_the_retry_budget_leaves_no_debit_of_a_refused_call() -> None:
     """A 6 s brown-out (every write throttled) spends the retry budget while admissions past
     their 0.3 s deadline are resolved off their callers' paths; on main one of them leaves a
