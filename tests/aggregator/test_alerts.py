@@ -25,6 +25,7 @@ from zae_limiter import (
 )
 from zae_limiter.alerts.held import HOLD_MS
 from zae_limiter.dynamo import keys
+from zae_limiter.dynamo.failures import UnknownOutcome
 from zae_limiter.local.stream_runner import StreamRunner
 
 pytestmark = pytest.mark.ddb
@@ -289,9 +290,11 @@ async def stored_alerts(repo: Repository, entity: str) -> list[tuple[int, int]]:
     return [(a.threshold, a.used) for a in alerts]
 
 
-async def test_an_all_or_none_refusal_whose_refund_comes_in_a_later_batch_never_alerts(
+async def refused_all_or_none(
     table: TableRef, clock: FakeClock
-) -> None:
+) -> tuple[Repository, Repository, RateLimiter]:
+    """Two processes' repositories and the first one's limiter, after a call of the first one
+    was refused all or none: its budget debit (60 % of "u"'s weekly) landed, then its refund."""
     clock.set_datetime(datetime(2026, 1, 6, 9, 0))
     mine, theirs = await open_at(table, clock), await open_at(table, clock)
     await mine.set_resource_defaults("budget", [REFUNDED_WEEKLY])
@@ -306,6 +309,13 @@ async def test_an_all_or_none_refusal_whose_refund_comes_in_a_later_batch_never_
     with pytest.raises(RateLimitExceeded):  # search refuses; budget's debit (60 %) had landed
         async with me.acquire("u", "search", {"rpm": 1}, also={"budget": {"weekly": 60}}):
             pass
+    return mine, theirs, me
+
+
+async def test_an_all_or_none_refusal_whose_refund_comes_in_a_later_batch_never_alerts(
+    table: TableRef, clock: FakeClock
+) -> None:
+    mine, theirs, me = await refused_all_or_none(table, clock)
     async with StreamRunner.from_repository(mine, clock=clock) as runner:
         debit, refund = (await budget_records(runner, mine, "u"))[-2:]
         first = await runner.aggregator.process([debit])  # the crossing: held, not stored
@@ -365,3 +375,38 @@ async def test_a_refund_after_a_long_outage_drops_the_crossing_its_debit_made(
     [state] = await admin.get_buckets("u")
     assert state.total_consumed == 0
     await admin.close()
+
+
+async def test_a_refund_whose_record_failed_is_read_again_before_any_later_record_of_its_item(
+    table: TableRef, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refund's record fails (dropping the crossing it took back meets a 500) and the
+    stream delivers it again, with the item's later records. A later record read in the same
+    batch told the sweep that nothing of the item was left to read, and the hold passed before
+    the retry: the refunded crossing was stored (`make sim` seed 60, plan ci)."""
+    mine, theirs, me = await refused_all_or_none(table, clock)
+    async with me.acquire("u", "budget", {"weekly": 1}):
+        pass  # a later write of the item (1 %: no crossing)
+    async with StreamRunner.from_repository(mine, clock=clock) as runner:
+        debit, refund, later = (await budget_records(runner, mine, "u"))[-3:]
+        held = runner.aggregator.held
+        delete = held._store.delete
+        calls = 0
+
+        async def fails_once(key: dict[str, Any]) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise UnknownOutcome(RuntimeError("injected 500"))
+            await delete(key)
+
+        monkeypatch.setattr(held._store, "delete", fails_once)
+        first = await runner.aggregator.process([debit, refund, later])
+        assert sorted(first.failures) == [1]  # the refund; Lambda resumes there
+        clock.advance(HOLD_MS + 1)  # the retry comes after the hold
+        assert (await held.sweep_now()).alerts_stored == 0
+        again = await runner.aggregator.process([refund, later])
+        assert (again.failures, again.alerts_stored, held.dropped) == ({}, 0, 1)
+    assert await stored_alerts(mine, "u") == []
+    for repo in (mine, theirs):
+        await repo.close()

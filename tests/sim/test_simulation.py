@@ -21,6 +21,7 @@ from support.sim.loop import Runaway, SimLoop
 from support.sim.mutants import applied
 from support.sim.network import Faults
 from support.sim.plans import ci
+from support.sim.stream import Delivery
 from support.sim.world import Plan, simulate
 
 #: The CI slice: `make sim --plan ci` seeds (brown-outs off: before issue 41 they found its
@@ -131,6 +132,35 @@ def test_the_check_sees_an_alert_on_a_refunded_debit() -> None:
 
 def test_alerts_only_on_consumption_that_stays() -> None:
     assert simulate(REFUNDED_CROSSING).problems == []
+
+
+def test_an_alert_kept_by_a_refund_that_left_its_threshold_reached_is_right() -> None:
+    """`make sim` seed 134 (plan ci), shrunk: a 50 % crossing owed its level to two calls past
+    their deadline; their refund left the item above 50 % with debits that stayed, so the crossing
+    stayed held and was stored (docs/alerts.md). The check judged it at its crossing only and
+    reported it ("yet what stayed used at most 37 %"); it now judges it at that refund too."""
+    plan = Plan(seed=134, processes=4, tasks=3, ops=5, hold_tasks=0,
+                limits=Limits(rpm=8, period_s=5, alert_at=(50, 80, 100), budget_quota=0),
+                hold_cap=3, faults=Faults(rate=0.15, kinds=("lost", "5xx", "conflict")),
+                skew_ms=100, partitions=2, cancel_rate=0.1, pause_s=0.01, acquire_timeout=0.3,
+                rejection_cache_ttl=0.2, delivery=Delivery(shards=2, batch=40, poll_s=0.2,
+                                                           deaths=0.2))  # fmt: skip
+    assert simulate(plan).problems == []
+
+
+def test_an_alert_measured_at_a_stamp_before_its_debits_landed_is_right() -> None:
+    """`make sim` seed 209 (plan ci), shrunk: the write that took solo-1 to 4 of 4 rpm was
+    stamped before a write that landed ahead of it; the library measures use at the stamp, and
+    the check credited the refill between the four debits' later landings ("yet what stayed
+    used at most 100 %", 99.5 % of the shard); it now counts a debit placed after the stamp at
+    the stamp."""
+    plan = Plan(seed=209, processes=5, tasks=7, ops=1,
+                limits=Limits(rpm=4, period_s=10, alert_at=(50, 80, 100), budget_quota=0),
+                hold_cap=1, faults=Faults(rate=0.15, kinds=("lost", "late", "throttle", "5xx")),
+                kills=0, skew_ms=0, partitions=2, cancel_rate=0.0, pause_s=0.01,
+                acquire_timeout=0.3, delivery=Delivery(shards=1, batch=100, poll_s=0.2,
+                                                       deaths=0.0))  # fmt: skip
+    assert simulate(plan).problems == []
 
 
 def test_a_brownout_past_the_retry_budget_leaves_no_debit_of_a_refused_call() -> None:

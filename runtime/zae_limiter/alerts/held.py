@@ -188,17 +188,28 @@ class HeldCrossings:
         return cls(store, recorder, clock, hold_ms=settings.alert_hold_seconds * 1000)
 
     async def batch(self, records: list[tuple[int, StreamRecord]], tally: Tally) -> None:
-        """Follow a batch's bucket records with thresholds (in stream order), then sweep."""
+        """Follow a batch's bucket records with thresholds (in stream order), then sweep.
+
+        After a record of an item fails, the item's later records in the batch are not followed:
+        the stream delivers them again after it (Lambda and the local runner resume at the first
+        failed record), and one read before it would judge the item out of its order (a later
+        record would confirm a crossing, or tell the sweep that nothing is left to read, while
+        the refund that drops it waits to be retried)."""
         held: dict[str, Held] = {}
         if records:
             held = {h.key["SK"]: h for h in await self._load()}
+        failed: set[str] = set()  # items (their keys) with a record that failed in this batch
         for position, record in records:
+            if record.pk in failed:
+                continue
             try:
                 await self._follow(record, held, tally)
             except MalformedRecord as exc:
                 tally.failures[position] = exc
+                failed.add(record.pk)
             except Exception as exc:  # the record is retried; the hold items stay as they are
                 tally.failures[position] = exc
+                failed.add(record.pk)
                 held = {h.key["SK"]: h for h in await self._load()}
         await self.sweep(tally, held if records else None)
 

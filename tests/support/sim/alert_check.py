@@ -20,7 +20,16 @@ alert when even that is below the threshold:
 - the threshold: against the shard's share of the ceiling in force at the crossing (the
   crossing's own image), as `alerts.detect` measures it; a ceiling raised above the smallest
   one adds the raise to the use (a raised ceiling keeps the balance, so the library counts the
-  raise as use until it refills).
+  raise as use until it refills);
+- when: at the crossing, or at the last refund of never-kept debits (``rf`` set) that judged it
+  again while it was held. docs/alerts.md: a refund that leaves the item at or above a held
+  threshold (other debits keep it there) keeps the crossing, which is stored with its own time
+  and use; so an alert whose crossing write owed its level to debits refunded later is right
+  when what stayed reached the threshold by that last refund (in the crossing's period, for a
+  quota: a refund in a later one does not judge it). The last one: every refund before it
+  left the item at or above the threshold too, or the crossing would be gone. A refund judges a
+  crossing while it is held: written before the hold ends, five minutes after the crossing or
+  after the refund before it (`alerts.held.HOLD_MS`).
 
 The history's operations carry whole units per bucket; the arithmetic here is in milli-units
 and milliseconds, as the library's.
@@ -28,12 +37,15 @@ and milliseconds, as the library's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from support.history.checker import History, Op
+from zae_limiter.alerts.detect import use_of
 from zae_limiter.alerts.event import AlertEvent, Crossing
+from zae_limiter.alerts.held import HOLD_MS
+from zae_limiter.core.bucket import Kind
 from zae_limiter.core.shares import MILLI, Slot, refill_share, share
 from zae_limiter.dynamo import bucket_items
 from zae_limiter.dynamo.stream_records import StreamRecord
@@ -71,18 +83,21 @@ def most_used(
 ) -> int:
     """The least balance a shard of `slot` can hold at `at` (ms) under `floor` after `debits`
     (ms, milli-units), as use of the `floor` share: capacity less that balance, plus the refill
-    of twice `skew_ms` (writers' clocks move a dripping limit's refill by up to their skew)."""
+    of twice `skew_ms` (writers' clocks move a dripping limit's refill by up to their skew).
+    A debit placed after `at` counts at `at`, with no refill after it: the library measures a
+    write's use at its stamp, which a write landing after a later-stamped one precedes (its
+    image holds debits that reached the item after the stamp, the refill between them unseen)."""
     capacity = share(floor.capacity, slot)
     refill = refill_share(floor.capacity, floor.refill, slot)
     balance = float(capacity)
     last: int | None = None
-    for when, amount in sorted(debits):
+    for when, amount in sorted((min(when, at), amount) for when, amount in debits):
         if last is not None:
             balance = min(capacity, balance + refill * (when - last) / floor.period_ms)
         balance -= amount
         last = when
-    if last is not None:  # (no refill when the last debit is placed after `at`)
-        balance = min(capacity, balance + refill * max(0, at - last) / floor.period_ms)
+    if last is not None:
+        balance = min(capacity, balance + refill * (at - last) / floor.period_ms)
     return capacity - int(balance) + refill * 2 * skew_ms // floor.period_ms
 
 
@@ -93,12 +108,14 @@ def unjustified(
     floors: dict[str, Ceiling],
     to_loop_ms: int,
     skew_ms: int,
+    refunds: Mapping[str, Sequence[StreamRecord]] | None = None,
 ) -> list[str]:
     """Alerts in `stored` that consumption which stayed cannot explain (module docstring).
     `expected`: alert id -> the crossings the stream shows with their records
     (`stream.expected_alerts`); `floors`: per bucket the smallest ceiling of the run;
     `to_loop_ms`: subtracted from a writer's clock to give the loop's time, which the history
-    uses (in seconds); `skew_ms`: the largest offset of a process's clock."""
+    uses (in seconds); `skew_ms`: the largest offset of a process's clock; `refunds`: per item
+    key, the records of refunds of never-kept debits in stream order (`stream.revoking_refunds`)."""
     out = []
     by_bucket: dict[str, list[Op]] = {}
     for op in history.ops.values():
@@ -110,11 +127,41 @@ def unjustified(
         # same id that a refund took back may come first)
         second = _ms(alert.crossed_at) // 1000
         candidates = [pair for pair in found if pair[0].crossed_ms // 1000 == second] or found
-        verdicts = [_judged(crossing, record, by_bucket, floors, to_loop_ms, skew_ms)
-                    for crossing, record in candidates]  # fmt: skip
+        verdicts = []
+        for crossing, record in candidates:
+            verdict = _judged(crossing, record, by_bucket, floors, to_loop_ms, skew_ms)
+            again = _last_refund(crossing, record, (refunds or {}).get(record.pk, ()))
+            if verdict is not None and again is not None:  # judged again: its last judgement
+                verdict = _judged(*again, by_bucket, floors, to_loop_ms, skew_ms) and verdict
+            verdicts.append(verdict)
         if verdicts and all(verdict is not None for verdict in verdicts):
             out.append(f"alert {alert.alert_id}: {verdicts[0]}")
     return out
+
+
+def _last_refund(
+    crossing: Crossing, record: StreamRecord, refunds: Sequence[StreamRecord]
+) -> tuple[Crossing, StreamRecord] | None:
+    """The last refund of never-kept debits that judged `crossing` again while it was held (its
+    record, with the crossing at its time), or None (module docstring)."""
+    until = crossing.crossed_ms + HOLD_MS
+    last = None
+    for refund in refunds:
+        new = refund.image("new")
+        if new is None or int(refund.sequence_number) <= int(record.sequence_number):
+            continue
+        image = bucket_items.parse(new)
+        if image.written_at >= until:
+            break
+        params, state = image.stamp.params(crossing.limit), image.states.get(crossing.limit)
+        if params is None or state is None:
+            continue
+        quota = params.kind in (Kind.CALENDAR, Kind.SESSION)
+        if quota and use_of(params, state, image)[2] != crossing.period_ms:
+            continue  # a later quota period: the refund does not judge the crossing
+        until = max(until, image.written_at + HOLD_MS)
+        last = (replace(crossing, crossed_ms=image.written_at), refund)
+    return last
 
 
 def _judged(

@@ -43,6 +43,7 @@ from zae_limiter import Repository
 from zae_limiter.alerts.detect import crossings
 from zae_limiter.alerts.event import AlertEvent, Crossing
 from zae_limiter.dynamo import keys
+from zae_limiter.dynamo.bucket_attributes import REVOKED
 from zae_limiter.dynamo.store import Store
 from zae_limiter.dynamo.stream_records import StreamRecord, parse_record
 from zae_limiter.dynamo.transport import DynamoError, Transport
@@ -242,6 +243,20 @@ def expected_alerts(table: SimTable, name: str) -> dict[str, list[tuple[Crossing
         record = parse_record(change.record(name))
         for crossing in crossings(record):
             out.setdefault(crossing.alert_id, []).append((crossing, record))
+    return out
+
+
+def revoking_refunds(table: SimTable, name: str) -> dict[str, list[StreamRecord]]:
+    """Per item key, the records of refunds of debits never kept (they set a new `REVOKED`
+    marker, docs/alerts.md), in stream order."""
+    out: dict[str, list[StreamRecord]] = {}
+    for change in table.changes(name):
+        if not delivered(change) or change.new is None or REVOKED not in change.new:
+            continue
+        if change.old is not None and change.old.get(REVOKED) == change.new[REVOKED]:
+            continue
+        record = parse_record(change.record(name))
+        out.setdefault(record.pk, []).append(record)
     return out
 
 

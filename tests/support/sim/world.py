@@ -34,7 +34,14 @@ from support.sim.alert_check import unjustified
 from support.sim.changes import Ceilings, Made, floors, operate, reparented, unbypassed
 from support.sim.loop import determinism, run
 from support.sim.network import Faults, Link, Window
-from support.sim.stream import Delivery, Expected, Stream, check_stream, holds_crossings
+from support.sim.stream import (
+    Delivery,
+    Expected,
+    Stream,
+    check_stream,
+    holds_crossings,
+    revoking_refunds,
+)
 from support.sim.table import SimTable
 from zae_limiter import Limit, RateLimiter, RateLimiterUnavailable, Repository
 from zae_limiter.acquire.waves import MAX_ROUNDS
@@ -414,7 +421,8 @@ class World:
                 skew = max(abs(p.offset_ms) for p in self.processes)
 
                 def judge_stays(expected: Expected, alerts: list[AlertEvent]) -> list[str]:
-                    return unjustified(expected, alerts, history, lowest, EPOCH_MS, skew)
+                    refunds = revoking_refunds(self.table, TABLE)
+                    return unjustified(expected, alerts, history, lowest, EPOCH_MS, skew, refunds)
 
             stream_problems, stream_counts = await check_stream(
                 self.table, TABLE, admin, stored, judge_stays
