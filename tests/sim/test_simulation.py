@@ -112,6 +112,20 @@ def test_the_slice_sees_a_slot_a_closed_process_never_gave_back() -> None:
     assert "which closed with every lease given back" in _mutated("give-back-as-renewal", plan)
 
 
+def test_an_exit_through_a_brownout_longer_than_the_lease_ttl_gives_the_hold_back() -> None:
+    """`make sim --plan drawn` seeds 19, 22 and 49 (19 shrunk): one hold whose exit write is
+    throttled through a 3 s brown-out, past its 2 s lease_ttl, then meets a partition. Its
+    process counted the hold lapsed and planned the exit again on each try; the first plan
+    after the lapse forgot the entry, so the write that landed once the table answered gave
+    nothing back and the slot stayed held (tests/unit/test_hold_math.py's
+    test_an_exit_planned_again_after_its_hold_lapsed_still_removes_it pins the rule)."""
+    plan = Plan(seed=19, processes=1, tasks=0, ops=1, limits=Limits(rpm=20, period_s=20),
+                hold_cap=3, faults=Faults(rate=0.0, kinds=()), kills=0, skew_ms=0, brownouts=1,
+                cancel_rate=0.0, pause_s=0.2, acquire_timeout=0.3, rejection_cache_ttl=0.2,
+                stream=False)  # fmt: skip
+    assert simulate(plan).problems == []
+
+
 #: `make sim MUTANT=alerts-on-refunds SIM_ARGS="--plan ci"`'s first seed, shrunk, then spread
 #: over two processes: a user's call is refused all or none (its organisation is spent by the
 #: other process's calls), its own debits land and are refunded, and the aggregator alerts on

@@ -15,11 +15,15 @@ from dataclasses import dataclass, field
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from zae_limiter.acquire import planning
+from zae_limiter.acquire.values import ENTITY, Landed, Target
 from zae_limiter.core import bucket, hold_writes, holds
 from zae_limiter.core.bucket import MILLI, WHOLE, Kind, LimitWrite, Params, State
+from zae_limiter.core.evolve import evolve
 from zae_limiter.core.hold_ledger import Ledger
 from zae_limiter.core.hold_writes import Holder
 from zae_limiter.core.holds import Hold
+from zae_limiter.core.images import Stamp
 
 TTL = 3_000
 SKEW = 500
@@ -413,3 +417,31 @@ def test_a_hold_given_back_whole_leaves_no_entry() -> None:
     _give_back(proc, stored, params, key, MILLI, now)
     assert (stored.v, stored.h, stored.he) == (0, {}, {})
     assert ledger.holder(ITEM, "parallel", now, TTL).key != key  # a new generation
+
+
+def test_an_exit_planned_again_after_its_hold_lapsed_still_removes_it() -> None:
+    """An exit write that keeps failing (throttled through a brown-out longer than the
+    lease_ttl) is planned again on every try. Each plan after the hold lapsed removes the
+    entry exactly as seen, until one lands. Before, the first such plan forgot the entry, so
+    the next ones, and the write that landed, gave nothing back: the slot stayed held although
+    the process closed with nothing abandoned (`make sim` drawn seeds 19, 22 and 49)."""
+    params, stored, ledger, now = parallel(2), Stored(), Ledger("w0", SKEW), 1_000_000
+    holder = ledger.holder(ITEM, "parallel", now, TTL)
+    write = hold_writes.plan_hold(params, stored.state(), now, WHOLE, MILLI, holder, enforce=True)
+    assert write is not None and write.holds is not None and stored.land(write)
+    ledger.landed(ITEM, "parallel", write.holds, now, stored.state().holds, now)
+    ns, entity, resource, shard = ITEM
+    image = planning.blank_image(ns, entity, resource, Stamp(limits=(params,)), 1, shard)
+    image = evolve(image, states={"parallel": stored.state()})
+    target = Target(entity, resource, ENTITY, image, exists=True, seen_at=now, read_now=False)
+    lease = Landed(target, {"parallel": MILLI}, {}, 1, False, held={"parallel": holder.key})
+    plan = planning.adjust_planner(lease, {"parallel": -MILLI}, ledger)
+    lapsed = now + TTL  # the holder's clock reached the entry's expiry: its lease counts it lost
+    for tries in range(3):  # each try's write was throttled: planned again
+        planned = plan(target, lapsed + tries)
+        assert planned is not None
+        writes, _ = planned
+        assert "parallel" in writes, f"try {tries + 1} gives nothing back"
+        change = writes["parallel"].holds
+        assert change is not None and change.reap == stored.state().holds
+    assert stored.land(writes["parallel"]) and (stored.v, stored.h) == (0, {})

@@ -163,7 +163,7 @@ def _hold_change(
     elif holder is None:  # lapsed: removed by its writes if still there, exactly as left
         present = any(h.key == key for h in state.holds)
         reaper = ledger.reaping(item, name, now, ttl) if key and present else None
-        ledger.forget(item, name, key, -amount)
+        ledger.forget(item, name, key, -amount, on_item=present)  # planned again if it fails
         return None if reaper is None else hold_writes.plan_renew(state, now, reaper)
     else:  # never more than this process holds there (a hold lost and taken again)
         amount = -min(-amount, ledger.amount(item, name, key))

@@ -264,12 +264,18 @@ class Ledger:
         entry = self.entries.get((item, limit), {}).get(key)
         return 0 if entry is None else entry.amount
 
-    def forget(self, item: Hashable, limit: str, key: str, amount: int) -> None:
-        """A lease whose entry was lost ended: its `amount` is no longer this process's."""
+    def forget(
+        self, item: Hashable, limit: str, key: str, amount: int, *, on_item: bool = False
+    ) -> None:
+        """A lease whose entry was lost ended: its `amount` is no longer this process's. The
+        lost entry is dropped once it holds nothing of this process's, unless `on_item` (the
+        image planned on still shows it): then it stays lapsed, so that every write of this
+        process to the slot removes it, a give-back planned again after its write failed
+        included, until an image shows it gone (`saw`)."""
         entries = self.entries.get((item, limit), {})
         entry = entries.get(key)
         if entry is None:
             return
-        entry.amount -= amount
-        if entry.lost and entry.amount <= 0:
+        entry.amount = max(0, entry.amount - amount)
+        if entry.lost and entry.amount == 0 and not on_item:
             del entries[key]
