@@ -2,12 +2,17 @@
 
 Per bucket (``entity|resource|limit``):
 
-- **ledger**: the stored consumption lies in [what ok operations kept, that plus the most every
-  unknown one could have kept, plus the credit of every *unrefunded* one] (an unknown outcome
-  may count either way, nothing else may). Unrefunded: a block raised and the library reported
-  its refund undecided (it logged *refund could not land*, workload.py), which
-  docs/on-unavailable.md allows ("When a write stays undecided": a write sent without evidence
-  whose answer was lost, an entry other writers removed), the debit staying if it did not land;
+- **ledger**: the stored consumption lies in [what ok operations kept, less the forced
+  adjustments of *exit-unresolved* ones; that plus the most every unknown one could have kept,
+  plus the credit of every *unrefunded* or exit-unresolved one] (an unknown outcome may count
+  either way, nothing else may). Unrefunded: a block raised and the library reported its refund
+  undecided (it logged *refund could not land*, workload.py), which docs/on-unavailable.md
+  allows ("When a write stays undecided": a write sent without evidence whose answer was lost,
+  an entry other writers removed), the debit staying if it did not land. Exit-unresolved: the
+  lease's exit returned at its deadline with its write going on off the caller's path
+  (``exit_late``, reference §5.1 item 6) and its process did not close with every write
+  resolved (killed, or something abandoned or undecided at close): that write (adjustments,
+  a refund) may never have been sent, as docs/on-unavailable.md says of a SIGKILLed pod;
 - **over-admission**: over every span of the lengths in `SPANS_S` starting at an admission,
   what operations certainly inside it admitted (entry debits and ``consume()``) is at most
   capacity + refill earned over the span widened by twice the clock-skew spread + everything
@@ -19,8 +24,9 @@ Per bucket (``entity|resource|limit``):
   its refund is known to no living writer: only its undecided writes and deadlines could be
   resolved by another read, and those are);
 - **all-or-none** (entities of the three-bucket call): the calls that landed on ``api`` (its
-  ``rpm``, 1 a call) and on ``budget`` (``usd``, 3 a call) differ by no more than the unknown
-  and unrefunded calls on that entity (an undecided refund may land on some items only).
+  ``rpm``, 1 a call) and on ``budget`` (``usd``, 3 a call) differ by no more than the unknown,
+  unrefunded and exit-unresolved calls on that entity (an undecided refund may land on some
+  items only).
 """
 
 from __future__ import annotations
@@ -56,6 +62,11 @@ class Op:
         have landed."""
         return self.done is not None and bool(self.done.get("unrefunded"))
 
+    @property
+    def process(self) -> str:
+        """The name of the process that ran it (operations are named ``process-task-number``)."""
+        return str(self.invoke["op"]).rsplit("-", 2)[0]
+
 
 @dataclass
 class History:
@@ -80,6 +91,16 @@ class History:
         for line in self.stats.values():
             out.update(line["faults"])
         return out
+
+    def exit_unresolved(self, op: Op) -> bool:
+        """`op`'s lease exit went on off the caller's path (workload.py: ``exit_late``) and its
+        process did not close with every write resolved: what that exit wrote may not have
+        landed (the module docstring)."""
+        if op.done is None or not op.done.get("exit_late"):
+            return False
+        line = self.stats.get(op.process, {})
+        clean = line.get("closed") and not line.get("abandoned") and not line.get("undecided")
+        return not clean
 
     def total(self, field_name: str) -> int:
         return sum(int(line.get(field_name, 0)) for line in self.stats.values())
@@ -242,9 +263,11 @@ def judge(
         touching = [op for op in history.ops.values() if bucket in op.invoke["max"]]
         ok = [op for op in touching if op.outcome in ("ok", "fail")]
         unknown = [op for op in touching if op.outcome == "unknown"]
-        lower = sum(_amount(op.done, "kept", bucket) for op in ok)
-        upper = lower + sum(int(op.invoke["max"][bucket]) for op in unknown)
-        upper += sum(_amount(op.done, "credit", bucket) for op in ok if op.unrefunded)
+        doubtful = [op for op in ok if op.unrefunded or history.exit_unresolved(op)]
+        kept = sum(_amount(op.done, "kept", bucket) for op in ok)
+        lower = kept - sum(_amount(op.done, "forced", bucket) for op in doubtful)
+        upper = kept + sum(int(op.invoke["max"][bucket]) for op in unknown)
+        upper += sum(_amount(op.done, "credit", bucket) for op in doubtful)
         consumed = stored[bucket]
         admitted = sum(
             _amount(op.done, "entry", bucket) + _amount(op.done, "extra", bucket) for op in ok
@@ -271,8 +294,7 @@ def judge(
         if entity in (*USERS, GHOSTS["three"], ORG) and (resource, name) == ("api", "rpm"):
             calls_api = Fraction(consumed)
             calls_budget = Fraction(stored[f"{entity}|budget|usd"], 3)
-            doubtful = unknown + [op for op in ok if op.unrefunded]
-            unknown_three = sum(op.invoke["call"] == "three" for op in doubtful)
+            unknown_three = sum(op.invoke["call"] == "three" for op in unknown + doubtful)
             verdict.all_or_none_gap = calls_api - calls_budget
             verdict.all_or_none_ok = abs(calls_api - calls_budget) <= unknown_three
         verdicts.append(verdict)

@@ -128,12 +128,13 @@ async def run(settings: dict[str, Any]) -> None:
 
             lanes = repo.scope.admission.waves.lanes
 
-            def stats() -> None:
+            def stats(closed: bool = False) -> None:
                 cache = repo.get_cache_stats()
                 log.write({"e": "stats", "name": name, "requests": proxy.requests,
                            "faults": dict(proxy.counts), "undecided": cache.undecided_writes,
                            "skewed": cache.skewed_items, "unkept": lanes.unkept,
-                           "local_rejections": cache.local_rejections})  # fmt: skip
+                           "local_rejections": cache.local_rejections, "closed": closed,
+                           "abandoned": cache.abandoned_at_close})  # fmt: skip
 
             async def report() -> None:
                 while True:
@@ -148,6 +149,7 @@ async def run(settings: dict[str, Any]) -> None:
                 side.cancel()
                 stats()
                 await repo.close()
+                stats(closed=True)  # every write resolved, or counted abandoned or undecided
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ Log lines (one JSON object each, written and flushed before the call and after i
 An outcome line with ``"unrefunded": true`` is a call whose block raised and whose refund stayed
 undecided: the library logged *refund could not land* (docs/on-unavailable.md, "When a write
 stays undecided") and let the block's exception through, so its credit may not have landed.
+An outcome line with ``"exit_late": true`` is a call whose lease's exit returned at its deadline
+with its write (adjustments, or the refund of a block that raised) still going on off the
+caller's path (reference §5.1 item 6): it lands only if its process lives to resolve it.
 """
 
 from __future__ import annotations
@@ -197,20 +200,28 @@ _RUNNING: ContextVar[dict[str, Any] | None] = ContextVar("history_operation", de
 #: What the lease's exit logs, in its caller's task, when the refund of a block that raised
 #: could not land (acquire/acquisition.py); the block's own exception propagates.
 UNREFUNDED = "refund could not land"
+#: What the lease's exit logs, in its caller's task, when it returns at its deadline with its
+#: write still going on off the caller's path (acquire/acquisition.py).
+EXIT_LATE = "the exit of %s's lease goes on after its"
 
 
 def _unrefunded(record: logging.LogRecord) -> bool:
     """A filter on the library's logger (it lets every record through): marks the running
-    operation ``unrefunded`` when its lease's refund could not land."""
+    operation ``unrefunded`` when its lease's refund could not land, ``exit_late`` when its
+    lease's exit write went on past the deadline."""
     outcome = _RUNNING.get()
-    if outcome is not None and str(record.msg).startswith(UNREFUNDED):
-        outcome["unrefunded"] = True
+    if outcome is not None:
+        if str(record.msg).startswith(UNREFUNDED):
+            outcome["unrefunded"] = True
+        elif str(record.msg).startswith(EXIT_LATE):
+            outcome["exit_late"] = True
     return True
 
 
 def watch_refunds() -> None:
     """Install `_unrefunded` on the library's logger (once; the workers' stderr still gets
-    every record, the simulation's capture too)."""
+    every record, the simulation's capture too). It sees only records the logger's level lets
+    through (WARNING and above are needed)."""
     library = logging.getLogger("zae_limiter")
     if _unrefunded not in library.filters:
         library.addFilter(_unrefunded)

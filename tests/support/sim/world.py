@@ -296,7 +296,9 @@ class World:
             process.undecided = stats.undecided_writes
         process.log.write({"e": "stats", "name": process.name, "requests": process.link.requests,
                            "faults": dict(process.link.counts), "undecided": process.undecided,
-                           "skewed": 0, "local_rejections": process.local_rejections})  # fmt: skip
+                           "skewed": 0, "local_rejections": process.local_rejections,
+                           "closed": not process.killed,
+                           "abandoned": process.abandoned})  # fmt: skip
         process.log.closed = True
         assert process.done is not None
         if not process.done.done():
@@ -567,8 +569,13 @@ def simulate(plan: Plan, table: SimTable | None = None) -> Simulated:
     """Run the history `plan` describes (see the module docstring), on `table` if given (a
     recording one: tests/sim/test_sim_differential.py)."""
     logger = logging.getLogger("zae_limiter")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL + 1)  # thousands of expected warnings: faults are the point
+    level, propagate = logger.level, logger.propagate
+    # Thousands of expected warnings (faults are the point) go nowhere; the level still lets
+    # them reach the workload's filter, which marks operations by them (workload.watch_refunds).
+    quiet = logging.NullHandler()
+    logger.setLevel(logging.WARNING)
+    logger.addHandler(quiet)
+    logger.propagate = False
     try:
         with determinism(plan.seed) as rng:
 
@@ -578,4 +585,6 @@ def simulate(plan: Plan, table: SimTable | None = None) -> Simulated:
             result, errors = run(main())
     finally:
         logger.setLevel(level)
+        logger.removeHandler(quiet)
+        logger.propagate = propagate
     return replace(result, loop_errors=errors)
