@@ -211,7 +211,10 @@ class FaultProxy:
             self._forced += 1
         self._streak[key] += 1
         self._copies[self._last_copy] += 1
-        return self.kinds[int(pick * len(self.kinds))], coin
+        # Every kind once first: how many faults a run draws depends on how many requests fit
+        # in its `seconds`, which a loaded machine cuts (a kind drawn by `pick` alone could miss).
+        missing = [kind for kind in self.kinds if not self.counts[kind]]
+        return missing[0] if missing else self.kinds[int(pick * len(self.kinds))], coin
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
