@@ -8,13 +8,14 @@ tests/behaviour (test_acquire.py, test_unknown_outcomes.py, test_concurrency.py)
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
 
 from support.acquire_env import AcquireEnv
 from support.memory_bucket_io import Fault
-from zae_limiter.acquire import Admission, RulesChanged, Unavailable
+from zae_limiter.acquire import Admission, Landed, RulesChanged, Unavailable
 from zae_limiter.acquire.waves import MAX_ROUNDS
 from zae_limiter.caches import ImageCache
 from zae_limiter.core.bucket import MILLI
@@ -31,6 +32,26 @@ def ops(env: AcquireEnv) -> list[tuple[str, bool]]:
         out.append((call.operation, seq is not None and seq == previous))
         previous = seq
     return out
+
+
+def queue_during_the_first_write(
+    env: AcquireEnv, call: Callable[[], Coroutine[Any, Any, list[Landed]]]
+) -> list[asyncio.Task[list[Landed]]]:
+    """While the first write is out, start `call` (it queues behind it on the lane); the list
+    holds its task once started."""
+    started: list[asyncio.Task[list[Landed]]] = []
+    real_update = env.bucket_io.update
+
+    async def update(*args: Any, **kwargs: Any) -> BucketImage:
+        if not started:
+            started.append(asyncio.ensure_future(call()))
+            for _ in range(3):
+                await asyncio.sleep(0)
+        image_after: BucketImage = await real_update(*args, **kwargs)
+        return image_after
+
+    setattr(env.bucket_io, "update", update)  # noqa: B010 (a method swapped in)
+    return started
 
 
 async def test_a_first_debit_creates_the_item_in_one_write() -> None:
@@ -171,20 +192,12 @@ async def test_a_call_arriving_during_a_retry_is_planned_at_its_own_time() -> No
     env = AcquireEnv()
     image = env.stored()  # full: 10, refilling 1 every 6 s
     env.bucket_io.inject(Fault.CONDITION_FAILED)  # the first call meets another writer's write
-    real_update = env.bucket_io.update
-    later: list[asyncio.Task[object]] = []
 
-    async def update_while_a_call_arrives(*args: Any, **kwargs: Any) -> BucketImage:
-        if not later:  # while the first write is out, 12 s pass and a second call queues
-            env.clock.advance(12_000)
-            target = env.target(image, {"rpm": 1})
-            later.append(asyncio.ensure_future(env.admission.debit([target], local_ok=False)))
-            for _ in range(3):
-                await asyncio.sleep(0)
-        image_after: BucketImage = await real_update(*args, **kwargs)
-        return image_after
+    async def twelve_seconds_later() -> list[Landed]:
+        env.clock.advance(12_000)
+        return await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
 
-    setattr(env.bucket_io, "update", update_while_a_call_arrives)  # noqa: B010 (a method swapped in)
+    later = queue_during_the_first_write(env, twelve_seconds_later)
     await env.admission.debit([env.target(image, {"rpm": 1})], local_ok=False)
     await later[0]
     assert env.state().consumed == 2 * MILLI
@@ -213,6 +226,31 @@ async def test_changed_rules_stop_the_call_and_refund_what_landed() -> None:
     assert env.state("a").consumed == 0
     assert env.balance("a") == 10
     assert env.state("b").consumed == 0
+
+
+async def test_a_call_queued_behind_a_write_that_met_new_rules_is_not_planned_on_them() -> None:
+    """Two calls of one process chose the user's item alone (their image says no parent); another
+    process attached an organisation meanwhile (`set_parent`). The first call's write meets the
+    new stamp and restarts (RulesChanged); the call queued behind it on the lane must restart too,
+    not be planned on the item as found: it would debit the user without the organisation
+    (`make sim` ci seed 437: the call after a re-attach left its organisation one call short)."""
+    env = AcquireEnv()
+    stale = env.stored()
+    other = Admission(env.bucket_io, "ns1", env.admission.finder.resolver, ImageCache(1.0, 1_000),
+                      env.clock, 7)  # fmt: skip
+    await other.restamp(stale, env.stamp(parent="org"))
+
+    async def second() -> list[Landed]:
+        return await env.admission.debit(
+            [env.target(stale, {"rpm": 1}, read_now=False)], local_ok=False
+        )
+
+    queued = queue_during_the_first_write(env, second)
+    with pytest.raises(RulesChanged):
+        await env.admission.debit([env.target(stale, {"rpm": 1}, read_now=False)], local_ok=False)
+    with pytest.raises(RulesChanged):
+        await queued[0]
+    assert env.state().consumed == 0
 
 
 async def test_a_refund_on_an_item_whose_rules_changed_is_planned_again_and_lands() -> None:

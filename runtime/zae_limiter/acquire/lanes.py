@@ -46,7 +46,7 @@ from .lane_failures import Failures
 from .leftovers import Leftovers
 from .load import Load
 from .skew import SkewWatch
-from .values import AnswerLost, Planner, Target, Unavailable
+from .values import AnswerLost, Planner, RulesChanged, Target, Unavailable
 
 log = logging.getLogger("zae_limiter")
 
@@ -341,6 +341,13 @@ class _Lane(Failures):
             call = self.queue[0]
             if call.future.done():  # its caller left before it was sent: nothing to write
                 self.queue.popleft()
+                continue
+            if not call.settle and self.lanes.rules_matter(call.target.image, base):
+                # It chose its items (a cascade parent or none) under other rules than the
+                # item's now (a write before it met a restamp): it resolves again, as that
+                # write's calls do (`_not_landed`). Exit writes and refunds go on the new rules.
+                self.queue.popleft()
+                call.resolve(Outcome(call.target, error=RulesChanged()), self.lanes.on_orphan)
                 continue
             if call.now != first.now:
                 break  # a retry plans at its first time, a new call at the clock: never older
