@@ -27,6 +27,7 @@ async def close_writers(pending: Pending, admissions: Sequence[Admission], limit
         pending.refund_log.flush()
         for admission in admissions:
             admission.waves.lanes.closed = True
+            admission.finder.close()
 
 
 async def _give_up(pending: Pending, admissions: Sequence[Admission], limit: float) -> None:

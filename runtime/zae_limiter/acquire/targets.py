@@ -26,8 +26,9 @@ from ..resolution import Resolver, stamp_for
 from ..unmetered import Unmetered
 from . import planning
 from .bucket_io import BucketIO
+from .lane_calls import Closed
 from .shards import ShardChooser
-from .values import ENTITY, PARENT, ResourcePlan, Target
+from .values import ENTITY, PARENT, ResourcePlan, Target, Unavailable
 
 log = logging.getLogger("zae_limiter")
 
@@ -121,7 +122,19 @@ class TargetFinder:
             pending = asyncio.ensure_future(self._read_once(entity_id, resources))
             self._reads[key] = pending
             pending.add_done_callback(lambda done: self._read_ended(key, done))
-        return await asyncio.shield(pending)
+        try:
+            return await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if pending.cancelled() and (task is None or not task.cancelling()):
+                raise Unavailable(Closed()) from None  # `close()` ended it, not this caller
+            raise
+
+    def close(self) -> None:
+        """`close()`: the shared reads still going end (a read changes nothing, and one whose
+        callers all left would go on trying a table that stopped answering)."""
+        for pending in list(self._reads.values()):
+            pending.cancel()
 
     def _read_ended(self, key: tuple[str, tuple[str, ...]], done: asyncio.Future[Any]) -> None:
         self._reads.pop(key, None)
