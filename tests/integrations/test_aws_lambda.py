@@ -306,9 +306,12 @@ async def test_cancel_on_hold_lost_cancels_an_async_handler(table: TableRef) -> 
                 raise
             return {"statusCode": 200, "body": "done"}
 
-        async with limiter.acquire("key-1", "llm", {"parallel": 1}, timeout=None):
-            pass  # warm, with no deadline: the config and the bucket are seen
-        response = await handler(event("rest"), None)
+        try:
+            async with limiter.acquire("key-1", "llm", {"parallel": 1}, timeout=None):
+                pass  # warm, with no deadline: the config and the bucket are seen
+            response = await handler(event("rest"), None)
+        finally:  # (its renewals and exit write would go on into the next tests' requests)
+            await repo.close(timeout=1.0)
     assert (response["statusCode"], ran) == (503, ["cancelled"])
     with pytest.raises(TypeError, match="async def handler"):
         rate_limited(
