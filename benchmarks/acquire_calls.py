@@ -4,8 +4,10 @@
 
 Counts, with `sys.setprofile` and a wrapper around the loop's `_run_once`, what `--calls` warm
 single-resource acquires (one UpdateItem each, through the real HTTP exchange) execute, divided
-by the calls. Without `--endpoint` it starts DynamoDB Local; with it, it uses that engine, so
-an earlier tree can be counted by the same script against an engine this tree started:
+by the calls (`own`: those of the package's own functions, which
+`tests/test_cpu_budget.py` holds to a budget). Without `--endpoint` it starts DynamoDB Local;
+with it, it uses that engine, so an earlier tree can be counted by the same script against an
+engine this tree started:
 
     git archive 9bc42c7^1 runtime | tar -x -C /tmp/before
     PYTHONPATH=/tmp/before/runtime .venv/bin/python -m benchmarks.acquire_calls --endpoint URL
@@ -97,7 +99,7 @@ async def count(
     for _ in range(WARM):
         await one()
     loop: Any = asyncio.get_running_loop()
-    seen = {"calls": 0, "turns": 0, "tasks": 0}
+    seen = {"calls": 0, "own": 0, "turns": 0, "tasks": 0}
     where: Counter[str] = Counter()
     crossings: Counter[tuple[str, str]] = Counter()
     entered: dict[str, None] = {}  # modules in the order first entered
@@ -110,6 +112,8 @@ async def count(
     def profile(frame: FrameType, event: str, arg: object) -> None:
         if event == "call":
             seen["calls"] += 1
+            if "/zae_limiter/" in frame.f_code.co_filename:
+                seen["own"] += 1
             if by_function:
                 code = frame.f_code
                 where["/".join(code.co_filename.split("/")[-2:]) + ":" + code.co_name] += 1

@@ -208,7 +208,8 @@ def section(result: dict[str, Any]) -> str:
     intro = (
         "Each row and implementation on a DynamoDB Local of its own: every task calls in a loop "
         "(a 503 waits its 1 s Retry-After), ours and 0.17.0 alternated; `-capped` rows go "
-        f"through a proxy that lets the table write {result['cap_per_second']} items a second and throttles the rest. "
+        f"through a proxy that lets the table write {result['cap_per_second']} items a second "
+        "and throttles the rest. "
         "Writes / decided: "
         "write requests on the wire the table did not throttle (it spent capacity on them) per "
         "call admitted or refused (429). Lateness is how long past "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from ..caches import ImageCache
@@ -190,20 +190,28 @@ class Admission:
         assert result.error is not None
         raise result.error
 
-    async def _write(
+    def _write(
         self, targets: list[Target], planner: Planner, deadline: float | None, now: int
-    ) -> WaveResult:
-        """The call's writes, all in one round trip; but when this process's image of an item,
-        too old to refuse on (the rejection cache's lifetime), still shows it short, that item's
-        write goes first and the others only once it landed. A call it refuses then costs one
-        write, not one per item and their refunds: an exhausted hot organisation is found so
-        again each lifetime, by every call of its users waiting on it then. (Not with the
-        rejection cache off: what this process has seen then decides no refusal.)"""
-        jobs = [(target, planner) for target in targets]
+    ) -> Awaitable[WaveResult]:
+        """The call's writes, all in one round trip (awaited by the caller: the warm path
+        starts no coroutine of its own here); but see `_suspects_first`."""
         cache_on = self.images.rejection_ttl_ms > 0  # off: nothing seen decides a refusal
-        suspects = self._stale_short(targets, now) if cache_on and len(targets) > 1 else []
-        if not suspects or len(suspects) == len(targets):
-            return await self.waves.write_all(jobs, settle=False, deadline=deadline)
+        suspects = self._stale_short(targets, now) if cache_on and len(targets) > 1 else None
+        if suspects and len(suspects) < len(targets):
+            return self._suspects_first(targets, suspects, planner, deadline)
+        jobs = [(target, planner) for target in targets]
+        return self.waves.write_all(jobs, settle=False, deadline=deadline)
+
+    async def _suspects_first(
+        self, targets: list[Target], suspects: list[int], planner: Planner, deadline: float | None
+    ) -> WaveResult:
+        """The call's writes when this process's image of some of its items (`suspects`), too
+        old to refuse on (the rejection cache's lifetime), still shows them short: their writes
+        go first and the others only once they landed. A call they refuse then costs one write,
+        not one per item and their refunds: an exhausted hot organisation is found so again each
+        lifetime, by every call of its users waiting on it then. (All the call's writes go in
+        one round trip otherwise, `debit`.)"""
+        jobs = [(target, planner) for target in targets]
         latest = list(targets)
         first = await self.waves.write_all(
             [jobs[i] for i in suspects], settle=False, deadline=deadline

@@ -221,7 +221,7 @@ class _Lane(Failures):
     def release(self) -> None:
         """Hand the lane to a background drain if calls are still queued or a batch is still
         in flight (its caller was cancelled), else free it."""
-        if self.queue or self.in_flight():
+        if self.queue or (self.inflight is not None and self.in_flight()):  # warm: no call
             self.drainer = asyncio.ensure_future(self._drain_rest())
         else:
             self.busy = False
@@ -253,8 +253,7 @@ class _Lane(Failures):
         nothing else is sent on the lane until it ends.
         """
         while self.queue and (until is None or not until.future.done()):
-            if self.in_flight():
-                assert self.inflight is not None
+            if self.inflight is not None and self.in_flight():  # warm: no call
                 await asyncio.shield(self.inflight)
                 continue
             batch = self._form()

@@ -76,9 +76,15 @@ def loop_time() -> float:
     """The running event loop's clock (seconds); the monotonic clock outside a loop (the one
     asyncio's own loop uses)."""
     try:
-        return asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
     except RuntimeError:
         return time.monotonic()
+    if type(loop).time is _ASYNCIO_TIME:  # asyncio's loops: read it here, a call less
+        return time.monotonic()
+    return loop.time()
+
+
+_ASYNCIO_TIME = asyncio.BaseEventLoop.time
 
 
 class Load:
