@@ -129,14 +129,15 @@ def _multi_region() -> MultiRegion | None:
     return MultiRegion(tuple(sorted({*regions, local})), local)
 
 
+def _now_ms() -> int:
+    """The sweeper's clock (epoch ms)."""
+    return time.time_ns() // 1_000_000
+
+
 async def _sweep(event: dict[str, Any]) -> SweepReport:
     aggregator = await _get_aggregator(event)
     bucket = os.environ.get("ARCHIVE_BUCKET")
-    sweeper = Sweeper(
-        aggregator.store,
-        lambda: time.time_ns() // 1_000_000,
-        archive=_s3_archive(bucket) if bucket else None,
-    )
+    sweeper = Sweeper(aggregator.store, _now_ms, archive=_s3_archive(bucket) if bucket else None)
     return await sweeper.sweep()
 
 
