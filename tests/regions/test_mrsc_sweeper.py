@@ -30,7 +30,7 @@ from zae_limiter.acquire.split_items import SETTLE_AFTER_MS
 from zae_limiter.admin.balance_writes import MARK_KEPT_MS, MARK_PREFIX, BalanceWrites
 from zae_limiter.admin.sweeper import ENTRY_KEPT_MS
 from zae_limiter.cdk.multi_region import ENV_REPLICA_REGIONS, SWEEP_EVENT
-from zae_limiter.dynamo import keys, sequenced, transport
+from zae_limiter.dynamo import codec, keys, sequenced, transport
 from zae_limiter.local.stream_runner import StreamRunner
 from zae_limiter.usage.snapshot_writes import ENTRY_PREFIX, SnapshotWrites
 
@@ -142,8 +142,16 @@ async def test_what_ttl_would_remove_is_removed_and_audit_events_archived_first(
 
 
 async def test_a_top_up_without_a_key_stopped_half_way_is_finished_by_the_sweeper(
-    mrsc: MrscTable, sweep: Swept, monkeypatch: pytest.MonkeyPatch
+    mrsc: MrscTable, sweep: Swept, monkeypatch: pytest.MonkeyPatch, ddb_client: Any
 ) -> None:
+    """Its audit event keeps the table's audit retention (the version record's, set by the
+    deployment: 400 days here), as `Repository.sweep` does."""
+    await ddb_client.update_item(
+        TableName=mrsc.name,
+        Key=codec.encode_item(keys.version_record()),
+        UpdateExpression="SET audit_retention_days = :days",
+        ExpressionAttributeValues={":days": {"N": "400"}},
+    )
     repo = await mrsc.open(REPLICAS[0])
     limiter = RateLimiter(repo)
     await limiter.set_resource_defaults("api", [Limit.quota("jobs", 100, cron="0 0 * * *")])
@@ -157,6 +165,9 @@ async def test_a_top_up_without_a_key_stopped_half_way_is_finished_by_the_sweepe
     mrsc.clock.advance(seconds=sequenced.RESUME_AFTER_MS / 1000 + 1)
     assert (await sweep())["operations_finished"] == 1
     assert (await limiter.check_availability("acme", "api")).available == {"jobs": 140}
+    events = await repo.scope.store.query_all(keys.audit_partition(repo.namespace_id, "acme"))
+    finished = [e for e in events if '"finished_by": "sweeper"' in str(e["details"])]
+    assert [e["ttl"] for e in finished] == [mrsc.clock() // 1000 + 400 * 86_400]
     assert (await repo.sweep()).operations_finished == 0  # finished once (the admin's sweep too)
     assert (await limiter.check_availability("acme", "api")).available == {"jobs": 140}
 
