@@ -8,13 +8,10 @@ its own event loop. S3 (the audit archive) is moto's server.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import gzip
-import importlib.util
 import json
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,6 +19,7 @@ from typing import Any
 import boto3
 import pytest
 
+from support.aggregator_lambda import invoke, loaded_handler
 from support.clock import FakeClock
 from support.fixtures import REGION
 from support.tables import TableRef
@@ -35,21 +33,9 @@ RECORDING = ROOT / "tests" / "fixtures" / "aggregator" / "ddblocal_stream_event.
 TTL_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
 
 
-@dataclass
-class FakeContext:
-    function_name: str = "zae-limiter-aggregator"
-    memory_limit_in_mb: int = 256
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:aggregator"
-    aws_request_id: str = "request-1"
-
-
 @pytest.fixture(scope="module")
 def handler() -> Iterator[ModuleType]:
-    module = importlib.import_module("zae_limiter.lambdas.aggregator.handler")
-    yield module
-    if module._aggregator is not None:
-        module._loop.run_until_complete(module._aggregator.close())
-    module._loop.close()
+    yield from loaded_handler()
 
 
 @pytest.fixture
@@ -71,10 +57,6 @@ def recorded_event(namespace_id: str) -> dict[str, Any]:
     text = json.dumps(recorded["event"]).replace(recorded["namespace_id"], namespace_id)
     event: dict[str, Any] = json.loads(text)
     return event
-
-
-async def invoke(handler: ModuleType, event: dict[str, Any]) -> Any:
-    return await asyncio.to_thread(handler.handler, event, FakeContext())
 
 
 def emf_blobs(printed: str) -> list[dict[str, Any]]:

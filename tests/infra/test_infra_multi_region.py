@@ -10,10 +10,14 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 from cdk_helpers import actions, by_sid, only, render, resources, statements
+from test_infra_least_privilege import ALL, ITEMS, RESERVED
 
+from support.iam_check import policies_from_template
+from support.iam_eval import Deployment, Request, allowed_kinds, allows
 from zae_limiter import schema
 from zae_limiter.cdk import ZaeLimiter, ZaeLimiterProps
 from zae_limiter.cdk.multi_region import ENV_REPLICA_REGIONS, SWEEP_EVENT
+from zae_limiter.dynamo import sequenced
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +98,42 @@ def test_every_region_has_its_outputs_and_the_policies_cover_every_replica(
     )
     read = by_sid(app_policy)["Read"]
     assert ":dynamodb:*:" in json.dumps(read["Resource"])  # every Region's replica
+
+
+def test_the_aggregator_may_sweep_every_item_of_the_table_and_nothing_more(
+    replicas: Template,
+) -> None:
+    """The sweep (admin/sweeper.py) deletes every kind of item TTL would, and rolls forward a
+    change of any kind a process left half done: the aggregator's `Sweeper` statement lets it
+    walk, read, write and delete every item, in every Region's replica. On such a table its
+    snapshot writes read and write their markers in batches (usage/snapshot_writes.py), through
+    the same statement. Nothing else: no index, no transaction, no table management, no other
+    Region's stream (tests/regions/test_mrsc_sweeper.py sends each request of the sweep through this
+    policy)."""
+    deployment = Deployment(
+        account="111111111111", table="zl-replicas", replica_regions=("us-east-2", "us-west-2")
+    )
+    policy = policies_from_template(replicas.to_json(), deployment)["aggregator"]
+    marker = RESERVED["aggregation marker"]
+    for region in deployment.regions:
+        table = deployment.in_region(region).table_arn
+        for action in ("GetItem", "PutItem", "UpdateItem", "DeleteItem"):
+            assert allowed_kinds(policy, f"dynamodb:{action}", table, ITEMS) == ALL, action
+        for action, key in [
+            ("Scan", None),
+            ("Query", sequenced.JOURNAL_PK),
+            ("BatchGetItem", marker),
+            ("BatchWriteItem", marker),
+        ]:
+            assert allows(policy, Request(f"dynamodb:{action}", table, key)), (region, action)
+        for action in ("TransactWriteItems", "UpdateTable", "DeleteTable", "DescribeTable"):
+            assert not allows(policy, Request(f"dynamodb:{action}", table, None)), action
+        for index in schema.INDEXES:  # neither the sweep nor the snapshot writes use one
+            resource = f"{table}/index/{index.name}"
+            assert not allows(policy, Request("dynamodb:Query", resource, "x")), index.name
+    replica = deployment.in_region("us-east-2")
+    assert allows(policy, Request("dynamodb:GetRecords", deployment.stream_arn, None))
+    assert not allows(policy, Request("dynamodb:GetRecords", replica.stream_arn, None))
 
 
 def test_two_replicas_or_one_and_a_witness_and_nothing_else(stacks: dict[str, Template]) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from support.clock import FakeClock
 from support.regions import Regions
-from zae_limiter import Repository
+from zae_limiter import Limit, RateLimiter, Repository
 
 
 @dataclass
@@ -45,3 +45,19 @@ def stop_after(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, calls: in
 
     monkeypatch.setattr(owner, name, stopping)
     return original
+
+
+async def stop_a_split_half_way(repo: Repository, monkeypatch: pytest.MonkeyPatch) -> RateLimiter:
+    """`org`'s `api` bucket (a daily quota of 64 jobs, 4 used) split into 2 shards by a process
+    that stopped after halving shard 0, before creating shard 1 (`SplitItems.settle_sibling`)."""
+    from zae_limiter.acquire.split_items import SplitItems
+
+    limiter = RateLimiter(repo)
+    await limiter.set_resource_defaults("api", [Limit.quota("jobs", 64, cron="0 0 * * *")])
+    async with limiter.acquire("org", "api", {"jobs": 4}):
+        pass
+    settle = stop_after(monkeypatch, SplitItems, "settle_sibling", 0)
+    with pytest.raises(Exception, match="stopped"):
+        await repo.set_shards("org", "api", 2)
+    monkeypatch.setattr(SplitItems, "settle_sibling", settle)
+    return limiter

@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from region_support import MrscTable, stop_after
+from region_support import MrscTable, stop_a_split_half_way, stop_after
 
 from zae_limiter import Limit, RateLimiter, Repository
-from zae_limiter.acquire.split_items import SplitItems
 from zae_limiter.errors import EntityExistsError, ValidationError
 from zae_limiter.models import AuditAction
 
@@ -78,14 +77,7 @@ async def test_a_split_stopped_half_way_is_finished_by_the_next_writer(
     mrsc: MrscTable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     repo = await mrsc.open("us-east-1")
-    limiter = RateLimiter(repo)
-    await limiter.set_resource_defaults("api", [Limit.quota("jobs", 64, cron="0 0 * * *")])
-    async with limiter.acquire("org", "api", {"jobs": 4}):
-        pass
-    settle = stop_after(monkeypatch, SplitItems, "settle_sibling", 0)  # after halving shard 0
-    with pytest.raises(Exception, match="stopped"):
-        await repo.set_shards("org", "api", 2)
-    monkeypatch.setattr(SplitItems, "settle_sibling", settle)
+    await stop_a_split_half_way(repo, monkeypatch)
     items = await _bucket_items(repo, "org", "api")
     assert [(item["sh"], item["sc"], "sp" in item) for item in items] == [(0, 2, True)]
     other = RateLimiter(await mrsc.open("us-east-1"))  # another process, the new layout

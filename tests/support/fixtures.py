@@ -219,21 +219,30 @@ def wire() -> Iterator[WireRecorder]:
 
 
 @pytest.fixture(scope="session")
-def iam_policies() -> dict[str, list[dict[str, Any]]]:
-    """Each role's statements as the construct synthesizes them (one synth per session)."""
-    from support.iam_check import synthesize_policies
+def iam_deployment() -> Any:
+    """The deployment `iam_checked` resolves policies and requests to (a module may override it
+    with another, say a multi-Region one, together with `iam_policies`)."""
     from support.iam_eval import Deployment
 
-    return synthesize_policies(Deployment())
+    return Deployment()
+
+
+@pytest.fixture(scope="session")
+def iam_policies(iam_deployment: Any) -> dict[str, list[dict[str, Any]]]:
+    """Each role's statements as the construct synthesizes them (one synth per session)."""
+    from support.iam_check import synthesize_policies
+
+    return synthesize_policies(iam_deployment)
 
 
 @pytest.fixture(scope="module")
-def iam_role_check(iam_policies: dict[str, list[dict[str, Any]]]) -> Iterator[Any]:
+def iam_role_check(
+    iam_policies: dict[str, list[dict[str, Any]]], iam_deployment: Any
+) -> Iterator[Any]:
     """The role check installed for one module (entry points wrapped, clients hooked)."""
     from support.iam_check import RoleCheck
-    from support.iam_eval import Deployment
 
-    check = RoleCheck(iam_policies, Deployment())
+    check = RoleCheck(iam_policies, iam_deployment)
     check.install()
     try:
         yield check

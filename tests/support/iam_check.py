@@ -7,8 +7,9 @@ and tests/upgrade, and the version-record writer's tests):
 
 * **Who sends it.** The library's entry points are wrapped so that each request carries the role
   a deployment runs it under (`ENTRY_POINTS`): opening a table and the acquire path are `app`;
-  the aggregator (its Lambda handler, `Aggregator`, and the stream reads the event source mapping
-  makes with its role, done locally by `StreamRunner`) is `aggregator`; the version record writer
+  the aggregator (its Lambda handler, whatever event it serves: a batch, held alerts, the sweep
+  of a multi-Region table; `Aggregator`; and the stream reads the event source mapping makes
+  with its role, done locally by `StreamRunner`) is `aggregator`; the version record writer
   is `version-record`; reads of usage, audit events and alerts are `readonly` and the narrower
   `usage`, `audit`, `alerts`; other reads `readonly`; everything else (config, entities, top-ups,
   redrive, upgrade, the CLI's writes) `admin`. The outermost entry point decides, and tasks and
@@ -20,8 +21,9 @@ and tests/upgrade, and the version-record writer's tests):
   the lean path emits too) becomes IAM's view of it (`iam_eval.aws_requests`): action, resource
   ARN (indexes included) and partition key per item.
 * **Whether it is allowed.** By the statements the construct synthesizes for that role
-  (`synthesize_policies`: a stack with alerts and the audit archive on), resolved to one
-  deployment's ARNs. A denial fails the test that made the request, naming role and request.
+  (`synthesize_policies`: a stack with alerts and the audit archive on, multi-Region when the
+  deployment has replicas), resolved to one deployment's ARNs: a table request to the replica of
+  its client's Region. A denial fails the test that made the request, naming role and request.
 """
 
 from __future__ import annotations
@@ -136,7 +138,8 @@ def policies_from_template(
 
 
 def synthesize_policies(deployment: Deployment) -> dict[str, list[dict[str, Any]]]:
-    """Synthesize the construct (alerts and the audit archive on) and read each role's policy."""
+    """Synthesize the construct (alerts and the audit archive on; multi-Region with the
+    deployment's `replica_regions`, in its account and Region) and read each role's policy."""
     os.environ.setdefault("CDK_VALIDATION", "false")  # before aws_cdk starts its node process
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     import aws_cdk as cdk
@@ -145,12 +148,19 @@ def synthesize_policies(deployment: Deployment) -> dict[str, list[dict[str, Any]
     from zae_limiter.cdk import ZaeLimiterProps, ZaeLimiterStack
 
     app = cdk.App()
+    environment: dict[str, Any] = {}
+    if deployment.replica_regions:  # a global table's replicas need the stack's Region
+        environment["env"] = cdk.Environment(account=deployment.account, region=deployment.region)
     stack = ZaeLimiterStack(
         app,
         "IamChecked",
         props=ZaeLimiterProps(
-            table_name=deployment.table, enable_alerts=True, enable_audit_archive=True
+            table_name=deployment.table,
+            enable_alerts=True,
+            enable_audit_archive=True,
+            replica_regions=deployment.replica_regions,
         ),
+        **environment,
     )
     return policies_from_template(Template.from_stack(stack).to_json(), deployment)
 
@@ -203,13 +213,14 @@ class RoleCheck:
     def attach(self, client: Any, *, library: bool) -> None:
         model = client.meta.service_model
         service = model.service_name  # "events"; its events say "eventbridge" (the service id)
+        region = client.meta.region_name
 
         def on_request(params: dict[str, Any], model: Any, **_: Any) -> None:
             roles = _ROLE.get()
             if roles is None and library:
                 roles = ADMIN  # a library request outside every entry point: an admin's at least
             if roles:
-                self._evaluate(roles, service, model.name, params)
+                self._evaluate(roles, service, model.name, params, region)
 
         client.meta.events.register(
             f"before-parameter-build.{model.service_id.hyphenize()}",
@@ -231,11 +242,14 @@ class RoleCheck:
 
     # --- evaluating ---------------------------------------------------------------------------
 
-    def _evaluate(self, roles: Roles, service: str, operation: str, params: Any) -> None:
+    def _evaluate(
+        self, roles: Roles, service: str, operation: str, params: Any, region: str | None
+    ) -> None:
         """Never raises: a botocore handler's exception would fail the request itself."""
         problems = []
         try:
-            touches = aws_requests(service, operation, params, self.deployment)
+            deployment = self.deployment.in_region(region)
+            touches = aws_requests(service, operation, params, deployment)
             for role in roles:
                 for action, resource, key in touches:
                     if not allows(self._statements(role, action), Request(action, resource, key)):
@@ -331,6 +345,7 @@ def entry_points() -> list[tuple[Any, str, Roles]]:
                 found.append((owner, name, method_roles(name)))
     found += [(Acquisition, name, APP) for name in ("__aenter__", "__aexit__", "consume_more")]
     found += [(Aggregator, name, AGGREGATOR) for name in ("process", "check_version")]
+    found += _functions("zae_limiter.lambdas.aggregator.handler", "handler", AGGREGATOR)
     found += [(StreamRunner, "__aenter__", NOBODY)]  # the stream's ARN: the mapping is given it
     found += [(StreamRunner, name, AGGREGATOR) for name in ("poll", "drain", "run")]
     found += _functions("zae_limiter.usage.redrive", "redrive", ADMIN)

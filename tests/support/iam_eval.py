@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -115,11 +115,14 @@ def allowed_kinds(
 
 
 def resolve(value: Any, arns: Mapping[tuple[str, str], str]) -> Any:
-    """A template value with `Fn::GetAtt` (looked up in `arns` by (logical id, attribute)) and
-    `Fn::Join` resolved to a string; values it cannot resolve are returned unchanged."""
+    """A template value with `Fn::GetAtt` (looked up in `arns` by (logical id, attribute)),
+    `Ref` (by (name, "Ref"): pseudo parameters such as `AWS::Partition`) and `Fn::Join` resolved
+    to a string; values it cannot resolve are returned unchanged."""
     if isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
         logical_id, attribute = value["Fn::GetAtt"]
         return arns.get((logical_id, attribute), value)
+    if isinstance(value, dict) and set(value) == {"Ref"}:
+        return arns.get((value["Ref"], "Ref"), value)
     if isinstance(value, dict) and set(value) == {"Fn::Join"}:
         separator, parts = value["Fn::Join"]
         resolved = [resolve(part, arns) for part in parts]
@@ -246,7 +249,12 @@ def denied_requests(
 class Deployment:
     """The ARNs of one deployment's resources. Requests name whatever table, stream, bus, bucket,
     queue and function a test made; `aws_requests` maps each to this deployment's one, keeping
-    what the ARN says below it (index, object key)."""
+    what the ARN says below it (index, object key).
+
+    With `replica_regions` it is a multi-Region deployment (docs/multi-region.md): the table has
+    a replica in each of those Regions besides `region` (the deploying one, where the stream, the
+    aggregator and everything else live), and a table request names the replica of the Region
+    its client talks to (`in_region`)."""
 
     region: str = "us-east-1"
     account: str = "123456789012"
@@ -255,6 +263,22 @@ class Deployment:
     bucket: str = "zl-iam-archive"
     queue: str = "zl-iam-dlq"
     function: str = "zl-iam-aggregator"
+    replica_regions: tuple[str, ...] = ()
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        """Every Region the table is in, the deploying one first."""
+        return (self.region, *self.replica_regions)
+
+    def in_region(self, region: str | None) -> Deployment:
+        """This deployment as a client in `region` sees it: its table is that Region's replica.
+        A single-Region deployment (or a client without a Region) sees the one table wherever
+        its client says it is; a multi-Region one has no table in a Region outside `regions`."""
+        if not self.replica_regions or region is None or region == self.region:
+            return self
+        if region not in self.replica_regions:
+            raise AssertionError(f"the deployment has no replica in {region} ({self.regions})")
+        return replace(self, region=region, replica_regions=())
 
     def _arn(self, service: str, rest: str) -> str:
         return f"arn:aws:{service}:{self.region}:{self.account}:{rest}"
@@ -288,12 +312,19 @@ class Deployment:
         by_type = {
             ("AWS::DynamoDB::Table", "Arn"): self.table_arn,
             ("AWS::DynamoDB::Table", "StreamArn"): self.stream_arn,
+            ("AWS::DynamoDB::GlobalTable", "Arn"): self.table_arn,  # the deploying Region's
+            ("AWS::DynamoDB::GlobalTable", "StreamArn"): self.stream_arn,
             ("AWS::Events::EventBus", "Arn"): self.bus_arn,
             ("AWS::S3::Bucket", "Arn"): self.bucket_arn,
             ("AWS::SQS::Queue", "Arn"): self.queue_arn,
             ("AWS::Lambda::Function", "Arn"): self.function_arn,
         }
-        found: dict[tuple[str, str], str] = {}
+        found: dict[tuple[str, str], str] = {
+            ("AWS::Partition", "Ref"): "aws",
+            ("AWS::AccountId", "Ref"): self.account,
+            ("AWS::Region", "Ref"): self.region,
+            ("AWS::URLSuffix", "Ref"): "amazonaws.com",
+        }
         for logical_id, resource in template["Resources"].items():
             for (kind, attribute), arn in by_type.items():
                 if resource["Type"] == kind:

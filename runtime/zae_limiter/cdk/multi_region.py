@@ -25,7 +25,9 @@ from .props import ZaeLimiterProps
 from .schedules import invoke_every
 
 #: What the aggregator's role may do besides its own writes when it also sweeps (admin/sweeper.py):
-#: walk the table, delete what TTL would have, finish changes left half done.
+#: walk the table, delete what TTL would have, finish changes left half done (any item a change
+#: writes). Its snapshot writes on such a table (usage/snapshot_writes.py) read and write their
+#: markers in batches through the same grant. On the table only: neither uses an index.
 SWEEPER_ACTIONS = dynamodb_actions(
     "BatchGetItem", "BatchWriteItem", "DeleteItem", "GetItem", "PutItem", "Query", "Scan",
     "UpdateItem",
@@ -92,9 +94,7 @@ def table_arn_in_every_region(scope: Construct, props: ZaeLimiterProps) -> str:
 
 def schedule_sweeper(scope: Construct, function: lambda_.IFunction, table_arn: str) -> events.Rule:
     """Run the sweeper every `SWEEP_EVERY` in the aggregator, with the rights it needs."""
-    function.add_to_role_policy(
-        statement(SWEEPER_ACTIONS, [table_arn, f"{table_arn}/index/*"], sid="Sweeper")
-    )
+    function.add_to_role_policy(statement(SWEEPER_ACTIONS, [table_arn], sid="Sweeper"))
     return invoke_every(
         scope,
         "Sweeper",

@@ -43,6 +43,7 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from zae_limiter import audit
 from zae_limiter.admin.sweeper import Sweeper, SweepReport
 from zae_limiter.alerts.held import Swept
 from zae_limiter.alerts.sinks import eventbridge_sink
@@ -129,13 +130,21 @@ def _multi_region() -> MultiRegion | None:
     return MultiRegion(tuple(sorted({*regions, local})), local)
 
 
+def _now_ms() -> int:
+    """The sweeper's clock (epoch ms)."""
+    return time.time_ns() // 1_000_000
+
+
 async def _sweep(event: dict[str, Any]) -> SweepReport:
     aggregator = await _get_aggregator(event)
     bucket = os.environ.get("ARCHIVE_BUCKET")
+    # The audit events it writes (a balance operation it finishes) keep the table's retention.
+    retention = (await aggregator.check_version()).get("audit_retention_days")
     sweeper = Sweeper(
         aggregator.store,
-        lambda: time.time_ns() // 1_000_000,
+        _now_ms,
         archive=_s3_archive(bucket) if bucket else None,
+        audit_retention_days=int(retention) if retention else audit.DEFAULT_RETENTION_DAYS,
     )
     return await sweeper.sweep()
 
