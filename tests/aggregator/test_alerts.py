@@ -169,6 +169,29 @@ async def test_rate_limit_crosses_when_its_balance_falls_to_the_share(
     ]
 
 
+async def test_a_raised_ceiling_is_not_use(
+    limiter: RateLimiter, repo: Repository, runner: StreamRunner, clock: FakeClock
+) -> None:
+    """set_limits raises rpm 20 -> 40 on a full bucket: the raise is headroom, not use (12
+    calls cross nothing; 20 and 32 real units cross 50 % and 80 %). Before, the raise's 20
+    counted as use and the 12th call crossed 80 %."""
+    clock.set_datetime(datetime(2026, 1, 6, 9, 0, 10))
+    await repo.set_resource_defaults("search", [Limit.per_minute("rpm", 20, alert_at=(50, 80))])
+    await spend(limiter, "u5", "search", rpm=1)
+    clock.advance(seconds=5)  # full again
+    await repo.set_limits("u5", [Limit.per_minute("rpm", 40, alert_at=(50, 80))], "search")
+    for _ in range(12):
+        await spend(limiter, "u5", "search", rpm=1)
+    await runner.drain()
+    assert (await repo.get_alerts("u5"))[0] == []
+    clock.advance(seconds=30)  # refill at 40/min pays the raise's 20 first: still 12 used
+    for _ in range(20):
+        await spend(limiter, "u5", "search", rpm=1)
+    await runner.drain()
+    alerts, _ = await repo.get_alerts("u5")
+    assert [(a.threshold, a.used, a.capacity) for a in alerts] == [(80, 32, 40), (50, 20, 40)]
+
+
 async def test_soft_limit_alerts_above_100_and_parents_on_their_own_limits(
     limiter: RateLimiter, repo: Repository, runner: StreamRunner, clock: FakeClock
 ) -> None:

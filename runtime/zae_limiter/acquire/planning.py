@@ -8,7 +8,7 @@ admissions delta of one write, or None when the image shows the request cannot b
 from __future__ import annotations
 
 from .. import config as cfg
-from ..core import bucket, hold_writes, waits
+from ..core import bucket, headroom, hold_writes, waits
 from ..core.bounds import ASSUMED_SKEW_MS
 from ..core.bucket import MILLI, Kind, LimitWrite, Params, Slot, State
 from ..core.evolve import evolve
@@ -318,7 +318,8 @@ def ttl_for(stamp: Stamp, states: dict[str, State], now: int, multiplier: int) -
 
 
 def restamped_states(image: BucketImage, stamp: Stamp, now: int) -> dict[str, State]:
-    """Each limit of `stamp` with the balance `image` holds (cut to lower ceilings)."""
+    """Each limit of `stamp` with the balance `image` holds (cut to lower ceilings), and the
+    headroom a raised ceiling leaves unrefilled (core.headroom: alerts do not count it)."""
     states = {}
     for params in stamp.limits:
         old_params = image.stamp.params(params.name)
@@ -326,7 +327,7 @@ def restamped_states(image: BucketImage, stamp: Stamp, now: int) -> dict[str, St
         if old_params is None or old_state is None:
             states[params.name] = bucket.full_state(params, image.slot)
         else:
-            states[params.name] = bucket.convert(
+            converted = bucket.convert(
                 old_params,
                 params,
                 old_state,
@@ -334,6 +335,16 @@ def restamped_states(image: BucketImage, stamp: Stamp, now: int) -> dict[str, St
                 image.slot,
                 since=image.written_at,
                 changed_at=stamp.changed_at,
+            )
+            states[params.name] = headroom.carry(
+                old_params,
+                params,
+                old_state,
+                converted,
+                now,
+                image.slot,
+                since=image.written_at,
+                rearms=image.rearms,
             )
     return states
 

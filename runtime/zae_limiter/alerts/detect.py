@@ -1,7 +1,9 @@
 """Which thresholds a stream record crossed. Pure: old and new bucket images -> crossings.
 
-Use is measured against the plan: ``used = capacity - balance`` on the shard written, both
-images brought to the write's own time `ts` (so a rate limit's refill between two writes counts).
+Use is measured against the plan: ``used = capacity - balance`` on the shard written, less the
+headroom a raised ceiling added that refill has not paid yet (core.headroom: a raise keeps the
+balance, and is not consumption), both images brought to the write's own time `ts` (so a rate
+limit's refill between two writes counts).
 A crossing is a write that consumed (the limit's net counter went up) and took use from below a
 threshold to at or above it. Balance-only writes (refunds, top-ups, resets, config changes,
 refill) never cross. The period keys exactly-once: a quota's period start (calendar edge or
@@ -13,6 +15,7 @@ bucket is judged per shard against that shard's share; the first shard to cross 
 
 from __future__ import annotations
 
+from ..core import headroom
 from ..core.bucket import Kind, Params, State, refill_period_start, view
 from ..core.images import BucketImage
 from ..dynamo import bucket_attributes as attrs
@@ -71,7 +74,7 @@ def use_of(params: Params, state: State, image: BucketImage) -> tuple[int, int, 
     in_force = params.scheduled(now)
     after = view(in_force, state, now, slot)
     cap = in_force.shard_capacity(slot)
-    return cap - after.balance, cap, after.period
+    return headroom.use(in_force, state, now, slot, image.rearms), cap, after.period
 
 
 def _limit_crossings(
@@ -87,12 +90,15 @@ def _limit_crossings(
     if cap <= 0:
         return []
     after = view(in_force, state, now, slot)
-    used = cap - after.balance
+    used = headroom.use(in_force, state, now, slot, new.rearms)
     used_before = 0
     if before is not None and old_params is not None:
-        prior = view(old_params.scheduled(now), before, now, slot)
+        old_in_force = old_params.scheduled(now)
+        prior = view(old_in_force, before, now, slot)
         if params.kind == Kind.RATE or (prior.period == after.period and not prior.fresh_period):
-            used_before = cap - prior.balance
+            # a write that consumed re-arms nothing: both images have the same re-arm count
+            used_before = headroom.use(old_in_force, before, now, slot, new.rearms)
+            used_before += cap - old_in_force.shard_capacity(slot)
     period = after.period
     if period is None:  # a rate limit: the refill period the write fell in
         period = refill_period_start(in_force, now)

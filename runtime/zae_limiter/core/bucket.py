@@ -17,6 +17,7 @@ edge or session start) and the top-ups `tu` bought this period.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 from fractions import Fraction
@@ -112,6 +113,16 @@ class Params:
 
 
 @dataclass(frozen=True)
+class Headroom:
+    """What a raised ceiling added that refill has not paid yet: not use (core.headroom)."""
+
+    amount: int  # dripping: a clock like `v` (t*A + unrefilled*P); quota: unrefilled milli
+    rearms: int  # the item's re-arm count when measured (a top-up or reset ends it)
+    shards: int  # the shard count it was measured on (a split ends it)
+    period: int | None = None  # quota: the period it belongs to
+
+
+@dataclass(frozen=True)
 class State:
     """Stored state of one limit on one shard."""
 
@@ -121,6 +132,7 @@ class State:
     consumed: int = 0  # net consumption counter (milli), for usage snapshots
     overdrawn: int = 0  # writes that left a soft limit below zero
     holds: tuple[Hold, ...] = ()  # a concurrency limit's entries; `v` is their sum
+    headroom: Headroom | None = None  # a raise not refilled yet (alerts only; core.headroom)
 
 
 @dataclass(frozen=True)
@@ -192,25 +204,28 @@ def next_entry_change(params: Params, at: int, until: Fraction | int) -> int | N
     return schedule.next_change(params.schedule, params.entry, minute, max(1, minutes))
 
 
+def entry_spans(params: Params, at: int, until: int) -> Iterator[tuple[Params, int, int]]:
+    """(parameters in force, from, to) of each schedule entry from `at` to `until`."""
+    in_force = params
+    for _ in range(MAX_ENTRIES_WALKED):
+        in_force = in_force.scheduled(at)
+        change = next_entry_change(in_force, at, until)  # None: the entry lasts to `until`...
+        end = min(until, at + MAX_WAIT_SCANNED_MS if change is None else change)  # ...or a week
+        yield in_force, at, end
+        if end >= until:
+            return
+        at = end
+
+
 def _balance_through_entries(
     params: Params, balance: Fraction, at: int, until: int, slot: Slot
 ) -> Fraction:
     """From `balance` at `at` to `until`: each entry's rate while it is in force, each
     entry's start cutting to its ceiling."""
-    in_force = params
-    for _ in range(MAX_ENTRIES_WALKED):
-        in_force = in_force.scheduled(at)
+    for in_force, start, end in entry_spans(params, at, until):
         cap = Fraction(in_force.shard_capacity(slot))
         rate = Fraction(in_force.shard_refill(slot), in_force.period_ms)
-        balance = min(balance, cap)
-        change = next_entry_change(in_force, at, until)
-        if change is None:  # none within the scan: the entry lasts to `until` or a week
-            change = min(until, at + MAX_WAIT_SCANNED_MS)
-        end = min(change, until)
-        balance = min(balance + (end - at) * rate, cap)
-        if end >= until:
-            break
-        at = end
+        balance = min(min(balance, cap) + (end - start) * rate, cap)
     return balance
 
 
@@ -402,7 +417,7 @@ def convert(
     """
     if Kind.CONCURRENT in (old.kind, new.kind):  # holds stay held; no balance carries over
         return state if old.kind == new.kind else full_state(new, slot)
-    if since and _same_scheduled_limit(old, new):
+    if since and same_scheduled_limit(old, new):
         ended = next_entry_change(old, since, now)
         if ended is not None and ended < now:
             debt = Fraction(max(0, state.v - ended * old.shard_refill(slot)), old.period_ms)
@@ -473,7 +488,7 @@ def entry_passed(params: Params, since: int | None, now: int) -> bool:
     return change is not None and change <= now
 
 
-def _same_scheduled_limit(old: Params, new: Params) -> bool:
+def same_scheduled_limit(old: Params, new: Params) -> bool:
     """The same dripping limit with a schedule (in the same or another entry)."""
     return (
         old.kind == new.kind == Kind.RATE

@@ -127,6 +127,7 @@ KIND, CAPACITY, REFILL, PERIOD = "k", "c", "a", "p"
 SOFT, CRON, RESET_AFTER, ALERTS = "s", "x", "ra", "al"
 SCHEDULE, ENTRY, BASE_CAPACITY, BASE_REFILL, BASE_PERIOD = "sch", "win", "bc", "ba", "bp"
 V, W, TU, CONSUMED, OVERDRAWN = "v", "w", "tu", "t", "o"
+HEADROOM = "hr"
 HOLDS, HOLD_EXPIRIES = holds.HOLDS_ATTR, holds.EXPIRIES_ATTR
 
 LIMIT: tuple[Attribute, ...] = (
@@ -148,6 +149,13 @@ LIMIT: tuple[Attribute, ...] = (
     Attribute(TU, "the debt clock's time", HOT_PATH, counter=True),
     Attribute(CONSUMED, "consumed so far (usage)", HOT_PATH, streamed=True, counter=True),
     Attribute(OVERDRAWN, "overdrawn writes so far", HOT_PATH, streamed=True, counter=True),
+    # absent: no raise (items written before it, and every limit whose ceiling was not raised)
+    Attribute(
+        HEADROOM,
+        "a raise not refilled yet: [amount, re-arms, shards(, period)] (core.headroom)",
+        "a restamp (acquire/planning.restamped_states)",
+        streamed=True,
+    ),
     # a concurrency limit's entries (core.holds), decoded apart (bucket_wire.holds_from_wire)
     Attribute(HOLDS, "holds: key -> amount held", HOT_PATH),
     Attribute(HOLD_EXPIRIES, "holds: key -> expiry", HOT_PATH),

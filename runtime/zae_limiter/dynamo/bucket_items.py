@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core import holds
-from ..core.bucket import Kind, LimitWrite, Params, State
+from ..core.bucket import Headroom, Kind, LimitWrite, Params, State
 from ..core.holds import Hold
 from ..core.images import BucketImage, Evidence, Stamp
 from . import bucket_attributes as attrs
@@ -69,10 +69,13 @@ def params_from_item(name: str, raw: dict[str, Any]) -> Params:
     )
 
 
-def state_from_item(raw: dict[str, Any], entries: tuple[Hold, ...] | None = None) -> State:
+def state_from_item(
+    raw: dict[str, Any], entries: tuple[Hold, ...] | None = None, kept: Headroom | None = None
+) -> State:
     """A limit's state from its stored map (plain form); `entries`: its holds when already
-    read (else read from the map)."""
+    read (else read from the map); `kept`: its headroom when the map leaves it out."""
     w = raw.get(attrs.W)
+    head = raw.get(attrs.HEADROOM)
     return State(
         v=int(raw.get(attrs.V, 0)),
         w=None if w is None else int(w),
@@ -80,7 +83,18 @@ def state_from_item(raw: dict[str, Any], entries: tuple[Hold, ...] | None = None
         consumed=int(raw.get(attrs.CONSUMED, 0)),
         overdrawn=int(raw.get(attrs.OVERDRAWN, 0)),
         holds=holds.holds_from_item(raw) if entries is None else entries,
+        headroom=kept if head is None else headroom_from_item(head),
     )
+
+
+def headroom_to_item(headroom: Headroom) -> list[int]:
+    out = [headroom.amount, headroom.rearms, headroom.shards]
+    return out if headroom.period is None else [*out, headroom.period]
+
+
+def headroom_from_item(raw: list[Any]) -> Headroom:
+    amount, rearms, shards, *period = (int(x) for x in raw)
+    return Headroom(amount, rearms, shards, period[0] if period else None)
 
 
 def parse(item: dict[str, Any]) -> BucketImage:
@@ -355,6 +369,8 @@ def full_item(
         raw[attrs.CONSUMED], raw[attrs.OVERDRAWN] = state.consumed, state.overdrawn
         if state.w is not None:
             raw[attrs.W] = state.w
+        if state.headroom is not None:
+            raw[attrs.HEADROOM] = headroom_to_item(state.headroom)
         if p.kind == Kind.CONCURRENT:
             raw.update(holds.holds_to_item(state.holds))
         limits[p.name] = raw

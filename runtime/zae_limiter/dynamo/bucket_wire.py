@@ -49,6 +49,7 @@ def parse_updated(wire: dict[str, Any], planned: BucketImage) -> BucketImage:
     if seq is None or raw_limits is None or codec.decode(seq) != planned.stamp_seq:
         return parse_wire(wire)
     entries = raw_limits.get("M", {})
+    planned_states = planned.states
     states = {}
     for name in planned.stamp.names:
         entry = entries.get(name)
@@ -58,6 +59,8 @@ def parse_updated(wire: dict[str, Any], planned: BucketImage) -> BucketImage:
         states[name] = state_from_item(
             {k: codec.decode(v) for k, v in raw.items() if k in STATE_ATTRIBUTES},
             holds_from_wire(raw),
+            # only a restamp writes a headroom, and it moves the sequence
+            planned_states[name].headroom if name in planned_states else None,
         )
     item = {
         name: codec.decode(value)

@@ -18,9 +18,13 @@ alert when even that is below the threshold:
   balance, so this never says an alert is unjustified when it is not), plus the refill of twice
   the largest clock offset (writers measure refill on their own clocks);
 - the threshold: against the shard's share of the ceiling in force at the crossing (the
-  crossing's own image), as `alerts.detect` measures it; a ceiling raised above the smallest
-  one adds the raise to the use (a raised ceiling keeps the balance, so the library counts the
-  raise as use until it refills);
+  crossing's own image), as `alerts.detect` measures it. A raised ceiling adds nothing: the
+  library leaves out the headroom a raise added until refill pays it (core.headroom, docs/
+  alerts.md), so its use is what was debited less refill, as in the smallest bucket. (Refill
+  pays the headroom first, so use outstanding while it refills is refilled up to Δ ÷ rate
+  later than in a bucket never raised: an alert on use from before that, crossed within that
+  delay, is the one case this bound does not cover. With the old rule, the raise counted as
+  use, ci seeds 47 and 53 fail here: alerts at 50 % with 5-10 % used);
 - when: at the crossing, or at the last refund of never-kept debits (``rf`` set) that judged it
   again while it was held. docs/alerts.md: a refund that leaves the item at or above a held
   threshold (other debits keep it there) keeps the crossing, which is stored with its own time
@@ -197,10 +201,7 @@ def _judged(
             end = round(op.done["t"] * 1000) if op.done is not None else latest
             debits.append((min(end, latest), amount * MILLI))
     cap = params.scheduled(image.written_at).shard_capacity(image.slot)
-    # The library measures use as ceiling less balance, and a raised ceiling keeps the balance
-    # (docs/limits-and-time.md): until it refills, the raise counts as use (docs/alerts.md).
-    raised = max(0, cap - share(floor.capacity, image.slot))
-    used = most_used(debits, floor, image.slot, stamped, skew_ms) + raised
+    used = most_used(debits, floor, image.slot, stamped, skew_ms)
     if used * 100 >= crossing.threshold * cap - TOLERANCE_MILLI * 100:
         return None
     return (f"{crossing.threshold}% of {bucket} at {(crossing.crossed_ms - to_loop_ms) / 1000:.3f}"
