@@ -213,7 +213,7 @@ def _held_of(item: dict[str, Any]) -> Held | None:
     )
 
 
-class Step(enum.Enum):
+class Disposition(enum.Enum):
     """What one record of its item does to a held crossing (`step`)."""
 
     KEEP = "keep"  # nothing to write
@@ -228,19 +228,19 @@ def step(
     refund: tuple[str, tuple[int, ...]] | None,
     hold_ms: int,
     at: str,
-) -> tuple[Step, Held]:
+) -> tuple[Disposition, Held]:
     """What the record at `at` whose new image is `image` (a refund of never-kept debits:
     `refund`, its writer and their sequences) does to `h`, and `h` after it. Pure."""
     if refund is not None:
         judged = _judged(h, image, refund)
         if judged is None:
-            return Step.DROP, h
+            return Disposition.DROP, h
         h = replace(judged, until=max(h.until, image.written_at + hold_ms))
     if image.written_at >= h.until + ASSUMED_SKEW_MS:
-        return Step.CONFIRM, h
+        return Disposition.CONFIRM, h
     if h.seen != image.writes or refund is not None:
-        return Step.WRITE, replace(h, seen=image.writes, at=at)
-    return Step.KEEP, h
+        return Disposition.WRITE, replace(h, seen=image.writes, at=at)
+    return Disposition.KEEP, h
 
 
 class HeldCrossings:
@@ -352,14 +352,14 @@ class HeldCrossings:
                 held[sk] = h
                 return
             what, after = step(h, image, refund, self.hold_ms, at)
-            if what is Step.CONFIRM:
+            if what is Disposition.CONFIRM:
                 await self._confirm(after, tally, at, image.written_at)
                 held.pop(sk, None)
                 return
             try:
-                if what is Step.KEEP:
+                if what is Disposition.KEEP:
                     held[sk] = after
-                elif what is Step.DROP:
+                elif what is Disposition.DROP:
                     await self._replace(h, after.ended(at, "dropped", image.written_at))
                     del held[sk]
                     self._log_drop(h, image, refund)
