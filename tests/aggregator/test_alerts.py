@@ -455,6 +455,46 @@ async def test_a_late_write_cannot_hold_a_dropped_crossing_again(
         await repo.close()
 
 
+async def test_a_late_write_cannot_move_a_held_crossings_last_write_seen_back(
+    table: TableRef, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crossing that stays, then two more writes of its item. An invocation records the first
+    (the item's write count it saw) and times out with that write in flight; the retry records
+    both; then the first invocation's write lands. Unconditional, it moved the count back: the
+    sweep, finding the item's count ahead of it, waited for a record that never came, and the
+    alert was never stored."""
+    clock.set_datetime(datetime(2026, 1, 6, 9, 0))
+    repo = await open_at(table, clock)
+    await repo.set_resource_defaults("budget", [REFUNDED_WEEKLY])
+    limiter = RateLimiter(repo)
+    for amount in (60, 1, 1):
+        await spend(limiter, "u", "budget", weekly=amount)
+    async with StreamRunner.from_repository(repo, clock=clock) as runner:
+        debit, second, third = (await budget_records(runner, repo, "u"))[-3:]
+        held = runner.aggregator.held
+        assert (await runner.aggregator.process([debit])).failures == {}
+        put = held._store.put
+        in_flight: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+        async def times_out(item: dict[str, Any], **kw: Any) -> None:
+            if item["PK"] != keys.HELD_CROSSINGS_PK:
+                return await put(item, **kw)
+            in_flight.append((item, kw))
+            raise UnknownOutcome(TimeoutError("the invocation timed out"))
+
+        monkeypatch.setattr(held._store, "put", times_out)
+        assert sorted((await runner.aggregator.process([second])).failures) == [0]
+        monkeypatch.undo()
+        assert (await runner.aggregator.process([second, third])).failures == {}
+        [(item, kw)] = in_flight
+        with contextlib.suppress(ConditionFailed):
+            await put(item, **kw)  # the first invocation's write lands now
+        clock.advance(HOLD_MS + 1)
+        assert (await held.sweep_now()).alerts_stored == 1
+    assert await stored_alerts(repo, "u") == [(50, 60)]
+    await repo.close()
+
+
 async def test_a_crossing_a_refund_keeps_reports_the_level_that_stayed(
     table: TableRef, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
