@@ -43,17 +43,18 @@ may be in a later refill period than the crossing's `period_start`.
 
 **Late and concurrent writes.** A held crossing's item changes only by a write conditional on
 the state it was planned from. The item records the stream position of the record that wrote
-it (`at`: its sequence number, fixed width; an item's records come in that order): an update
-or a drop applies only while the item still holds the state it was read as, and a new crossing
-is held only where nothing is, or where one ended at an earlier record. A drop leaves the item
-*ended* (not deleted: its position stays until its TTL), and so does a confirmed crossing. So a
-write from an invocation that timed out or froze, landing after a newer one, is refused;
-unconditional, it re-held a dropped crossing (a later record then stored the alert a refund
-had taken back, `test_a_late_write_cannot_hold_a_dropped_crossing_again`), moved `seen` back
-(the sweep then left a standing crossing to expire unstored), or deleted a crossing held again
-after a drop. A refused write reads the item again: a state written at this record or a later
-one is taken as it is (another aggregator got there first; its records are skipped there), an
-earlier one is judged by this record.
+it (`at`: its sequence number, fixed width; taken to grow along an item's records, which the
+stream delivers in order, across its shards too): an update or a drop applies only while the
+item still holds the state it was read as, and a new crossing is held only where nothing is,
+or where one ended at an earlier record. A drop leaves the item *ended* (not deleted: its
+position stays until its TTL), and so does a confirmed crossing. So a write from an invocation
+that timed out or froze, landing after a newer one, is refused. Unconditional, it re-held a
+dropped crossing (a later record then stored the alert a refund had taken back), moved `seen`
+back (the sweep then waited for a record that never came: the alert was never stored), or
+deleted a crossing held again after a drop (tests/aggregator/test_alerts.py, "a late write").
+A refused write reads the item again: a state written at this record or a later one is taken
+as it is (another aggregator got there first; its records are skipped there), an earlier one
+is judged by this record.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ class Held:
         return {**self.key, "at": at, "ended": why, "ttl": max(self.until, when) // 1000 + 86_400}
 
 
-def position(sequence_number: str) -> str:
+def stream_position(sequence_number: str) -> str:
     """A stream record's sequence number as a stored position (ordered as text)."""
     return sequence_number.rjust(POSITION_WIDTH, "0")
 
@@ -289,16 +290,16 @@ class HeldCrossings:
         if records:
             held = {h.key["SK"]: h for h in await self.load()}
         failed: set[str] = set()  # items (their keys) with a record that failed in this batch
-        for position_, record in records:
+        for position, record in records:
             if record.pk in failed:
                 continue
             try:
                 await self._follow(record, held, tally)
             except MalformedRecord as exc:
-                tally.failures[position_] = exc
+                tally.failures[position] = exc
                 failed.add(record.pk)
             except Exception as exc:  # the record is retried; the hold items stay as they are
-                tally.failures[position_] = exc
+                tally.failures[position] = exc
                 failed.add(record.pk)
                 held = {h.key["SK"]: h for h in await self.load()}
         await self.sweep(tally, held if records else None)
@@ -319,7 +320,7 @@ class HeldCrossings:
                 f"record {record.event_id}: unreadable bucket image: {exc}"
             ) from None
         bucket: Bucket = (image.ns, image.entity_id, image.resource, image.shard)
-        at = position(record.sequence_number)
+        at = stream_position(record.sequence_number)
         here = [h for h in held.values() if h.bucket == bucket]
         refund = _revoking(new_raw, old_raw)
         for h in here:
