@@ -4,6 +4,7 @@ alert items (docs/alerts.md). Each crossing is stored exactly once, whatever the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,8 +25,9 @@ from zae_limiter import (
     ValidationError,
 )
 from zae_limiter.alerts.held import HOLD_MS
+from zae_limiter.core.bounds import ASSUMED_SKEW_MS
 from zae_limiter.dynamo import keys
-from zae_limiter.dynamo.failures import UnknownOutcome
+from zae_limiter.dynamo.failures import ConditionFailed, UnknownOutcome
 from zae_limiter.local.stream_runner import StreamRunner
 
 pytestmark = pytest.mark.ddb
@@ -413,17 +415,17 @@ async def test_a_refund_whose_record_failed_is_read_again_before_any_later_recor
     async with StreamRunner.from_repository(mine, clock=clock) as runner:
         debit, refund, later = (await budget_records(runner, mine, "u"))[-3:]
         held = runner.aggregator.held
-        delete = held._store.delete
+        put = held._store.put
         calls = 0
 
-        async def fails_once(key: dict[str, Any]) -> None:
+        async def fails_once(item: dict[str, Any], **kw: Any) -> None:
             nonlocal calls
-            calls += 1
-            if calls == 1:
+            calls += item.get("ended") == "dropped"
+            if calls == 1 and item.get("ended") == "dropped":
                 raise UnknownOutcome(RuntimeError("injected 500"))
-            await delete(key)
+            await put(item, **kw)
 
-        monkeypatch.setattr(held._store, "delete", fails_once)
+        monkeypatch.setattr(held._store, "put", fails_once)
         first = await runner.aggregator.process([debit, refund, later])
         assert sorted(first.failures) == [1]  # the refund; Lambda resumes there
         clock.advance(HOLD_MS + 1)  # the retry comes after the hold
@@ -431,5 +433,144 @@ async def test_a_refund_whose_record_failed_is_read_again_before_any_later_recor
         again = await runner.aggregator.process([refund, later])
         assert (again.failures, again.alerts_stored, held.dropped) == ({}, 0, 1)
     assert await stored_alerts(mine, "u") == []
+    for repo in (mine, theirs):
+        await repo.close()
+
+
+# --- a held crossing's item: late writes, and what a kept crossing reports ---------------------
+
+
+async def test_a_late_write_cannot_hold_a_dropped_crossing_again(
+    table: TableRef, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An invocation holds the crossing, and times out with that write in flight; the retry
+    holds it and drops it (the refund); then the first invocation's write lands. Unconditional,
+    it held the dropped crossing again, and the item's next write after the hold stored the
+    alert the refund had taken back (reference §5.20)."""
+    mine, theirs, me = await refused_all_or_none(table, clock)
+    clock.advance(HOLD_MS + ASSUMED_SKEW_MS + 1)
+    async with me.acquire("u", "budget", {"weekly": 1}):
+        pass  # the item's next write (1 %: no crossing), after the crossing's hold
+    async with StreamRunner.from_repository(mine, clock=clock) as runner:
+        debit, refund, later = (await budget_records(runner, mine, "u"))[-3:]
+        held = runner.aggregator.held
+        put = held._store.put
+        in_flight: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+        async def times_out(item: dict[str, Any], **kw: Any) -> None:
+            if item["PK"] != keys.HELD_CROSSINGS_PK:
+                return await put(item, **kw)
+            in_flight.append((item, kw))  # sent, not landed yet; the invocation dies
+            raise UnknownOutcome(TimeoutError("the invocation timed out"))
+
+        monkeypatch.setattr(held._store, "put", times_out)
+        assert sorted((await runner.aggregator.process([debit])).failures) == [0]
+        monkeypatch.undo()
+        retried = await runner.aggregator.process([debit, refund])  # the retry: held, dropped
+        assert (retried.failures, held.dropped) == ({}, 1)
+        [(item, kw)] = in_flight
+        with contextlib.suppress(ConditionFailed):
+            await put(item, **kw)  # the first invocation's write lands now
+        assert (await runner.aggregator.process([later])).alerts_stored == 0
+        assert (await held.sweep_now()).alerts_stored == 0
+    assert await stored_alerts(mine, "u") == []
+    for repo in (mine, theirs):
+        await repo.close()
+
+
+async def test_a_late_write_cannot_move_a_held_crossings_last_write_seen_back(
+    table: TableRef, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crossing that stays, then two more writes of its item. An invocation records the first
+    (the item's write count it saw) and times out with that write in flight; the retry records
+    both; then the first invocation's write lands. Unconditional, it moved the count back: the
+    sweep, finding the item's count ahead of it, waited for a record that never came, and the
+    alert was never stored."""
+    clock.set_datetime(datetime(2026, 1, 6, 9, 0))
+    repo = await open_at(table, clock)
+    await repo.set_resource_defaults("budget", [REFUNDED_WEEKLY])
+    limiter = RateLimiter(repo)
+    for amount in (60, 1, 1):
+        await spend(limiter, "u", "budget", weekly=amount)
+    async with StreamRunner.from_repository(repo, clock=clock) as runner:
+        debit, second, third = (await budget_records(runner, repo, "u"))[-3:]
+        held = runner.aggregator.held
+        assert (await runner.aggregator.process([debit])).failures == {}
+        put = held._store.put
+        in_flight: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+        async def times_out(item: dict[str, Any], **kw: Any) -> None:
+            if item["PK"] != keys.HELD_CROSSINGS_PK:
+                return await put(item, **kw)
+            in_flight.append((item, kw))
+            raise UnknownOutcome(TimeoutError("the invocation timed out"))
+
+        monkeypatch.setattr(held._store, "put", times_out)
+        assert sorted((await runner.aggregator.process([second])).failures) == [0]
+        monkeypatch.undo()
+        assert (await runner.aggregator.process([second, third])).failures == {}
+        [(item, kw)] = in_flight
+        with contextlib.suppress(ConditionFailed):
+            await put(item, **kw)  # the first invocation's write lands now
+        clock.advance(HOLD_MS + 1)
+        assert (await held.sweep_now()).alerts_stored == 1
+    assert await stored_alerts(repo, "u") == [(50, 60)]
+    await repo.close()
+
+
+async def test_a_crossing_a_refund_keeps_reports_the_level_that_stayed(
+    table: TableRef, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """u: another process keeps 20 % and, while a refused call's debit of 40 % (the crossing:
+    60 %) waits for its refund, 35 % more; the refund leaves 55 %, all kept: the alert reports
+    the refund's time and 55, not the crossing write's 60 (which held the refunded debit).
+    v: the crossing write (60 %, kept) held no debit the refund took back (a refused 10 % after
+    it): the alert keeps that write's time and use."""
+    clock.set_datetime(datetime(2026, 1, 6, 9, 0))
+    mine, theirs = await open_at(table, clock), await open_at(table, clock)
+    await mine.set_resource_defaults("budget", [REFUNDED_WEEKLY])
+    await mine.set_resource_defaults("search", [Limit.per_day("rpm", 2)])
+    me, them = RateLimiter(mine), RateLimiter(theirs)
+    for entity, kept in (("u", 20), ("v", 60)):
+        async with me.acquire(entity, "search", {"rpm": 1}):
+            pass  # warm: this process sees one unit of search left
+        async with me.acquire(entity, "budget", {"weekly": 1}) as lease:
+            await lease.adjust(weekly=-1)
+        async with them.acquire(entity, "search", {"rpm": 1}):
+            pass  # the last unit, unseen by `mine`
+        await spend(them, entity, "budget", weekly=kept)
+    send = mine._store.send_update
+    budget_u = keys.bucket(mine.namespace_id, "u", "budget")["PK"]
+
+    async def another_debit_meanwhile(request: dict[str, Any]) -> dict[str, Any]:
+        wire = await send(request)
+        if request["Key"]["PK"]["S"] == budget_u and not meanwhile:
+            meanwhile.append(1)
+            clock.advance(seconds=1)
+            await spend(them, "u", "budget", weekly=35)  # 95 %
+            clock.advance(seconds=1)  # the refund: 55 %
+        return wire
+
+    meanwhile: list[int] = []
+    monkeypatch.setattr(mine._store, "send_update", another_debit_meanwhile)
+    for entity, refused in (("u", 40), ("v", 10)):
+        clock.advance(seconds=1)
+        with pytest.raises(RateLimitExceeded):
+            async with me.acquire(
+                entity, "search", {"rpm": 1}, also={"budget": {"weekly": refused}}
+            ):
+                pass
+    monkeypatch.undo()
+    assert meanwhile == [1]
+    async with StreamRunner.from_repository(mine, clock=clock) as runner:
+        await runner.drain()
+        clock.advance(HOLD_MS + 1)
+        await runner.drain()
+    for entity, expected in (
+        ("u", (50, 55, "2026-01-06T09:00:03Z")),
+        ("v", (50, 60, "2026-01-06T09:00:00Z")),
+    ):
+        alerts, _ = await mine.get_alerts(entity)
+        assert [(a.threshold, a.used, a.crossed_at) for a in alerts] == [expected]
     for repo in (mine, theirs):
         await repo.close()

@@ -240,7 +240,7 @@ def test_aggregator_role_is_least_privilege(synthesized: Synthesized) -> None:
             {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["??????????#AL#*"]}},
         ),
         "HoldCrossings": (
-            ["dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:Query"],
+            ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"],
             {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["_#ALH"]}},
         ),
         "ReadBucketsOfHeldCrossings": (

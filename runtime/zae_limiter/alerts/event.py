@@ -20,12 +20,14 @@ class AlertEvent:
     """One threshold crossing (docs/alerts.md).
 
     `threshold` is a percent of `capacity`; `used` is how much of the capacity was in use right
-    after the crossing write (above `capacity` for an overdrawn soft limit). `period_start` is
-    the quota period (calendar edge or session start) or, for a rate limit, the start of the
-    refill period the crossing fell in; times are ISO-8601 UTC. `alert_id` is stable: the same
-    crossing always has the same id, so consumers can drop a repeated delivery. `rearm` is how
-    many top-ups and resets the bucket had at the crossing (0 before any): a threshold crossed
-    again in one period after a top-up or reset has a higher `rearm` and another `alert_id`.
+    after the crossing write, or after the refund that kept the crossing on debits that stayed
+    (`crossed_at`, its time; docs/alerts.md), above `capacity` for an overdrawn soft limit.
+    `period_start` is the quota period (calendar edge or session start) or, for a rate limit,
+    the start of the refill period the crossing fell in; times are ISO-8601 UTC. `alert_id` is
+    stable: the same crossing always has the same id, so consumers can drop a repeated delivery.
+    `rearm` is how many top-ups and resets the bucket had at the crossing (0 before any): a
+    threshold crossed again in one period after a top-up or reset has a higher `rearm` and
+    another `alert_id`.
     """
 
     alert_id: str

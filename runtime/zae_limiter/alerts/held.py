@@ -24,11 +24,42 @@ within `REFUND_HORIZON_MS` of the debit (the writer's clock; it lands within one
 timeouts) and clocks agree within the skew the exactly-once rules assume. An alert is stored
 at most `HOLD_MS` (plus the clock skew on a busy item, plus the sweep's interval) after the
 crossing write.
+
+**What the alert reports** (`crossed_at`, `used`, `capacity`): a write whose level was made of
+consumption that stayed. That is the crossing write, unless a refund judged the crossing again
+and took back a debit that write's level held (a debit of the refunding writer at or below its
+entry in that write's evidence, or, its entry absent, at or below the evidence floor): then the
+crossing is reported at that refund, with the use it left (every never-kept debit on the item
+before it has been refunded by then, or a later refund judges it again). The write between the
+two at which what stayed first reached the threshold (a later debit that stayed) is not
+reported: what a refunded debit weighed in each earlier write's level is not in the stream (a
+refund's write may fold other calls' debits, so its images give only the net change, and a
+revoked sequence names a write that may also carry debits of calls that stayed). A debit its
+writer sent without evidence (an item full of young writers' entries, core/evidence.py) counts
+as after the reported write when its writer's entry there is below it: the crossing then keeps
+that write's time and use (it is still stored, as the refund left the item at or above the
+threshold). A refund in a later quota period does not judge the crossing; one of a rate limit
+may be in a later refill period than the crossing's `period_start`.
+
+**Late and concurrent writes.** A held crossing's item changes only by a write conditional on
+the state it was planned from. The item records the stream position of the record that wrote
+it (`at`: its sequence number, fixed width; taken to grow along an item's records, which the
+stream delivers in order, across its shards too): an update or a drop applies only while the
+item still holds the state it was read as, and a new crossing is held only where nothing is,
+or where one ended at an earlier record. A drop leaves the item *ended* (not deleted: its
+position stays until its TTL), and so does a confirmed crossing. So a write from an invocation
+that timed out or froze, landing after a newer one, is refused. Unconditional, it re-held a
+dropped crossing (a later record then stored the alert a refund had taken back), moved `seen`
+back (the sweep then waited for a record that never came: the alert was never stored), or
+deleted a crossing held again after a drop (tests/aggregator/test_alerts.py, "a late write").
+A refused write reads the item again: a state written at this record or a later one is taken
+as it is (another aggregator got there first; its records are skipped there), an earlier one
+is judged by this record.
 """
 
 from __future__ import annotations
 
-import contextlib
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -63,6 +94,13 @@ REFUND_HORIZON_MS = HOLD_MS - int(MAX_REQUEST_TIMEOUT_S * 1000) - ASSUMED_SKEW_M
 SWEEP_MS = 10_000
 
 Bucket = tuple[str, str, str, int]
+#: Attempts at one held crossing's write that meet a newer state before the record fails.
+ATTEMPTS = 8
+#: The width of a stored stream position (DynamoDB's sequence numbers have 21 to 40 digits).
+POSITION_WIDTH = 40
+_NAMES = {"#at": "at", "#end": "ended"}
+#: A new crossing is held where nothing is held, or where one ended at an earlier record.
+_CREATE = "attribute_not_exists(PK) OR (attribute_exists(#end) AND #at < :at)"
 
 
 class AlertSettings(Protocol):
@@ -86,7 +124,8 @@ class Swept:
 
 @dataclass(frozen=True)
 class Held:
-    """One held crossing: where, until when, and the bucket's write count last seen."""
+    """One held crossing: where, until when, the bucket's write count last seen, the stream
+    position that wrote it, and the evidence of the write it reports (module docstring)."""
 
     crossing: Crossing
     shard: int
@@ -94,6 +133,9 @@ class Held:
     seen: int  # the bucket item's write counter `k` in the last record read
     writer: str  # whose write crossed (for the log)
     seq: int
+    at: str = ""  # the record whose processing wrote this state ("": before positions)
+    marks: dict[str, int] = field(default_factory=dict)  # the reported write's evidence
+    floor: int = 0  # and its evidence floor
 
     @property
     def bucket(self) -> Bucket:
@@ -125,11 +167,27 @@ class Held:
             "seen": self.seen,
             "writer": self.writer,
             "seq": self.seq,
+            "at": self.at,
+            "marks": dict(self.marks),
+            "floor": self.floor,
             "ttl": self.until // 1000 + 86_400,
         }
 
+    def ended(self, at: str, why: str, when: int) -> dict[str, Any]:
+        """Its item once dropped or confirmed at the record at `at` (kept until its TTL, so that
+        a late write planned before cannot hold it again)."""
+        return {**self.key, "at": at, "ended": why, "ttl": max(self.until, when) // 1000 + 86_400}
 
-def _held_of(item: dict[str, Any]) -> Held:
+
+def stream_position(sequence_number: str) -> str:
+    """A stream record's sequence number as a stored position (ordered as text)."""
+    return sequence_number.rjust(POSITION_WIDTH, "0")
+
+
+def _held_of(item: dict[str, Any]) -> Held | None:
+    """The held crossing an item stores; None for an ended one."""
+    if "ended" in item:
+        return None
     crossing = Crossing(
         ns=str(item["ns"]),
         entity_id=str(item["entity_id"]),
@@ -150,7 +208,40 @@ def _held_of(item: dict[str, Any]) -> Held:
         int(item["seen"]),
         str(item.get("writer", "")),
         int(item.get("seq", 0)),
+        str(item.get("at", "")),
+        {str(w): int(s) for w, s in dict(item.get("marks", {})).items()},
+        int(item.get("floor", 0)),
     )
+
+
+class Disposition(enum.Enum):
+    """What one record of its item does to a held crossing (`step`)."""
+
+    KEEP = "keep"  # nothing to write
+    WRITE = "write"  # its item changes
+    DROP = "drop"  # a refund took it back
+    CONFIRM = "confirm"  # no refund can take it back any more: store the alert
+
+
+def step(
+    h: Held,
+    image: BucketImage,
+    refund: tuple[str, tuple[int, ...]] | None,
+    hold_ms: int,
+    at: str,
+) -> tuple[Disposition, Held]:
+    """What the record at `at` whose new image is `image` (a refund of never-kept debits:
+    `refund`, its writer and their sequences) does to `h`, and `h` after it. Pure."""
+    if refund is not None:
+        judged = _judged(h, image, refund)
+        if judged is None:
+            return Disposition.DROP, h
+        h = replace(judged, until=max(h.until, image.written_at + hold_ms))
+    if image.written_at >= h.until + ASSUMED_SKEW_MS:
+        return Disposition.CONFIRM, h
+    if h.seen != image.writes or refund is not None:
+        return Disposition.WRITE, replace(h, seen=image.writes, at=at)
+    return Disposition.KEEP, h
 
 
 class HeldCrossings:
@@ -197,7 +288,7 @@ class HeldCrossings:
         the refund that drops it waits to be retried)."""
         held: dict[str, Held] = {}
         if records:
-            held = {h.key["SK"]: h for h in await self._load()}
+            held = {h.key["SK"]: h for h in await self.load()}
         failed: set[str] = set()  # items (their keys) with a record that failed in this batch
         for position, record in records:
             if record.pk in failed:
@@ -210,12 +301,13 @@ class HeldCrossings:
             except Exception as exc:  # the record is retried; the hold items stay as they are
                 tally.failures[position] = exc
                 failed.add(record.pk)
-                held = {h.key["SK"]: h for h in await self._load()}
+                held = {h.key["SK"]: h for h in await self.load()}
         await self.sweep(tally, held if records else None)
 
-    async def _load(self) -> list[Held]:
+    async def load(self) -> list[Held]:
+        """Every crossing held now (not the ended ones)."""
         items = await self._store.query_all(keys.HELD_CROSSINGS_PK, consistent=True)
-        return [_held_of(item) for item in items]
+        return [h for h in map(_held_of, items) if h is not None]
 
     async def _follow(self, record: StreamRecord, held: dict[str, Held], tally: Tally) -> None:
         new_raw, old_raw = record.image("new"), record.image("old")
@@ -228,49 +320,123 @@ class HeldCrossings:
                 f"record {record.event_id}: unreadable bucket image: {exc}"
             ) from None
         bucket: Bucket = (image.ns, image.entity_id, image.resource, image.shard)
+        at = stream_position(record.sequence_number)
         here = [h for h in held.values() if h.bucket == bucket]
         refund = _revoking(new_raw, old_raw)
         for h in here:
-            sk = h.key["SK"]
-            if refund is not None:
-                if _dropped(h, image):
-                    await self._store.delete(h.key)
-                    del held[sk]
-                    self.dropped += 1
-                    log.info(
-                        "dropped the %d%% crossing of %s/%s/%s: %s refunded the debits behind it",
-                        h.crossing.threshold,
-                        image.entity_id,
-                        image.resource,
-                        h.crossing.limit,
-                        refund[0],
-                    )
-                    continue
-                h = replace(h, until=max(h.until, image.written_at + self.hold_ms))
-            if image.written_at >= h.until + ASSUMED_SKEW_MS:
-                await self._confirm(h, tally)
-                del held[sk]
-                continue
-            if h.seen != image.writes or refund is not None:
-                h = replace(h, seen=image.writes)
-                await self._store.put(h.item())
-            held[sk] = h
+            await self._apply(h, image, refund, at, held, tally)
         writer, seq = _writer_of(image, old_raw)
         for crossing in crossings(record):
             until = image.written_at + self.hold_ms
-            new = Held(crossing, image.shard, until, image.writes, writer, seq)
-            sk = new.key["SK"]
-            if sk in held:
+            new = Held(
+                crossing, image.shard, until, image.writes, writer, seq, at, image.evidence,
+                image.floor,
+            )  # fmt: skip
+            if new.key["SK"] in held:
                 continue  # a crossing of this threshold in this period is held already
-            with contextlib.suppress(ConditionFailed):  # (held by an earlier delivery of it)
-                await self._store.put(new.item(), condition="attribute_not_exists(PK)")
-            held[sk] = new
+            await self._hold(new, image, refund, held, tally)
 
-    async def _confirm(self, h: Held, tally: Tally) -> None:
+    async def _apply(
+        self,
+        h: Held,
+        image: BucketImage,
+        refund: tuple[str, tuple[int, ...]] | None,
+        at: str,
+        held: dict[str, Held],
+        tally: Tally,
+    ) -> None:
+        """`step` on `h` and its write, conditional on `h` being what its item holds; when it is
+        not, on what it holds (module docstring, "Late and concurrent writes")."""
+        sk = h.key["SK"]
+        for _ in range(ATTEMPTS):
+            if h.at >= at:  # this record (or a later one) is in it already
+                held[sk] = h
+                return
+            what, after = step(h, image, refund, self.hold_ms, at)
+            if what is Disposition.CONFIRM:
+                await self._confirm(after, tally, at, image.written_at)
+                held.pop(sk, None)
+                return
+            try:
+                if what is Disposition.KEEP:
+                    held[sk] = after
+                elif what is Disposition.DROP:
+                    await self._replace(h, after.ended(at, "dropped", image.written_at))
+                    del held[sk]
+                    self._log_drop(h, image, refund)
+                else:
+                    await self._replace(h, after.item())
+                    held[sk] = after
+                return
+            except ConditionFailed:
+                current = await self._store.get(h.key, consistent=True)
+                now = None if current is None else _held_of(current)
+                if now is None:  # dropped or confirmed meanwhile
+                    held.pop(sk, None)
+                    return
+                h = now
+        raise RuntimeError(f"held crossing {sk} kept changing under this aggregator's writes")
+
+    async def _hold(
+        self,
+        new: Held,
+        image: BucketImage,
+        refund: tuple[str, tuple[int, ...]] | None,
+        held: dict[str, Held],
+        tally: Tally,
+    ) -> None:
+        """Hold a new crossing, unless its item holds one already or ended it at this record or
+        a later one (an earlier delivery of it, another aggregator)."""
+        sk = new.key["SK"]
+        for _ in range(ATTEMPTS):
+            try:
+                await self._store.put(
+                    new.item(), condition=_CREATE, names=_NAMES, values={":at": new.at}
+                )
+                held[sk] = new
+                return
+            except ConditionFailed:
+                current = await self._store.get(new.key, consistent=True)
+            if current is None:
+                continue  # gone meanwhile (its TTL): hold it again
+            standing = _held_of(current)
+            if standing is not None:  # held already: this record judges it as any other
+                await self._apply(standing, image, refund, new.at, held, tally)
+                return
+            if str(current.get("at", "")) >= new.at:
+                return  # ended at this record or a later one
+        raise RuntimeError(f"held crossing {sk} kept changing under this aggregator's writes")
+
+    async def _replace(self, h: Held, item: dict[str, Any]) -> None:
+        """Write `item` over `h`'s item if it still holds `h` (ConditionFailed otherwise)."""
+        if h.at:
+            condition = "attribute_not_exists(#end) AND #at = :read"
+            await self._store.put(item, condition=condition, names=_NAMES, values={":read": h.at})
+        else:  # written before positions
+            condition = "attribute_exists(PK) AND attribute_not_exists(#at)"
+            await self._store.put(item, condition=condition, names={"#at": "at"})
+
+    def _log_drop(
+        self, h: Held, image: BucketImage, refund: tuple[str, tuple[int, ...]] | None
+    ) -> None:
+        self.dropped += 1
+        log.info(
+            "dropped the %d%% crossing of %s/%s/%s: %s refunded the debits behind it",
+            h.crossing.threshold,
+            image.entity_id,
+            image.resource,
+            h.crossing.limit,
+            refund[0] if refund is not None else "",
+        )
+
+    async def _confirm(self, h: Held, tally: Tally, at: str, when: int) -> None:
+        """Store `h`'s alert and end its item. The end is not conditional: once the alert is
+        stored, whatever state its item holds (a late write's) can only store it again, which
+        its conditional put refuses."""
         stored, published = await self._recorder.record(h.crossing)
         tally.alerts_stored += stored
         tally.alerts_published += published
-        await self._store.delete(h.key)
+        await self._store.put(h.ended(at, "stored", when))
 
     async def sweep(
         self, tally: Tally, held: dict[str, Held] | None = None, *, force: bool = False
@@ -282,7 +448,7 @@ class HeldCrossings:
         if recent and not force:
             return
         self._swept_at = now
-        due = list(held.values()) if held is not None else await self._load()
+        due = list(held.values()) if held is not None else await self.load()
         for h in sorted(due, key=lambda h: h.until):
             if h.until > now:
                 continue
@@ -290,7 +456,7 @@ class HeldCrossings:
             if current is not None and int(current.get(attrs.WRITES, 0)) != h.seen:
                 continue  # writes the stream has not brought yet: a later record decides
             try:
-                await self._confirm(h, tally)
+                await self._confirm(h, tally, h.at, now)
             except Exception as exc:  # the next sweep tries again
                 log.warning("storing held alert %s failed: %s", h.crossing.alert_id, exc)
 
@@ -311,17 +477,29 @@ def _revoking(
     return marker
 
 
-def _dropped(h: Held, image: BucketImage) -> bool:
-    """Whether the item as a refund left it is below the held threshold (same quota period)."""
+def _judged(h: Held, image: BucketImage, refund: tuple[str, tuple[int, ...]]) -> Held | None:
+    """`h` as a refund (its new image, its writer and the sequences it revokes) leaves it: None
+    below the held threshold in the same quota period (dropped); else held, reported at the
+    refund when the write it reported held one of the refunded debits (module docstring)."""
     c = h.crossing
     params = image.stamp.params(c.limit)
     state = image.states.get(c.limit)
     if params is None or state is None:
-        return True  # the limit is gone: nothing stays to alert on
+        return None  # the limit is gone: nothing stays to alert on
     used, cap, period = use_of(params, state, image)
     if params.kind in (Kind.CALENDAR, Kind.SESSION) and period != c.period_ms:
-        return False  # a later period: the refund cannot reach the crossing's
-    return cap <= 0 or used * 100 < c.threshold * cap
+        return h  # a later period: the refund cannot reach the crossing's
+    if cap <= 0 or used * 100 < c.threshold * cap:
+        return None
+    writer, sequences = refund
+    entry = h.marks.get(writer)
+    if not any(seq <= (h.floor if entry is None else entry) for seq in sequences):
+        return h  # only debits after the reported write: its level stands
+    capacity = params.scheduled(image.written_at).capacity
+    at_refund = replace(
+        c, crossed_ms=image.written_at, used_milli=used * capacity // cap, capacity_milli=capacity
+    )
+    return replace(h, crossing=at_refund, marks=dict(image.evidence), floor=image.floor)
 
 
 def _writer_of(image: BucketImage, old_raw: dict[str, Any] | None) -> tuple[str, int]:

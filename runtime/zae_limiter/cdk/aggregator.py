@@ -67,7 +67,7 @@ ENV_ALERT_RETENTION_DAYS = "ALERT_RETENTION_DAYS"
 #: in their one partition (stored, found due, removed) and the bucket item a due crossing is
 #: checked on (read only).
 AGGREGATOR_READ_ACTIONS = dynamodb_actions("GetItem")
-AGGREGATOR_HELD_ACTIONS = dynamodb_actions("DeleteItem", "PutItem", "Query")
+AGGREGATOR_HELD_ACTIONS = dynamodb_actions("GetItem", "PutItem", "Query")
 AGGREGATOR_TOMBSTONE_ACTIONS = dynamodb_actions("ConditionCheckItem", "GetItem")
 AGGREGATOR_WRITE_ACTIONS = dynamodb_actions("PutItem", "UpdateItem")
 

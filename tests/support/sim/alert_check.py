@@ -25,15 +25,14 @@ alert when even that is below the threshold:
   later than in a bucket never raised: an alert on use from before that, crossed within that
   delay, is the one case this bound does not cover. With the old rule, the raise counted as
   use, ci seeds 47 and 53 fail here: alerts at 50 % with 5-10 % used);
-- when: at the crossing, or at the last refund of never-kept debits (``rf`` set) that judged it
-  again while it was held. docs/alerts.md: a refund that leaves the item at or above a held
-  threshold (other debits keep it there) keeps the crossing, which is stored with its own time
-  and use; so an alert whose crossing write owed its level to debits refunded later is right
-  when what stayed reached the threshold by that last refund (in the crossing's period, for a
-  quota: a refund in a later one does not judge it). The last one: every refund before it
-  left the item at or above the threshold too, or the crossing would be gone. A refund judges a
-  crossing while it is held: written before the hold ends, five minutes after the crossing or
-  after the refund before it (`alerts.held.HOLD_MS`).
+- when: at the write the alert reports (its `crossed_at`): the crossing write, or a refund of
+  never-kept debits (``rf`` set) that judged it again while it was held. docs/alerts.md: a
+  refund that leaves the item at or above a held threshold (other debits keep it there) keeps
+  the crossing, reported at that refund when the write it reported held a debit the refund
+  took back (`alerts.held`, "What the alert reports"); so what stayed must reach the threshold
+  by the reported write. A refund judges a crossing while it is held: written before the hold
+  ends, five minutes after the crossing or after the refund before it (`alerts.held.HOLD_MS`),
+  in the crossing's period for a quota (a refund in a later one does not judge it).
 
 The history's operations carry whole units per bucket; the arithmetic here is in milli-units
 and milliseconds, as the library's.
@@ -126,30 +125,28 @@ def unjustified(
         for bucket in op.invoke["max"]:
             by_bucket.setdefault(bucket, []).append(op)
     for alert in sorted(stored, key=lambda a: (a.alert_id, a.crossed_at)):
-        found = expected.get(alert.alert_id, [])
-        # the crossings this alert may store (its time is in whole seconds; a crossing of the
-        # same id that a refund took back may come first)
+        # the writes this alert may report: each crossing of its id the stream shows (one that
+        # a refund took back may come first), and the refunds that judged it again; its time
+        # is in whole seconds
+        writes = []
+        for crossing, record in expected.get(alert.alert_id, []):
+            writes.append((crossing, record))
+            writes += _judging_refunds(crossing, record, (refunds or {}).get(record.pk, ()))
         second = _ms(alert.crossed_at) // 1000
-        candidates = [pair for pair in found if pair[0].crossed_ms // 1000 == second] or found
-        verdicts = []
-        for crossing, record in candidates:
-            verdict = _judged(crossing, record, by_bucket, floors, to_loop_ms, skew_ms)
-            again = _last_refund(crossing, record, (refunds or {}).get(record.pk, ()))
-            if verdict is not None and again is not None:  # judged again: its last judgement
-                verdict = _judged(*again, by_bucket, floors, to_loop_ms, skew_ms) and verdict
-            verdicts.append(verdict)
+        reported = [pair for pair in writes if pair[0].crossed_ms // 1000 == second] or writes
+        verdicts = [_judged(*pair, by_bucket, floors, to_loop_ms, skew_ms) for pair in reported]
         if verdicts and all(verdict is not None for verdict in verdicts):
             out.append(f"alert {alert.alert_id}: {verdicts[0]}")
     return out
 
 
-def _last_refund(
+def _judging_refunds(
     crossing: Crossing, record: StreamRecord, refunds: Sequence[StreamRecord]
-) -> tuple[Crossing, StreamRecord] | None:
-    """The last refund of never-kept debits that judged `crossing` again while it was held (its
-    record, with the crossing at its time), or None (module docstring)."""
+) -> list[tuple[Crossing, StreamRecord]]:
+    """The refunds of never-kept debits that judged `crossing` again while it was held (each
+    record, with the crossing at its time), in stream order (module docstring)."""
     until = crossing.crossed_ms + HOLD_MS
-    last = None
+    out = []
     for refund in refunds:
         new = refund.image("new")
         if new is None or int(refund.sequence_number) <= int(record.sequence_number):
@@ -164,8 +161,8 @@ def _last_refund(
         if quota and use_of(params, state, image)[2] != crossing.period_ms:
             continue  # a later quota period: the refund does not judge the crossing
         until = max(until, image.written_at + HOLD_MS)
-        last = (replace(crossing, crossed_ms=image.written_at), refund)
-    return last
+        out.append((replace(crossing, crossed_ms=image.written_at), refund))
+    return out
 
 
 def _judged(

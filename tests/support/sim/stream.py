@@ -183,7 +183,8 @@ class Consumer:
             return
         await asyncio.sleep(held.hold_ms / 1000 + 130.0)  # the hold plus the skew allowed
         for _ in range(ATTEMPTS):
-            if not self.table.table(self.name).partitions.get(pk):
+            partition = self.table.table(self.name).partitions.get(pk, {})
+            if all("ended" in item for item in partition.values()):  # ended: dropped, stored
                 return
             with contextlib.suppress(DynamoError):
                 await held.sweep_now()
