@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 import weakref
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ REAP_SECONDS = 5.0
 _LIBRARY = str(Path(zae_limiter.__file__).parent) + os.sep
 _ASYNCIO = str(Path(asyncio.__file__).parent) + os.sep
 _ROOT = str(Path(__file__).parents[2]) + os.sep
+_LOOP_CALLBACK = asyncio.events.Handle._run.__code__
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,11 @@ class Origin:
     parent: Origin | None
 
     def describe(self) -> str:
-        text = f"made at {_place(self.made)}"
+        text = (
+            "made by a callback of its loop"
+            if self.made is None
+            else f"made at {_place(self.made)}"
+        )
         if self.caller is not None:
             text += f", called from {_place(self.caller)}"
         if self.parent is not None:
@@ -69,6 +75,8 @@ def _origin(frame: FrameType | None, test: str | None, parent: Origin | None) ->
     made = caller = None
     while frame is not None:
         code = frame.f_code
+        if code is _LOOP_CALLBACK:
+            break  # made by a callback the loop ran (`run_coroutine_threadsafe`'s)
         if code.co_filename.startswith(_ASYNCIO):
             if made is not None:
                 break  # a task's step or a callback: what is above is the loop's
@@ -93,8 +101,11 @@ class TaskGuard:
             weakref.WeakKeyDictionary()
         )
         self._original: Any = None
+        self._installed = 0  # a test of this guard runs a session inside the session
+        self._lock = threading.Lock()  # tasks are also made on the sync facade's thread
 
     def install(self) -> None:
+        self._installed += 1
         if self._original is not None:
             return
         original = self._original = asyncio.BaseEventLoop.create_task
@@ -110,7 +121,8 @@ class TaskGuard:
         asyncio.BaseEventLoop.create_task = create_task  # type: ignore[method-assign,assignment]
 
     def uninstall(self) -> None:
-        if self._original is not None:
+        self._installed -= 1
+        if self._installed == 0 and self._original is not None:
             asyncio.BaseEventLoop.create_task = self._original  # type: ignore[method-assign]
             self._original = None
 
@@ -119,14 +131,17 @@ class TaskGuard:
             parent = asyncio.current_task(loop)
         except RuntimeError:
             parent = None
-        origin = self._made.get(parent) if parent is not None else None
-        self._made[task] = _origin(sys._getframe(2), self.test, origin)
+        with self._lock:
+            above = self._made.get(parent) if parent is not None else None
+            self._made[task] = _origin(sys._getframe(2), self.test, above)
 
     def left_by(self, test: str) -> list[tuple[asyncio.Task[Any], Origin]]:
         """The tasks made during `test` still pending on a loop that can run them."""
+        with self._lock:
+            made = list(self._made.items())
         return [
             (task, origin)
-            for task, origin in list(self._made.items())
+            for task, origin in made
             if origin.test == test and not task.done() and not task.get_loop().is_closed()
         ]
 
@@ -170,6 +185,11 @@ _GUARD = TaskGuard()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(reason): the test leaves library tasks running on purpose; they are "
+        "cancelled after it, not reported",
+    )
     _GUARD.install()
 
 
@@ -177,8 +197,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _GUARD.uninstall()
 
 
+_OUTER = pytest.StashKey[str | None]()
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    item.stash[_OUTER] = _GUARD.test  # a test of this guard runs a session inside a test
     _GUARD.test = item.nodeid
     return (yield)
 
@@ -195,7 +219,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
 
 
 def _check(item: pytest.Item, report: bool) -> None:
-    _GUARD.test = None
+    _GUARD.test = item.stash.get(_OUTER, None)
     left = _GUARD.left_by(item.nodeid)
     if not left:
         return
