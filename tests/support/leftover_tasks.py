@@ -11,6 +11,11 @@ with the coroutine, where it waits and where it was made; the tasks are then can
 reach no later test. A test that leaves a task on purpose (a process that "dies" with work
 still going) says so with `@pytest.mark.leaves_tasks(reason)`: its tasks are cancelled, not
 reported. A task on a loop already closed never runs again and is not counted.
+
+Why after teardown: pytest-asyncio runs every test and fixture on one session-scoped loop per
+worker (pyproject.toml), so a task a test left runs on in the next tests' loop turns; loops
+that `asyncio.run` and the CLI's runner make are closed (their tasks cancelled) when they
+return, and the sync facade's loop thread lives as long as the process.
 """
 
 from __future__ import annotations
