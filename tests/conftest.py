@@ -30,7 +30,7 @@ for _name in AMBIENT_AWS_VARIABLES:
 # Tests of deadlines pass theirs explicitly.
 os.environ.setdefault("ZAEL_ACQUIRE_TIMEOUT", "30")
 
-pytest_plugins = ["support.fixtures"]
+pytest_plugins = ["support.fixtures", "support.leftover_tasks"]
 
 # Hypothesis's per-example deadline (200 ms by default) is a wall-time assertion: a loaded machine
 # failed test_quota_math with "took 410 ms". Tests assert counts, never time.

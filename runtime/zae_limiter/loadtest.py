@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import RateLimitExceeded, ValidationError, ZAELimiterError
+from .gathering import gather_or_end
 from .instrumentation import RequestEvent
 from .limiter import RateLimiter
 from .limits import Limit
@@ -187,7 +188,7 @@ async def _run_process(
 
         # one warm-up call per task (not counted, but its units are: the limit saw them), so
         # the figures are the warm path's
-        await asyncio.gather(
+        await gather_or_end(
             *(
                 one(*_call(spec.scenario, process, task), counted=False)
                 for task in range(spec.tasks)
@@ -199,7 +200,7 @@ async def _run_process(
         deadline = result.loops_start + spec.duration_s
         remove = repo.add_request_listener(listen)
         try:
-            await asyncio.gather(*(loop(task) for task in range(spec.tasks)))
+            await gather_or_end(*(loop(task) for task in range(spec.tasks)))
         finally:
             remove()
         result.errors = dict(errors)
@@ -332,7 +333,7 @@ async def run(spec: LoadSpec) -> dict[str, Any]:
                 for i in range(spec.processes)
             ]
             try:
-                results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+                results = await gather_or_end(*(asyncio.wrap_future(f) for f in futures))
             except ZAELimiterError:
                 raise
             except Exception as exc:  # a dead process or a broken barrier

@@ -3,13 +3,13 @@ turning them into bucket stamps. No I/O of its own: the port's implementation re
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from . import config as cfg
 from .caches import ConfigCache
 from .core.images import Stamp
+from .gathering import gather_or_end
 from .limits import Limit
 from .models import OnUnavailable
 
@@ -132,7 +132,7 @@ class Resolver:
 
     async def refresh(self, resources: Sequence[str]) -> None:
         """Re-read the given resource levels and the system level, in one wave."""
-        await asyncio.gather(
+        await gather_or_end(
             self.system_level(fresh=True), *(self.resource_level(r, fresh=True) for r in resources)
         )
 
@@ -140,10 +140,10 @@ class Resolver:
         self, entity_id: str, resources: Sequence[str]
     ) -> tuple[cfg.EntityConfig, dict[str, cfg.Resolved]]:
         """One wave of reads: the entity's partition, and each resource's and the system level."""
-        entity, system, levels = await asyncio.gather(
+        entity, system, levels = await gather_or_end(
             self.entity_config(entity_id),
             self.system_level(),
-            asyncio.gather(*(self.resource_level(r) for r in resources)),
+            gather_or_end(*(self.resource_level(r) for r in resources)),
         )
         resolved = {
             resource: cfg.resolve(entity, resource, level, system)

@@ -27,6 +27,7 @@ Helpers
 Guards (autouse)
   no_leftover_aggregators  a test that leaves a background aggregator running fails (and the
                  process is stopped, so it does not load the engine for the tests after it)
+  (plugin)       support/leftover_tasks.py: a test that leaves a library task pending fails
 """
 
 from __future__ import annotations

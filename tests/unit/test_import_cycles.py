@@ -227,7 +227,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     4: ("limits",),
     3: ("concurrent_limits",),
     2: ("instrumentation", "validation", "versioning"),
-    1: ("core", "errors", "namespace_labels", "schema", "syncgen"),
+    1: ("core", "errors", "gathering", "namespace_labels", "schema", "syncgen"),
 }
 
 # Imports that run back up today, each with the step that removes it: the list only shrinks.

@@ -21,6 +21,7 @@ from ..core.bucket import MILLI, Kind
 from ..core.evolve import evolve
 from ..core.images import BucketImage, Stamp
 from ..errors import ResourceDisabled, ValidationError
+from ..gathering import gather_or_end
 from ..limits import Limit
 from ..resolution import Resolver, stamp_for
 from ..unmetered import Unmetered
@@ -144,7 +145,7 @@ class TargetFinder:
     async def _read_once(
         self, entity_id: str, resources: tuple[str, ...]
     ) -> tuple[dict[str, cfg.Resolved], list[BucketImage]]:
-        (_, resolved), found = await asyncio.gather(
+        (_, resolved), found = await gather_or_end(
             self.resolver.resolve_many(entity_id, resources),
             self.bucket_io.read([(self.ns, entity_id, r, 0) for r in resources]),
         )
@@ -180,7 +181,7 @@ class TargetFinder:
                 restamps.append(_Restamp(resource, existing, stamp))
             out[resource] = (res, target)
         if restamps:
-            done = await asyncio.gather(*(self.restamp(r.image, r.stamp) for r in restamps))
+            done = await gather_or_end(*(self.restamp(r.image, r.stamp) for r in restamps))
             now = self.clock()
             for job, image in zip(restamps, done, strict=True):
                 target = Target(

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Mapping
 from dataclasses import replace
@@ -16,6 +15,7 @@ from ..core.images import BucketImage, Stamp
 from ..dynamo import bucket_items as items
 from ..dynamo import keys
 from ..errors import ResourceDisabled, ValidationError
+from ..gathering import gather_or_end
 from ..limits import Limit, check_limit_list
 from ..models import Availability, LimitStatus
 from ..resolution import stamp_for
@@ -57,7 +57,7 @@ class AvailabilityCheck:
         wanted = validation.amounts(needed or {}, "needed")
         if limits is not None:
             check_limit_list(limits)
-        (_, resolved), found = await asyncio.gather(
+        (_, resolved), found = await gather_or_end(
             self._resolver.resolve_many(entity_id, [resource]),
             self._store.batch_get(
                 [keys.bucket(self._ns, entity_id, resource, 0)], consistent=False

@@ -18,7 +18,6 @@ makes the caller's own retry safe.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -40,6 +39,7 @@ from ..errors import (
     ResourceDisabled,
     ValidationError,
 )
+from ..gathering import gather_or_end
 from ..models import AuditAction, BucketOperationResult
 from ..scope import Scope
 from .balance_call import BalanceCall
@@ -247,7 +247,7 @@ class Balances:
             if call.idempotency_key is not None
             else None
         )
-        loaded, record, known = await asyncio.gather(
+        loaded, record, known = await gather_or_end(
             self._admission.load(call.entity_id, [call.resource], "entity", None),
             self._store.get(record_key) if record_key is not None else _nothing(),
             self._changes.entity_known(call.entity_id),

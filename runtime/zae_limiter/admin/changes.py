@@ -23,6 +23,7 @@ from ..dynamo import bucket_items as items
 from ..dynamo import keys, transport
 from ..dynamo.transport import DynamoError, TransactionCancelled
 from ..errors import EntityNotFoundError, FanoutIncomplete, RateLimiterUnavailable
+from ..gathering import gather_or_end
 from ..models import AuditAction, OnUnavailable
 from ..resolution import stamp_for
 from ..scope import Scope
@@ -48,7 +49,7 @@ async def entity_known(scope: Scope, entity_id: str, resource: str | None = None
     the entity-buckets index has not caught up with yet)."""
     store, ns = scope.store, scope.namespace_id
     bucket_key = None if resource is None else keys.bucket(ns, entity_id, resource)
-    record, (rows, _), bucket = await asyncio.gather(
+    record, (rows, _), bucket = await gather_or_end(
         store.get(keys.entity_meta(ns, entity_id)),
         store.query(keys.entity_buckets_index_key(ns, entity_id), index=keys.GSI3, limit=1),
         store.get(bucket_key) if bucket_key is not None else _none(),
@@ -298,10 +299,10 @@ class Changes:
             )
             images = [items.parse(item) for item in found]
             resources = sorted({image.resource for image in images})
-            entity, system, levels = await asyncio.gather(
+            entity, system, levels = await gather_or_end(
                 self._scope.resolver.entity_config(entity_id),
                 self._scope.resolver.system_level(fresh=True),
-                asyncio.gather(
+                gather_or_end(
                     *(self._scope.resolver.resource_level(r, fresh=True) for r in resources)
                 ),
             )

@@ -3,7 +3,6 @@ defaults; set, read, delete, list and explain."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from typing import Any
@@ -13,6 +12,7 @@ from .. import config as cfg
 from ..acquire.dynamo_io import system_level_from_item
 from ..dynamo import keys
 from ..errors import ValidationError
+from ..gathering import gather_or_end
 from ..limits import Limit, check_limit_list
 from ..models import AuditAction, ConfigSource, OnUnavailable
 from ..scope import Scope
@@ -203,7 +203,7 @@ class Config:
 
     async def configured_resources(self) -> list[str]:
         """Resource names some level has limits for (the unmetered policy's suggestions)."""
-        defaults, entity_levels = await asyncio.gather(
+        defaults, entity_levels = await gather_or_end(
             self.list_resources_with_defaults(), self.list_resources_with_entity_configs()
         )
         return sorted({*defaults, *entity_levels} - {keys.DEFAULT_RESOURCE})

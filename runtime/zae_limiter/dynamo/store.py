@@ -7,10 +7,10 @@ no transaction: `transact` writes one item at a time (`dynamo.sequenced`).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from ..gathering import gather_or_end
 from ..schema import PARTITION_KEY, SORT_KEY
 from . import codec, sequenced
 from .multi_region import MultiRegion
@@ -95,7 +95,7 @@ class Store:
         """Every existing item among `keys` (any order), in as few requests as possible."""
         unique = list({(k[PARTITION_KEY], k[SORT_KEY]): k for k in keys}.values())
         chunks = [unique[i : i + BATCH_GET_MAX] for i in range(0, len(unique), BATCH_GET_MAX)]
-        results = await asyncio.gather(*(self._batch_get_chunk(c, consistent) for c in chunks))
+        results = await gather_or_end(*(self._batch_get_chunk(c, consistent) for c in chunks))
         return [item for chunk in results for item in chunk]
 
     async def _batch_get_chunk(

@@ -18,6 +18,7 @@ from ..core.ulids import ulid
 from ..dynamo import keys
 from ..dynamo.transport import ConditionFailed, DynamoError
 from ..errors import ZAELimiterError
+from ..gathering import gather_or_end
 from ..validation import DEFAULT_RESOURCE
 from .model import LevelSpec, Manifest, SystemSpec
 from .plan import Change, EntityState, Ownership, Stored
@@ -45,11 +46,11 @@ async def gather_limited(reads: Iterable[Awaitable[T]]) -> list[T]:
         async with gate:
             return await read
 
-    return list(await asyncio.gather(*(one(r) for r in reads)))
+    return list(await gather_or_end(*(one(r) for r in reads)))
 
 
 async def resource_level(repo: Repository, resource: str) -> LevelSpec:
-    limits, disabled, cascade = await asyncio.gather(
+    limits, disabled, cascade = await gather_or_end(
         repo.get_resource_defaults(resource),
         repo.get_resource_disabled(resource),
         repo.get_resource_cascade(resource),
@@ -58,7 +59,7 @@ async def resource_level(repo: Repository, resource: str) -> LevelSpec:
 
 
 async def entity_level(repo: Repository, entity_id: str, resource: str) -> LevelSpec:
-    limits, disabled, cascade = await asyncio.gather(
+    limits, disabled, cascade = await gather_or_end(
         repo.get_limits(entity_id, resource),
         repo.get_entity_disabled(entity_id, resource),
         repo.get_entity_cascade(entity_id, resource),

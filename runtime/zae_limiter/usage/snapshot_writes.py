@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 from ..dynamo import codec, keys
 from ..dynamo.store import Store
 from ..dynamo.transport import ConditionFailed, UnknownOutcome
+from ..gathering import gather_or_end
 from . import snapshot_items
 from .records import BucketChange
 from .snapshot_items import Counts, SnapshotKey
@@ -74,7 +75,7 @@ class SnapshotWrites:
         for p in kept:
             for key in p.snapshots:
                 by_snapshot.setdefault(key, []).append(p)
-        written = await asyncio.gather(*(self._add(k, ps) for k, ps in by_snapshot.items()))
+        written = await gather_or_end(*(self._add(k, ps) for k, ps in by_snapshot.items()))
         touched = {key: ids for key, ids in zip(by_snapshot, written, strict=True) if ids}
         late = await self._tombstones(kept)
         for key, ids in touched.items():
@@ -89,13 +90,13 @@ class SnapshotWrites:
                 if not _before_deletion(p, deleted)
             ]
         )
-        await asyncio.gather(*(self._forget(key, ids) for key, ids in touched.items()))
+        await gather_or_end(*(self._forget(key, ids) for key, ids in touched.items()))
         ignored = len(fresh) - len(kept)
         return kept, len(chunk) - len(fresh), ignored
 
     async def _tombstones(self, chunk: Sequence[RecordToApply]) -> dict[tuple[str, str], int]:
         entities = sorted({(p.change.ns, p.change.entity_id) for p in chunk})
-        found = await asyncio.gather(
+        found = await gather_or_end(
             *(self._store.get(keys.usage_tombstone(*e), consistent=True) for e in entities)
         )
         return {e: int(t["deleted_ms"]) for e, t in zip(entities, found, strict=True) if t}
