@@ -350,36 +350,6 @@ async def test_a_throttled_debit_without_a_deadline_gives_up() -> None:
     assert env.state().consumed == 0
 
 
-class Pauses(Backoff):
-    """A backoff that records the pauses asked for and takes none."""
-
-    def __init__(self) -> None:
-        super().__init__(scale=0.0)
-        self.asked: list[float] = []
-
-    async def pause(self, seconds: float) -> None:
-        self.asked.append(seconds)
-        await super().pause(seconds)
-
-
-async def test_a_refund_the_table_keeps_throttling_never_holds_its_item_like_an_outage(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A throttled refund goes again after a debit's short pause, not an outage's doubling one:
-    the debits queued behind it on a hot organisation would all pass their deadline (the
-    org128-capped collapse: 1.1 admitted a second where 8.3 is allowed)."""
-    monkeypatch.setattr(lane_load, "FOLD_WAIT_S", 0.0)
-    pauses = Pauses()
-    env = AcquireEnv(backoff=pauses)
-    image = env.stored()
-    landed = await env.admission.debit([env.target(image, {"rpm": 4})], local_ok=True)
-    env.admission.waves.bucket_io = ThrottlingTable(env, throttles=8)
-    await asyncio.wait_for(env.admission.refund_for_departed(landed), 60)  # a hang guard
-    assert env.state().consumed == 0  # it landed in the end
-    assert len(pauses.asked) >= 8
-    assert max(pauses.asked) <= 0.25  # an outage's would reach 0.05 * 2 ** 8 s
-
-
 # --- the writer's load, alone ------------------------------------------------------------------
 
 

@@ -54,9 +54,6 @@ from .values import (
 
 log = logging.getLogger("zae_limiter")
 
-#: The pause before a throttled write goes again, per try (at most five).
-THROTTLED_PAUSE_S = 0.05
-
 
 class Writer(Protocol):
     """What a lane's failures need of its writer (`lanes.Lanes`)."""
@@ -307,12 +304,9 @@ class Failures:
             else:
                 call.resolve(Outcome(call.target, error=exc), self.lanes.on_orphan)
         if retry:
+            debits = [c.tries for c in retry if not c.settle]
             tries = max(c.tries for c in retry)
-            # Throttled, the table answered: no outage to wait out, and a long pause here would
-            # hold every debit queued on the item past its deadline (a hot organisation's lane
-            # behind one refund); what goes again is spaced by the pace (`load`).
-            pause = THROTTLED_PAUSE_S * min(tries, 5) if exc.throttled else outage_pause(tries)
-            await self.lanes.backoff.pause(pause)
+            await self.lanes.backoff.pause(0.05 * max(debits) if debits else outage_pause(tries))
             self.queue.extendleft(reversed(retry))
 
     def _give_up(self, batch: Batch, cause: BaseException) -> None:
