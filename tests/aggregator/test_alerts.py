@@ -440,6 +440,25 @@ async def test_a_refund_whose_record_failed_is_read_again_before_any_later_recor
 # --- a held crossing's item: late writes, and what a kept crossing reports ---------------------
 
 
+def hold_writes_time_out(
+    held: Any, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, list[tuple[dict[str, Any], dict[str, Any]]]]:
+    """Make the held crossings' writes time out in flight (sent, not landed: the invocation
+    dies), kept to be landed later; returns the real `put` and the writes in flight."""
+    put = held._store.put
+    in_flight: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    async def times_out(item: dict[str, Any], **kw: Any) -> None:
+        if item["PK"] != keys.HELD_CROSSINGS_PK:
+            await put(item, **kw)
+            return
+        in_flight.append((item, kw))
+        raise UnknownOutcome(TimeoutError("the invocation timed out"))
+
+    monkeypatch.setattr(held._store, "put", times_out)
+    return put, in_flight
+
+
 async def test_a_late_write_cannot_hold_a_dropped_crossing_again(
     table: TableRef, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -454,16 +473,7 @@ async def test_a_late_write_cannot_hold_a_dropped_crossing_again(
     async with StreamRunner.from_repository(mine, clock=clock) as runner:
         debit, refund, later = (await budget_records(runner, mine, "u"))[-3:]
         held = runner.aggregator.held
-        put = held._store.put
-        in_flight: list[tuple[dict[str, Any], dict[str, Any]]] = []
-
-        async def times_out(item: dict[str, Any], **kw: Any) -> None:
-            if item["PK"] != keys.HELD_CROSSINGS_PK:
-                return await put(item, **kw)
-            in_flight.append((item, kw))  # sent, not landed yet; the invocation dies
-            raise UnknownOutcome(TimeoutError("the invocation timed out"))
-
-        monkeypatch.setattr(held._store, "put", times_out)
+        put, in_flight = hold_writes_time_out(held, monkeypatch)
         assert sorted((await runner.aggregator.process([debit])).failures) == [0]
         monkeypatch.undo()
         retried = await runner.aggregator.process([debit, refund])  # the retry: held, dropped
@@ -496,16 +506,7 @@ async def test_a_late_write_cannot_move_a_held_crossings_last_write_seen_back(
         debit, second, third = (await budget_records(runner, repo, "u"))[-3:]
         held = runner.aggregator.held
         assert (await runner.aggregator.process([debit])).failures == {}
-        put = held._store.put
-        in_flight: list[tuple[dict[str, Any], dict[str, Any]]] = []
-
-        async def times_out(item: dict[str, Any], **kw: Any) -> None:
-            if item["PK"] != keys.HELD_CROSSINGS_PK:
-                return await put(item, **kw)
-            in_flight.append((item, kw))
-            raise UnknownOutcome(TimeoutError("the invocation timed out"))
-
-        monkeypatch.setattr(held._store, "put", times_out)
+        put, in_flight = hold_writes_time_out(held, monkeypatch)
         assert sorted((await runner.aggregator.process([second])).failures) == [0]
         monkeypatch.undo()
         assert (await runner.aggregator.process([second, third])).failures == {}
