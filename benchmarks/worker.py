@@ -207,6 +207,11 @@ def main() -> None:
     parser.add_argument("--impl", choices=("ours", "theirs"), required=True)
     parser.add_argument("--endpoint", required=True)
     args = parser.parse_args()
+    trace = os.environ.get("ZAEL_BENCH_LANE_TRACE")
+    if trace and args.impl == "ours":
+        from benchmarks import lane_trace
+
+        lane_trace.install(f"{trace}.{os.getpid()}.jsonl")
     answers = sys.stdout
     sys.stdout = sys.stderr  # keep the protocol channel for answers only
     serve(Worker(args.impl, args.endpoint), sys.stdin, answers)
