@@ -54,8 +54,13 @@ def install(path: str) -> None:
                 **counts(batch),
             )
             raise
-        emit(e="send", k=key_of(self), ms=round(1000 * (time.perf_counter() - started), 1),
-             err=None, **counts(batch))
+        emit(
+            e="send",
+            k=key_of(self),
+            ms=round(1000 * (time.perf_counter() - started), 1),
+            err=None,
+            **counts(batch),
+        )
         return image
 
     lanes._Lane._send = traced_send  # type: ignore[method-assign]
@@ -71,8 +76,11 @@ def install(path: str) -> None:
                 try:
                     return await original(self, batch, *args)
                 finally:
-                    emit(e=name + ".end", k=key_of(self),
-                         ms=round(1000 * (time.perf_counter() - started), 1))
+                    emit(
+                        e=name + ".end",
+                        k=key_of(self),
+                        ms=round(1000 * (time.perf_counter() - started), 1),
+                    )
 
             return traced
 
@@ -84,8 +92,12 @@ def install(path: str) -> None:
     async def traced_pause(self: Any, seconds: float) -> None:
         caller = sys._getframe(1)
         lane = caller.f_locals.get("self")
-        emit(e="pause", s=round(seconds, 3), by=caller.f_code.co_name,
-             k=key_of(lane) if hasattr(lane, "key") else None)
+        emit(
+            e="pause",
+            s=round(seconds, 3),
+            by=caller.f_code.co_name,
+            k=key_of(lane) if hasattr(lane, "key") else None,
+        )
         await pause(self, seconds)
 
     deadlines.Backoff.pause = traced_pause  # type: ignore[method-assign]
@@ -98,8 +110,14 @@ def install(path: str) -> None:
         before = self.rate
         throttled(self, now)
         accepted, throttles = self._last_second(self.clock() if now is None else now)
-        emit(e="throttled", acc=round(accepted, 1), thr=round(throttles, 1),
-             since=self._throttling_from, rate=self.rate, was=before)
+        emit(
+            e="throttled",
+            acc=round(accepted, 1),
+            thr=round(throttles, 1),
+            since=self._throttling_from,
+            rate=self.rate,
+            was=before,
+        )
 
     load_module.Load.throttled = traced_throttled  # type: ignore[method-assign]
     emit(e="installed")

@@ -122,6 +122,57 @@ async def test_a_call_that_cannot_be_decided_in_time_is_answered_at_once_sending
     assert env.state().consumed == 4 * MILLI  # the shed call debited nothing
 
 
+async def test_a_debit_whose_deadline_passed_while_it_waited_is_not_sent() -> None:
+    """Found by the overload bench (org128-capped, 1 run in about 25): debits queued on the
+    organisation went out long after their callers had been answered "unavailable", were written
+    and had to be refunded. A debit still queued at its deadline is shed: nothing is sent."""
+    env, table = slow_env()
+    image = env.stored()
+    first = debit(env, env.target(image, {"rpm": 1}), 1_000)
+    await settle()
+    await table.answer()  # a 400 ms round trip measured
+    await first
+    in_flight = debit(env, env.target(image, {"rpm": 1}), 5_000)  # sent, held
+    await settle()
+    queued = debit(env, env.target(image, {"rpm": 1}), 1_700)  # fits the estimate: queued
+    await settle()
+    sent, shed = table.sent, env.admission.traffic.shed
+    await table.answer(2_000)  # the write in flight is answered after the queued one's deadline
+    assert len(await in_flight) == 1
+    assert table.sent == sent  # nothing was sent for it
+    with pytest.raises(Overloaded):
+        await queued
+    assert env.admission.traffic.shed == shed + 1
+    assert env.state().consumed == 2 * MILLI
+
+
+async def test_a_batch_whose_turn_comes_after_its_debits_deadlines_is_shed() -> None:
+    """While the table is paced, a batch of several calls waits for a turn of its own. Before,
+    it reserved that turn however far away it was: a pace cut low (4 writes a second) and 64
+    batches of the users' items made the organisation's batch wait 13 s, and its 64 debits land
+    for callers answered long before. Now a turn after every debit's deadline is not taken."""
+    env, table = slow_env()
+    image = env.stored()
+    first = debit(env, env.target(image, {"rpm": 1}), 1_000)
+    await settle()
+    await table.answer()  # a 400 ms round trip measured
+    await first
+    in_flight = debit(env, env.target(image, {"rpm": 1}), 3_000)  # sent, held
+    await settle()
+    queued = [debit(env, env.target(image, {"rpm": 1}), 3_000) for _ in range(2)]
+    await settle()
+    load = paced(env)  # then the table throttles: 1 write a second
+    load.turn(5, load.now_ms(), None)  # and other writes took the next 5 s of turns
+    sent = table.sent
+    await table.answer()
+    assert len(await in_flight) == 1
+    assert table.sent == sent  # the batch of the two was not sent
+    for call in queued:
+        with pytest.raises(Overloaded):
+            await call
+    assert env.state().consumed == 2 * MILLI
+
+
 async def test_an_idle_writer_sends_whatever_its_last_round_trip() -> None:
     """With nothing in flight a call goes out, so the writer measures the table again."""
     env, table = slow_env()
@@ -390,6 +441,44 @@ def test_sustained_throttling_paces_calls_at_70_percent_of_what_the_table_accept
     with pytest.raises(Overloaded):  # its turn would come after it could still be decided
         load.turn(1, now, latest=now + 50)
     assert load.turn(1, now, None) == pytest.approx(4 * 1000 / rate)  # it reserved nothing
+
+
+def test_a_quiet_spell_between_two_bursts_of_throttles_is_not_what_the_table_accepts() -> None:
+    """Found by the overload bench (org128-capped, about 1 run in 25): the warm-up met throttles,
+    the load came 1.2 s later, and its first throttle cut the pace at once to 70 % of the quiet
+    second before it (5 writes: 3.8 a second, against a table taking 30). The second measured
+    before a cut is one of throttling without a pause."""
+    load = Load(clock=lambda: 0.0)
+    now = 1_000
+    for _ in range(60):  # 0.6 s of a warm-up at the table's cap: two throttles per accepted
+        now += 10
+        if now % 30:
+            load.throttled(now / 1000)
+        else:
+            load.inflight += 1
+            answer(load, now - 5, now)
+    assert load.rate is None
+    for _ in range(5):  # 1.2 s of quiet: five writes, all accepted
+        now += 240
+        load.inflight += 1
+        answer(load, now - 5, now)
+    burst = now + 1
+    for _ in range(6):  # the load arrives: a burst of throttles
+        now += 1
+        load.throttled(now / 1000)
+    assert load.rate is None  # (it was cut to 3.8 writes a second here)
+    start = now
+    while load.rate is None and now < start + 5_000:  # the table takes 40 a second, throttles more
+        now += 5
+        if (now - start) % 25:
+            load.throttled(now / 1000)
+        else:
+            load.inflight += 1
+            answer(load, now - 5, now)
+    # 70 % of what the table took over the last second (its window reaches back into the quiet
+    # spell a little: 34 writes)
+    assert load.rate is not None and 0.7 * 30 < load.rate <= 0.7 * 40
+    assert burst + 1_000 <= now < burst + 1_100  # after a second of it
 
 
 def test_the_pace_is_dropped_once_it_grew_far_past_the_rate_that_throttled() -> None:

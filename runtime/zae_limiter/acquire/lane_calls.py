@@ -12,6 +12,8 @@ from ..core.bucket import LimitWrite
 from ..core.images import BucketImage, Evidence
 from .values import Planner, Target
 
+#: Calls folded into one write at most.
+MAX_BATCH = 64
 #: Re-sends of a write whose answer was lost before its calls are told "unavailable".
 UNKNOWN_RESENDS = 8
 #: Why a write is undecided when the item no longer holds its writer's entry.

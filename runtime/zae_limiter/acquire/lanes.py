@@ -38,8 +38,9 @@ from ..core.compose import then_all
 from ..core.evidence import PRUNE_AGE_MS as PRUNE_AGE_MS
 from ..core.evolve import evolve
 from ..core.images import BucketImage, Evidence, new_writer_id
-from . import holds_seen
+from . import holds_seen, lane_turns
 from .deadlines import Backoff
+from .lane_calls import MAX_BATCH as MAX_BATCH
 from .lane_calls import UNKNOWN_RESENDS as UNKNOWN_RESENDS
 from .lane_calls import Batch, Call, Closed, Outcome, Sender
 from .lane_failures import Failures
@@ -49,9 +50,6 @@ from .skew import SkewWatch
 from .values import AnswerLost, Planner, RulesChanged, Target, Unavailable
 
 log = logging.getLogger("zae_limiter")
-
-#: Calls folded into one write at most.
-MAX_BATCH = 64
 
 
 class Lanes:
@@ -252,10 +250,14 @@ class _Lane(Failures):
         other calls runs as a task, so that cancelling this caller cannot strand theirs, and
         nothing else is sent on the lane until it ends.
         """
+        waited = until is None  # a background drain: its calls' callers may have left
         while self.queue and (until is None or not until.future.done()):
             if self.inflight is not None and self.in_flight():  # warm: no call
                 await asyncio.shield(self.inflight)
+                waited = True
                 continue
+            if (waited or len(self.queue) > 1) and not await lane_turns.ready(self):
+                continue  # (the warm path, one call that waited for nothing, skips this)
             batch = self._form()
             if batch is None:
                 continue
@@ -423,8 +425,6 @@ class _Lane(Failures):
         lanes = self.lanes
         if lanes.closed:
             raise Closed()
-        if lanes.load.rate is not None and len(batch.calls) > 1:  # a hot item's batch: paced
-            await lanes.load.paced(lanes.backoff.pause)
         if not lanes.load.take():
             await lanes.load.wait()
         if batch.first_sent is None:

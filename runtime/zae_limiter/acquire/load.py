@@ -13,17 +13,18 @@ is written and then refunded.
   time and is cut to 70 % of what is in flight (at most once a second) while the smoothed round
   trip is above `slow_ms` and twice the fastest answer of the last `BASE_SPAN_S` or more: the
   table's queue grew, not its own latency (one slow answer, a scheduling hiccup, cuts nothing).
-- *Pace*: once the table has throttled at least half of what it was sent for a second (the
-  transport tells `throttled` of every throttled attempt; a throttle now and then is retried
-  there and changes nothing here), calls take turns (`turn`): a call's writes go out together at
-  its turn, spaced to `rate` writes a second, set as botocore's adaptive retry mode sets its rate
-  (`CubicCalculator`): 70 % of what the table accepted over the last second, at most one cut a
-  second, grown back along a cubic, never above twice what it accepts; dropped once it has grown
-  `FREE_FACTOR` times past the rate that throttled. A call takes turns for the writes it adds
-  (an item with a lane already goes out folded into that lane's next write, which takes a turn
-  of its own: `paced`); a call whose turn would come too late to be decided before its deadline
-  takes none (`turn` raises `Overloaded`). Exit writes and refunds take no turn: they are few,
-  and must never wait behind calls.
+- *Pace*: once the table has throttled at least half of what it was sent for a second without
+  a pause (`THROTTLE_GAP_S`; the transport tells `throttled` of every throttled attempt; a
+  throttle now and then is retried there and changes nothing here), calls take turns (`turn`):
+  a call's writes go out together at its turn, spaced to `rate` writes a second, set as
+  botocore's adaptive retry mode sets its rate (`CubicCalculator`): 70 % of what the table
+  accepted over the last second, at most one cut a second, grown back along a cubic, never
+  above twice what it accepts; dropped once it has grown `FREE_FACTOR` times past the rate that
+  throttled. A call takes turns for the writes it adds (an item with a lane already goes out
+  folded into that lane's next write, which takes a turn of its own: `lane_turns`); a call
+  whose turn would come too late to be decided before its deadline takes none (`turn` raises
+  `Overloaded`). Exit writes and refunds take no turn of their own: they are few, and must
+  never wait behind calls.
 
 Until the table throttles or slows down, a write pays a few comparisons and counters.
 `wait_ms` estimates how long new requests wait for slots: with `lane_load.wait_ms` (what waits on
@@ -37,7 +38,7 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Protocol
 
 from botocore.retries.throttling import CubicCalculator
@@ -60,6 +61,10 @@ SLOW_SHARE = 0.25
 #: Throttles over a second that start (or cut) the pace: at least this many, and at least as
 #: many as the answers the table accepted.
 MIN_THROTTLES = 5
+#: A pause in throttling longer than this starts the second measured before a cut again: a
+#: quiet spell between two bursts (a warm-up, then the load) must not be taken as what the
+#: table accepts.
+THROTTLE_GAP_S = 0.5
 #: The slowest pace (writes a second), and how far past the rate that throttled it is dropped.
 MIN_RATE = 1.0
 FREE_FACTOR = 8.0
@@ -107,6 +112,7 @@ class Load:
         self._cubic: CubicCalculator | None = None
         self._cut_at = -math.inf  # ms: the last cut of the pace
         self._throttling_from: float | None = None  # since when half the answers are throttles
+        self._throttled_at = -math.inf  # the last throttle that found half of them throttled
         self._calm_until = 0.0  # ms: no cut of the limit before (one per round trip)
         self._base = (math.inf, math.inf)  # fastest answer: this span, the one before
         self._base_from = 0.0
@@ -209,8 +215,9 @@ class Load:
         if throttles < max(MIN_THROTTLES, accepted):
             self._throttling_from = None
             return
-        if self._throttling_from is None or now - self._throttling_from > 2:
+        if self._throttling_from is None or now - self._throttled_at > THROTTLE_GAP_S:
             self._throttling_from = now  # measure what the table accepts for a second first
+        self._throttled_at = now
         if now - self._throttling_from < 1 or now * 1000 - self._cut_at < 1000:
             return
         if self._cubic is None:
@@ -239,13 +246,6 @@ class Load:
         second, accepted, throttles, accepted_before, throttles_before = self._answers
         weight = 1 - (now - second)
         return accepted + accepted_before * weight, throttles + throttles_before * weight
-
-    async def paced(self, pause: Callable[[float], Awaitable[None]]) -> None:
-        """Wait for one write's turn (a batch of a hot item's calls: their calls took turns
-        only for the writes they add)."""
-        delay = self.turn(1, self.now_ms(), None)
-        if delay > 0:
-            await pause(delay / 1000)
 
     def turn(self, writes: int, now: float, latest: float | None) -> float:
         """While paced: reserve the turn of a call's `writes` (all sent together, after it) and
