@@ -60,5 +60,8 @@ async def test_item_size_and_wcu_against_active_writers(table: TableRef, wire: A
     print("writers -> (item bytes, WCU per warm write):", curve)
     assert all(curve[n][1] == 1 for n in WRITERS)
     assert all(curve[n][0] < KB for n in WRITERS)
-    assert curve[64][0] <= curve[40][0]  # 40 entries at most
+    # 40 entries at most (an entry is 17 bytes); a number stored on the item can gain a digit
+    # meanwhile (a byte: 1,012 against 1,011 measured on a loaded machine, where the writes
+    # took longer)
+    assert curve[64][0] <= curve[40][0] + 4
     assert curve[40][0] > curve[1][0]  # the curve the docs state is the one measured here
