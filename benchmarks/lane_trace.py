@@ -120,4 +120,35 @@ def install(path: str) -> None:
         )
 
     load_module.Load.throttled = traced_throttled  # type: ignore[method-assign]
+    from zae_limiter.acquire import admission as admission_module
+    from zae_limiter.acquire import lane_turns, planning
+
+    when_shed = admission_module.Admission._refusal_when_shed
+
+    def traced_when_shed(self: Any, targets: Any, now: int) -> Any:
+        refusal = when_shed(self, targets, now)
+        emit(
+            e="shed" if refusal is None else "shed429",
+            ts=[
+                (t.entity_id, t.resource, now - t.seen_at, planning.refused_on_image(t, now))
+                for t in targets
+            ],
+        )
+        return refusal
+
+    admission_module.Admission._refusal_when_shed = traced_when_shed  # type: ignore[method-assign]
+    lane_shed = lane_turns._shed
+
+    def traced_lane_shed(load: Any, calls: Any, error: Any) -> None:
+        emit(e="lane_shed", n=len(calls), k=[c.target.entity_id for c in calls][:3])
+        lane_shed(load, calls, error)
+
+    lane_turns._shed = traced_lane_shed
+    rejection = admission_module.Admission.rejection
+
+    def traced_rejection(self: Any, targets: Any, now: int) -> Any:
+        emit(e="429", ts=[(t.entity_id, now - t.seen_at, t.read_now) for t in targets])
+        return rejection(self, targets, now)
+
+    admission_module.Admission.rejection = traced_rejection  # type: ignore[method-assign]
     emit(e="installed")
