@@ -3,24 +3,19 @@ lanes' `recover`): a failure of that recovery's own read or write must reach the
 not end the lane's task. Found by hang52 (2026-12-06) in a clean-clone `make test`: a region
 history's worker logged `Task exception was never retrieved` for `_Lane._run` (AnswerLost from
 `settle_sibling` under `_not_landed`), its operation never ended (no deadline) and the runner
-waited out its 330 s stall bound; the test passed after 334 s."""
+waited out its 330 s stall bound; the test passed after 334 s. Now the batch's calls are told
+as after any write that certainly did not land (`lane_failures._unavailable`)."""
 
 from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from support.acquire_env import NS, AcquireEnv
 from support.memory_bucket_io import Fault
+from zae_limiter.acquire.values import AnswerLost, Unavailable
 from zae_limiter.dynamo import keys
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lane_failures._not_landed lets recover()'s failure end _Lane._run (the acquire path's "
-    "owner fixes it; then this test passes and the mark goes)",
-)
 async def test_a_failed_split_recovery_reaches_the_call_instead_of_ending_the_lane() -> None:
     env = AcquireEnv()
     stamp = env.stamp(shards=2)
@@ -35,6 +30,9 @@ async def test_a_failed_split_recovery_reaches_the_call_instead_of_ending_the_la
     try:
         done, _ = await asyncio.wait([debit], timeout=2)  # a hang guard, not a timing assertion
         assert debit in done, "the debit never ended: its lane's task died"
+        error = debit.exception()  # unavailable, and certainly not debited (the write did not land)
+        assert isinstance(error, Unavailable) and not isinstance(error, AnswerLost)
+        assert env.state(shard=0).consumed == 0
     finally:
         debit.cancel()
         await asyncio.gather(debit, return_exceptions=True)

@@ -151,7 +151,11 @@ class Failures:
             cause = TimeoutError("its answers kept being lost and it did not land")
             self.fail([c for c in batch.calls if not c.settle], Unavailable(cause))
         if current is None and batch.image.shard != 0 and self.lanes.recover is not None:
-            current = await self.lanes.recover(batch.image)  # a split left unfinished: finish it
+            try:  # a split left unfinished: finish it
+                current = await self.lanes.recover(batch.image)
+            except Unavailable as exc:  # the batch did not land: nothing of its calls was debited
+                await self._unavailable(batch, Unavailable(exc))
+                return
         if current is None and batch.image.shard != 0 and not any(c.settle for c in batch.calls):
             # A split bucket's shard is gone (its entity was deleted): only the slow path, from
             # shard 0, creates a bucket, never on a layout this process remembers.
