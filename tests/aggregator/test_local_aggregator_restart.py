@@ -15,7 +15,8 @@ import pytest
 
 from support.tables import TableRef
 from zae_limiter import Limit, RateLimiter, Repository
-from zae_limiter.local.engine import process_cmdline, stop_pid
+from zae_limiter.local.engine import is_our_process, process_cmdline, stop_pid
+from zae_limiter.local.processes import AGGREGATOR_MARKER
 from zae_limiter.local.stream_runner import StreamRunner, read_status, start_aggregator_process
 
 pytestmark = pytest.mark.ddb
@@ -156,6 +157,8 @@ async def test_the_background_aggregator_stops_on_sigterm_and_restarts_at_the_li
     try:
         await wait_for(lambda: caught_up(pid, 20), 60)  # imports and connects first
         await spend(repo, 150)  # a backlog it is working through when the signal comes
+        # its Popen is gone (detached): only a pid still running the aggregator is signalled
+        assert is_our_process(pid, (AGGREGATOR_MARKER,)), f"aggregator {pid} is not running"
         os.kill(pid, signal.SIGTERM)
 
         async def gone() -> bool:

@@ -122,9 +122,9 @@ async def test_an_outage_answers_within_the_deadline_and_leaves_exactly_the_ledg
             except RateLimiterUnavailable:
                 outcomes["refused"] += 1
 
-        pid = ddb_local.pid if shape == "stopped" else None
-        if pid is not None:
-            stop_engine(pid)
+        stopped = ddb_local if shape == "stopped" else None
+        if stopped is not None:
+            stop_engine(stopped)
         else:
             await proxy.set_mode(shape)
         try:
@@ -132,8 +132,8 @@ async def test_an_outage_answers_within_the_deadline_and_leaves_exactly_the_ledg
             done, stuck = await asyncio.wait(tasks, timeout=30)  # a hang guard
             await asyncio.sleep(max(0.0, FAULT_S))
         finally:
-            if pid is not None:
-                resume_engine(pid)
+            if stopped is not None:
+                resume_engine(stopped)
             await proxy.set_mode("pass")
         assert not stuck, f"{len(stuck)} acquires never returned"
         for task in done:

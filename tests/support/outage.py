@@ -13,7 +13,8 @@
 - ``"error500"``:  answer every request 500 InternalServerError without forwarding (DynamoDB
   failing as a whole: the client cannot tell whether anything applied).
 
-The engine itself is stopped with `stop_engine`/`resume_engine` (SIGSTOP/SIGCONT of its pid).
+The engine itself is stopped with `stop_engine`/`resume_engine` (SIGSTOP/SIGCONT of its JVM,
+never of a pid that may have been reused).
 Deterministic: no randomness; what happens to a request depends only on the mode and on how many
 writes came before it.
 """
@@ -28,6 +29,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from support.faultproxy import WRITES, FaultProxy, Request, _error, _write
+from zae_limiter.local import RunningEngine
+from zae_limiter.local.java import JAR_NAME, LAUNCHER_CLASS
+from zae_limiter.local.processes import is_our_process
 
 HOLD_S = 30.0
 SLOW_S = 2.0
@@ -120,10 +124,25 @@ async def outage_proxy(upstream: str) -> AsyncIterator[OutageProxy]:
         await proxy.close()
 
 
-def stop_engine(pid: int) -> None:
-    """Freeze DynamoDB Local (its process, by pid): connections hang, nothing is answered."""
-    os.kill(pid, signal.SIGSTOP)
+def stop_engine(engine: RunningEngine | int) -> None:
+    """Freeze DynamoDB Local (its JVM: the pid `start_engine` started is the java process):
+    connections hang, nothing is answered. Signalled through its `Popen` (or, given a bare pid,
+    after checking it is a DynamoDB Local): a pid whose process ended may belong to another
+    process by now, and a stranger stopped (another test's jsii kernel, a history worker)
+    would hang whatever waits on it."""
+    _signal(engine, signal.SIGSTOP)
 
 
-def resume_engine(pid: int) -> None:
-    os.kill(pid, signal.SIGCONT)
+def resume_engine(engine: RunningEngine | int) -> None:
+    _signal(engine, signal.SIGCONT)
+
+
+def _signal(engine: RunningEngine | int, sig: int) -> None:
+    if isinstance(engine, RunningEngine):
+        sent = engine.signal(sig)
+    else:
+        sent = is_our_process(engine, (JAR_NAME, LAUNCHER_CLASS))
+        if sent:
+            os.kill(engine, sig)
+    if not sent:
+        raise RuntimeError(f"not signalled ({signal.Signals(sig).name}): {engine!r} is not running")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import signal
 import time
@@ -371,7 +370,7 @@ async def engine_killed(
         running = asyncio.ensure_future(aggregator.run(stop, poll_interval=0.2))
         workers = [asyncio.ensure_future(worker(i)) for i in range(tasks)]
         await asyncio.sleep(before_s)
-        os.kill(engine.pid, signal.SIGKILL)  # its data stays on disk
+        assert engine.signal(signal.SIGKILL)  # its data stays on disk
         killed_at = time.monotonic()
         await asyncio.sleep(down_s)
         engine = start_engine(port=port, data_dir=data_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any, cast
 
@@ -13,6 +14,7 @@ import pytest
 import zae_limiter
 from support.clock import FakeClock
 from zae_limiter import config as cfg
+from zae_limiter import gathering
 from zae_limiter.caches import ConfigCache
 from zae_limiter.gathering import gather_or_end
 from zae_limiter.resolution import ConfigReads, Resolver
@@ -119,3 +121,43 @@ def test_every_gather_of_the_package_leaves_nothing_running() -> None:
         if path.name != "gathering.py" and (lines := _bare_gathers(path))
     }
     assert found == {}, "use zae_limiter.gathering.gather_or_end"
+
+
+@pytest.mark.parametrize("ending", ["a failure", "the caller cancelled"])
+async def test_one_that_does_not_end_when_cancelled_is_waited_for_at_most_the_bound(
+    ending: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its cleanup waits on something that hangs: the call still ends (spec §5.18: every call
+    bounded), the task is logged, kept referenced and its end logged, never dropped silently."""
+    monkeypatch.setattr(gathering, "END_WITHIN_S", 0.01)
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def stubborn() -> None:  # deaf to cancellation until released
+        entered.set()
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await release.wait()
+        raise asyncio.CancelledError
+
+    async def failing() -> None:
+        await entered.wait()
+        if ending == "a failure":
+            raise Gone
+        await asyncio.Event().wait()
+
+    other = asyncio.ensure_future(stubborn())
+    caller = asyncio.ensure_future(gather_or_end(other, failing()))
+    try:
+        await entered.wait()
+        if ending == "the caller cancelled":
+            caller.cancel()
+        done, _ = await asyncio.wait([caller], timeout=10)  # a hang guard: unbounded, never done
+        assert caller in done, "the call waited past its bound for a task that does not end"
+        assert isinstance(caller.exception(), Gone) if ending == "a failure" else caller.cancelled()
+        assert not other.done() and other in gathering._late
+        assert any(r.levelname == "ERROR" and "stubborn" in r.message for r in caplog.records)
+    finally:
+        release.set()
+        await asyncio.wait([other, caller])
+    assert other.cancelled() and other not in gathering._late
+    assert any("ended late (cancelled)" in r.message for r in caplog.records)

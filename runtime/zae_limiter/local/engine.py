@@ -211,6 +211,23 @@ class RunningEngine:
     def answers(self) -> bool:
         return answers(self.endpoint_url)
 
+    def signal(self, sig: int) -> bool:
+        """Send `sig` to the engine's process if it still runs; True if sent. Through the
+        `Popen` of `start_engine` (its pid is not reused before it is reaped), else by pid
+        after checking the process is ours: never a stranger that took a recorded pid."""
+        if self._process is not None:
+            if self._process.poll() is not None:
+                return False
+            self._process.send_signal(sig)
+            return True
+        if not is_our_process(self.pid, (self.marker, LAUNCHER_CLASS)):
+            return False
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the process (by its pid only) and wait for it to exit. Idempotent."""
         stop_pid(
