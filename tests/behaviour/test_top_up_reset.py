@@ -3,6 +3,7 @@ docs/versions.md)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
@@ -580,8 +581,21 @@ async def test_a_top_up_costs_one_read_wave_and_one_transaction(
     await limiter.set_resource_defaults("budget", [WEEKLY])
     await spend(limiter, "u1", "budget", weekly=1)
     await repo.top_up("u1", "budget", {"weekly": 1})  # the gate's version read is now cached
-    with wire.block() as w:
-        await repo.top_up("u1", "budget", {"weekly": 1}, idempotency_key="k-1")
+
+    async def answer_late(**_: Any) -> None:
+        await asyncio.sleep(0.3)
+
+    # Round trips are read off the calls' times: every call answered 300 ms late, so that a read
+    # sent with the others always overlaps them, however loaded the machine (on a busy one the
+    # fifth read, started in the same wave, once began after the first had been answered).
+    events = repo.transport.client.meta.events
+    events.register("before-send.dynamodb", answer_late, unique_id="answer-late")
+    try:
+        with wire.block() as w:
+            await repo.top_up("u1", "budget", {"weekly": 1}, idempotency_key="k-1")
+    finally:
+        events.unregister("before-send.dynamodb", unique_id="answer-late")
+    assert all(r.end is not None and r.end - r.start >= 0.3 for r in w.requests)
     assert w.round_trips == 2  # config, shard 0 and the key's record; then the transaction
     assert w.wcu - w.index_wcu == 2 * (1 + 1 + 1)  # shard, audit event, operation record
     transaction = w.operations("TransactWriteItems")[0]
