@@ -240,6 +240,27 @@ def test_an_exit_write_a_killed_process_never_sent_is_not_a_lost_debit() -> None
     assert any(op.done and op.done.get("exit_late") for op in result.history.ops.values())
 
 
+def test_a_debit_is_contended_only_after_its_rounds_of_failed_conditions() -> None:
+    """Drawn seed 54 (shrunk, 2026-12-06): an admission that met transient failures (counted
+    against its tries) and then one failed condition was refused as contended, which docs/errors.md
+    keeps for a call whose rounds of failed conditions ran out. Failed conditions are now counted
+    on their own (`Call.conflicts`)."""
+    plan = Plan(seed=54, processes=4, tasks=8, ops=27,
+                limits=Limits(rpm=4, period_s=10, alert_at=(50, 80, 100), budget_quota=0),
+                hold_cap=1, faults=Faults(rate=0.15, kinds=("lost", "latency", "late", "5xx"),
+                                          latency_s=(0.001, 0.02), read_timeout_s=0.5,
+                                          late_s=(0.6, 1.5)),
+                kills=0, skew_ms=0, partitions=2, brownouts=1, cancel_rate=0.0, pause_s=0.2,
+                rejection_cache_ttl=0.0,
+                delivery=Delivery(shards=1, batch=100, poll_s=0.2, deaths=0.0,
+                                  faults=Faults(rate=0.1, kinds=("lost", "latency", "throttle",
+                                                                 "5xx"),
+                                                latency_s=(0.001, 0.02), read_timeout_s=0.5,
+                                                late_s=(0.6, 1.5))),
+                changes=("defaults",))  # fmt: skip
+    assert simulate(plan).problems == []
+
+
 def test_a_simulation_that_keeps_growing_is_stopped_before_the_machine_runs_out() -> None:
     """A livelock that keeps making work in virtual time once took an xdist worker to 18 GB and
     the kernel's OOM killer (seed 9, before the Load ran on the loop's clock): the loop now

@@ -54,11 +54,12 @@ class Call:
     target: Target
     planner: Planner
     settle: bool  # an exit write or refund: transient failures are retried longer
-    rounds: int  # condition failures (or transient errors) allowed before giving up
+    rounds: int  # failed conditions (`conflicts`) allowed, and tries after transient errors
     future: asyncio.Future[Outcome]
     revokes: int | None = None  # a refund: the sequence of the debit it undoes (docs/alerts.md)
     now: int | None = None  # fixed after a conflict: the retry plans at the same time
     tries: int = 0
+    conflicts: int = 0  # failed conditions met: a debit is contended after `rounds` of them
     admissions: int = 0  # the admissions delta of its planned write
     deadline: float | None = None  # Load ms: a throttled debit is tried again only before it
     turned: bool = False  # a debit sent after its turn of the paced table (lane_load.reserved)

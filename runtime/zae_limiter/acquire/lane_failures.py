@@ -271,7 +271,8 @@ class Failures:
             if call.future.done():
                 continue  # its caller left and nothing of it landed: drop it
             call.tries += 1
-            if call.tries >= call.rounds and not call.settle:
+            call.conflicts += 1
+            if call.conflicts >= call.rounds and not call.settle:
                 # on the item as found: the refusal judges it there
                 found = evolve(call.target, image=image, exists=self.exists)
                 call.future.set_result(Outcome(found, error=Contended()))
