@@ -20,7 +20,7 @@ from zae_limiter.acquire.deadlines import Backoff
 from zae_limiter.acquire.load import Load
 from zae_limiter.acquire.values import Landed, Overloaded, Target, Unavailable
 from zae_limiter.core.bucket import MILLI, Kind, Params
-from zae_limiter.core.images import Stamp
+from zae_limiter.core.images import BucketImage, Stamp
 from zae_limiter.errors import RateLimitExceeded
 
 _T = TypeVar("_T")
@@ -90,13 +90,18 @@ def debit(env: AcquireEnv, target: Target, deadline_ms: int | None) -> asyncio.T
     return asyncio.ensure_future(work)
 
 
+async def measure_round_trip(env: AcquireEnv, table: SlowTable, image: BucketImage) -> None:
+    """One call sent and answered: the writer has measured a 400 ms round trip."""
+    first = debit(env, env.target(image, {"rpm": 1}), 1_000)
+    await settle()
+    await table.answer()
+    await first
+
+
 async def test_a_call_that_cannot_be_decided_in_time_is_answered_at_once_sending_nothing() -> None:
     env, table = slow_env()
     image = env.stored()
-    first = debit(env, env.target(image, {"rpm": 1}), 1_000)
-    await settle()
-    await table.answer()  # the writer has measured a 400 ms round trip
-    await first
+    await measure_round_trip(env, table, image)
     in_flight = debit(env, env.target(image, {"rpm": 1}), 5_000)  # sent, held
     await settle()
     queued = debit(env, env.target(image, {"rpm": 1}), 5_000)  # waits for it
@@ -128,10 +133,7 @@ async def test_a_debit_whose_deadline_passed_while_it_waited_is_not_sent() -> No
     and had to be refunded. A debit still queued at its deadline is shed: nothing is sent."""
     env, table = slow_env()
     image = env.stored()
-    first = debit(env, env.target(image, {"rpm": 1}), 1_000)
-    await settle()
-    await table.answer()  # a 400 ms round trip measured
-    await first
+    await measure_round_trip(env, table, image)
     in_flight = debit(env, env.target(image, {"rpm": 1}), 5_000)  # sent, held
     await settle()
     queued = debit(env, env.target(image, {"rpm": 1}), 1_700)  # fits the estimate: queued
@@ -153,10 +155,7 @@ async def test_a_batch_whose_turn_comes_after_its_debits_deadlines_is_shed() -> 
     for callers answered long before. Now a turn after every debit's deadline is not taken."""
     env, table = slow_env()
     image = env.stored()
-    first = debit(env, env.target(image, {"rpm": 1}), 1_000)
-    await settle()
-    await table.answer()  # a 400 ms round trip measured
-    await first
+    await measure_round_trip(env, table, image)
     in_flight = debit(env, env.target(image, {"rpm": 1}), 3_000)  # sent, held
     await settle()
     queued = [debit(env, env.target(image, {"rpm": 1}), 3_000) for _ in range(2)]
@@ -215,10 +214,7 @@ async def test_a_call_shed_for_overload_that_an_old_image_refuses_is_a_429() -> 
     for its next unit) rather than shed (503), nothing sent. A call its image admits is shed."""
     env, table = slow_env((TEN,))
     user = env.stored("u1")
-    first = debit(env, env.target(user, {"rpm": 1}), 1_000)
-    await settle()
-    await table.answer()  # a 400 ms round trip measured
-    await first
+    await measure_round_trip(env, table, user)
     in_flight = debit(env, env.target(user, {"rpm": 1}), 5_000)  # sent, held: the table is busy
     await settle()
     org = env.stored("org", states=env.drained())
